@@ -1,0 +1,29 @@
+import { z } from 'zod';
+import { parseEnv, envInt } from '@warren/shared';
+
+/** Control-plane configuration, parsed once from the environment. */
+export function loadConfig(source: NodeJS.ProcessEnv = process.env) {
+  const env = parseEnv(
+    {
+      DATABASE_URL: z.string().min(1),
+      PORT: envInt(8080, 0, 65535),
+      HOST: z.string().default('127.0.0.1'),
+      /** Base of every uri in responses; a path prefix is allowed, no trailing slash. */
+      PUBLIC_BASE_URL: z.string().url().optional(),
+      /** Per-account management API requests per rolling minute; 0 turns the limit off. */
+      API_RATE_LIMIT_PER_MINUTE: envInt(1200),
+      /** Hostname part of reserved TCP addresses. */
+      TCP_ADDR_HOST: z.string().default('tcp.warren.localhost'),
+      PG_POOL_MAX: envInt(20, 1, 1000),
+      TLS_CERT_FILE: z.string().optional(),
+      TLS_KEY_FILE: z.string().optional(),
+    },
+    source,
+  );
+  return {
+    ...env,
+    PUBLIC_BASE_URL: (env.PUBLIC_BASE_URL ?? `http://${env.HOST}:${env.PORT}`).replace(/\/+$/, ''),
+  };
+}
+
+export type Config = ReturnType<typeof loadConfig>;

@@ -1,0 +1,105 @@
+import express, { type Request, type Response, type NextFunction } from 'express';
+import { AppError, newId, type Logger } from '@warren/shared';
+import type { Db } from '../db/pool.js';
+import type { Authenticator } from '../auth/authenticate.js';
+import { createAccountRateLimiter } from '../auth/rate-limit.js';
+import type { Metrics } from '../metrics.js';
+import { errorHandler } from './error-handler.js';
+import { createApiRouter } from './router.js';
+import { OpenApiRegistry } from './openapi.js';
+import { registerAllModules } from '../modules/index.js';
+
+export interface AppOptions {
+  db: Db;
+  log: Logger;
+  metrics: Metrics;
+  authenticator: Authenticator;
+  baseUrl: string;
+  rateLimitPerMinute: number;
+  tcpAddrHost: string;
+  /** False while starting or draining: /readyz and API calls answer 503. */
+  isReady: () => boolean;
+}
+
+function checkVersion(req: Request): void {
+  const a = req.headers['service-version'];
+  const b = req.headers['ngrok-version'];
+  if (a === undefined && b === undefined) throw new AppError(2000);
+  for (const v of [a, b]) {
+    if (v === undefined) continue;
+    if (Array.isArray(v) || v.trim() !== '2') throw new AppError(2001, `unsupported API version ${JSON.stringify(String(v).slice(0, 16))}; send Service-Version: 2`);
+  }
+}
+
+/** The express application (no listen): middleware order follows wire-conventions.md §1. */
+export function createApp(opts: AppOptions): { app: express.Express; openapi: OpenApiRegistry } {
+  const { db, log, metrics, authenticator, baseUrl } = opts;
+  const app = express();
+  app.disable('x-powered-by');
+  app.disable('etag');
+  app.set('query parser', 'simple');
+
+  // Operation id and metrics on every response.
+  app.use((req: Request, res: Response, next: NextFunction) => {
+    const opId = newId('op');
+    res.locals.operationId = opId;
+    res.setHeader('Warren-Operation-Id', opId);
+    res.setHeader('Ngrok-Operation-Id', opId);
+    const start = process.hrtime.bigint();
+    res.on('finish', () => {
+      const route = (req.route?.path as string | undefined) ?? 'unmatched';
+      const labels = { route: req.baseUrl + route, method: req.method, status: String(res.statusCode) };
+      metrics.requests.inc(labels);
+      metrics.duration.observe(labels, Number(process.hrtime.bigint() - start) / 1e9);
+    });
+    next();
+  });
+
+  app.get('/healthz', (_req, res) => {
+    res.json({ status: 'ok' });
+  });
+  app.get('/readyz', async (_req, res, next) => {
+    try {
+      if (!opts.isReady()) throw new AppError(9002);
+      await db.query('SELECT 1');
+      res.json({ status: 'ready' });
+    } catch (err) {
+      next(err instanceof AppError ? err : new AppError(9001));
+    }
+  });
+  app.get('/metrics', async (_req, res) => {
+    res.setHeader('Content-Type', metrics.registry.contentType);
+    res.end(await metrics.registry.metrics());
+  });
+
+  const openapi = new OpenApiRegistry();
+  let openapiDoc: string | undefined;
+  app.get('/openapi.json', (_req, res) => {
+    openapiDoc ??= JSON.stringify(openapi.document(baseUrl));
+    res.setHeader('Content-Type', 'application/json; charset=utf-8');
+    res.end(openapiDoc);
+  });
+
+  // Version header, then authentication, then path and method (wire-conventions.md §1).
+  app.use(async (req: Request, res: Response, next: NextFunction) => {
+    try {
+      if (!opts.isReady()) throw new AppError(9002);
+      checkVersion(req);
+      res.locals.auth = await authenticator.authenticate(req.headers.authorization);
+      log.debug({ op: res.locals.operationId, method: req.method, path: req.path, ua: req.headers['user-agent'], account: res.locals.auth.accountId }, 'request');
+      next();
+    } catch (err) {
+      next(err);
+    }
+  });
+
+  const { router, routes } = createApiRouter(baseUrl, createAccountRateLimiter(opts.rateLimitPerMinute), openapi);
+  registerAllModules(routes, { db, authenticator, tcpAddrHost: opts.tcpAddrHost });
+  app.use(router);
+
+  app.use((req: Request, _res: Response, next: NextFunction) => {
+    next(new AppError(4000, `no such path: ${req.method} ${req.path.slice(0, 200)}`));
+  });
+  app.use(errorHandler(log));
+  return { app, openapi };
+}

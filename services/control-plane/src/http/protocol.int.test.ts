@@ -1,0 +1,93 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestApi, type Account, type TestApi } from '../../../../test/support/api.js';
+
+let api: TestApi;
+let a: Account;
+beforeAll(async () => {
+  api = await startTestApi();
+  a = await api.account();
+});
+afterAll(() => api.close());
+
+const expectError = (r: { status: number; body: any; headers: Headers }, status: number, code: string) => {
+  expect(r.status).toBe(status);
+  expect(r.body).toMatchObject({ error_code: code, status_code: status });
+  expect(typeof r.body.msg).toBe('string');
+  expect(r.body.details.operation_id).toMatch(/^op_/);
+  expect(r.headers.get('warren-operation-id')).toBe(r.body.details.operation_id);
+  expect(r.headers.get('ngrok-operation-id')).toBe(r.body.details.operation_id);
+  expect(r.headers.get('content-type')).toBe('application/json; charset=utf-8');
+};
+
+describe('protocol', () => {
+  it('requires the version header', async () => {
+    expectError(await api.raw('GET', '/reserved_addrs', { headers: { Authorization: `Bearer ${a.token}` } }), 400, 'ERR_WARREN_2000');
+    expectError(await a.call('GET', '/reserved_addrs', undefined, { 'Service-Version': '3' }), 400, 'ERR_WARREN_2001');
+    const alias = await api.raw('GET', '/reserved_addrs', { headers: { Authorization: `Bearer ${a.token}`, 'Ngrok-Version': ' 2 ' } });
+    expect(alias.status).toBe(200);
+    expectError(await a.call('GET', '/reserved_addrs', undefined, { 'Ngrok-Version': '1' }), 400, 'ERR_WARREN_2001');
+  });
+
+  it('authenticates bearer API keys', async () => {
+    const noAuth = await api.raw('GET', '/reserved_addrs', { headers: { 'Service-Version': '2' } });
+    expectError(noAuth, 401, 'ERR_WARREN_1000');
+    expect(noAuth.headers.get('www-authenticate')).toBe('Bearer');
+    expectError(await api.raw('GET', '/reserved_addrs', { headers: { 'Service-Version': '2', Authorization: `Basic abc` } }), 401, 'ERR_WARREN_1001');
+    expectError(await api.raw('GET', '/reserved_addrs', { headers: { 'Service-Version': '2', Authorization: `Bearer wrn_api_nope` } }), 401, 'ERR_WARREN_1002');
+    expectError(await api.raw('GET', '/reserved_addrs', { headers: { 'Service-Version': '2', Authorization: `Bearer wrn_agt_abc` } }), 401, 'ERR_WARREN_1003');
+    const lower = await api.raw('GET', '/reserved_addrs', { headers: { 'Service-Version': '2', Authorization: `bearer ${a.token}` } });
+    expect(lower.status).toBe(200);
+    // auth is checked before the path
+    expectError(await api.raw('GET', '/nowhere', { headers: { 'Service-Version': '2' } }), 401, 'ERR_WARREN_1000');
+  });
+
+  it('answers a disabled account with 403', async () => {
+    const d = await api.account('disabled');
+    await api.db.query('UPDATE accounts SET disabled = true WHERE id = $1', [d.accountId]);
+    await new Promise((r) => setTimeout(r, 2100)); // auth cache ttl
+    expectError(await d.call('GET', '/reserved_addrs'), 403, 'ERR_WARREN_1101');
+  });
+
+  it('answers unknown paths 404 and wrong methods 405 with Allow', async () => {
+    expectError(await a.call('GET', '/nowhere'), 404, 'ERR_WARREN_4000');
+    const r = await a.call('PUT', '/reserved_addrs', {});
+    expectError(r, 405, 'ERR_WARREN_2010');
+    expect(r.headers.get('allow')).toBe('POST, GET');
+  });
+
+  it('checks content type, size and JSON shape', async () => {
+    expectError(await a.call('POST', '/reserved_addrs', '{}', { 'Content-Type': 'text/plain' }), 415, 'ERR_WARREN_2020');
+    expectError(await a.call('POST', '/reserved_addrs', 'x'.repeat(1024 * 1024 + 10)), 413, 'ERR_WARREN_2021');
+    expectError(await a.call('POST', '/reserved_addrs', '{"a":'), 400, 'ERR_WARREN_2100');
+    expectError(await a.call('POST', '/reserved_addrs', '[1]'), 400, 'ERR_WARREN_2100');
+    const empty = await api.raw('POST', '/reserved_addrs', { headers: { Authorization: `Bearer ${a.token}`, 'Service-Version': '2' } });
+    expect(empty.status).toBe(201);
+    const charset = await a.call('POST', '/reserved_addrs', '{}', { 'Content-Type': 'application/json; charset=utf-8' });
+    expect(charset.status).toBe(201);
+  });
+
+  it('applies the per-account rate limit with Retry-After', async () => {
+    const limited = await startTestApi({ rateLimitPerMinute: 5 });
+    try {
+      const acct = await limited.account();
+      for (let i = 0; i < 5; i++) expect((await acct.call('GET', '/reserved_addrs')).status).toBe(200);
+      const r = await acct.call('GET', '/reserved_addrs');
+      expectError(r, 429, 'ERR_WARREN_8000');
+      expect(Number(r.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+      // another account is not affected
+      expect((await (await limited.account()).call('GET', '/reserved_addrs')).status).toBe(200);
+    } finally {
+      await limited.close();
+    }
+  });
+
+  it('serves health, readiness and metrics without auth', async () => {
+    expect((await api.raw('GET', '/healthz')).status).toBe(200);
+    expect((await api.raw('GET', '/readyz')).status).toBe(200);
+    const m = await api.raw('GET', '/metrics');
+    expect(m.status).toBe(200);
+    expect(m.body).toContain('warren_control_plane_http_requests_total{route="/reserved_addrs",method="GET",status="200"}');
+    expect(m.body).toContain('warren_control_plane_http_request_duration_seconds_bucket');
+    expect(m.body).toContain('warren_control_plane_pg_pool_total_connections');
+  });
+});

@@ -1,0 +1,93 @@
+import express, { type Request, type Response, type NextFunction } from 'express';
+import { AppError } from '@warren/shared';
+import type { AuthContext, RequestContext } from './context.js';
+import type { OpenApiRegistry, OperationDoc } from './openapi.js';
+
+export type Method = 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
+
+/** One parsed API request, as handlers see it. */
+export interface ApiRequest {
+  ctx: RequestContext;
+  params: Record<string, string>;
+  query: Record<string, unknown>;
+  /** The parsed JSON object for POST/PATCH/PUT (`{}` when the body is empty). */
+  body: Record<string, unknown>;
+}
+
+export interface ApiResponse {
+  status: number;
+  body?: unknown;
+}
+
+export type ApiHandler = (req: ApiRequest) => Promise<ApiResponse>;
+
+/** What every resource's `*.http.ts` registers against. */
+export interface ApiRoutes {
+  /** Registers handlers for one path; `docs` feeds GET /openapi.json. */
+  route(path: string, handlers: Partial<Record<Method, ApiHandler>>, docs?: Partial<Record<Method, OperationDoc>>): void;
+}
+
+export const MAX_BODY_BYTES = 1024 * 1024;
+
+/** Gate run after the route matched and before the body is read (the account rate limit). */
+export type AccountGate = (auth: AuthContext) => void;
+
+/** Reads the body (bounded to 1 MiB), checks the content type and parses one JSON object. */
+export async function readJsonBody(req: Request): Promise<Record<string, unknown>> {
+  const declared = Number(req.headers['content-length'] ?? 0);
+  if (declared > MAX_BODY_BYTES) {
+    req.resume();
+    throw new AppError(2021);
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES) throw new AppError(2021);
+    chunks.push(chunk);
+  }
+  if (size === 0) return {};
+  const ct = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  if (ct !== 'application/json' && !ct.endsWith('+json')) throw new AppError(2020, 'Content-Type must be application/json when a body is sent');
+  const text = Buffer.concat(chunks, size).toString('utf8');
+  if (text.trim() === '') return {};
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    throw new AppError(2100, `the request body is not valid JSON: ${(err as Error).message.slice(0, 200)}`);
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new AppError(2100);
+  return parsed as Record<string, unknown>;
+}
+
+/**
+ * Builds an express router from handler tables. Known paths with other methods answer 405 with
+ * `Allow`; bodies are read only for POST/PATCH/PUT, after the route and method matched.
+ */
+export function createApiRouter(baseUrl: string, gate: AccountGate, openapi: OpenApiRegistry): { router: express.Router; routes: ApiRoutes } {
+  const router = express.Router({ caseSensitive: true, strict: false });
+  const routes: ApiRoutes = {
+    route(path, handlers, docs = {}) {
+      const r = router.route(path);
+      for (const [method, doc] of Object.entries(docs) as [Method, OperationDoc][]) openapi.add(path, method, doc);
+      const allow = Object.keys(handlers).join(', ');
+      for (const [method, handler] of Object.entries(handlers) as [Method, ApiHandler][]) {
+        const hasBody = method === 'POST' || method === 'PATCH' || method === 'PUT';
+        r[method.toLowerCase() as 'get'](async (req: Request, res: Response) => {
+          const auth = res.locals.auth as AuthContext;
+          gate(auth);
+          const body = hasBody ? await readJsonBody(req) : {};
+          const out = await handler({ ctx: { auth, baseUrl }, params: req.params as Record<string, string>, query: req.query as Record<string, unknown>, body });
+          if (out.body === undefined) res.status(out.status).end();
+          else res.status(out.status).json(out.body);
+        });
+      }
+      r.all((_req: Request, res: Response, next: NextFunction) => {
+        res.setHeader('Allow', allow);
+        next(new AppError(2010, `method not allowed; this path supports ${allow}`));
+      });
+    },
+  };
+  return { router, routes };
+}

@@ -1,0 +1,75 @@
+import http from 'node:http';
+import https from 'node:https';
+import { readFileSync } from 'node:fs';
+import { createLogger, EnvError } from '@warren/shared';
+import { loadConfig } from './config.js';
+import { createDb, createPool } from './db/pool.js';
+import { migrate } from './db/migrate.js';
+import { createAuthenticator } from './auth/authenticate.js';
+import { createMetrics } from './metrics.js';
+import { createApp } from './http/app.js';
+
+const log = createLogger('control-plane');
+
+/** Composition root: env → pool → migrations → app → listen; graceful stop on SIGTERM/SIGINT. */
+async function main(): Promise<void> {
+  const config = loadConfig();
+  const pool = createPool(config.DATABASE_URL, config.PG_POOL_MAX);
+  const applied = await migrate(pool);
+  if (applied.length) log.info({ applied }, 'migrations applied');
+  const db = createDb(pool);
+  let ready = true;
+  const { app } = createApp({
+    db,
+    log,
+    metrics: createMetrics(pool),
+    authenticator: createAuthenticator(db),
+    baseUrl: config.PUBLIC_BASE_URL,
+    rateLimitPerMinute: config.API_RATE_LIMIT_PER_MINUTE,
+    tcpAddrHost: config.TCP_ADDR_HOST,
+    isReady: () => ready,
+  });
+  const server =
+    config.TLS_CERT_FILE && config.TLS_KEY_FILE
+      ? https.createServer({ cert: readFileSync(config.TLS_CERT_FILE), key: readFileSync(config.TLS_KEY_FILE) }, app)
+      : http.createServer(app);
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
+  server.requestTimeout = 30_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(config.PORT, config.HOST, resolve);
+  });
+  const addr = server.address();
+  const port = typeof addr === 'object' && addr ? addr.port : config.PORT;
+  log.info({ port, base_url: config.PUBLIC_BASE_URL }, 'control plane listening');
+  // Tests and the launcher read this line to find the port when PORT=0.
+  if (process.send) process.send({ type: 'listening', port });
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    ready = false;
+    log.info({ signal }, 'draining');
+    const force = setTimeout(() => {
+      log.warn('drain timed out; closing remaining connections');
+      server.closeAllConnections();
+    }, 10_000);
+    force.unref();
+    server.close();
+    server.closeIdleConnections();
+    await new Promise<void>((resolve) => server.once('close', () => resolve()));
+    await pool.end();
+    log.info('stopped');
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGINT', () => void stop('SIGINT'));
+}
+
+main().catch((err: unknown) => {
+  if (err instanceof EnvError) console.error(`warren control plane: ${err.message}`);
+  else log.fatal({ err }, 'failed to start');
+  process.exit(1);
+});

@@ -1,0 +1,5 @@
+export * from './errors.js';
+export * from './ids.js';
+export * from './env.js';
+export * from './logger.js';
+export * from './time.js';

@@ -1,0 +1,92 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createLogger } from '@warren/shared';
+import { freshDatabase } from './databases.js';
+import { createDb, createPool, type Db } from '../../services/control-plane/src/db/pool.js';
+import { createAuthenticator } from '../../services/control-plane/src/auth/authenticate.js';
+import { createMetrics } from '../../services/control-plane/src/metrics.js';
+import { createApp } from '../../services/control-plane/src/http/app.js';
+import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
+
+export interface ApiResult<T = any> {
+  status: number;
+  body: T;
+  headers: Headers;
+}
+
+export interface Account {
+  accountId: string;
+  apiKeyId: string;
+  token: string;
+  /** Calls the API as this account with the version header and JSON body. */
+  call<T = any>(method: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<ApiResult<T>>;
+}
+
+export interface TestApi {
+  baseUrl: string;
+  db: Db;
+  /** A new account with its first API key. */
+  account(name?: string): Promise<Account>;
+  /** A raw request with no default headers. */
+  raw(method: string, path: string, init?: { headers?: Record<string, string>; body?: string }): Promise<ApiResult>;
+  close(): Promise<void>;
+}
+
+/**
+ * The control plane's real express app on a real Postgres (a database cloned for this file),
+ * listening on 127.0.0.1:0. `rateLimitPerMinute` defaults to off so tests are not throttled.
+ */
+export async function startTestApi(opts: { rateLimitPerMinute?: number } = {}): Promise<TestApi> {
+  const database = await freshDatabase();
+  const pool = createPool(database.url, 10);
+  const db = createDb(pool);
+  const server = http.createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const { app } = createApp({
+    db,
+    log: createLogger('control-plane-test', 'silent'),
+    metrics: createMetrics(pool),
+    authenticator: createAuthenticator(db),
+    baseUrl,
+    rateLimitPerMinute: opts.rateLimitPerMinute ?? 0,
+    tcpAddrHost: 'tcp.test.localhost',
+    isReady: () => true,
+  });
+  server.on('request', app);
+
+  const raw = async (method: string, path: string, init: { headers?: Record<string, string>; body?: string } = {}): Promise<ApiResult> => {
+    const res = await fetch(baseUrl + path, { method, headers: init.headers, body: init.body });
+    const text = await res.text();
+    let body: unknown = text;
+    try {
+      body = text ? JSON.parse(text) : undefined;
+    } catch {
+      /* not JSON */
+    }
+    return { status: res.status, body, headers: res.headers };
+  };
+
+  return {
+    baseUrl,
+    db,
+    raw,
+    async account(name = 'test') {
+      const acct = await createAccountWithKey(db, name);
+      return {
+        ...acct,
+        call: (method, path, body, headers = {}) =>
+          raw(method, path, {
+            headers: { Authorization: `Bearer ${acct.token}`, 'Service-Version': '2', ...(body !== undefined ? { 'Content-Type': 'application/json' } : {}), ...headers },
+            body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+          }),
+      };
+    },
+    async close() {
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+      await pool.end();
+      await database.drop();
+    },
+  };
+}
