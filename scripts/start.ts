@@ -3,7 +3,7 @@
  * database has none, then runs the Warren services as child processes until SIGINT/SIGTERM.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { resolveDatabase } from '../services/control-plane/src/dev/database-url.js';
+import { DATA_DIR, resolveDatabase } from '../services/control-plane/src/dev/database-url.js';
 import { resolveRedis } from '../services/control-plane/src/dev/redis-url.js';
 import { createDb, createPool } from '../services/control-plane/src/db/pool.js';
 import { migrate } from '../services/control-plane/src/db/migrate.js';
@@ -13,7 +13,7 @@ const say = (msg: string) => console.log(`[warren] ${msg}`);
 
 async function main(): Promise<void> {
   const db = await resolveDatabase({ startEmbedded: true });
-  say(`postgres: ${db.source === 'embedded' ? 'embedded (data in .data/postgres)' : db.source === 'local' ? 'local server on 127.0.0.1:5432, database warren' : 'DATABASE_URL'}`);
+  say(`postgres: ${db.source === 'embedded' ? `embedded (data in ${DATA_DIR}/postgres)` : db.source === 'local' ? 'local server on 127.0.0.1:5432, database warren' : 'DATABASE_URL'}`);
   const redis = await resolveRedis();
   if ('error' in redis) say(`redis: ${redis.error}. (Nothing needs Redis yet; the ingress and worker will.)`);
   else say(`redis: ${redis.source === 'spawned' ? `redis-server started on ${redis.url}` : redis.url}`);

@@ -8,7 +8,8 @@ import pg from 'pg';
 
 /** Where `npm start` keeps local state (embedded Postgres data, its port). */
 export const DATA_DIR = path.resolve(process.env.WARREN_DATA_DIR ?? '.data');
-const LOCAL_ADMIN_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
+// Where to look for a local Postgres before falling back to the embedded one.
+const LOCAL_ADMIN_URL = process.env.WARREN_LOCAL_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const DB_NAME = 'warren';
 
 async function canConnect(url: string): Promise<boolean> {
