@@ -14,6 +14,12 @@ export interface OperationDoc {
   tag: string;
 }
 
+/** JSON Schema 2020-12 for one zod schema, as an OpenAPI 3.1 Schema Object (no `$schema`). */
+function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): Record<string, unknown> {
+  const { $schema: _drop, ...rest } = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as Record<string, unknown>;
+  return rest;
+}
+
 export class OpenApiRegistry {
   private readonly ops: { path: string; method: Method; doc: OperationDoc }[] = [];
 
@@ -48,12 +54,12 @@ export class OpenApiRegistry {
         parameters: params,
         responses: {
           [String(doc.status)]: doc.response
-            ? { description: 'success', content: { 'application/json': { schema: z.toJSONSchema(doc.response, { io: 'output', unrepresentable: 'any' }) } } }
+            ? { description: 'success', content: { 'application/json': { schema: jsonSchema(doc.response, 'output') } } }
             : { description: 'success, no body' },
           default: { description: 'error', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } },
         },
       };
-      if (doc.request) op.requestBody = { required: false, content: { 'application/json': { schema: z.toJSONSchema(doc.request, { io: 'input', unrepresentable: 'any' }) } } };
+      if (doc.request) op.requestBody = { required: false, content: { 'application/json': { schema: jsonSchema(doc.request, 'input') } } };
       (paths[oaPath] ??= {})[method.toLowerCase()] = op;
     }
     return {
