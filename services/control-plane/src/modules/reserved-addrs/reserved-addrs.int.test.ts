@@ -101,7 +101,7 @@ describe('reserved addresses', () => {
     let next: string | null = `/reserved_addrs?limit=3`;
     let pages = 0;
     while (next) {
-      const r = await c.call('GET', next.replace(api.baseUrl, ''));
+      const r: { status: number; body: any } = await c.call('GET', next.replace(api.baseUrl, ''));
       expect(r.status).toBe(200);
       expect(r.body.reserved_addrs.length).toBeGreaterThan(0);
       seen.push(...r.body.reserved_addrs.map((x: { id: string }) => x.id));
