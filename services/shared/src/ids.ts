@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import KSUID from 'ksuid';
 
 /** Id prefixes of every resource (wire-conventions.md §6). */
@@ -25,9 +26,35 @@ export type IdPrefix = (typeof ID_PREFIX)[keyof typeof ID_PREFIX];
 
 const KSUID_RE = /^[0-9A-Za-z]{27}$/;
 
-/** A new `<prefix>_<27-char base62 KSUID>`; KSUIDs sort by creation time. */
+let lastMs = 0;
+let seq = 0;
+
+/**
+ * A KSUID whose payload starts with the millisecond within the second and a per-millisecond
+ * counter, then 12 random bytes: ids from one process sort in creation order even within the
+ * same second (plain KSUIDs order randomly there), so "newest first" lists are exact.
+ */
+function monotonicKsuid(): string {
+  let now = Date.now();
+  if (now < lastMs) now = lastMs; // clock stepped back: keep order
+  if (now === lastMs) seq++;
+  else {
+    lastMs = now;
+    seq = 0;
+  }
+  if (seq > 0xffff) {
+    lastMs = ++now;
+    seq = 0;
+  }
+  const payload = randomBytes(16);
+  payload.writeUInt16BE(now % 1000, 0);
+  payload.writeUInt16BE(seq, 2);
+  return KSUID.fromParts(now, payload).string;
+}
+
+/** A new `<prefix>_<27-char base62 KSUID>`; ids sort by creation time. */
 export function newId(prefix: IdPrefix): string {
-  return `${prefix}_${KSUID.randomSync().string}`;
+  return `${prefix}_${monotonicKsuid()}`;
 }
 
 /** True when `s` is a well-formed id with exactly this prefix. */
