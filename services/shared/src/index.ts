@@ -3,3 +3,4 @@ export * from './ids.js';
 export * from './env.js';
 export * from './logger.js';
 export * from './time.js';
+export * from './traffic-policy/index.js';

@@ -1,0 +1,361 @@
+import { z } from 'zod';
+import { MAX_TRAFFIC_POLICY_BYTES, parseTrafficPolicy, TrafficPolicyError } from '@warren/shared';
+import { boundedString, obj, refId, uint32 } from '../../http/validate.js';
+import { RefSchema } from '../common.js';
+import { WEBHOOK_PROVIDERS, isWebhookProvider } from './webhook-providers.js';
+import { checkIdpMetadata, MAX_IDP_METADATA_BYTES } from './saml.js';
+import { checkUserAgentPattern } from './user-agent.js';
+
+/**
+ * Request and response shapes of the 13 route modules (spec "Module shapes"; wire-conventions.md
+ * §7, §8, §12, §13). Request schemas check structure and single-value rules; rules that need the
+ * stored module (kept secrets) or the database live in route-modules.ts and the service.
+ *
+ * Error codes: 2104 single value out of range / not allowed / malformed, 2105 fields that go
+ * together or exclude each other, 5002 list too long, 5003 string too long, 6401 module rules
+ * (duplicates, provider-specific secret rules, IdP metadata content).
+ */
+
+const bytes = (s: string) => Buffer.byteLength(s, 'utf8');
+
+type Ctx = z.core.$RefinementCtx;
+function fail(ctx: Ctx, code: number, message: string, path: (string | number)[] = []): void {
+  ctx.addIssue({ code: 'custom', message, path, params: { code } });
+}
+
+const enabled = () => z.boolean().nullish().describe('true applies the module to traffic; default true');
+const flag = () => z.boolean().nullish().describe('default false');
+
+export const MAX_SESSION_SECONDS = 31_536_000;
+const sessionSeconds = () =>
+  uint32()
+    .max(MAX_SESSION_SECONDS, { message: `must be at most ${MAX_SESSION_SECONDS} seconds` })
+    .nullish()
+    .describe(`seconds, at most ${MAX_SESSION_SECONDS}; 0 when unset`);
+
+export const DEFAULT_COOKIE_PREFIX = 'warren.';
+const cookiePrefix = () =>
+  z
+    .string()
+    .superRefine((s, ctx) => {
+      if (bytes(s) > 64) fail(ctx, 5003, 'must be at most 64 bytes');
+      else if (!/^[A-Za-z0-9.]*$/.test(s)) fail(ctx, 2104, 'may contain only letters, digits and "."');
+    })
+    .nullish()
+    .describe(`session cookie prefix, at most 64 bytes of letters, digits and "."; default "${DEFAULT_COOKIE_PREFIX}"`);
+
+/** A list of at most `max` items (5002), each checked by `item`. */
+function list<T extends z.ZodType>(item: T, max?: number) {
+  const a = z.array(item);
+  return (max === undefined ? a : a.max(max, { message: `at most ${max} items are allowed` })).nullish();
+}
+
+// ---------------------------------------------------------------- backend, ip_restriction
+
+export const BackendRequest = obj({
+  enabled: enabled(),
+  backend_id: refId('bkdtg').describe('id of a tunnel group backend (bkdtg_) of this account'),
+});
+export const BackendResponse = z.object({ enabled: z.boolean(), backend: RefSchema });
+
+export const IpRestrictionRequest = obj({
+  enabled: enabled(),
+  ip_policy_ids: z
+    .array(refId('ipp'))
+    .min(1, { message: 'at least one IP policy id is required' })
+    .max(16, { message: 'at most 16 IP policy ids are allowed' })
+    .superRefine((ids, ctx) => {
+      const seen = new Set<string>();
+      ids.forEach((id, i) => {
+        if (seen.has(id)) fail(ctx, 2104, `duplicate IP policy id ${JSON.stringify(id)}`, [i]);
+        seen.add(id);
+      });
+    })
+    .describe('1 to 16 IP policy ids (ipp_) of this account'),
+});
+export const IpRestrictionResponse = z.object({ enabled: z.boolean(), ip_policies: z.array(RefSchema) });
+
+// ---------------------------------------------------------------- circuit_breaker
+
+export const CircuitBreakerRequest = obj({
+  enabled: enabled(),
+  tripped_duration: uint32().min(1, { message: 'must be greater than 0' }).describe('seconds, > 0'),
+  rolling_window: uint32().min(1, { message: 'must be greater than 0' }).describe('seconds, > 0'),
+  num_buckets: uint32().min(1, { message: 'must be from 1 to 128' }).max(128, { message: 'must be from 1 to 128' }).describe('1 to 128'),
+  volume_threshold: uint32().nullish().describe('default 0'),
+  error_threshold_percentage: z.number().min(0, { message: 'must be from 0 to 1.0' }).max(1, { message: 'must be from 0 to 1.0' }).nullish().describe('0 to 1.0, default 0'),
+});
+export const CircuitBreakerResponse = z.object({
+  enabled: z.boolean(),
+  tripped_duration: z.number().int(),
+  rolling_window: z.number().int(),
+  num_buckets: z.number().int(),
+  volume_threshold: z.number().int(),
+  error_threshold_percentage: z.number(),
+});
+
+// ---------------------------------------------------------------- compression, websocket_tcp_converter
+
+export const EnabledOnlyRequest = obj({ enabled: enabled() });
+export const EnabledOnlyResponse = z.object({ enabled: z.boolean() });
+
+// ---------------------------------------------------------------- request_headers, response_headers
+
+export const HEADER_TOKEN_RE = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+const MAX_HEADERS = 32;
+
+function checkHeaderName(name: string, ctx: Ctx, path: (string | number)[]): void {
+  if (bytes(name) > 128) fail(ctx, 5003, 'header name is over 128 bytes', path);
+  else if (!HEADER_TOKEN_RE.test(name)) fail(ctx, 2104, `${JSON.stringify(name)} is not a valid header name`, path);
+}
+
+const headerAdd = z.record(z.string(), z.string()).superRefine((m, ctx) => {
+  const names = Object.keys(m);
+  if (names.length > MAX_HEADERS) return fail(ctx, 5002, `at most ${MAX_HEADERS} headers may be added`);
+  const seen = new Set<string>();
+  for (const name of names) {
+    checkHeaderName(name, ctx, [name]);
+    if (seen.has(name.toLowerCase())) fail(ctx, 6401, `duplicate header name ${JSON.stringify(name)} (names are case-insensitive)`, [name]);
+    seen.add(name.toLowerCase());
+    const value = m[name]!;
+    if (bytes(value) > 1024) fail(ctx, 5003, 'header value is over 1024 bytes', [name]);
+    else if (/[\x00-\x08\x0a-\x1f\x7f]/.test(value)) fail(ctx, 2104, 'header value must not contain control characters', [name]);
+  }
+});
+
+const headerRemove = z.array(z.string()).superRefine((names, ctx) => {
+  if (names.length > MAX_HEADERS) return fail(ctx, 5002, `at most ${MAX_HEADERS} headers may be removed`);
+  const seen = new Set<string>();
+  names.forEach((name, i) => {
+    checkHeaderName(name, ctx, [i]);
+    if (seen.has(name.toLowerCase())) fail(ctx, 6401, `duplicate header name ${JSON.stringify(name)} (names are case-insensitive)`, [i]);
+    seen.add(name.toLowerCase());
+  });
+});
+
+export const HeadersRequest = obj({
+  enabled: enabled(),
+  add: headerAdd.nullish().describe('header name → value, at most 32; names are tokens ≤ 128 bytes, values ≤ 1024 bytes'),
+  remove: headerRemove.nullish().describe('header names, at most 32'),
+});
+export const HeadersResponse = z.object({ enabled: z.boolean(), add: z.record(z.string(), z.string()), remove: z.array(z.string()) });
+
+// ---------------------------------------------------------------- webhook_verification
+
+export const WebhookVerificationRequest = obj({
+  enabled: enabled(),
+  provider: z
+    .string()
+    .refine(isWebhookProvider, { message: `unsupported webhook provider; supported: ${WEBHOOK_PROVIDERS.join(', ')}`, params: { code: 2104 } })
+    .describe('webhook provider, matched case-insensitively and returned as sent'),
+  secret: z.string().nullish().describe('required for every provider except sns; returned as ""; omitted or "" keeps the stored secret of the same provider'),
+});
+export const WebhookVerificationResponse = z.object({ enabled: z.boolean(), provider: z.string(), secret: z.string() });
+
+// ---------------------------------------------------------------- oauth
+
+const MAX_OAUTH_LIST = 64;
+const nonEmpty = (what: string) => z.string().min(1, { message: `${what} must not be empty` });
+const email = z.string().superRefine((s, ctx) => {
+  if (!/^[^@\s]+@[^@\s]+$/.test(s)) fail(ctx, 2104, `${JSON.stringify(s.slice(0, 64))} is not an email address`);
+  else if (s !== s.toLowerCase()) fail(ctx, 2104, `${JSON.stringify(s.slice(0, 64))} must be lowercase`);
+});
+const domain = z.string().superRefine((s, ctx) => {
+  if (!/^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$/.test(s) || s.length > 253) fail(ctx, 2104, `${JSON.stringify(s.slice(0, 64))} is not a domain name`);
+  else if (s !== s.toLowerCase()) fail(ctx, 2104, `${JSON.stringify(s.slice(0, 64))} must be lowercase`);
+});
+const team = z.string().superRefine((s, ctx) => {
+  if (!/^[A-Za-z0-9][A-Za-z0-9-]*\/[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(s)) fail(ctx, 2104, `${JSON.stringify(s.slice(0, 64))} is not an org-name/team-name slug`);
+});
+const org = z.string().superRefine((s, ctx) => {
+  if (!/^[A-Za-z0-9][A-Za-z0-9-]*$/.test(s)) fail(ctx, 2104, `${JSON.stringify(s.slice(0, 64))} is not an organization slug`);
+});
+
+const providerFields = {
+  client_id: z.string().nullish().describe('client id of your own OAuth app; needs client_secret'),
+  client_secret: z.string().nullish().describe('returned as ""; omitted or "" keeps the stored secret while client_id is set'),
+  scopes: list(nonEmpty('a scope'), MAX_OAUTH_LIST).describe('only with client_id and client_secret; at most 64'),
+  email_addresses: list(email, MAX_OAUTH_LIST).describe('lowercase, at most 64'),
+  email_domains: list(domain, MAX_OAUTH_LIST).describe('lowercase, at most 64'),
+};
+const OAuthGitHubRequest = obj({
+  ...providerFields,
+  teams: list(team, MAX_OAUTH_LIST).describe('org-name/team-name slugs, at most 64'),
+  organizations: list(org, MAX_OAUTH_LIST).describe('organization slugs, at most 64'),
+});
+const OAuthOtherRequest = obj(providerFields);
+
+export const OAUTH_PROVIDERS = ['github', 'facebook', 'microsoft', 'google', 'linkedin', 'gitlab', 'twitch', 'amazon'] as const;
+export type OAuthProviderKind = (typeof OAUTH_PROVIDERS)[number];
+
+const OAuthProviderRequest = obj({
+  github: OAuthGitHubRequest.nullish(),
+  facebook: OAuthOtherRequest.nullish(),
+  microsoft: OAuthOtherRequest.nullish(),
+  google: OAuthOtherRequest.nullish(),
+  linkedin: OAuthOtherRequest.nullish(),
+  gitlab: OAuthOtherRequest.nullish(),
+  twitch: OAuthOtherRequest.nullish(),
+  amazon: OAuthOtherRequest.nullish(),
+}).superRefine((p, ctx) => {
+  const set = OAUTH_PROVIDERS.filter((k) => p[k] != null);
+  if (set.length !== 1) fail(ctx, 2105, `exactly one provider must be configured, got ${set.length === 0 ? 'none' : set.join(', ')}`);
+});
+
+const authCheckInterval = uint32()
+  .refine((v) => v === 0 || v >= 60, { message: 'must be 0 or at least 60 seconds', params: { code: 2104 } })
+  .nullish()
+  .describe('seconds, 0 (default) or at least 60');
+
+export const OAuthRequest = obj({
+  enabled: enabled(),
+  provider: OAuthProviderRequest.describe('exactly one identity provider'),
+  options_passthrough: flag(),
+  cookie_prefix: cookiePrefix(),
+  inactivity_timeout: sessionSeconds(),
+  maximum_duration: sessionSeconds(),
+  auth_check_interval: authCheckInterval,
+});
+
+const providerResponseFields = {
+  client_id: z.string(),
+  client_secret: z.string().describe('always ""'),
+  scopes: z.array(z.string()),
+  email_addresses: z.array(z.string()),
+  email_domains: z.array(z.string()),
+};
+const OAuthGitHubResponse = z.object({ ...providerResponseFields, teams: z.array(z.string()), organizations: z.array(z.string()) });
+const OAuthOtherResponse = z.object(providerResponseFields);
+export const OAuthResponse = z.object({
+  enabled: z.boolean(),
+  provider: z.object({
+    github: OAuthGitHubResponse.nullable(),
+    facebook: OAuthOtherResponse.nullable(),
+    microsoft: OAuthOtherResponse.nullable(),
+    google: OAuthOtherResponse.nullable(),
+    linkedin: OAuthOtherResponse.nullable(),
+    gitlab: OAuthOtherResponse.nullable(),
+    twitch: OAuthOtherResponse.nullable(),
+    amazon: OAuthOtherResponse.nullable(),
+  }),
+  options_passthrough: z.boolean(),
+  cookie_prefix: z.string(),
+  inactivity_timeout: z.number().int(),
+  maximum_duration: z.number().int(),
+  auth_check_interval: z.number().int(),
+});
+
+// ---------------------------------------------------------------- saml
+
+export const NAMEID_FORMATS = [
+  'urn:oasis:names:tc:SAML:2.0:nameid-format:persistent',
+  'urn:oasis:names:tc:SAML:2.0:nameid-format:transient',
+  'urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress',
+  'urn:oasis:names:tc:SAML:1.1:nameid-format:unspecified',
+] as const;
+
+export const SamlRequest = obj({
+  enabled: enabled(),
+  options_passthrough: flag(),
+  cookie_prefix: cookiePrefix(),
+  inactivity_timeout: sessionSeconds(),
+  maximum_duration: sessionSeconds(),
+  idp_metadata: boundedString(MAX_IDP_METADATA_BYTES, 5003, 'idp_metadata')
+    .superRefine((xml, ctx) => {
+      const problem = checkIdpMetadata(xml);
+      if (problem) fail(ctx, 6401, problem);
+    })
+    .describe('the full XML IdP EntityDescriptor, at most 256 KiB'),
+  force_authn: flag(),
+  allow_idp_initiated: flag(),
+  authorized_groups: list(nonEmpty('a group')),
+  nameid_format: z
+    .string()
+    .refine((v) => v === '' || (NAMEID_FORMATS as readonly string[]).includes(v), { message: `must be one of ${NAMEID_FORMATS.join(', ')}`, params: { code: 2104 } })
+    .nullish()
+    .describe(`one of ${NAMEID_FORMATS.join(', ')}; default ${NAMEID_FORMATS[0]}`),
+});
+export const SamlResponse = z.object({
+  enabled: z.boolean(),
+  options_passthrough: z.boolean(),
+  cookie_prefix: z.string(),
+  inactivity_timeout: z.number().int(),
+  maximum_duration: z.number().int(),
+  idp_metadata: z.string(),
+  force_authn: z.boolean(),
+  allow_idp_initiated: z.boolean(),
+  authorized_groups: z.array(z.string()),
+  entity_id: z.string(),
+  assertion_consumer_service_url: z.string(),
+  single_logout_url: z.string(),
+  request_signing_certificate_pem: z.string(),
+  metadata_url: z.string(),
+  nameid_format: z.string(),
+});
+
+// ---------------------------------------------------------------- oidc
+
+const issuer = z.string().superRefine((s, ctx) => {
+  if (bytes(s) > 255) return fail(ctx, 5003, 'must be at most 255 bytes');
+  let u: URL | undefined;
+  try {
+    u = new URL(s);
+  } catch {
+    /* reported below */
+  }
+  if (!u || u.protocol !== 'https:' || !u.hostname || /\s/.test(s)) fail(ctx, 2104, 'must be an https URL');
+});
+
+export const OidcRequest = obj({
+  enabled: enabled(),
+  options_passthrough: flag(),
+  cookie_prefix: cookiePrefix(),
+  inactivity_timeout: sessionSeconds(),
+  maximum_duration: sessionSeconds(),
+  issuer: issuer.describe('https URL of the OpenID provider, at most 255 bytes'),
+  client_id: nonEmpty('client_id'),
+  client_secret: z.string().nullish().describe('required when first configured; returned as ""; omitted or "" keeps the stored secret'),
+  scopes: list(nonEmpty('a scope')),
+});
+export const OidcResponse = z.object({
+  enabled: z.boolean(),
+  options_passthrough: z.boolean(),
+  cookie_prefix: z.string(),
+  inactivity_timeout: z.number().int(),
+  maximum_duration: z.number().int(),
+  issuer: z.string(),
+  client_id: z.string(),
+  client_secret: z.string().describe('always ""'),
+  scopes: z.array(z.string()),
+});
+
+// ---------------------------------------------------------------- user_agent_filter
+
+const uaPattern = z.string().superRefine((s, ctx) => {
+  if (bytes(s) > 256) return fail(ctx, 5003, 'must be at most 256 bytes');
+  const problem = checkUserAgentPattern(s);
+  if (problem) fail(ctx, 2104, problem);
+});
+export const UserAgentFilterRequest = obj({
+  enabled: enabled(),
+  allow: list(uaPattern, 32).describe('regular expressions (RE2 syntax), at most 32, each at most 256 bytes'),
+  deny: list(uaPattern, 32).describe('regular expressions (RE2 syntax), at most 32, each at most 256 bytes'),
+});
+export const UserAgentFilterResponse = z.object({ enabled: z.boolean(), allow: z.array(z.string()), deny: z.array(z.string()) });
+
+// ---------------------------------------------------------------- traffic_policy
+
+export const TrafficPolicyRequest = obj({
+  enabled: enabled(),
+  value: boundedString(MAX_TRAFFIC_POLICY_BYTES, 5003, 'value')
+    .superRefine((text, ctx) => {
+      try {
+        parseTrafficPolicy(text);
+      } catch (err) {
+        if (!(err instanceof TrafficPolicyError)) throw err;
+        fail(ctx, 6900, err.message);
+      }
+    })
+    .describe('the traffic policy document, YAML or JSON, at most 64 KiB; only rate-limit actions for now'),
+});
+export const TrafficPolicyResponse = z.object({ enabled: z.boolean(), value: z.string() });

@@ -1,0 +1,79 @@
+import { generateKeyPair, randomBytes, sign } from 'node:crypto';
+import { promisify } from 'node:util';
+import { AsnConvert, OctetString } from '@peculiar/asn1-schema';
+import {
+  AlgorithmIdentifier,
+  AttributeTypeAndValue,
+  AttributeValue,
+  BasicConstraints,
+  Certificate,
+  Extension,
+  Extensions,
+  KeyUsage,
+  KeyUsageFlags,
+  Name,
+  RelativeDistinguishedName,
+  SubjectPublicKeyInfo,
+  TBSCertificate,
+  Validity,
+  Version,
+  id_ce_basicConstraints,
+  id_ce_keyUsage,
+} from '@peculiar/asn1-x509';
+
+/**
+ * Self-signed X.509 certificates built with node:crypto keys and the ASN.1 layer of
+ * `@peculiar/x509` (`@peculiar/asn1-x509`; the high-level `@peculiar/x509` API needs a
+ * Reflect metadata polyfill that is not installed). RSA 2048 with SHA-256, the algorithm every
+ * SAML IdP accepts for request signatures.
+ */
+
+const generateKeyPairAsync = promisify(generateKeyPair);
+const SHA256_WITH_RSA = '1.2.840.113549.1.1.11';
+const id_at_commonName = '2.5.4.3';
+
+export interface SelfSigned {
+  certificatePem: string;
+  /** PKCS#8 PEM of the private key. */
+  privateKeyPem: string;
+}
+
+function pem(label: string, der: Buffer): string {
+  const b64 = der.toString('base64').replace(/(.{64})/g, '$1\n').replace(/\n$/, '');
+  return `-----BEGIN ${label}-----\n${b64}\n-----END ${label}-----\n`;
+}
+
+function name(commonName: string): Name {
+  return new Name([new RelativeDistinguishedName([new AttributeTypeAndValue({ type: id_at_commonName, value: new AttributeValue({ utf8String: commonName }) })])]);
+}
+
+/** A new key pair and a self-signed certificate for it, valid from now for `days`. */
+export async function createSelfSignedCertificate(opts: { commonName: string; days: number; ca?: boolean }): Promise<SelfSigned> {
+  const { publicKey, privateKey } = await generateKeyPairAsync('rsa', { modulusLength: 2048 });
+  const spki = AsnConvert.parse(publicKey.export({ type: 'spki', format: 'der' }), SubjectPublicKeyInfo);
+  const alg = new AlgorithmIdentifier({ algorithm: SHA256_WITH_RSA, parameters: null });
+  const serial = randomBytes(16);
+  serial[0]! &= 0x7f; // positive INTEGER
+  const now = Date.now();
+  const usage = opts.ca ? KeyUsageFlags.keyCertSign | KeyUsageFlags.cRLSign | KeyUsageFlags.digitalSignature : KeyUsageFlags.digitalSignature;
+  const tbs = new TBSCertificate({
+    version: Version.v3,
+    serialNumber: new Uint8Array(serial).buffer,
+    signature: alg,
+    issuer: name(opts.commonName),
+    validity: new Validity({ notBefore: new Date(now - 60_000), notAfter: new Date(now + opts.days * 86_400_000) }),
+    subject: name(opts.commonName),
+    subjectPublicKeyInfo: spki,
+    extensions: new Extensions([
+      new Extension({ extnID: id_ce_basicConstraints, critical: true, extnValue: new OctetString(AsnConvert.serialize(new BasicConstraints({ cA: !!opts.ca }))) }),
+      new Extension({ extnID: id_ce_keyUsage, critical: true, extnValue: new OctetString(AsnConvert.serialize(new KeyUsage(usage))) }),
+    ]),
+  });
+  const tbsDer = Buffer.from(AsnConvert.serialize(tbs));
+  const signature = sign('sha256', tbsDer, privateKey);
+  const cert = new Certificate({ tbsCertificate: tbs, signatureAlgorithm: alg, signatureValue: new Uint8Array(signature).buffer });
+  return {
+    certificatePem: pem('CERTIFICATE', Buffer.from(AsnConvert.serialize(cert))),
+    privateKeyPem: privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
+  };
+}

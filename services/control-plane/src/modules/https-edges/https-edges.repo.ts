@@ -1,0 +1,93 @@
+import type { Queryable } from '../../db/pool.js';
+import type { Page } from '../../http/paginate.js';
+import { pageRows } from '../common.js';
+
+export interface StoredMutualTls {
+  enabled: boolean;
+}
+export interface StoredTlsTermination {
+  enabled: boolean;
+  min_version: '1.2' | '1.3';
+}
+
+export interface EdgeRow {
+  id: string;
+  account_id: string;
+  description: string;
+  metadata: string;
+  hostports: string[];
+  mutual_tls: StoredMutualTls | null;
+  tls_termination: StoredTlsTermination | null;
+  created_at: Date;
+  /** mutual_tls certificate authorities, in order (https_edge_certificate_authorities). */
+  ca_ids: string[];
+}
+
+const COLS = `id, account_id, description, metadata, hostports, mutual_tls, tls_termination, created_at,
+  (SELECT COALESCE(array_agg(c.ca_id ORDER BY c.position), '{}') FROM https_edge_certificate_authorities c WHERE c.edge_id = https_edges.id) AS ca_ids`;
+
+export type EdgeWrite = Pick<EdgeRow, 'description' | 'metadata' | 'hostports' | 'mutual_tls' | 'tls_termination' | 'ca_ids'>;
+
+export const edgesRepo = {
+  async insert(q: Queryable, id: string, accountId: string, e: EdgeWrite): Promise<EdgeRow> {
+    await q.query(
+      `INSERT INTO https_edges (id, account_id, description, metadata, hostports, mutual_tls, tls_termination) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+      [id, accountId, e.description, e.metadata, e.hostports, e.mutual_tls && JSON.stringify(e.mutual_tls), e.tls_termination && JSON.stringify(e.tls_termination)],
+    );
+    await this.setHostports(q, id, e.hostports);
+    await this.setCertificateAuthorities(q, id, e.ca_ids);
+    return (await this.get(q, accountId, id))!;
+  },
+
+  async get(q: Queryable, accountId: string, id: string, forUpdate = false): Promise<EdgeRow | undefined> {
+    const { rows } = await q.query<EdgeRow>(`SELECT ${COLS} FROM https_edges WHERE account_id = $1 AND id = $2${forUpdate ? ' FOR UPDATE' : ''}`, [accountId, id]);
+    return rows[0];
+  },
+
+  list(q: Queryable, accountId: string, page: Page): Promise<EdgeRow[]> {
+    return pageRows<EdgeRow>(q, 'https_edges', COLS, accountId, page);
+  },
+
+  async update(q: Queryable, before: EdgeRow, e: EdgeWrite): Promise<EdgeRow> {
+    await q.query(`UPDATE https_edges SET description = $2, metadata = $3, hostports = $4, mutual_tls = $5, tls_termination = $6 WHERE id = $1`, [
+      before.id,
+      e.description,
+      e.metadata,
+      e.hostports,
+      e.mutual_tls && JSON.stringify(e.mutual_tls),
+      e.tls_termination && JSON.stringify(e.tls_termination),
+    ]);
+    if (e.hostports.join('\n') !== before.hostports.join('\n')) await this.setHostports(q, before.id, e.hostports);
+    if (e.ca_ids.join('\n') !== before.ca_ids.join('\n')) await this.setCertificateAuthorities(q, before.id, e.ca_ids);
+    return (await this.get(q, before.account_id, before.id))!;
+  },
+
+  async delete(q: Queryable, accountId: string, id: string): Promise<boolean> {
+    const { rowCount } = await q.query('DELETE FROM https_edges WHERE account_id = $1 AND id = $2', [accountId, id]);
+    return (rowCount ?? 0) > 0;
+  },
+
+  /** The first of `hostports` that another edge already serves. */
+  async hostportTaken(q: Queryable, edgeId: string, hostports: string[]): Promise<string | undefined> {
+    if (hostports.length === 0) return undefined;
+    const { rows } = await q.query<{ hostport: string }>('SELECT hostport FROM https_edge_hostports WHERE hostport = ANY($1::text[]) AND edge_id <> $2', [hostports, edgeId]);
+    const taken = new Set(rows.map((r) => r.hostport));
+    return hostports.find((h) => taken.has(h));
+  },
+
+  /** Mirrors the hostports into https_edge_hostports, whose primary key makes them unique across edges. */
+  async setHostports(q: Queryable, edgeId: string, hostports: string[]): Promise<void> {
+    await q.query('DELETE FROM https_edge_hostports WHERE edge_id = $1', [edgeId]);
+    if (hostports.length > 0) await q.query('INSERT INTO https_edge_hostports (hostport, edge_id) SELECT unnest($1::text[]), $2', [hostports, edgeId]);
+  },
+
+  async setCertificateAuthorities(q: Queryable, edgeId: string, caIds: string[]): Promise<void> {
+    await q.query('DELETE FROM https_edge_certificate_authorities WHERE edge_id = $1', [edgeId]);
+    if (caIds.length > 0)
+      await q.query(
+        `INSERT INTO https_edge_certificate_authorities (edge_id, ca_id, position)
+         SELECT $1, id, ord::int - 1 FROM unnest($2::text[]) WITH ORDINALITY AS t(id, ord)`,
+        [edgeId, caIds],
+      );
+  },
+};

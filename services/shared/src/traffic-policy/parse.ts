@@ -1,0 +1,188 @@
+import { parseDocument } from 'yaml';
+import { parseDurationNs } from './duration.js';
+import type { BucketKeyElement, PolicyAction, PolicyRule, RateLimitConfig, TrafficPolicy } from './types.js';
+
+/** Largest accepted document, in UTF-8 bytes (wire-conventions.md §13). */
+export const MAX_TRAFFIC_POLICY_BYTES = 64 * 1024;
+
+/** Action types the foundation accepts (wire-conventions.md §12). */
+export const SUPPORTED_ACTION_TYPES = ['rate-limit'] as const;
+
+export const RATE_LIMIT_LIMITS = {
+  /** `name` must have fewer than this many characters. */
+  nameChars: 1024,
+  capacityMin: 1,
+  capacityMax: 2_000_000_000,
+  rateMinSeconds: 60,
+  rateMaxSeconds: 24 * 60 * 60,
+  rateStepSeconds: 10,
+  bucketKeyMax: 10,
+} as const;
+
+/**
+ * A document that is not a valid traffic policy. `path` locates the offending value inside the
+ * document (e.g. `inbound[0].actions[1].type`, `""` for the document itself); the message
+ * starts with it.
+ */
+export class TrafficPolicyError extends Error {
+  readonly path: string;
+  readonly reason: string;
+  constructor(path: string, reason: string) {
+    super(path ? `${path}: ${reason}` : reason);
+    this.name = 'TrafficPolicyError';
+    this.path = path;
+    this.reason = reason;
+  }
+}
+
+type Obj = Record<string, unknown>;
+
+const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function typeName(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'list';
+  if (isObj(v)) return 'mapping';
+  return typeof v;
+}
+
+const at = (path: string, key: string | number) => (typeof key === 'number' ? `${path}[${key}]` : path ? `${path}.${key}` : key);
+
+function expectObj(v: unknown, path: string, what: string): Obj {
+  if (!isObj(v)) throw new TrafficPolicyError(path, `${what} must be a mapping, got ${typeName(v)}`);
+  return v;
+}
+
+function noUnknownKeys(o: Obj, path: string, allowed: readonly string[]): void {
+  for (const k of Object.keys(o)) {
+    if (!allowed.includes(k)) throw new TrafficPolicyError(at(path, k), `unknown field "${k}"; supported: ${allowed.join(', ')}`);
+  }
+}
+
+/** A list, where a missing or `null` value counts as empty when `optional`. */
+function expectList(v: unknown, path: string, optional: boolean): unknown[] {
+  if (v === undefined || v === null) {
+    if (optional) return [];
+    throw new TrafficPolicyError(path, 'is required');
+  }
+  if (!Array.isArray(v)) throw new TrafficPolicyError(path, `must be a list, got ${typeName(v)}`);
+  return v;
+}
+
+const HEADER_TOKEN_RE = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,128}$/;
+const REQ_HEADERS_RE = /^req\.headers\[(?:'([^'"]*)'|"([^'"]*)")\]$/;
+const GET_REQ_HEADER_RE = /^getReqHeader\((?:'([^'"]*)'|"([^'"]*)")\)$/;
+
+function parseBucketKeyElement(v: unknown, path: string): BucketKeyElement {
+  if (typeof v !== 'string') throw new TrafficPolicyError(path, `must be a string, got ${typeName(v)}`);
+  if (v === 'req.host') return { kind: 'host', source: v };
+  if (v === 'conn.client_ip') return { kind: 'client_ip', source: v };
+  const m = REQ_HEADERS_RE.exec(v) ?? GET_REQ_HEADER_RE.exec(v);
+  if (m) {
+    const name = m[1] ?? m[2] ?? '';
+    if (!HEADER_TOKEN_RE.test(name)) throw new TrafficPolicyError(path, `${JSON.stringify(name)} is not a valid header name`);
+    return { kind: 'header', name: name.toLowerCase(), source: v };
+  }
+  throw new TrafficPolicyError(
+    path,
+    `${JSON.stringify(v.slice(0, 200))} is not a supported bucket key element; use req.host, conn.client_ip, req.headers['<header-name>'] or getReqHeader('<Header-Name>')`,
+  );
+}
+
+function parseRateLimitConfig(v: unknown, path: string): RateLimitConfig {
+  const c = expectObj(v, path, 'config');
+  noUnknownKeys(c, path, ['name', 'algorithm', 'capacity', 'rate', 'bucket_key']);
+  const L = RATE_LIMIT_LIMITS;
+  for (const k of ['name', 'algorithm', 'capacity', 'rate', 'bucket_key']) {
+    if (c[k] === undefined || c[k] === null) throw new TrafficPolicyError(at(path, k), 'is required');
+  }
+
+  const name = c.name;
+  if (typeof name !== 'string') throw new TrafficPolicyError(at(path, 'name'), `must be a string, got ${typeName(name)}`);
+  if (name.length === 0) throw new TrafficPolicyError(at(path, 'name'), 'must not be empty');
+  if ([...name].length >= L.nameChars) throw new TrafficPolicyError(at(path, 'name'), `must have fewer than ${L.nameChars} characters`);
+
+  if (c.algorithm !== 'sliding_window') throw new TrafficPolicyError(at(path, 'algorithm'), `must be "sliding_window", got ${JSON.stringify(c.algorithm)}`);
+
+  const capacity = c.capacity;
+  if (typeof capacity !== 'number' || !Number.isInteger(capacity)) throw new TrafficPolicyError(at(path, 'capacity'), `must be an integer, got ${typeName(capacity)} ${JSON.stringify(capacity)}`);
+  if (capacity < L.capacityMin || capacity > L.capacityMax) throw new TrafficPolicyError(at(path, 'capacity'), `must be from ${L.capacityMin} to 2,000,000,000, got ${capacity}`);
+
+  const rate = c.rate;
+  if (typeof rate !== 'string') throw new TrafficPolicyError(at(path, 'rate'), `must be a duration string such as "60s" or "10m", got ${typeName(rate)}`);
+  const ns = parseDurationNs(rate);
+  if (ns === undefined) throw new TrafficPolicyError(at(path, 'rate'), `${JSON.stringify(rate.slice(0, 64))} is not a duration; write it like "90s", "10m" or "1h30m"`);
+  const step = BigInt(L.rateStepSeconds) * 1_000_000_000n;
+  if (ns % step !== 0n) throw new TrafficPolicyError(at(path, 'rate'), `must be a multiple of ${L.rateStepSeconds}s, got ${JSON.stringify(rate)}`);
+  const rateSeconds = Number(ns / 1_000_000_000n);
+  if (rateSeconds < L.rateMinSeconds || rateSeconds > L.rateMaxSeconds) throw new TrafficPolicyError(at(path, 'rate'), `must be from 60s to 24h, got ${JSON.stringify(rate)}`);
+
+  const keys = expectList(c.bucket_key, at(path, 'bucket_key'), false);
+  if (keys.length === 0) throw new TrafficPolicyError(at(path, 'bucket_key'), 'must have at least one element');
+  if (keys.length > L.bucketKeyMax) throw new TrafficPolicyError(at(path, 'bucket_key'), `must have at most ${L.bucketKeyMax} elements, got ${keys.length}`);
+  const bucketKey = keys.map((k, i) => parseBucketKeyElement(k, at(at(path, 'bucket_key'), i)));
+
+  return { name, algorithm: 'sliding_window', capacity, rate, rateSeconds, bucket_key: bucketKey.map((b) => b.source), bucketKey };
+}
+
+function parseAction(v: unknown, path: string): PolicyAction {
+  const a = expectObj(v, path, 'an action');
+  noUnknownKeys(a, path, ['type', 'config']);
+  if (a.type === undefined || a.type === null) throw new TrafficPolicyError(at(path, 'type'), 'is required');
+  if (typeof a.type !== 'string') throw new TrafficPolicyError(at(path, 'type'), `must be a string, got ${typeName(a.type)}`);
+  if (!(SUPPORTED_ACTION_TYPES as readonly string[]).includes(a.type))
+    throw new TrafficPolicyError(at(path, 'type'), `action type ${JSON.stringify(a.type.slice(0, 64))} is not supported; supported: ${SUPPORTED_ACTION_TYPES.join(', ')}`);
+  if (a.config === undefined || a.config === null) throw new TrafficPolicyError(at(path, 'config'), 'is required');
+  return { type: 'rate-limit', config: parseRateLimitConfig(a.config, at(path, 'config')) };
+}
+
+function parseRule(v: unknown, path: string): PolicyRule {
+  const r = expectObj(v, path, 'a rule');
+  noUnknownKeys(r, path, ['name', 'expressions', 'actions']);
+  let name = '';
+  if (r.name !== undefined && r.name !== null) {
+    if (typeof r.name !== 'string') throw new TrafficPolicyError(at(path, 'name'), `must be a string, got ${typeName(r.name)}`);
+    name = r.name;
+  }
+  const expressions = expectList(r.expressions, at(path, 'expressions'), true).map((e, i) => {
+    if (typeof e !== 'string') throw new TrafficPolicyError(at(at(path, 'expressions'), i), `must be a string, got ${typeName(e)}`);
+    if (e.trim() === '') throw new TrafficPolicyError(at(at(path, 'expressions'), i), 'must not be empty');
+    return e;
+  });
+  const rawActions = expectList(r.actions, at(path, 'actions'), false);
+  if (rawActions.length === 0) throw new TrafficPolicyError(at(path, 'actions'), 'must have at least one action');
+  const actions = rawActions.map((a, i) => parseAction(a, at(at(path, 'actions'), i)));
+  return { name, expressions, actions };
+}
+
+/**
+ * Validates a document that is already decoded (a plain JSON value): shape
+ * `{inbound?: [{name?, expressions?, actions: [{type, config}]}], outbound?: [...]}`.
+ * Unknown keys are refused at every level.
+ */
+export function validateTrafficPolicy(doc: unknown): TrafficPolicy {
+  const top = expectObj(doc, '', 'the traffic policy');
+  noUnknownKeys(top, '', ['inbound', 'outbound']);
+  const inbound = expectList(top.inbound, 'inbound', true).map((r, i) => parseRule(r, at('inbound', i)));
+  const outbound = expectList(top.outbound, 'outbound', true).map((r, i) => parseRule(r, at('outbound', i)));
+  return { inbound, outbound };
+}
+
+/**
+ * Parses and validates a traffic policy written as YAML or JSON (JSON is read by the same YAML
+ * 1.2 parser: every JSON document is YAML). Throws `TrafficPolicyError` on any problem.
+ */
+export function parseTrafficPolicy(text: string): TrafficPolicy {
+  if (Buffer.byteLength(text, 'utf8') > MAX_TRAFFIC_POLICY_BYTES) throw new TrafficPolicyError('', `the document is over ${MAX_TRAFFIC_POLICY_BYTES} bytes`);
+  if (text.trim() === '') throw new TrafficPolicyError('', 'the document is empty');
+  const doc = parseDocument(text, { version: '1.2', schema: 'core', merge: false, uniqueKeys: true, strict: true, prettyErrors: false });
+  const first = doc.errors[0];
+  if (first) throw new TrafficPolicyError('', `not valid YAML or JSON: ${first.message.split('\n')[0]!.slice(0, 300)}`);
+  let value: unknown;
+  try {
+    value = doc.toJS({ maxAliasCount: 100 });
+  } catch (err) {
+    throw new TrafficPolicyError('', `not valid YAML or JSON: ${(err as Error).message.split('\n')[0]!.slice(0, 300)}`);
+  }
+  return validateTrafficPolicy(value);
+}
