@@ -20,10 +20,8 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env) {
     },
     source,
   );
-  return {
-    ...env,
-    PUBLIC_BASE_URL: (env.PUBLIC_BASE_URL ?? `http://${env.HOST}:${env.PORT}`).replace(/\/+$/, ''),
-  };
+  // Without PUBLIC_BASE_URL, main.ts derives it from the address it actually listens on.
+  return { ...env, PUBLIC_BASE_URL: env.PUBLIC_BASE_URL?.replace(/\/+$/, '') };
 }
 
 export type Config = ReturnType<typeof loadConfig>;

@@ -19,30 +19,33 @@ async function main(): Promise<void> {
   if (applied.length) log.info({ applied }, 'migrations applied');
   const db = createDb(pool);
   let ready = true;
-  const { app } = createApp({
-    db,
-    log,
-    metrics: createMetrics(pool),
-    authenticator: createAuthenticator(db),
-    baseUrl: config.PUBLIC_BASE_URL,
-    rateLimitPerMinute: config.API_RATE_LIMIT_PER_MINUTE,
-    tcpAddrHost: config.TCP_ADDR_HOST,
-    isReady: () => ready,
-  });
   const server =
     config.TLS_CERT_FILE && config.TLS_KEY_FILE
-      ? https.createServer({ cert: readFileSync(config.TLS_CERT_FILE), key: readFileSync(config.TLS_KEY_FILE) }, app)
-      : http.createServer(app);
+      ? https.createServer({ cert: readFileSync(config.TLS_CERT_FILE), key: readFileSync(config.TLS_KEY_FILE) })
+      : http.createServer();
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
   server.requestTimeout = 30_000;
+  // Listen first: with PORT=0 the default base URL needs the port the kernel picked.
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(config.PORT, config.HOST, resolve);
   });
   const addr = server.address();
   const port = typeof addr === 'object' && addr ? addr.port : config.PORT;
-  log.info({ port, base_url: config.PUBLIC_BASE_URL }, 'control plane listening');
+  const baseUrl = config.PUBLIC_BASE_URL ?? `${config.TLS_CERT_FILE ? 'https' : 'http'}://${config.HOST}:${port}`;
+  const { app } = createApp({
+    db,
+    log,
+    metrics: createMetrics(pool),
+    authenticator: createAuthenticator(db),
+    baseUrl,
+    rateLimitPerMinute: config.API_RATE_LIMIT_PER_MINUTE,
+    tcpAddrHost: config.TCP_ADDR_HOST,
+    isReady: () => ready,
+  });
+  server.on('request', app);
+  log.info({ port, base_url: baseUrl }, 'control plane listening');
   // Tests and the launcher read this line to find the port when PORT=0.
   if (process.send) process.send({ type: 'listening', port });
 

@@ -63,6 +63,7 @@ export const ERRORS = {
   9000: { status: 500, msg: 'internal error' },
   9001: { status: 503, msg: 'the database is unavailable' },
   9002: { status: 503, msg: 'the server is starting or draining' },
+  9003: { status: 503, msg: 'no free TCP address is left for this host; try again later or configure another TCP_ADDR_HOST' },
 } as const satisfies Record<number, { status: number; msg: string }>;
 
 export type ErrorCode = keyof typeof ERRORS;

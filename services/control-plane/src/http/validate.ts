@@ -58,6 +58,12 @@ function pathOf(path: readonly PropertyKey[]): string {
   return out;
 }
 
+function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
+  let value: unknown = input;
+  for (const p of path) value = value == null ? undefined : (value as Record<PropertyKey, unknown>)[p];
+  return value;
+}
+
 function typeName(v: unknown): string {
   if (v === null) return 'null';
   if (Array.isArray(v)) return 'array';
@@ -77,11 +83,15 @@ export function issueToError(issue: z.core.$ZodIssue, input: unknown): AppError 
       return new AppError(2101, issue.message.replace(/unknown fields? [^;]*/, `unknown field${keys.length > 1 ? 's' : ''} ${full.map((k) => JSON.stringify(k)).join(', ')}`), { field: full[0] ?? field });
     }
     case 'invalid_type': {
-      let value: unknown = input;
-      for (const p of issue.path) value = value == null ? undefined : (value as Record<PropertyKey, unknown>)[p];
+      const value = valueAt(input, issue.path);
       if (value === undefined) return new AppError(2103, `${field || 'body'} is required`, { field });
       return new AppError(2102, `${at}expected ${issue.expected}, got ${typeName(value)}`, { field });
     }
+    case 'invalid_value':
+    case 'invalid_union':
+      // A required enum or union that is simply missing is "required", not "not allowed".
+      if (valueAt(input, issue.path) === undefined) return new AppError(2103, `${field || 'body'} is required`, { field });
+      return new AppError(2104, `${at}${issue.message}`, { field });
     case 'too_big':
     case 'too_small': {
       if (issue.origin === 'array' && issue.code === 'too_big') return new AppError(5002, `${at}${issue.message}`, { field });

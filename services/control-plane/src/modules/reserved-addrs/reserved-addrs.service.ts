@@ -46,7 +46,9 @@ export function createReservedAddrsService(deps: { db: Db; tcpAddrHost: string }
             await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'created', resourceId: row.id, object: out, principal: principalOf(ctx) });
             return out;
           } catch (err) {
-            if ((err as { code?: string }).code !== '23505' || attempt >= 20) throw err;
+            if ((err as { code?: string }).code !== '23505') throw err;
+            // 20 clashes in a row means the 50,000-port pool is nearly full: a capacity problem, not a conflict.
+            if (attempt >= 20) throw new AppError(9003);
             await q.query('ROLLBACK TO SAVEPOINT addr');
           }
         }
