@@ -86,7 +86,7 @@ export function createApp(opts: AppOptions): { app: express.Express; openapi: Op
       if (!opts.isReady()) throw new AppError(9002);
       checkVersion(req);
       res.locals.auth = await authenticator.authenticate(req.headers.authorization);
-      log.debug({ op: res.locals.operationId, method: req.method, path: req.path, ua: req.headers['user-agent'], account: res.locals.auth.accountId }, 'request');
+      if (log.isLevelEnabled('debug')) log.debug({ op: res.locals.operationId, method: req.method, path: req.path, ua: req.headers['user-agent'], account: res.locals.auth.accountId }, 'request');
       next();
     } catch (err) {
       next(err);
