@@ -299,20 +299,23 @@ async function main(): Promise<void> {
       }),
     );
     const evenPath = () => `/reserved_addrs/${asc[Math.floor(Math.random() * ROWS)]}`;
-    await openLoop({ url: cp.baseUrl, headers, rate, durationS: WARMUP, path: evenPath });
-    const cpuBefore = cpuMicros(cp.pid);
-    const even = await openLoop({ url: cp.baseUrl, headers, rate, durationS: DURATION, path: evenPath });
-    const cpuAfter = cpuMicros(cp.pid);
-    log(`GET by id, even open loop @ ${rate}/s: p50 ${even.p50} ms, p90 ${even.p90} ms, p99 ${even.p99} ms, max ${even.max} ms, non2xx ${even.non2xx}, errors ${even.errors}`);
-    cases.push({
-      name: 'GET /reserved_addrs/{id} open loop @ 50% max (even pacing)',
-      req_per_s: Math.round(even.ok / DURATION),
-      latency_ms: { p50: even.p50, p90: even.p90, p99: even.p99, max: even.max } as CaseResult['latency_ms'],
-      non2xx: even.non2xx,
-      errors: even.errors,
-      ...(cpuBefore !== undefined && cpuAfter !== undefined ? { server_cpu_us_per_req: Math.round((cpuAfter - cpuBefore) / Math.max(1, even.sent)) } : {}),
-      target_rate: rate,
-    } as CaseResult);
+    // Even pacing at half the measured max and at 1,500/s (half of the 3,000 GET/s goal).
+    for (const evenRate of [rate, 1500]) {
+      await openLoop({ url: cp.baseUrl, headers, rate: evenRate, durationS: WARMUP, path: evenPath });
+      const cpuBefore = cpuMicros(cp.pid);
+      const even = await openLoop({ url: cp.baseUrl, headers, rate: evenRate, durationS: DURATION, path: evenPath });
+      const cpuAfter = cpuMicros(cp.pid);
+      log(`GET by id, even open loop @ ${evenRate}/s: p50 ${even.p50} ms, p90 ${even.p90} ms, p99 ${even.p99} ms, max ${even.max} ms, non2xx ${even.non2xx}, errors ${even.errors}`);
+      cases.push({
+        name: `GET /reserved_addrs/{id} open loop @ ${evenRate === rate ? '50% max' : '1,500/s'} (even pacing)`,
+        req_per_s: Math.round(even.ok / DURATION),
+        latency_ms: { p50: even.p50, p90: even.p90, p99: even.p99, max: even.max } as CaseResult['latency_ms'],
+        non2xx: even.non2xx,
+        errors: even.errors,
+        ...(cpuBefore !== undefined && cpuAfter !== undefined ? { server_cpu_us_per_req: Math.round((cpuAfter - cpuBefore) / Math.max(1, even.sent)) } : {}),
+        target_rate: evenRate,
+      } as CaseResult);
+    }
 
     // List cost as the table grows: one client, sequential pages at positions of the 100k rows and
     // of the 10k account; plus Postgres's own execution time for the same query.

@@ -1,7 +1,7 @@
 import type { ApiRoutes } from '../../http/router.js';
+import { registerCrud } from '../../http/crud.js';
 import type { ModuleDeps } from '../../http/deps.js';
 import { parseBody } from '../../http/validate.js';
-import { parsePage } from '../../http/paginate.js';
 import { createEventSubscriptionsService } from './event-subscriptions.service.js';
 import {
   EventSourceCreate,
@@ -20,32 +20,20 @@ const sourceTag = 'Event sources';
 /** Event subscriptions and their sources sub-resource (wire-conventions.md §10). */
 export function registerEventSubscriptions(routes: ApiRoutes, deps: ModuleDeps): void {
   const svc = createEventSubscriptionsService(deps);
-  routes.route(
-    '/event_subscriptions',
+  registerCrud(
+    routes,
     {
-      POST: async (req) => ({ status: 201, body: await svc.create(req.ctx, parseBody(EventSubscriptionCreate, req.body)) }),
-      GET: async (req) => ({ status: 200, body: await svc.list(req.ctx, parsePage(req.query, 'esb')) }),
+      path: '/event_subscriptions',
+      idPrefix: 'esb',
+      tag,
+      names: ['an event subscription', 'event subscriptions'],
+      create: EventSubscriptionCreate,
+      update: EventSubscriptionUpdate,
+      response: EventSubscriptionResponse,
+      list: EventSubscriptionList,
+      summaries: { DELETE: 'Delete an event subscription and its sources' },
     },
-    {
-      POST: { tag, summary: 'Create an event subscription', request: EventSubscriptionCreate, response: EventSubscriptionResponse, status: 201 },
-      GET: { tag, summary: 'List event subscriptions', response: EventSubscriptionList, status: 200, paged: true },
-    },
-  );
-  routes.route(
-    '/event_subscriptions/:id',
-    {
-      GET: async (req) => ({ status: 200, body: await svc.get(req.ctx, req.params.id!) }),
-      PATCH: async (req) => ({ status: 200, body: await svc.update(req.ctx, req.params.id!, parseBody(EventSubscriptionUpdate, req.body)) }),
-      DELETE: async (req) => {
-        await svc.delete(req.ctx, req.params.id!);
-        return { status: 204 };
-      },
-    },
-    {
-      GET: { tag, summary: 'Get an event subscription', response: EventSubscriptionResponse, status: 200 },
-      PATCH: { tag, summary: 'Update an event subscription', request: EventSubscriptionUpdate, response: EventSubscriptionResponse, status: 200 },
-      DELETE: { tag, summary: 'Delete an event subscription and its sources', status: 204 },
-    },
+    svc,
   );
   routes.route(
     '/event_subscriptions/:id/sources',

@@ -1,7 +1,6 @@
 import type { ApiRoutes } from '../../http/router.js';
+import { registerCrud } from '../../http/crud.js';
 import type { ModuleDeps } from '../../http/deps.js';
-import { parseBody } from '../../http/validate.js';
-import { parsePage } from '../../http/paginate.js';
 import { createHttpsEdgesService } from './https-edges.service.js';
 import { parseModuleBody } from './module-body.js';
 import { EdgeCreate, EdgeList, EdgeResponse, EdgeUpdate, MutualTlsRequest, MutualTlsResponse, TlsTerminationRequest, TlsTerminationResponse } from './https-edges.schema.js';
@@ -14,32 +13,20 @@ const EDGE_MODULE_WRAPPER = ['id'] as const;
 
 export function registerHttpsEdges(routes: ApiRoutes, deps: ModuleDeps): void {
   const svc = createHttpsEdgesService(deps);
-  routes.route(
-    '/edges/https',
+  registerCrud(
+    routes,
     {
-      POST: async (req) => ({ status: 201, body: await svc.create(req.ctx, parseBody(EdgeCreate, req.body)) }),
-      GET: async (req) => ({ status: 200, body: await svc.list(req.ctx, parsePage(req.query, 'edghts')) }),
+      path: '/edges/https',
+      idPrefix: 'edghts',
+      tag,
+      names: ['an HTTPS edge', 'HTTPS edges'],
+      create: EdgeCreate,
+      update: EdgeUpdate,
+      response: EdgeResponse,
+      list: EdgeList,
+      summaries: { PATCH: 'Update an HTTPS edge; a given module replaces the stored one', DELETE: 'Delete an HTTPS edge and its routes' },
     },
-    {
-      POST: { tag, summary: 'Create an HTTPS edge', request: EdgeCreate, response: EdgeResponse, status: 201 },
-      GET: { tag, summary: 'List HTTPS edges', response: EdgeList, status: 200, paged: true },
-    },
-  );
-  routes.route(
-    '/edges/https/:id',
-    {
-      GET: async (req) => ({ status: 200, body: await svc.get(req.ctx, req.params.id!) }),
-      PATCH: async (req) => ({ status: 200, body: await svc.update(req.ctx, req.params.id!, parseBody(EdgeUpdate, req.body)) }),
-      DELETE: async (req) => {
-        await svc.delete(req.ctx, req.params.id!);
-        return { status: 204 };
-      },
-    },
-    {
-      GET: { tag, summary: 'Get an HTTPS edge', response: EdgeResponse, status: 200 },
-      PATCH: { tag, summary: 'Update an HTTPS edge; a given module replaces the stored one', request: EdgeUpdate, response: EdgeResponse, status: 200 },
-      DELETE: { tag, summary: 'Delete an HTTPS edge and its routes', status: 204 },
-    },
+    svc,
   );
   routes.route(
     '/edges/https/:id/mutual_tls',

@@ -1,7 +1,6 @@
 import type { ApiRoutes } from '../../http/router.js';
+import { registerCrud } from '../../http/crud.js';
 import type { ModuleDeps } from '../../http/deps.js';
-import { parseBody } from '../../http/validate.js';
-import { parsePage } from '../../http/paginate.js';
 import { createIpPoliciesService, createIpPolicyRulesService } from './ip-policies.service.js';
 import {
   IpPolicyCreate,
@@ -22,59 +21,34 @@ export function registerIpPolicies(routes: ApiRoutes, deps: ModuleDeps): void {
   const svc = createIpPoliciesService(deps);
   const rules = createIpPolicyRulesService(deps);
 
-  routes.route(
-    '/ip_policies',
+  registerCrud(
+    routes,
     {
-      POST: async (req) => ({ status: 201, body: await svc.create(req.ctx, parseBody(IpPolicyCreate, req.body)) }),
-      GET: async (req) => ({ status: 200, body: await svc.list(req.ctx, parsePage(req.query, 'ipp')) }),
+      path: '/ip_policies',
+      idPrefix: 'ipp',
+      tag,
+      names: ['an IP policy', 'IP policies'],
+      create: IpPolicyCreate,
+      update: IpPolicyUpdate,
+      response: IpPolicyResponse,
+      list: IpPolicyList,
+      summaries: { DELETE: 'Delete an IP policy and its rules' },
     },
-    {
-      POST: { tag, summary: 'Create an IP policy', request: IpPolicyCreate, response: IpPolicyResponse, status: 201 },
-      GET: { tag, summary: 'List IP policies', response: IpPolicyList, status: 200, paged: true },
-    },
-  );
-  routes.route(
-    '/ip_policies/:id',
-    {
-      GET: async (req) => ({ status: 200, body: await svc.get(req.ctx, req.params.id!) }),
-      PATCH: async (req) => ({ status: 200, body: await svc.update(req.ctx, req.params.id!, parseBody(IpPolicyUpdate, req.body)) }),
-      DELETE: async (req) => {
-        await svc.delete(req.ctx, req.params.id!);
-        return { status: 204 };
-      },
-    },
-    {
-      GET: { tag, summary: 'Get an IP policy', response: IpPolicyResponse, status: 200 },
-      PATCH: { tag, summary: 'Update an IP policy', request: IpPolicyUpdate, response: IpPolicyResponse, status: 200 },
-      DELETE: { tag, summary: 'Delete an IP policy and its rules', status: 204 },
-    },
+    svc,
   );
 
-  routes.route(
-    '/ip_policy_rules',
+  registerCrud(
+    routes,
     {
-      POST: async (req) => ({ status: 201, body: await rules.create(req.ctx, parseBody(IpPolicyRuleCreate, req.body)) }),
-      GET: async (req) => ({ status: 200, body: await rules.list(req.ctx, parsePage(req.query, 'ipr')) }),
+      path: '/ip_policy_rules',
+      idPrefix: 'ipr',
+      tag: ruleTag,
+      names: ['an IP policy rule', 'IP policy rules'],
+      create: IpPolicyRuleCreate,
+      update: IpPolicyRuleUpdate,
+      response: IpPolicyRuleResponse,
+      list: IpPolicyRuleList,
     },
-    {
-      POST: { tag: ruleTag, summary: 'Create an IP policy rule', request: IpPolicyRuleCreate, response: IpPolicyRuleResponse, status: 201 },
-      GET: { tag: ruleTag, summary: 'List IP policy rules', response: IpPolicyRuleList, status: 200, paged: true },
-    },
-  );
-  routes.route(
-    '/ip_policy_rules/:id',
-    {
-      GET: async (req) => ({ status: 200, body: await rules.get(req.ctx, req.params.id!) }),
-      PATCH: async (req) => ({ status: 200, body: await rules.update(req.ctx, req.params.id!, parseBody(IpPolicyRuleUpdate, req.body)) }),
-      DELETE: async (req) => {
-        await rules.delete(req.ctx, req.params.id!);
-        return { status: 204 };
-      },
-    },
-    {
-      GET: { tag: ruleTag, summary: 'Get an IP policy rule', response: IpPolicyRuleResponse, status: 200 },
-      PATCH: { tag: ruleTag, summary: 'Update an IP policy rule', request: IpPolicyRuleUpdate, response: IpPolicyRuleResponse, status: 200 },
-      DELETE: { tag: ruleTag, summary: 'Delete an IP policy rule', status: 204 },
-    },
+    rules,
   );
 }
