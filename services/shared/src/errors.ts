@@ -102,5 +102,6 @@ export class AppError extends Error {
 
 /** Shorthand for a 404 on a resource that is missing or belongs to another account. */
 export function notFound(what: string, id: string): AppError {
-  return new AppError(4001, `no ${what} with id ${JSON.stringify(id)}`, { resourceId: id });
+  const shown = id.length > 64 ? `${id.slice(0, 64)}…` : id;
+  return new AppError(4001, `no ${what} with id ${JSON.stringify(shown)}`, { resourceId: shown });
 }

@@ -7,7 +7,11 @@ const DB_DOWN_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'ENOTF
 /** Maps what a handler threw to an AppError; Postgres constraint errors become 409/400. */
 export function toAppError(err: unknown, method: string): AppError {
   if (err instanceof AppError) return err;
-  const e = err as { code?: string; type?: string; message?: string; constraint?: string };
+  const e = err as { code?: string; type?: string; message?: string; constraint?: string; status?: number };
+  // The router could not percent-decode a path segment: no resource can have that path.
+  if (err instanceof URIError || (e?.status === 400 && e?.message?.startsWith('Failed to decode param'))) return new AppError(4000, 'the path is not valid percent-encoding');
+  // Safety net behind the body checks: text Postgres cannot store is a bad value, not a crash.
+  if (e?.code === '22021' || e?.code === '22P05') return new AppError(2104, 'a string contains a character that cannot be stored');
   if (e?.code === '23505') return new AppError(4101, 'the value is already in use');
   if (e?.code === '23503') return method === 'DELETE' ? new AppError(4100, 'the resource is still referenced by another resource; remove the reference first') : new AppError(3002, 'a referenced resource no longer exists');
   if (e?.code && DB_DOWN_CODES.has(e.code)) return new AppError(9001, undefined, { headers: { 'Retry-After': '1' } });

@@ -66,6 +66,22 @@ describe('protocol', () => {
     expect(charset.status).toBe(201);
   });
 
+  it('answers odd input with 4xx, never 500', async () => {
+    expectError(await a.call('GET', '/reserved_addrs/%E0%A4%A'), 404, 'ERR_WARREN_4000');
+    const nul = await a.call('POST', '/reserved_addrs', '{"description":"a\\u0000b"}');
+    expectError(nul, 400, 'ERR_WARREN_2104');
+    expect(nul.body.details.field).toBe('description');
+    expectError(await a.call('POST', '/reserved_addrs', '{"description":"\\ud800"}'), 400, 'ERR_WARREN_2104');
+    expectError(await a.call('POST', '/backends/tunnel_group', '{"labels":{"a\\u0000":"b"}}'), 400, 'ERR_WARREN_2104');
+    expect((await a.call('POST', '/reserved_addrs', { description: 'emoji 🦫 ok' })).status).toBe(201);
+    expectError(await a.call('POST', '/reserved_addrs', '{"__proto__":{"x":1}}'), 400, 'ERR_WARREN_2101');
+    expectError(await a.call('POST', '/reserved_addrs', 'null'), 400, 'ERR_WARREN_2100');
+    expectError(await a.call('POST', '/reserved_addrs', '['.repeat(50000) + ']'.repeat(50000)), 400, 'ERR_WARREN_2100');
+    const long = await a.call('GET', `/reserved_addrs/${'x'.repeat(5000)}`);
+    expectError(long, 404, 'ERR_WARREN_4001');
+    expect(long.body.msg.length).toBeLessThan(200);
+  });
+
   it('applies the per-account rate limit with Retry-After', async () => {
     const limited = await startTestApi({ rateLimitPerMinute: 5 });
     try {

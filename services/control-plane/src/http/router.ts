@@ -32,6 +32,16 @@ export const MAX_BODY_BYTES = 1024 * 1024;
 /** Gate run after the route matched and before the body is read (the account rate limit). */
 export type AccountGate = (auth: AuthContext) => void;
 
+// NUL and unpaired UTF-16 surrogates are valid in JSON text but cannot be stored faithfully
+// (Postgres refuses NUL; a lone surrogate would silently become U+FFFD), so they are refused.
+const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+function rejectUnstorableStrings(key: string, value: unknown): unknown {
+  if ((typeof value === 'string' && UNSTORABLE.test(value)) || UNSTORABLE.test(key))
+    throw new AppError(2104, `${key ? `${key.slice(0, 64)}: ` : ''}strings must not contain NUL characters or unpaired surrogates`, key ? { field: key.slice(0, 64) } : {});
+  return value;
+}
+
 /** Reads the body (bounded to 1 MiB), checks the content type and parses one JSON object. */
 export async function readJsonBody(req: Request): Promise<Record<string, unknown>> {
   const declared = Number(req.headers['content-length'] ?? 0);
@@ -53,8 +63,9 @@ export async function readJsonBody(req: Request): Promise<Record<string, unknown
   if (text.trim() === '') return {};
   let parsed: unknown;
   try {
-    parsed = JSON.parse(text);
+    parsed = JSON.parse(text, rejectUnstorableStrings);
   } catch (err) {
+    if (err instanceof AppError) throw err;
     throw new AppError(2100, `the request body is not valid JSON: ${(err as Error).message.slice(0, 200)}`);
   }
   if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new AppError(2100);
