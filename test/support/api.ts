@@ -6,6 +6,7 @@ import { createDb, createPool, type Db } from '../../services/control-plane/src/
 import { createAuthenticator } from '../../services/control-plane/src/auth/authenticate.js';
 import { createMetrics } from '../../services/control-plane/src/metrics.js';
 import { createApp } from '../../services/control-plane/src/http/app.js';
+import type { QuotaTable } from '../../services/control-plane/src/auth/quotas.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 
 export interface ApiResult<T = any> {
@@ -36,7 +37,7 @@ export interface TestApi {
  * The control plane's real express app on a real Postgres (a database cloned for this file),
  * listening on 127.0.0.1:0. `rateLimitPerMinute` defaults to off so tests are not throttled.
  */
-export async function startTestApi(opts: { rateLimitPerMinute?: number } = {}): Promise<TestApi> {
+export async function startTestApi(opts: { rateLimitPerMinute?: number; quotas?: Partial<Record<QuotaTable, number>> } = {}): Promise<TestApi> {
   const database = await freshDatabase();
   const pool = createPool(database.url, 10);
   const db = createDb(pool);
@@ -51,6 +52,7 @@ export async function startTestApi(opts: { rateLimitPerMinute?: number } = {}): 
     baseUrl,
     rateLimitPerMinute: opts.rateLimitPerMinute ?? 0,
     tcpAddrHost: 'tcp.test.localhost',
+    quotas: opts.quotas,
     isReady: () => true,
   });
   server.on('request', app);

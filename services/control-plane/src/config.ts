@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { parseEnv, envInt } from '@warren/shared';
+import { AccountQuotas } from './auth/quotas.js';
 
 /** Control-plane configuration, parsed once from the environment. */
 export function loadConfig(source: NodeJS.ProcessEnv = process.env) {
@@ -15,6 +16,8 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env) {
       /** Hostname part of reserved TCP addresses. */
       TCP_ADDR_HOST: z.string().default('tcp.warren.localhost'),
       PG_POOL_MAX: envInt(20, 1, 1000),
+      /** Per-account count per resource type, e.g. `reserved_addrs=100,https_edges=20`; empty = none. */
+      ACCOUNT_QUOTAS: AccountQuotas,
       TLS_CERT_FILE: z.string().optional(),
       TLS_KEY_FILE: z.string().optional(),
     },

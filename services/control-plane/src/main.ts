@@ -42,6 +42,7 @@ async function main(): Promise<void> {
     baseUrl,
     rateLimitPerMinute: config.API_RATE_LIMIT_PER_MINUTE,
     tcpAddrHost: config.TCP_ADDR_HOST,
+    quotas: config.ACCOUNT_QUOTAS,
     isReady: () => ready,
   });
   server.on('request', app);

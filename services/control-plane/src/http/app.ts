@@ -3,6 +3,7 @@ import { AppError, newId, type Logger } from '@warren/shared';
 import type { Db } from '../db/pool.js';
 import type { Authenticator } from '../auth/authenticate.js';
 import { createAccountRateLimiter } from '../auth/rate-limit.js';
+import { createQuotaCheck, type QuotaTable } from '../auth/quotas.js';
 import type { Metrics } from '../metrics.js';
 import { errorHandler } from './error-handler.js';
 import { createApiRouter } from './router.js';
@@ -17,6 +18,8 @@ export interface AppOptions {
   baseUrl: string;
   rateLimitPerMinute: number;
   tcpAddrHost: string;
+  /** Account quotas per resource type; empty means none. */
+  quotas?: Partial<Record<QuotaTable, number>>;
   /** False while starting or draining: /readyz and API calls answer 503. */
   isReady: () => boolean;
 }
@@ -94,7 +97,7 @@ export function createApp(opts: AppOptions): { app: express.Express; openapi: Op
   });
 
   const { router, routes } = createApiRouter(baseUrl, createAccountRateLimiter(opts.rateLimitPerMinute), openapi);
-  registerAllModules(routes, { db, authenticator, tcpAddrHost: opts.tcpAddrHost });
+  registerAllModules(routes, { db, authenticator, tcpAddrHost: opts.tcpAddrHost, checkQuota: createQuotaCheck(db, opts.quotas ?? {}) });
   app.use(router);
 
   app.use((req: Request, _res: Response, next: NextFunction) => {

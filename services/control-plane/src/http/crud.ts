@@ -1,6 +1,7 @@
 import type { z } from 'zod';
 import type { IdPrefix } from '@warren/shared';
 import type { RequestContext } from './context.js';
+import type { QuotaCheck, QuotaTable } from '../auth/quotas.js';
 import { parsePage, type Page } from './paginate.js';
 import type { ApiRoutes } from './router.js';
 import { parseBody } from './validate.js';
@@ -17,6 +18,8 @@ export interface CrudService<C, U> {
 export interface CrudSpec<CS extends z.ZodType, US extends z.ZodType> {
   /** Collection path, e.g. `/ip_policies`; the item path is `<path>/:id`. */
   path: string;
+  /** The table whose rows count toward the account quota of this resource type. */
+  table: QuotaTable;
   /** Prefix of the ids in this collection (pagination cursors are checked against it). */
   idPrefix: IdPrefix;
   tag: string;
@@ -34,12 +37,21 @@ export interface CrudSpec<CS extends z.ZodType, US extends z.ZodType> {
  * Registers create (201), list (200, keyset paged), get, PATCH and DELETE (204) for one
  * resource, with request parsing and OpenAPI docs; the service does the rest.
  */
-export function registerCrud<CS extends z.ZodType, US extends z.ZodType>(routes: ApiRoutes, spec: CrudSpec<CS, US>, svc: CrudService<z.output<CS>, z.output<US>>): void {
+export function registerCrud<CS extends z.ZodType, US extends z.ZodType>(
+  routes: ApiRoutes,
+  spec: CrudSpec<CS, US>,
+  svc: CrudService<z.output<CS>, z.output<US>>,
+  checkQuota: QuotaCheck,
+): void {
   const { tag, names: [one, many], summaries = {} } = spec;
   routes.route(
     spec.path,
     {
-      POST: async (req) => ({ status: 201, body: await svc.create(req.ctx, parseBody(spec.create, req.body)) }),
+      POST: async (req) => {
+        await checkQuota(req.ctx.auth.accountId, spec.table); // 403 comes before body errors (wire-conventions §1)
+        const input = parseBody(spec.create, req.body);
+        return { status: 201, body: await svc.create(req.ctx, input) };
+      },
       GET: async (req) => ({ status: 200, body: await svc.list(req.ctx, parsePage(req.query, spec.idPrefix)) }),
     },
     {

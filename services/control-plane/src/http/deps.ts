@@ -1,10 +1,13 @@
 import type { Db } from '../db/pool.js';
 import type { Authenticator } from '../auth/authenticate.js';
+import type { QuotaCheck } from '../auth/quotas.js';
 
 /** What resource modules receive when they register their routes. */
 export interface ModuleDeps {
   db: Db;
   authenticator: Authenticator;
+  /** Account quota per resource type, checked before every create. */
+  checkQuota: QuotaCheck;
   /** Hostname used for new reserved TCP addresses. */
   tcpAddrHost: string;
 }

@@ -97,6 +97,24 @@ describe('protocol', () => {
     }
   });
 
+  it('enforces account quotas per resource type with 403 (1110) before body errors', async () => {
+    const limited = await startTestApi({ quotas: { reserved_addrs: 2, api_keys: 2 } });
+    try {
+      const acct = await limited.account();
+      expect((await acct.call('POST', '/reserved_addrs', {})).status).toBe(201);
+      expect((await acct.call('POST', '/reserved_addrs', {})).status).toBe(201);
+      expectError(await acct.call('POST', '/reserved_addrs', {}), 403, 'ERR_WARREN_1110');
+      expectError(await acct.call('POST', '/reserved_addrs', { bad: 1 }), 403, 'ERR_WARREN_1110');
+      expect((await acct.call('POST', '/backends/tunnel_group', { labels: { a: 'b' } })).status).toBe(201); // no quota on this type
+      expect((await acct.call('POST', '/api_keys', {})).status).toBe(201); // the bootstrap key counts: 2 of 2
+      expectError(await acct.call('POST', '/api_keys', {}), 403, 'ERR_WARREN_1110');
+      // another account has its own count
+      expect((await (await limited.account()).call('POST', '/reserved_addrs', {})).status).toBe(201);
+    } finally {
+      await limited.close();
+    }
+  });
+
   it('serves health, readiness and metrics without auth', async () => {
     expect((await api.raw('GET', '/healthz')).status).toBe(200);
     expect((await api.raw('GET', '/readyz')).status).toBe(200);

@@ -17,5 +17,5 @@ export function registerApiKeys(routes: ApiRoutes, deps: ModuleDeps): void {
     beforeDelete: notLastApiKey,
     // Stop honouring the key on this replica at once (others within the auth cache TTL).
     afterDelete: (id) => deps.authenticator.forgetKey(id),
-  });
+  }, deps.checkQuota);
 }

@@ -17,6 +17,7 @@ export function registerCertificateAuthorities(routes: ApiRoutes, deps: ModuleDe
     routes,
     {
       path: '/certificate_authorities',
+      table: 'certificate_authorities',
       idPrefix: 'ca',
       tag,
       names: ['a certificate authority', 'certificate authorities'],
@@ -27,5 +28,6 @@ export function registerCertificateAuthorities(routes: ApiRoutes, deps: ModuleDe
       summaries: { POST: 'Upload a certificate authority' },
     },
     svc,
+    deps.checkQuota,
   );
 }

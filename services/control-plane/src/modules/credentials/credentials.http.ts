@@ -15,5 +15,5 @@ export function registerCredentials(routes: ApiRoutes, deps: ModuleDeps): void {
     tag: 'Credentials',
     newToken: newAuthtoken,
     acl: true,
-  });
+  }, deps.checkQuota);
 }

@@ -12,6 +12,7 @@ export function registerEventDestinations(routes: ApiRoutes, deps: ModuleDeps): 
     routes,
     {
       path: '/event_destinations',
+      table: 'event_destinations',
       idPrefix: 'ed',
       tag,
       names: ['an event destination', 'event destinations'],
@@ -21,5 +22,6 @@ export function registerEventDestinations(routes: ApiRoutes, deps: ModuleDeps): 
       list: EventDestinationList,
     },
     svc,
+    deps.checkQuota,
   );
 }

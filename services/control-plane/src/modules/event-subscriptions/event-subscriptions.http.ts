@@ -24,6 +24,7 @@ export function registerEventSubscriptions(routes: ApiRoutes, deps: ModuleDeps):
     routes,
     {
       path: '/event_subscriptions',
+      table: 'event_subscriptions',
       idPrefix: 'esb',
       tag,
       names: ['an event subscription', 'event subscriptions'],
@@ -34,6 +35,7 @@ export function registerEventSubscriptions(routes: ApiRoutes, deps: ModuleDeps):
       summaries: { DELETE: 'Delete an event subscription and its sources' },
     },
     svc,
+    deps.checkQuota,
   );
   routes.route(
     '/event_subscriptions/:id/sources',

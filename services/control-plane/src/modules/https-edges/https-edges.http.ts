@@ -17,6 +17,7 @@ export function registerHttpsEdges(routes: ApiRoutes, deps: ModuleDeps): void {
     routes,
     {
       path: '/edges/https',
+      table: 'https_edges',
       idPrefix: 'edghts',
       tag,
       names: ['an HTTPS edge', 'HTTPS edges'],
@@ -27,6 +28,7 @@ export function registerHttpsEdges(routes: ApiRoutes, deps: ModuleDeps): void {
       summaries: { PATCH: 'Update an HTTPS edge; a given module replaces the stored one', DELETE: 'Delete an HTTPS edge and its routes' },
     },
     svc,
+    deps.checkQuota,
   );
   routes.route(
     '/edges/https/:id/mutual_tls',

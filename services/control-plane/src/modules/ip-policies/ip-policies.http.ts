@@ -25,6 +25,7 @@ export function registerIpPolicies(routes: ApiRoutes, deps: ModuleDeps): void {
     routes,
     {
       path: '/ip_policies',
+      table: 'ip_policies',
       idPrefix: 'ipp',
       tag,
       names: ['an IP policy', 'IP policies'],
@@ -35,12 +36,14 @@ export function registerIpPolicies(routes: ApiRoutes, deps: ModuleDeps): void {
       summaries: { DELETE: 'Delete an IP policy and its rules' },
     },
     svc,
+    deps.checkQuota,
   );
 
   registerCrud(
     routes,
     {
       path: '/ip_policy_rules',
+      table: 'ip_policy_rules',
       idPrefix: 'ipr',
       tag: ruleTag,
       names: ['an IP policy rule', 'IP policy rules'],
@@ -50,5 +53,6 @@ export function registerIpPolicies(routes: ApiRoutes, deps: ModuleDeps): void {
       list: IpPolicyRuleList,
     },
     rules,
+    deps.checkQuota,
   );
 }

@@ -12,6 +12,7 @@ export function registerReservedAddrs(routes: ApiRoutes, deps: ModuleDeps): void
     routes,
     {
       path: '/reserved_addrs',
+      table: 'reserved_addrs',
       idPrefix: 'ra',
       tag,
       names: ['a reserved address', 'reserved addresses'],
@@ -21,6 +22,7 @@ export function registerReservedAddrs(routes: ApiRoutes, deps: ModuleDeps): void
       list: ReservedAddrList,
     },
     svc,
+    deps.checkQuota,
   );
   routes.route(
     '/reserved_addrs/:id/endpoint_configuration',

@@ -8,6 +8,7 @@ import type { ApiRoutes } from '../../http/router.js';
 import { writeOutbox } from '../../events/outbox.js';
 import { optionalStrings, pageRows } from '../common.js';
 import { hashToken } from '../../auth/tokens.js';
+import type { QuotaCheck } from '../../auth/quotas.js';
 
 /**
  * API keys and agent credentials share one shape: a secret token shown once at create (only its
@@ -60,7 +61,7 @@ export function tokenResourceSchemas(spec: Pick<TokenResourceSpec, 'acl'>) {
   return { create, update, response };
 }
 
-export function registerTokenResource(routes: ApiRoutes, db: Db, spec: TokenResourceSpec): void {
+export function registerTokenResource(routes: ApiRoutes, db: Db, spec: TokenResourceSpec, checkQuota: QuotaCheck): void {
   const { create: Create, update: Update, response: Response } = tokenResourceSchemas(spec);
   const cols = `id, description, metadata, ${spec.acl ? 'acl' : "'{}'::text[] AS acl"}, created_at`;
   const List = z.object({ [spec.listKey]: z.array(Response), uri: z.string(), next_page_uri: z.string().nullable() });
@@ -84,6 +85,7 @@ export function registerTokenResource(routes: ApiRoutes, db: Db, spec: TokenReso
     `/${spec.collection}`,
     {
       POST: async (req) => {
+        await checkQuota(req.ctx.auth.accountId, spec.table);
         const input = parseBody(Create, req.body) as { description?: string | null; metadata?: string | null; acl?: string[] | null };
         const token = spec.newToken();
         const row = await db.tx(async (q) => {

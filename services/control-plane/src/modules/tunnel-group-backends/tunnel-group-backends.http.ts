@@ -12,6 +12,7 @@ export function registerTunnelGroupBackends(routes: ApiRoutes, deps: ModuleDeps)
     routes,
     {
       path: '/backends/tunnel_group',
+      table: 'tunnel_group_backends',
       idPrefix: 'bkdtg',
       tag,
       names: ['a tunnel group backend', 'tunnel group backends'],
@@ -21,5 +22,6 @@ export function registerTunnelGroupBackends(routes: ApiRoutes, deps: ModuleDeps)
       list: TunnelGroupBackendList,
     },
     svc,
+    deps.checkQuota,
   );
 }
