@@ -1,6 +1,6 @@
 import { newId } from '@warren/shared';
 import type { Queryable } from '../db/pool.js';
-import type { Principal } from '../http/context.js';
+import { principalOf, type Principal, type RequestContext } from '../http/context.js';
 
 export type ChangeKind = 'created' | 'updated' | 'deleted';
 
@@ -25,4 +25,12 @@ export async function writeOutbox(q: Queryable, c: OutboxChange): Promise<void> 
      VALUES ($1, $2, $3, $4, $5, $6, $7)`,
     [newId('ev'), c.accountId, `${c.eventStem}_${c.kind}.v0`, c.eventStem, c.resourceId, JSON.stringify(c.object), c.principal ? JSON.stringify(c.principal) : null],
   );
+}
+
+/**
+ * The outbox row of an API change made by the caller of `ctx`: its audit event names the API key
+ * as principal, and `object` (the resource as returned, with its `id`) is the event's object.
+ */
+export function audit(q: Queryable, ctx: RequestContext, eventStem: string, kind: ChangeKind, object: { id: string }): Promise<void> {
+  return writeOutbox(q, { accountId: ctx.auth.accountId, eventStem, kind, resourceId: object.id, object, principal: principalOf(ctx) });
 }

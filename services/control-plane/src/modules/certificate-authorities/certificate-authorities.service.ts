@@ -1,9 +1,9 @@
 import { AppError, newId, notFound, rfc3339 } from '@warren/shared';
 import type { z } from 'zod';
 import type { Db } from '../../db/pool.js';
-import { principalOf, type RequestContext } from '../../http/context.js';
+import type { RequestContext } from '../../http/context.js';
 import { envelope, type Page } from '../../http/paginate.js';
-import { writeOutbox } from '../../events/outbox.js';
+import { audit } from '../../events/outbox.js';
 import { optionalStrings } from '../common.js';
 import { certificateAuthoritiesRepo as repo, type CertificateAuthorityRow } from './certificate-authorities.repo.js';
 import { parseCaPem } from './certificate-authorities.pem.js';
@@ -46,7 +46,7 @@ export function createCertificateAuthoritiesService(deps: { db: Db }) {
           extended_key_usages: ca.extendedKeyUsages,
         });
         const out = toCertificateAuthority(row, ctx.baseUrl);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'created', resourceId: row.id, object: out, principal: principalOf(ctx) });
+        await audit(q, ctx, EVENT, 'created', out);
         return out;
       });
     },
@@ -70,7 +70,7 @@ export function createCertificateAuthoritiesService(deps: { db: Db }) {
         if (next.description === before.description && next.metadata === before.metadata) return toCertificateAuthority(before, ctx.baseUrl);
         const row = (await repo.update(q, ctx.auth.accountId, id, next))!;
         const out = toCertificateAuthority(row, ctx.baseUrl);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'updated', resourceId: id, object: out, principal: principalOf(ctx) });
+        await audit(q, ctx, EVENT, 'updated', out);
         return out;
       });
     },
@@ -84,7 +84,7 @@ export function createCertificateAuthoritiesService(deps: { db: Db }) {
         if (edges.length > 0)
           throw new AppError(4100, `the certificate authority is listed by the mutual_tls module of HTTPS edge ${edges.join(', ')}; remove it there first`, { resourceId: id });
         await repo.delete(q, ctx.auth.accountId, id);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'deleted', resourceId: id, object: toCertificateAuthority(row, ctx.baseUrl), principal: principalOf(ctx) });
+        await audit(q, ctx, EVENT, 'deleted', toCertificateAuthority(row, ctx.baseUrl));
       });
     },
   };

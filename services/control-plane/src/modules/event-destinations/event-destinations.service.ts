@@ -1,9 +1,9 @@
 import { AppError, newId, notFound, rfc3339 } from '@warren/shared';
 import type { z } from 'zod';
 import type { Db } from '../../db/pool.js';
-import { principalOf, type RequestContext } from '../../http/context.js';
+import type { RequestContext } from '../../http/context.js';
 import { envelope, type Page } from '../../http/paginate.js';
-import { writeOutbox } from '../../events/outbox.js';
+import { audit } from '../../events/outbox.js';
 import { optionalStrings } from '../common.js';
 import { eventDestinationsRepo as repo, type EventDestinationRow } from './event-destinations.repo.js';
 import type { EventDestination, EventDestinationCreate, EventDestinationUpdate } from './event-destinations.schema.js';
@@ -39,7 +39,7 @@ export function createEventDestinationsService(deps: { db: Db }) {
           target,
         });
         const out = toEventDestination(row, ctx.baseUrl);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'created', resourceId: row.id, object: out, principal: principalOf(ctx) });
+        await audit(q, ctx, EVENT, 'created', out);
         return out;
       });
     },
@@ -73,7 +73,7 @@ export function createEventDestinationsService(deps: { db: Db }) {
           return toEventDestination(before, ctx.baseUrl);
         const row = (await repo.update(q, ctx.auth.accountId, id, next))!;
         const out = toEventDestination(row, ctx.baseUrl);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'updated', resourceId: id, object: out, principal: principalOf(ctx) });
+        await audit(q, ctx, EVENT, 'updated', out);
         return out;
       });
     },
@@ -87,7 +87,7 @@ export function createEventDestinationsService(deps: { db: Db }) {
         if (subs.length > 0)
           throw new AppError(4100, `the event destination is used by event subscription ${subs.join(', ')}; remove it there first`, { resourceId: id });
         await repo.delete(q, ctx.auth.accountId, id);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'deleted', resourceId: id, object: toEventDestination(before, ctx.baseUrl), principal: principalOf(ctx) });
+        await audit(q, ctx, EVENT, 'deleted', toEventDestination(before, ctx.baseUrl));
       });
     },
   };

@@ -1,9 +1,9 @@
 import { AppError, newId, notFound, rfc3339 } from '@warren/shared';
 import type { z } from 'zod';
 import type { Db, Queryable } from '../../db/pool.js';
-import { principalOf, type RequestContext } from '../../http/context.js';
+import type { RequestContext } from '../../http/context.js';
 import { envelope, type Page } from '../../http/paginate.js';
-import { writeOutbox } from '../../events/outbox.js';
+import { audit } from '../../events/outbox.js';
 import { optionalStrings, ref } from '../common.js';
 import { eventSubscriptionsRepo as repo, type EventSubscriptionRow } from './event-subscriptions.repo.js';
 import type { EventSource, EventSourceCreate, EventSubscription, EventSubscriptionCreate, EventSubscriptionUpdate } from './event-subscriptions.schema.js';
@@ -48,7 +48,7 @@ export function createEventSubscriptionsService(deps: { db: Db }) {
 
   async function emitUpdated(q: Queryable, ctx: RequestContext, id: string): Promise<EventSubscription> {
     const out = toEventSubscription((await repo.get(q, ctx.auth.accountId, id))!, ctx.baseUrl);
-    await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'updated', resourceId: id, object: out, principal: principalOf(ctx) });
+    await audit(q, ctx, EVENT, 'updated', out);
     return out;
   }
 
@@ -73,7 +73,7 @@ export function createEventSubscriptionsService(deps: { db: Db }) {
         await repo.replaceSources(q, id, types);
         await repo.replaceDestinations(q, id, destinationIds);
         const out = toEventSubscription((await repo.get(q, ctx.auth.accountId, id))!, ctx.baseUrl);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'created', resourceId: id, object: out, principal: principalOf(ctx) });
+        await audit(q, ctx, EVENT, 'created', out);
         return out;
       });
     },
@@ -112,7 +112,7 @@ export function createEventSubscriptionsService(deps: { db: Db }) {
       await db.tx(async (q) => {
         const before = await mustGet(q, ctx, id, true);
         await repo.delete(q, ctx.auth.accountId, id);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'deleted', resourceId: id, object: toEventSubscription(before, ctx.baseUrl), principal: principalOf(ctx) });
+        await audit(q, ctx, EVENT, 'deleted', toEventSubscription(before, ctx.baseUrl));
       });
     },
 

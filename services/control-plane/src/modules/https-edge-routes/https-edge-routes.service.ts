@@ -1,7 +1,7 @@
 import { AppError, newId, notFound, rfc3339 } from '@warren/shared';
 import type { Db, Queryable } from '../../db/pool.js';
-import { principalOf, type RequestContext } from '../../http/context.js';
-import { writeOutbox } from '../../events/outbox.js';
+import type { RequestContext } from '../../http/context.js';
+import { audit } from '../../events/outbox.js';
 import { optionalStrings, requireOwned } from '../common.js';
 import { joinPath, jsonEqual } from '../https-edges/module-body.js';
 import { routesRepo as repo, type RouteRow } from './https-edge-routes.repo.js';
@@ -79,7 +79,7 @@ export function createHttpsEdgeRoutesService(deps: { db: Db }) {
   }
 
   async function emit(q: Queryable, ctx: RequestContext, kind: 'created' | 'updated' | 'deleted', route: Route): Promise<void> {
-    await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind, resourceId: route.id, object: route, principal: principalOf(ctx) });
+    await audit(q, ctx, EVENT, kind, route);
   }
 
   return {

@@ -1,9 +1,9 @@
 import { AppError, newId, notFound, rfc3339 } from '@warren/shared';
 import type { z } from 'zod';
 import type { Db, Queryable } from '../../db/pool.js';
-import { principalOf, type RequestContext } from '../../http/context.js';
+import type { RequestContext } from '../../http/context.js';
 import { envelope, type Page } from '../../http/paginate.js';
-import { writeOutbox } from '../../events/outbox.js';
+import { audit } from '../../events/outbox.js';
 import { optionalStrings, ref, requireOwned } from '../common.js';
 import { routesRepo, type RouteRow } from '../https-edge-routes/https-edge-routes.repo.js';
 import { toRoute } from '../https-edge-routes/https-edge-routes.service.js';
@@ -95,7 +95,7 @@ export function createHttpsEdgesService(deps: { db: Db }) {
       throw mapUnique(err);
     });
     const out = toEdge(row, await routesOf(q, row.id), ctx.baseUrl);
-    await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'updated', resourceId: row.id, object: out, principal: principalOf(ctx) });
+    await audit(q, ctx, EVENT, 'updated', out);
     return row;
   }
 
@@ -118,7 +118,7 @@ export function createHttpsEdgesService(deps: { db: Db }) {
           throw mapUnique(err);
         });
         const out = toEdge(row, [], ctx.baseUrl);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'created', resourceId: id, object: out, principal: principalOf(ctx) });
+        await audit(q, ctx, EVENT, 'created', out);
         return out;
       });
     },
@@ -170,8 +170,8 @@ export function createHttpsEdgesService(deps: { db: Db }) {
         const last = toEdge(row, routes, ctx.baseUrl);
         await repo.delete(q, ctx.auth.accountId, id);
         for (const route of last.routes)
-          await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: 'https_edge_route', kind: 'deleted', resourceId: route.id, object: route, principal: principalOf(ctx) });
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'deleted', resourceId: id, object: last, principal: principalOf(ctx) });
+          await audit(q, ctx, 'https_edge_route', 'deleted', route);
+        await audit(q, ctx, EVENT, 'deleted', last);
       });
     },
 

@@ -1,9 +1,9 @@
 import { AppError, newId, notFound, rfc3339 } from '@warren/shared';
 import type { z } from 'zod';
 import type { Db, Queryable } from '../../db/pool.js';
-import { principalOf, type RequestContext } from '../../http/context.js';
+import type { RequestContext } from '../../http/context.js';
 import { envelope, type Page } from '../../http/paginate.js';
-import { writeOutbox } from '../../events/outbox.js';
+import { audit } from '../../events/outbox.js';
 import { optionalStrings, ref } from '../common.js';
 import { parseCidr } from './cidr.js';
 import { ipPoliciesRepo as repo, ipPolicyRulesRepo as rules, type IpPolicyRow, type IpPolicyRuleRow } from './ip-policies.repo.js';
@@ -68,7 +68,7 @@ export function createIpPoliciesService(deps: { db: Db }) {
       return db.tx(async (q) => {
         const row = await repo.insert(q, { id: newId('ipp'), account_id: ctx.auth.accountId, description: input.description ?? '', metadata: input.metadata ?? '' });
         const out = toIpPolicy(row, ctx.baseUrl);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'created', resourceId: row.id, object: out, principal: principalOf(ctx) });
+        await audit(q, ctx, EVENT, 'created', out);
         return out;
       });
     },
@@ -92,7 +92,7 @@ export function createIpPoliciesService(deps: { db: Db }) {
         if (next.description === before.description && next.metadata === before.metadata) return toIpPolicy(before, ctx.baseUrl);
         const row = (await repo.update(q, ctx.auth.accountId, id, next))!;
         const out = toIpPolicy(row, ctx.baseUrl);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'updated', resourceId: id, object: out, principal: principalOf(ctx) });
+        await audit(q, ctx, EVENT, 'updated', out);
         return out;
       });
     },
@@ -111,10 +111,9 @@ export function createIpPoliciesService(deps: { db: Db }) {
           );
         const cascaded = await rules.listByPolicy(q, id);
         await repo.delete(q, ctx.auth.accountId, id);
-        const principal = principalOf(ctx);
         for (const rule of cascaded)
-          await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: RULE_EVENT, kind: 'deleted', resourceId: rule.id, object: toIpPolicyRule(rule, ctx.baseUrl), principal });
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'deleted', resourceId: id, object: toIpPolicy(before, ctx.baseUrl), principal });
+          await audit(q, ctx, RULE_EVENT, 'deleted', toIpPolicyRule(rule, ctx.baseUrl));
+        await audit(q, ctx, EVENT, 'deleted', toIpPolicy(before, ctx.baseUrl));
       });
     },
   };
@@ -154,7 +153,7 @@ export function createIpPolicyRulesService(deps: { db: Db }) {
           throw err;
         }
         const out = toIpPolicyRule(row, ctx.baseUrl);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: RULE_EVENT, kind: 'created', resourceId: row.id, object: out, principal: principalOf(ctx) });
+        await audit(q, ctx, RULE_EVENT, 'created', out);
         return out;
       });
     },
@@ -197,7 +196,7 @@ export function createIpPolicyRulesService(deps: { db: Db }) {
           throw err;
         }
         const out = toIpPolicyRule(row, ctx.baseUrl);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: RULE_EVENT, kind: 'updated', resourceId: id, object: out, principal: principalOf(ctx) });
+        await audit(q, ctx, RULE_EVENT, 'updated', out);
         return out;
       });
     },
@@ -206,7 +205,7 @@ export function createIpPolicyRulesService(deps: { db: Db }) {
       await db.tx(async (q) => {
         const row = await rules.delete(q, ctx.auth.accountId, id);
         if (!row) throw notFound('IP policy rule', id);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: RULE_EVENT, kind: 'deleted', resourceId: id, object: toIpPolicyRule(row, ctx.baseUrl), principal: principalOf(ctx) });
+        await audit(q, ctx, RULE_EVENT, 'deleted', toIpPolicyRule(row, ctx.baseUrl));
       });
     },
   };

@@ -2,9 +2,9 @@ import { randomInt } from 'node:crypto';
 import { AppError, newId, notFound, rfc3339 } from '@warren/shared';
 import type { z } from 'zod';
 import type { Db } from '../../db/pool.js';
-import { principalOf, type RequestContext } from '../../http/context.js';
+import type { RequestContext } from '../../http/context.js';
 import { envelope, type Page } from '../../http/paginate.js';
-import { writeOutbox } from '../../events/outbox.js';
+import { audit } from '../../events/outbox.js';
 import { optionalStrings } from '../common.js';
 import { reservedAddrsRepo as repo, type ReservedAddrRow } from './reserved-addrs.repo.js';
 import type { ReservedAddr, ReservedAddrCreate, ReservedAddrUpdate } from './reserved-addrs.schema.js';
@@ -43,7 +43,7 @@ export function createReservedAddrsService(deps: { db: Db; tcpAddrHost: string }
               addr,
             });
             const out = toReservedAddr(row, ctx.baseUrl);
-            await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'created', resourceId: row.id, object: out, principal: principalOf(ctx) });
+            await audit(q, ctx, EVENT, 'created', out);
             return out;
           } catch (err) {
             if ((err as { code?: string }).code !== '23505') throw err;
@@ -77,7 +77,7 @@ export function createReservedAddrsService(deps: { db: Db; tcpAddrHost: string }
           return toReservedAddr(before, ctx.baseUrl);
         const row = (await repo.update(q, ctx.auth.accountId, id, patch))!;
         const out = toReservedAddr(row, ctx.baseUrl);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'updated', resourceId: id, object: out, principal: principalOf(ctx) });
+        await audit(q, ctx, EVENT, 'updated', out);
         return out;
       });
     },
@@ -86,7 +86,7 @@ export function createReservedAddrsService(deps: { db: Db; tcpAddrHost: string }
       await db.tx(async (q) => {
         const row = await repo.delete(q, ctx.auth.accountId, id);
         if (!row) throw notFound('reserved address', id);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'deleted', resourceId: id, object: toReservedAddr(row, ctx.baseUrl), principal: principalOf(ctx) });
+        await audit(q, ctx, EVENT, 'deleted', toReservedAddr(row, ctx.baseUrl));
       });
     },
 

@@ -1,11 +1,11 @@
 import { z } from 'zod';
 import { AppError, newId, notFound, rfc3339, type IdPrefix } from '@warren/shared';
 import type { Db, Queryable } from '../../db/pool.js';
-import { principalOf, type RequestContext } from '../../http/context.js';
+import type { RequestContext } from '../../http/context.js';
 import { envelope, parsePage } from '../../http/paginate.js';
 import { boundedList, description, metadata, obj, parseBody } from '../../http/validate.js';
 import type { ApiRoutes } from '../../http/router.js';
-import { writeOutbox } from '../../events/outbox.js';
+import { audit } from '../../events/outbox.js';
 import { optionalStrings, pageRows } from '../common.js';
 import { hashToken } from '../../auth/tokens.js';
 import type { QuotaCheck } from '../../auth/quotas.js';
@@ -78,8 +78,7 @@ export function registerTokenResource(routes: ApiRoutes, db: Db, spec: TokenReso
     if (!rows[0]) throw notFound(spec.what, id);
     return rows[0];
   };
-  const audit = (q: Queryable, ctx: RequestContext, kind: 'created' | 'updated' | 'deleted', row: Row) =>
-    writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: spec.eventStem, kind, resourceId: row.id, object: map(row, ctx.baseUrl), principal: principalOf(ctx) });
+  const auditRow = (q: Queryable, ctx: RequestContext, kind: 'created' | 'updated' | 'deleted', row: Row) => audit(q, ctx, spec.eventStem, kind, map(row, ctx.baseUrl));
 
   routes.route(
     `/${spec.collection}`,
@@ -94,7 +93,7 @@ export function registerTokenResource(routes: ApiRoutes, db: Db, spec: TokenReso
              VALUES ($1, $2, $3, $4, $5${spec.acl ? ', $6' : ''}) RETURNING ${cols}`,
             [newId(spec.prefix), req.ctx.auth.accountId, hashToken(token), input.description ?? '', input.metadata ?? '', ...(spec.acl ? [input.acl ?? []] : [])],
           );
-          await audit(q, req.ctx, 'created', rows[0]!);
+          await auditRow(q, req.ctx, 'created', rows[0]!);
           return rows[0]!;
         });
         return { status: 201, body: map(row, req.ctx.baseUrl, token) };
@@ -123,7 +122,7 @@ export function registerTokenResource(routes: ApiRoutes, db: Db, spec: TokenReso
           await q.query(`UPDATE ${spec.table} SET description = $3, metadata = $4${spec.acl ? ', acl = $5' : ''} WHERE account_id = $1 AND id = $2`, [
             req.ctx.auth.accountId, before.id, next.description, next.metadata, ...(spec.acl ? [next.acl] : []),
           ]);
-          await audit(q, req.ctx, 'updated', next);
+          await auditRow(q, req.ctx, 'updated', next);
           return next;
         });
         return { status: 200, body: map(out, req.ctx.baseUrl) };
@@ -133,7 +132,7 @@ export function registerTokenResource(routes: ApiRoutes, db: Db, spec: TokenReso
           const before = await get(q, req.ctx, req.params.id!, true);
           await spec.beforeDelete?.(q, req.ctx.auth.accountId, before.id);
           await q.query(`DELETE FROM ${spec.table} WHERE account_id = $1 AND id = $2`, [req.ctx.auth.accountId, before.id]);
-          await audit(q, req.ctx, 'deleted', before);
+          await auditRow(q, req.ctx, 'deleted', before);
         });
         spec.afterDelete?.(req.params.id!);
         return { status: 204 };

@@ -1,9 +1,9 @@
 import { AppError, newId, notFound, rfc3339 } from '@warren/shared';
 import type { z } from 'zod';
 import type { Db } from '../../db/pool.js';
-import { principalOf, type RequestContext } from '../../http/context.js';
+import type { RequestContext } from '../../http/context.js';
 import { envelope, type Page } from '../../http/paginate.js';
-import { writeOutbox } from '../../events/outbox.js';
+import { audit } from '../../events/outbox.js';
 import { optionalStrings, ref } from '../common.js';
 import { tunnelGroupBackendsRepo as repo, type TunnelGroupBackendRow } from './tunnel-group-backends.repo.js';
 import type { TunnelGroupBackend, TunnelGroupBackendCreate, TunnelGroupBackendUpdate } from './tunnel-group-backends.schema.js';
@@ -34,7 +34,7 @@ export function createTunnelGroupBackendsService(deps: { db: Db }) {
       return db.tx(async (q) => {
         const row = await repo.insert(q, { id: newId('bkdtg'), account_id: ctx.auth.accountId, description: input.description ?? '', metadata: input.metadata ?? '', labels: input.labels });
         const out = toTunnelGroupBackend(row, ctx.baseUrl);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'created', resourceId: row.id, object: out, principal: principalOf(ctx) });
+        await audit(q, ctx, EVENT, 'created', out);
         return out;
       });
     },
@@ -59,7 +59,7 @@ export function createTunnelGroupBackendsService(deps: { db: Db }) {
         if (unchanged) return toTunnelGroupBackend(before, ctx.baseUrl);
         const row = (await repo.update(q, ctx.auth.accountId, id, patch))!;
         const out = toTunnelGroupBackend(row, ctx.baseUrl);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'updated', resourceId: id, object: out, principal: principalOf(ctx) });
+        await audit(q, ctx, EVENT, 'updated', out);
         return out;
       });
     },
@@ -70,7 +70,7 @@ export function createTunnelGroupBackendsService(deps: { db: Db }) {
         const { rows } = await q.query<{ id: string }>('SELECT id FROM https_edge_routes WHERE backend_id = $1 LIMIT 1', [id]);
         if (rows[0]) throw new AppError(4100, `the tunnel group backend is used by the backend module of route ${rows[0].id}`, { resourceId: rows[0].id });
         await repo.delete(q, ctx.auth.accountId, id);
-        await writeOutbox(q, { accountId: ctx.auth.accountId, eventStem: EVENT, kind: 'deleted', resourceId: id, object: toTunnelGroupBackend(before, ctx.baseUrl), principal: principalOf(ctx) });
+        await audit(q, ctx, EVENT, 'deleted', toTunnelGroupBackend(before, ctx.baseUrl));
       });
     },
   };
