@@ -47,13 +47,23 @@ function name(commonName: string): Name {
   return new Name([new RelativeDistinguishedName([new AttributeTypeAndValue({ type: id_at_commonName, value: new AttributeValue({ utf8String: commonName }) })])]);
 }
 
+/**
+ * 16 random bytes for a serial number that is a positive, minimal DER INTEGER: a first byte of
+ * 0x00 (1 in 128 when only the sign bit was cleared) makes a non-minimal INTEGER that X.509
+ * parsers refuse, so the top two bits are fixed to 01.
+ */
+export function randomSerial(): Buffer {
+  const serial = randomBytes(16);
+  serial[0] = (serial[0]! & 0x3f) | 0x40;
+  return serial;
+}
+
 /** A new key pair and a self-signed certificate for it, valid from now for `days`. */
 export async function createSelfSignedCertificate(opts: { commonName: string; days: number; ca?: boolean }): Promise<SelfSigned> {
   const { publicKey, privateKey } = await generateKeyPairAsync('rsa', { modulusLength: 2048 });
   const spki = AsnConvert.parse(publicKey.export({ type: 'spki', format: 'der' }), SubjectPublicKeyInfo);
   const alg = new AlgorithmIdentifier({ algorithm: SHA256_WITH_RSA, parameters: null });
-  const serial = randomBytes(16);
-  serial[0]! &= 0x7f; // positive INTEGER
+  const serial = randomSerial();
   const now = Date.now();
   const usage = opts.ca ? KeyUsageFlags.keyCertSign | KeyUsageFlags.cRLSign | KeyUsageFlags.digitalSignature : KeyUsageFlags.digitalSignature;
   const tbs = new TBSCertificate({
