@@ -222,6 +222,18 @@ describe('edges.edgesHttpsRoutes and the route modules', () => {
     const edge = await client.edges.edgesHttps.create({ hostports: [`${rand()}.example.com:443`] });
     const svc = client.edges.edgesHttpsRoutes;
 
+    const saml = {
+      enabled: true,
+      optionsPassthrough: false,
+      cookiePrefix: 'warren.',
+      inactivityTimeout: 0,
+      maximumDuration: 0,
+      idpMetadata: IDP_METADATA,
+      forceAuthn: true,
+      allowIdpInitiated: false,
+      authorizedGroups: ['admins'],
+      nameidFormat: 'urn:oasis:names:tc:SAML:2.0:nameid-format:persistent',
+    };
     const cb = { enabled: true, trippedDuration: 10, rollingWindow: 60, numBuckets: 10, volumeThreshold: 20, errorThresholdPercentage: 0.5 };
     const route = await svc.create({
       edgeId: edge.id,
@@ -379,32 +391,12 @@ describe('edges.edgesHttpsRoutes and the route modules', () => {
         replace: () =>
           m.edgeRouteSamlModule.replace({
             ...item,
-            module: {
-              enabled: true,
-              optionsPassthrough: false,
-              cookiePrefix: 'warren.',
-              inactivityTimeout: 0,
-              maximumDuration: 0,
-              idpMetadata: IDP_METADATA,
-              forceAuthn: true,
-              allowIdpInitiated: false,
-              authorizedGroups: ['admins'],
-              nameidFormat: 'urn:oasis:names:tc:SAML:2.0:nameid-format:persistent',
-            },
+            module: saml,
           }),
         get: () => m.edgeRouteSamlModule.get(item),
         del: () => m.edgeRouteSamlModule.delete(item),
         want: {
-          enabled: true,
-          optionsPassthrough: false,
-          cookiePrefix: 'warren.',
-          inactivityTimeout: 0,
-          maximumDuration: 0,
-          idpMetadata: IDP_METADATA,
-          forceAuthn: true,
-          allowIdpInitiated: false,
-          authorizedGroups: ['admins'],
-          nameidFormat: 'urn:oasis:names:tc:SAML:2.0:nameid-format:persistent',
+          ...saml,
           entityId: expect.any(String),
           assertionConsumerServiceUrl: expect.any(String),
           singleLogoutUrl: expect.any(String),

@@ -92,3 +92,39 @@ export async function startTestApi(opts: { rateLimitPerMinute?: number; quotas?:
     },
   };
 }
+
+/**
+ * Follows `next_page_uri` from `first` until it is null, as the Go client does, checking that
+ * every page answers 200 with items. Returns the items in order, their ids, the page count and
+ * each next_page_uri seen.
+ */
+export async function walkPages<T extends { id: string } = { id: string }>(
+  acct: Account,
+  baseUrl: string,
+  first: string,
+  key: string,
+): Promise<{ items: T[]; ids: string[]; pages: number; nextUris: string[] }> {
+  const items: T[] = [];
+  const nextUris: string[] = [];
+  let next: string | null = first;
+  let pages = 0;
+  while (next) {
+    const r: ApiResult = await acct.call('GET', next.replace(baseUrl, ''));
+    if (r.status !== 200) throw new Error(`GET ${next}: ${r.status} ${JSON.stringify(r.body)}`);
+    const page = r.body[key] as T[];
+    if (page.length === 0) throw new Error(`GET ${next}: an empty page`);
+    items.push(...page);
+    next = r.body.next_page_uri;
+    if (next) nextUris.push(next);
+    pages++;
+  }
+  return { items, ids: items.map((i) => i.id), pages, nextUris };
+}
+
+/** Another account's GET, PATCH and DELETE of `path` all answer 404 ERR_WARREN_4001. */
+export async function expectHiddenFrom(other: Account, path: string): Promise<void> {
+  for (const [method, body] of [['GET'], ['PATCH', { description: 'x' }], ['DELETE']] as const) {
+    const r = await other.call(method, path, body);
+    if (r.status !== 404 || r.body?.error_code !== 'ERR_WARREN_4001') throw new Error(`${method} ${path} as another account: ${r.status} ${JSON.stringify(r.body)}`);
+  }
+}

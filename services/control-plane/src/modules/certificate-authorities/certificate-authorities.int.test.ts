@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newId } from '@warren/shared';
-import { startTestApi, type Account, type TestApi } from '../../../../../test/support/api.js';
+import { startTestApi, walkPages, expectHiddenFrom, type Account, type TestApi } from '../../../../../test/support/api.js';
 
 let api: TestApi;
 let a: Account;
@@ -213,11 +213,7 @@ describe('certificate authorities', () => {
 
   it('isolates accounts: another account id answers 404', async () => {
     const id = (await create(a, { ca_pem: certs.ca })).body.id;
-    for (const [m, body] of [['GET'], ['PATCH', { description: 'x' }], ['DELETE']] as const) {
-      const r = await b.call(m, `/certificate_authorities/${id}`, body);
-      expect(r.status).toBe(404);
-      expect(r.body.error_code).toBe('ERR_WARREN_4001');
-    }
+    await expectHiddenFrom(b, `/certificate_authorities/${id}`);
     expect((await b.call('GET', '/certificate_authorities')).body.certificate_authorities.map((x: { id: string }) => x.id)).not.toContain(id);
     expect((await a.call('GET', '/certificate_authorities/ca_nope')).status).toBe(404);
   });
@@ -226,17 +222,8 @@ describe('certificate authorities', () => {
     const c = await api.account('pager');
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) ids.push((await create(c, { ca_pem: certs.ca, description: `n${i}` })).body.id);
-    const seen: string[] = [];
-    let next: string | null = '/certificate_authorities?limit=2';
-    let pages = 0;
-    while (next) {
-      const r: { body: { certificate_authorities: { id: string }[]; next_page_uri: string | null } } = await c.call('GET', next.replace(api.baseUrl, ''));
-      expect(r.body.certificate_authorities.length).toBeGreaterThan(0);
-      seen.push(...r.body.certificate_authorities.map((x) => x.id));
-      next = r.body.next_page_uri;
-      if (next) expect(next).toMatch(/\/certificate_authorities\?limit=2&before_id=ca_/);
-      pages++;
-    }
+    const { ids: seen, pages, nextUris } = await walkPages(c, api.baseUrl, '/certificate_authorities?limit=2', 'certificate_authorities');
+    for (const next of nextUris) expect(next).toMatch(/\/certificate_authorities\?limit=2&before_id=ca_/);
     expect(pages).toBe(3);
     expect(seen).toEqual([...ids].sort().reverse());
     expect((await c.call('GET', '/certificate_authorities?before_id=ipp_1')).body.error_code).toBe('ERR_WARREN_2203');

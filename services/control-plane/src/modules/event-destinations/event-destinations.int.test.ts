@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestApi, type Account, type TestApi } from '../../../../../test/support/api.js';
+import { startTestApi, walkPages, expectHiddenFrom, type Account, type TestApi } from '../../../../../test/support/api.js';
 
 let api: TestApi;
 let a: Account;
@@ -234,11 +234,7 @@ describe('event destinations', () => {
 
   it('isolates accounts', async () => {
     const d = (await create(a, { target: { datadog: { api_key: 'k' } } })).body;
-    for (const [m, body] of [['GET'], ['PATCH', { description: 'x' }], ['DELETE']] as const) {
-      const r = await b.call(m, `/event_destinations/${d.id}`, body);
-      expect(r.status).toBe(404);
-      expect(r.body.error_code).toBe('ERR_WARREN_4001');
-    }
+    await expectHiddenFrom(b, `/event_destinations/${d.id}`);
     expect((await b.call('GET', '/event_destinations')).body.event_destinations).toEqual([]);
   });
 
@@ -246,15 +242,7 @@ describe('event destinations', () => {
     const c = await api.account('pager');
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) ids.push((await create(c, { target: { datadog: { api_key: 'k' } } })).body.id);
-    const seen: string[] = [];
-    let next: string | null = '/event_destinations?limit=2';
-    let pages = 0;
-    while (next) {
-      const r: { body: { event_destinations: { id: string }[]; next_page_uri: string | null } } = await c.call('GET', next.replace(api.baseUrl, ''));
-      seen.push(...r.body.event_destinations.map((x) => x.id));
-      next = r.body.next_page_uri;
-      pages++;
-    }
+    const { ids: seen, pages } = await walkPages(c, api.baseUrl, '/event_destinations?limit=2', 'event_destinations');
     expect(pages).toBe(3);
     expect(seen).toEqual([...ids].sort().reverse());
   });

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newId } from '@warren/shared';
-import { startTestApi, type Account, type TestApi } from '../../../../../test/support/api.js';
+import { startTestApi, walkPages, type Account, type TestApi } from '../../../../../test/support/api.js';
 import { EVENT_SOURCE_TYPES } from './source-types.js';
 
 let api: TestApi;
@@ -167,15 +167,7 @@ describe('event subscriptions', () => {
     const c = await api.account('pager');
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) ids.push((await create(c, {})).body.id);
-    const seen: string[] = [];
-    let next: string | null = '/event_subscriptions?limit=2';
-    let pages = 0;
-    while (next) {
-      const r: { body: { event_subscriptions: { id: string }[]; next_page_uri: string | null } } = await c.call('GET', next.replace(api.baseUrl, ''));
-      seen.push(...r.body.event_subscriptions.map((x) => x.id));
-      next = r.body.next_page_uri;
-      pages++;
-    }
+    const { ids: seen, pages } = await walkPages(c, api.baseUrl, '/event_subscriptions?limit=2', 'event_subscriptions');
     expect(pages).toBe(3);
     expect(seen).toEqual([...ids].sort().reverse());
     expect((await c.call('GET', '/event_subscriptions?limit=2&beforeId=' + seen[1])).body.event_subscriptions.map((x: { id: string }) => x.id)).toEqual(seen.slice(2, 4));

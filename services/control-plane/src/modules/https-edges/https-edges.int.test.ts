@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestApi, type Account, type TestApi } from '../../../../../test/support/api.js';
+import { startTestApi, walkPages, type Account, type TestApi } from '../../../../../test/support/api.js';
 import { createCa, deleteReferenced } from './testing.js';
 
 let api: TestApi;
@@ -245,18 +245,8 @@ describe('HTTPS edges', () => {
     for (let i = 0; i < 7; i++) ids.push((await c.call('POST', '/edges/https', { description: `n${i}` })).body.id);
     await c.call('POST', `/edges/https/${ids[0]}/routes`, { match_type: 'path_prefix', match: '/a' });
     await c.call('POST', `/edges/https/${ids[0]}/routes`, { match_type: 'path_prefix', match: '/b' });
-    const seen: any[] = [];
-    let next: string | null = '/edges/https?limit=3';
-    let pages = 0;
-    while (next) {
-      const r: { status: number; body: any } = await c.call('GET', next.replace(api.baseUrl, ''));
-      expect(r.status).toBe(200);
-      expect(r.body.https_edges.length).toBeGreaterThan(0);
-      seen.push(...r.body.https_edges);
-      next = r.body.next_page_uri;
-      if (next) expect(next).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/edges\/https\?limit=3&before_id=edghts_/);
-      pages++;
-    }
+    const { items: seen, pages, nextUris } = await walkPages<any>(c, api.baseUrl, '/edges/https?limit=3', 'https_edges');
+    for (const next of nextUris) expect(next).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/edges\/https\?limit=3&before_id=edghts_/);
     expect(pages).toBe(3);
     expect(seen.map((e) => e.id)).toEqual([...ids].sort().reverse());
     expect(seen.find((e) => e.id === ids[0]).routes.map((r: any) => r.match)).toEqual(['/a', '/b']);

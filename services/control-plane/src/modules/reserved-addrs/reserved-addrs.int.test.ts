@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestApi, type Account, type TestApi } from '../../../../../test/support/api.js';
+import { startTestApi, walkPages, expectHiddenFrom, type Account, type TestApi } from '../../../../../test/support/api.js';
 
 let api: TestApi;
 let a: Account;
@@ -84,11 +84,7 @@ describe('reserved addresses', () => {
 
   it('isolates accounts: another account id answers 404', async () => {
     const id = (await a.call('POST', '/reserved_addrs', {})).body.id;
-    for (const [m, body] of [['GET'], ['PATCH', { description: 'x' }], ['DELETE']] as const) {
-      const r = await b.call(m, `/reserved_addrs/${id}`, body);
-      expect(r.status).toBe(404);
-      expect(r.body.error_code).toBe('ERR_WARREN_4001');
-    }
+    await expectHiddenFrom(b, `/reserved_addrs/${id}`);
     const list = await b.call('GET', '/reserved_addrs');
     expect(list.body.reserved_addrs.map((r: { id: string }) => r.id)).not.toContain(id);
   });
@@ -97,18 +93,8 @@ describe('reserved addresses', () => {
     const c = await api.account('pager');
     const ids: string[] = [];
     for (let i = 0; i < 7; i++) ids.push((await c.call('POST', '/reserved_addrs', { description: `n${i}` })).body.id);
-    const seen: string[] = [];
-    let next: string | null = `/reserved_addrs?limit=3`;
-    let pages = 0;
-    while (next) {
-      const r: { status: number; body: any } = await c.call('GET', next.replace(api.baseUrl, ''));
-      expect(r.status).toBe(200);
-      expect(r.body.reserved_addrs.length).toBeGreaterThan(0);
-      seen.push(...r.body.reserved_addrs.map((x: { id: string }) => x.id));
-      next = r.body.next_page_uri;
-      if (next) expect(next).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/reserved_addrs\?limit=3&before_id=ra_/);
-      pages++;
-    }
+    const { ids: seen, pages, nextUris } = await walkPages(c, api.baseUrl, `/reserved_addrs?limit=3`, 'reserved_addrs');
+    for (const next of nextUris) expect(next).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/reserved_addrs\?limit=3&before_id=ra_/);
     expect(pages).toBe(3);
     expect(seen).toEqual([...ids].sort().reverse());
     // camelCase alias, as the TS client sends it
