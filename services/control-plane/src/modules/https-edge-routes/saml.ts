@@ -1,5 +1,5 @@
 import { DOMParser } from '@xmldom/xmldom';
-import { createSelfSignedCertificate } from './self-signed.js';
+import { createSelfSignedCertificate } from '@warren/shared';
 
 /**
  * SAML module support: the IdP metadata check and the SP side (URLs and request-signing key).

@@ -1,6 +1,6 @@
 import { newId } from '@warren/shared';
 import type { Account, ApiResult, TestApi } from '../../../../../test/support/api.js';
-import { createSelfSignedCertificate } from '../https-edge-routes/self-signed.js';
+import { createSelfSignedCertificate } from '@warren/shared';
 
 /**
  * Test helpers for edges and routes: referenced resources (tunnel group backends, IP policies,
