@@ -16,10 +16,8 @@
  * BENCH_ROWS (100000), BENCH_SMALL_ROWS (10000), BENCH_DURATION (10), BENCH_WARMUP (3),
  * BENCH_CONNECTIONS (64).
  */
-import os from 'node:os';
 import http from 'node:http';
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -27,11 +25,11 @@ import { encodeKsuid } from '@warren/shared';
 import autocannon, { type Options, type Result } from 'autocannon';
 import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
 import { openLoop } from './open-loop.js';
+import { ADMIN_URL, cpuMicros, fmt, log, machine as env, withDatabase } from './support.js';
 import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 
-const ADMIN_URL = process.env.TEST_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres';
 const ROWS = Number(process.env.BENCH_ROWS ?? 100_000);
 const SMALL_ROWS = Number(process.env.BENCH_SMALL_ROWS ?? 10_000);
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
@@ -40,13 +38,7 @@ const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
 const RESULTS = fileURLToPath(new URL('./results/api-bench.json', import.meta.url));
 const TCP_HOST = 'tcp.bench.localhost';
 
-function withDatabase(url: string, db: string): string {
-  const u = new URL(url);
-  u.pathname = `/${db}`;
-  return u.toString();
-}
 
-const log = (...a: unknown[]) => console.error('[bench]', ...a);
 
 // ---------------------------------------------------------------------------------------------
 // seeding
@@ -91,24 +83,7 @@ async function seed(pool: pg.Pool, accountId: string, tag: string, ids: string[]
 // ---------------------------------------------------------------------------------------------
 // measuring
 
-const CLK_TCK = (() => {
-  try {
-    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
-  } catch {
-    return 100;
-  }
-})();
 
-/** utime + stime of a process, in microseconds (Linux /proc). */
-function cpuMicros(pid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return ((Number(fields[11]) + Number(fields[12])) * 1e6) / CLK_TCK;
-  } catch {
-    return undefined;
-  }
-}
 
 interface CaseResult {
   name: string;
@@ -206,21 +181,7 @@ async function sequentialTimes(baseUrl: string, path: string, headers: Record<st
 
 // ---------------------------------------------------------------------------------------------
 
-function env(): Record<string, unknown> {
-  const read = (p: string) => (existsSync(p) ? readFileSync(p, 'utf8').trim() : undefined);
-  return {
-    nproc: os.availableParallelism?.() ?? os.cpus().length,
-    cpu_model: os.cpus()[0]?.model,
-    governor: read('/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor') ?? 'n/a',
-    kernel: `${os.type()} ${os.release()}`,
-    node: process.version,
-    loadavg_at_start: os.loadavg().map((x) => Math.round(x * 100) / 100),
-  };
-}
 
-function fmt(n: number | undefined, d = 0): string {
-  return n === undefined ? '-' : n.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d });
-}
 
 async function main(): Promise<void> {
   const dbName = `warren_bench_${Date.now().toString(36)}_${randomBytes(3).toString('hex')}`;

@@ -17,6 +17,8 @@ export interface ControlPlaneProcess {
   /** `http://127.0.0.1:<port>`, also the PUBLIC_BASE_URL the process builds its uris from. */
   baseUrl: string;
   port: number;
+  /** The control plane's gRPC (config push) port, from its 'listening' message. */
+  grpcPort: number;
   pid: number;
   child: ChildProcess;
   /** Resolves when the process has exited (never rejects). */
@@ -146,14 +148,16 @@ async function startOnce(opts: StartOptions, port: number): Promise<ControlPlane
   };
 
   const deadline = Date.now() + timeoutMs;
+  let grpcPort = 0;
   try {
     // 1. the listening message
     const listenedPort = await new Promise<number>((resolve, reject) => {
       const timer = setTimeout(() => reject(new StartError(describe(`sent no 'listening' message within ${timeoutMs} ms`), false)), timeoutMs);
       child.on('message', (m: unknown) => {
-        const msg = m as { type?: string; port?: number };
+        const msg = m as { type?: string; port?: number; grpcPort?: number };
         if (msg?.type === 'listening' && typeof msg.port === 'number') {
           clearTimeout(timer);
+          grpcPort = msg.grpcPort ?? 0;
           resolve(msg.port);
         }
       });
@@ -191,6 +195,7 @@ async function startOnce(opts: StartOptions, port: number): Promise<ControlPlane
   return {
     baseUrl,
     port,
+    grpcPort,
     pid: child.pid!,
     child,
     exited,

@@ -1,0 +1,51 @@
+import { hostname } from 'node:os';
+import { z } from 'zod';
+import { envInt, parseEnv } from '@warren/shared';
+
+/** Ingress configuration, parsed once from the environment. */
+export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
+  const env = parseEnv(
+    {
+      /** Stable name of this node (its persisted state and its rows in the control plane). */
+      NODE_ID: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/).optional(),
+      /** Address the public and agent listeners bind to. */
+      HOST: z.string().default('127.0.0.1'),
+      HTTP_PORT: envInt(8000, 0, 65535),
+      HTTPS_PORT: envInt(8443, 0, 65535),
+      AGENT_PORT: envInt(4443, 0, 65535),
+      /** Internal listener: hops from other nodes, /metrics, /healthz, /readyz, /status. */
+      INTERNAL_HOST: z.string().default('127.0.0.1'),
+      INTERNAL_PORT: envInt(9100, 0, 65535),
+      /** `host:port` other nodes use to reach the internal listener; default INTERNAL_HOST:port. */
+      NODE_ADDRESS: z.string().optional(),
+      /** Control-plane gRPC endpoints, comma-separated `host:port`. */
+      CONTROL_PLANE_GRPC: z.string().default('127.0.0.1:9090'),
+      WARREN_NODE_TOKEN: z.string().optional(),
+      /** Where the last good config, remote tunnels and generated certificates are kept. */
+      STATE_DIR: z.string().optional(),
+      /** PEM files for the public HTTPS and agent listeners; generated under STATE_DIR when absent. */
+      TLS_CERT_FILE: z.string().optional(),
+      TLS_KEY_FILE: z.string().optional(),
+      /** Domain for Bind requests without one: `<random>.<DEFAULT_DOMAIN>`. */
+      DEFAULT_DOMAIN: z.string().default('warren.localhost'),
+      /** Port shown in Bind tunnels' public URLs; default HTTPS_PORT (443 is left out). */
+      PUBLIC_HTTPS_PORT: envInt(0, 0, 65535),
+      UPSTREAM_TIMEOUT_MS: envInt(60_000, 100),
+      MAX_STREAMS_PER_SESSION: envInt(500, 1, 500),
+      MAX_STREAMS_PER_TUNNEL: envInt(400, 1, 500),
+      MAX_QUEUED_PER_TUNNEL: envInt(1024, 0),
+      /** Drain limit on SIGTERM (ms). */
+      DRAIN_TIMEOUT_MS: envInt(10_000, 0),
+    },
+    source,
+  );
+  const nodeId = env.NODE_ID ?? `${hostname().replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 40)}-${env.HTTP_PORT}`;
+  return {
+    ...env,
+    NODE_ID: nodeId,
+    STATE_DIR: env.STATE_DIR ?? `.data/ingress/${nodeId}`,
+    CONTROL_PLANE_TARGETS: env.CONTROL_PLANE_GRPC.split(',').map((s) => s.trim()).filter(Boolean),
+  };
+}
+
+export type IngressEnv = ReturnType<typeof loadIngressEnv>;

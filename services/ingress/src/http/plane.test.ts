@@ -1,0 +1,260 @@
+import http from 'node:http';
+import net from 'node:net';
+import { createHash } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLogger, type DataPlaneConfig, type DpTunnel } from '@warren/shared';
+import type { LocalTunnel, TunnelStream } from '../agents/server.js';
+import { createIngressMetrics } from '../metrics.js';
+import { TunnelRegistry } from '../tunnels/registry.js';
+import { createInternalServer } from './internal.js';
+import { Forwarder } from './proxy.js';
+import { PublicHandler } from './public.js';
+import { RoutingTable } from './routing.js';
+
+/**
+ * The HTTP plane of two nodes in one process, with real sockets: tunnels whose "proxy streams" are
+ * plain TCP connections to an upstream (what an agent does after reading the proxy header), so
+ * routing, forwarding, keep-alive, upgrades and hops are tested without the agent protocol.
+ */
+const log = createLogger('test', 'silent');
+const closers: Array<() => void> = [];
+
+function listen(server: net.Server): Promise<number> {
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as net.AddressInfo).port)));
+}
+
+const upstreamConnections = { count: 0 };
+let upstreamPort = 0;
+let slowPort = 0;
+
+function fakeTunnel(id: string, labels: Record<string, string>, port: () => number, extra: Partial<LocalTunnel> = {}): LocalTunnel {
+  return {
+    id, accountId: 'ac_1', sessionId: 'ts_1', proto: 'labeled', labels, publicUrl: '', bindings: [], poolingEnabled: false, forwardsTo: 'x', metadata: '', startedAt: new Date().toISOString(),
+    openStreams: 0,
+    openStream: () =>
+      new Promise<TunnelStream>((resolve, reject) => {
+        const s = net.connect(port(), '127.0.0.1', () => resolve(s as unknown as TunnelStream));
+        s.once('error', reject);
+      }),
+    ...extra,
+  };
+}
+
+const cfg: DataPlaneConfig = {
+  version: 7,
+  edges: new Map([['edghts_1', { id: 'edghts_1', accountId: 'ac_1', hostports: ['app.test:443'], mutualTls: null, tlsTermination: null }]]),
+  routes: new Map([
+    ['r_api', { id: 'r_api', accountId: 'ac_1', edgeId: 'edghts_1', matchType: 'path_prefix', match: '/api', modules: {}, backendId: 'bkdtg_up', ipPolicyIds: [], trafficPolicy: null }],
+    ['r_slow', { id: 'r_slow', accountId: 'ac_1', edgeId: 'edghts_1', matchType: 'path_prefix', match: '/slow', modules: {}, backendId: 'bkdtg_slow', ipPolicyIds: [], trafficPolicy: null }],
+    ['r_none', { id: 'r_none', accountId: 'ac_1', edgeId: 'edghts_1', matchType: 'path_prefix', match: '/none', modules: {}, backendId: 'bkdtg_none', ipPolicyIds: [], trafficPolicy: null }],
+    ['r_remote', { id: 'r_remote', accountId: 'ac_1', edgeId: 'edghts_1', matchType: 'path_prefix', match: '/remote', modules: {}, backendId: 'bkdtg_remote', ipPolicyIds: [], trafficPolicy: null }],
+    ['r_nob', { id: 'r_nob', accountId: 'ac_1', edgeId: 'edghts_1', matchType: 'exact_path', match: '/nobackend', modules: {}, backendId: null, ipPolicyIds: [], trafficPolicy: null }],
+  ]),
+  backends: new Map([
+    ['bkdtg_up', { id: 'bkdtg_up', accountId: 'ac_1', labels: { app: 'up' } }],
+    ['bkdtg_slow', { id: 'bkdtg_slow', accountId: 'ac_1', labels: { app: 'slow' } }],
+    ['bkdtg_none', { id: 'bkdtg_none', accountId: 'ac_1', labels: { app: 'none' } }],
+    ['bkdtg_remote', { id: 'bkdtg_remote', accountId: 'ac_1', labels: { app: 'far' } }],
+  ]),
+  ipPolicies: new Map(),
+  certificateAuthorities: new Map(),
+  credentials: new Map(),
+  credentialsByTokenHash: new Map(),
+};
+
+async function node(nodeId: string) {
+  const registry = new TunnelRegistry(nodeId);
+  const metrics = createIngressMetrics(nodeId);
+  const forwarder = new Forwarder({ registry, hopToken: 'secret', log, upstreamTimeoutMs: 500, maxStreamsPerTunnel: 8, maxQueuedPerTunnel: 100 });
+  const handler = new PublicHandler({ registry, forwarder, metrics, log });
+  handler.setTable(new RoutingTable(cfg));
+  const pub = http.createServer(handler.handler('http'));
+  pub.on('upgrade', handler.upgradeHandler('http'));
+  const internal = createInternalServer({ forwarder, registry: metrics.registry, hopToken: 'secret', isReady: () => true, status: () => ({}), log });
+  const port = await listen(pub);
+  const internalPort = await listen(internal);
+  closers.push(() => {
+    pub.closeAllConnections();
+    pub.close();
+    internal.closeAllConnections();
+    internal.close();
+    forwarder.close();
+  });
+  return { registry, metrics, port, internalPort };
+}
+
+function get(port: number, path: string, opts: { host?: string; method?: string; body?: Buffer; agent?: http.Agent; headers?: Record<string, string> } = {}): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ port, host: '127.0.0.1', path, method: opts.method ?? 'GET', agent: opts.agent ?? false, headers: { host: opts.host ?? 'app.test', ...opts.headers } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(opts.body);
+  });
+}
+
+let a: Awaited<ReturnType<typeof node>>;
+let b: Awaited<ReturnType<typeof node>>;
+
+beforeAll(async () => {
+  const upstream = http.createServer((req, res) => {
+    const h = createHash('sha256');
+    let n = 0;
+    req.on('data', (c: Buffer) => {
+      h.update(c);
+      n += c.length;
+    });
+    req.on('end', () => {
+      if (req.url?.startsWith('/api/big')) {
+        res.writeHead(200, { 'content-type': 'application/octet-stream' });
+        const chunk = Buffer.alloc(64 * 1024, 7);
+        for (let i = 0; i < 160; i++) res.write(chunk); // 10 MiB, streamed
+        res.end();
+        return;
+      }
+      res.writeHead(200, { 'content-type': 'application/json', connection: 'keep-alive', 'x-up': '1' });
+      res.end(JSON.stringify({ url: req.url, method: req.method, headers: req.headers, bytes: n, sha: h.digest('hex') }));
+    });
+  });
+  upstream.on('connection', () => upstreamConnections.count++);
+  upstream.on('upgrade', (_req, socket: net.Socket) => {
+    socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n');
+    socket.pipe(socket);
+  });
+  upstreamPort = await listen(upstream);
+  const slow = http.createServer(() => {
+    /* never answers */
+  });
+  slowPort = await listen(slow);
+  closers.push(() => {
+    upstream.closeAllConnections();
+    upstream.close();
+    slow.closeAllConnections();
+    slow.close();
+  });
+  a = await node('node-a');
+  b = await node('node-b');
+  a.registry.addLocal(fakeTunnel('tn_up', { app: 'up', env: 'x' }, () => upstreamPort));
+  a.registry.addLocal(fakeTunnel('tn_slow', { app: 'slow' }, () => slowPort));
+  a.registry.addLocal(fakeTunnel('tn_far', { app: 'far' }, () => upstreamPort));
+  const far: DpTunnel = { ...fakeTunnel('tn_far', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` };
+  b.registry.addRemote(far);
+});
+
+afterAll(() => {
+  for (const c of closers) c();
+});
+
+describe('ingress HTTP plane', () => {
+  it('routes by host and path to a tunnel whose labels include the backend labels, with forwarding headers', async () => {
+    const r = await get(a.port, '/api/x?y=1', { headers: { 'x-forwarded-for': '203.0.113.9', 'x-warren-tunnel': 'tn_spoofed' } });
+    expect(r.status).toBe(200);
+    const body = JSON.parse(r.body.toString());
+    expect(body.url).toBe('/api/x?y=1');
+    expect(body.headers.host).toBe('app.test');
+    expect(body.headers['x-forwarded-for']).toBe('203.0.113.9, 127.0.0.1');
+    expect(body.headers['x-forwarded-proto']).toBe('http');
+    expect(body.headers['x-forwarded-host']).toBe('app.test');
+    expect(body.headers['x-warren-tunnel']).toBeUndefined();
+    expect(r.headers['x-up']).toBe('1');
+  });
+
+  it('streams large bodies both ways', async () => {
+    const payload = Buffer.alloc(8 * 1024 * 1024, 3);
+    const r = await get(a.port, '/api/upload', { method: 'POST', body: payload });
+    const body = JSON.parse(r.body.toString());
+    expect(body.bytes).toBe(payload.length);
+    expect(body.sha).toBe(createHash('sha256').update(payload).digest('hex'));
+    const big = await get(a.port, '/api/big');
+    expect(big.body.length).toBe(160 * 64 * 1024);
+  });
+
+  it('reuses upstream streams across requests (keep-alive pool per tunnel)', async () => {
+    await get(a.port, '/api/warm');
+    const before = upstreamConnections.count;
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    for (let i = 0; i < 20; i++) expect((await get(a.port, '/api/k', { agent })).status).toBe(200);
+    agent.destroy();
+    expect(upstreamConnections.count - before).toBeLessThanOrEqual(1);
+  });
+
+  it('answers unknown hosts, unmatched paths, missing backends and offline tunnels with clear errors', async () => {
+    const unknown = await get(a.port, '/', { host: 'nope.test' });
+    expect(unknown.status).toBe(404);
+    expect(unknown.headers['warren-error-code']).toBe('ERR_WARREN_7000');
+    expect(JSON.parse(unknown.body.toString()).msg).toContain('nope.test');
+    const noRoute = await get(a.port, '/other');
+    expect([noRoute.status, noRoute.headers['warren-error-code']]).toEqual([404, 'ERR_WARREN_7001']);
+    const noBackend = await get(a.port, '/nobackend');
+    expect([noBackend.status, noBackend.headers['warren-error-code']]).toEqual([502, 'ERR_WARREN_7002']);
+    const offline = await get(a.port, '/none', { headers: { accept: 'text/html' } });
+    expect([offline.status, offline.headers['warren-error-code']]).toEqual([503, 'ERR_WARREN_7003']);
+    expect(offline.headers['content-type']).toContain('text/html');
+    const badHost = await get(a.port, '/', { host: 'a b' });
+    expect(badHost.status).toBe(400);
+  });
+
+  it('answers 504 when the upstream does not answer in time', async () => {
+    const r = await get(a.port, '/slow');
+    expect([r.status, r.headers['warren-error-code']]).toEqual([504, 'ERR_WARREN_7005']);
+  });
+
+  it('carries a request to the node that holds the tunnel (internal hop), streaming', async () => {
+    const payload = Buffer.alloc(2 * 1024 * 1024, 9);
+    const r = await get(b.port, '/remote/x', { method: 'PUT', body: payload });
+    expect(r.status).toBe(200);
+    const body = JSON.parse(r.body.toString());
+    expect(body.bytes).toBe(payload.length);
+    expect(body.headers['x-forwarded-for']).toBe('127.0.0.1');
+    expect(body.headers['x-warren-tunnel']).toBeUndefined();
+    const text = await b.metrics.registry.getSingleMetricAsString('warren_ingress_hops_total');
+    expect(text).toMatch(/warren_ingress_hops_total\{node="node-b"\} [1-9]/);
+  });
+
+  it('refuses hop requests without the node token', async () => {
+    const r = await get(a.internalPort, '/remote', { headers: { 'x-warren-tunnel': 'tn_far' } });
+    expect(r.status).toBe(403);
+  });
+
+  it('answers 503 when the remote node no longer has the tunnel, and retries elsewhere first', async () => {
+    b.registry.addRemote({ ...fakeTunnel('tn_gone', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` });
+    for (let i = 0; i < 4; i++) expect((await get(b.port, '/remote/y')).status).toBe(200);
+    b.registry.removeRemote('tn_far');
+    const r = await get(b.port, '/remote/y');
+    expect([r.status, r.headers['warren-error-code']]).toEqual([503, 'ERR_WARREN_7003']);
+    b.registry.removeRemote('tn_gone');
+    b.registry.addRemote({ ...fakeTunnel('tn_far', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` });
+  });
+
+  it('passes upgrades through, locally and across a hop', async () => {
+    for (const port of [a.port, b.port]) {
+      const path = port === a.port ? '/api/ws' : '/remote/ws';
+      const echoed = await new Promise<string>((resolve, reject) => {
+        const s = net.connect(port, '127.0.0.1', () => {
+          s.write(`GET ${path} HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n`);
+        });
+        let buf = '';
+        s.on('data', (c: Buffer) => {
+          buf += c.toString();
+          if (buf.includes('\r\n\r\n') && !buf.includes('ping')) s.write('ping');
+          if (buf.endsWith('ping')) {
+            s.destroy();
+            resolve(buf);
+          }
+        });
+        s.on('error', reject);
+      });
+      expect(echoed).toMatch(/^HTTP\/1.1 101/);
+      expect(echoed.endsWith('ping')).toBe(true);
+    }
+  });
+
+  it('counts requests by edge, route and status', async () => {
+    const text = await a.metrics.registry.getSingleMetricAsString('warren_ingress_requests_total');
+    expect(text).toMatch(/edge="edghts_1",route="r_api",status="200"/);
+    expect(text).toMatch(/edge="",route="",status="404"/);
+  });
+});

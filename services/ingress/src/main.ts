@@ -1,0 +1,234 @@
+import http from 'node:http';
+import https from 'node:https';
+import type net from 'node:net';
+import { createHash } from 'node:crypto';
+import { EnvError, createLogger, type DataPlaneConfig } from '@warren/shared';
+import { AgentServer, type AgentIdentity, type BindRequest } from './agents/server.js';
+import { ControlPlaneClient } from './config/index.js';
+import { loadIngressEnv } from './env.js';
+import { createIngressMetrics } from './metrics.js';
+import { createInternalServer } from './http/internal.js';
+import { Forwarder } from './http/proxy.js';
+import { PublicHandler } from './http/public.js';
+import { RoutingTable } from './http/routing.js';
+import { loadTls } from './tls.js';
+import { TunnelRegistry } from './tunnels/registry.js';
+
+const log = createLogger('ingress');
+
+function listen(server: net.Server, port: number, host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve((server.address() as net.AddressInfo).port);
+    });
+  });
+}
+
+/** `bind:` ACL rules of a credential allow a hostname (`*.example.com` matches one or more labels). */
+export function aclAllows(acl: string[], hostname: string): boolean {
+  const rules = acl.filter((r) => r.startsWith('bind:'));
+  if (rules.length === 0) return true;
+  return rules.some((r) => {
+    const pat = r.slice(5).toLowerCase();
+    return pat === '*' || pat === hostname || (pat.startsWith('*.') && hostname.endsWith(pat.slice(1)));
+  });
+}
+
+/**
+ * Composition root of an ingress node: config from the control plane (or from disk), the agent
+ * listener, the public HTTP and HTTPS listeners and the internal listener; graceful stop on SIGTERM.
+ */
+async function main(): Promise<void> {
+  const env = loadIngressEnv();
+  const nodeId = env.NODE_ID;
+  const metrics = createIngressMetrics(nodeId);
+  const registry = new TunnelRegistry(nodeId);
+  const forwarder = new Forwarder({
+    registry,
+    hopToken: env.WARREN_NODE_TOKEN ?? '',
+    log,
+    upstreamTimeoutMs: env.UPSTREAM_TIMEOUT_MS,
+    maxStreamsPerTunnel: env.MAX_STREAMS_PER_TUNNEL,
+    maxQueuedPerTunnel: env.MAX_QUEUED_PER_TUNNEL,
+  });
+  const handler = new PublicHandler({ registry, forwarder, metrics, log });
+  const tls = await loadTls(env.TLS_CERT_FILE, env.TLS_KEY_FILE, env.STATE_DIR);
+
+  // Internal listener first: its address is this node's identity for hops.
+  let cp: ControlPlaneClient | null = null;
+  let stopping = false;
+  const internal = createInternalServer({
+    forwarder,
+    registry: metrics.registry,
+    hopToken: env.WARREN_NODE_TOKEN ?? '',
+    isReady: () => !stopping && handler.ready,
+    status: () => ({
+      node_id: nodeId,
+      config_version: cp?.config?.version ?? null,
+      control_plane_connected: cp?.connected ?? false,
+      agent_sessions: agentServer.sessions().length,
+      local_tunnels: registry.localCount,
+      remote_tunnels: registry.remoteCount,
+    }),
+    log,
+  });
+  const internalPort = await listen(internal, env.INTERNAL_PORT, env.INTERNAL_HOST);
+  const nodeAddress = env.NODE_ADDRESS ?? `${env.INTERNAL_HOST.includes(':') ? `[${env.INTERNAL_HOST}]` : env.INTERNAL_HOST}:${internalPort}`;
+
+  cp = new ControlPlaneClient({
+    targets: env.CONTROL_PLANE_TARGETS,
+    nodeId,
+    nodeAddress,
+    stateDir: env.STATE_DIR,
+    token: env.WARREN_NODE_TOKEN,
+    registry: metrics.registry,
+    log: log.child({ component: 'config' }),
+  });
+  const client = cp;
+  // Compile every candidate before it is swapped in: a config the router cannot use is NACKed.
+  const compiled = new WeakMap<DataPlaneConfig, RoutingTable>();
+  client.addValidator((candidate) => {
+    compiled.set(candidate, new RoutingTable(candidate));
+  });
+
+  const authenticate = (token: string): AgentIdentity | null => {
+    const cfg = client.config;
+    if (!cfg) return null;
+    const cred = cfg.credentialsByTokenHash.get(createHash('sha256').update(token).digest('hex'));
+    return cred ? { credentialId: cred.id, accountId: cred.accountId, acl: cred.acl } : null;
+  };
+  let httpPort = 0;
+  let httpsPort = 0;
+  const httpsPublicPort = () => env.PUBLIC_HTTPS_PORT || httpsPort;
+  const checkBind = (b: BindRequest): string | null => {
+    const cfg = client.config;
+    const table = cfg ? compiled.get(cfg) : undefined;
+    if (table) {
+      for (const [hp, ce] of table.edgesByHostport) {
+        if (hp.slice(0, hp.lastIndexOf(':')) === b.hostname && ce.edge.accountId !== b.accountId) return `the hostname ${b.hostname} belongs to another account (ERR_WARREN_4101)`;
+      }
+    }
+    for (const t of registry.bindsOf(b.hostname)) {
+      if (t.accountId !== b.accountId) return `the hostname ${b.hostname} is in use by another account (ERR_WARREN_4101)`;
+      if (!t.poolingEnabled || !b.poolingEnabled) return `the endpoint ${b.hostname} is already online; start both with pooling enabled to share it (ERR_WARREN_4101)`;
+    }
+    return null;
+  };
+  const sessionAcl = new Map<string, string[]>();
+  const agentServer = new AgentServer({
+    nodeId,
+    tls: { cert: tls.cert, key: tls.key },
+    authenticate,
+    checkBind: (b) => {
+      const acl = sessionAcl.get(b.sessionId);
+      if (acl && !aclAllows(acl, b.hostname)) return `the authtoken's ACL does not allow binding ${b.hostname} (ERR_WARREN_1100)`;
+      return checkBind(b);
+    },
+    defaultDomain: env.DEFAULT_DOMAIN,
+    publicUrl: (proto, host) => {
+      const port = proto === 'http' ? httpPort : httpsPublicPort();
+      const std = proto === 'http' ? 80 : 443;
+      return `${proto}://${host}${port === std ? '' : `:${port}`}`;
+    },
+    maxStreamsPerSession: env.MAX_STREAMS_PER_SESSION,
+    log: log.child({ component: 'agents' }),
+  });
+  agentServer.on('session', (s) => {
+    const cred = client.config?.credentials.get(s.credentialId);
+    if (cred) sessionAcl.set(s.id, cred.acl);
+    metrics.sessions.set(agentServer.sessions().length);
+    client.sessionUp(s);
+  });
+  agentServer.on('sessionClosed', (id: string) => {
+    sessionAcl.delete(id);
+    metrics.sessions.set(agentServer.sessions().length);
+    client.sessionDown(id);
+  });
+  agentServer.on('tunnel', (t) => {
+    registry.addLocal(t);
+    metrics.tunnels.set({ location: 'local' }, registry.localCount);
+    const { openStream: _o, openStreams: _n, ...report } = t;
+    client.tunnelUp(report);
+  });
+  agentServer.on('tunnelClosed', (id: string) => {
+    registry.removeLocal(id);
+    forwarder.release(id);
+    metrics.tunnels.set({ location: 'local' }, registry.localCount);
+    client.tunnelDown(id);
+  });
+
+  const remoteChanged = () => metrics.tunnels.set({ location: 'remote' }, registry.remoteCount);
+  client.on('remoteTunnelUp', (t) => {
+    registry.addRemote(t);
+    remoteChanged();
+  });
+  client.on('remoteTunnelDown', (id: string) => {
+    registry.removeRemote(id);
+    remoteChanged();
+  });
+  client.on('config', (cfg: DataPlaneConfig, previous: DataPlaneConfig | null) => {
+    const table = compiled.get(cfg) ?? new RoutingTable(cfg);
+    handler.setTable(table);
+    metrics.resetCaches();
+    registry.setRemote(client.remoteTunnels.values());
+    remoteChanged();
+    // A deleted or disabled credential ends its agents' sessions at once.
+    if (previous) {
+      for (const id of previous.credentials.keys()) {
+        if (!cfg.credentials.has(id)) {
+          const n = agentServer.closeSessionsOfCredential(id, 'the authtoken was revoked');
+          if (n > 0) log.info({ credential: id, sessions: n }, 'closed sessions of a revoked credential');
+        }
+      }
+    }
+    log.debug({ version: cfg.version }, 'config applied');
+  });
+  await client.start();
+
+  const publicHttp = http.createServer({ keepAliveTimeout: 65_000, requestTimeout: 0, headersTimeout: 30_000 }, handler.handler('http'));
+  publicHttp.on('upgrade', handler.upgradeHandler('http'));
+  const publicHttps = https.createServer({ cert: tls.cert, key: tls.key, keepAliveTimeout: 65_000, requestTimeout: 0, headersTimeout: 30_000 } as https.ServerOptions, handler.handler('https'));
+  publicHttps.on('upgrade', handler.upgradeHandler('https'));
+  for (const s of [publicHttp, publicHttps]) s.on('clientError', (_err, socket) => socket.destroy());
+
+  httpPort = await listen(publicHttp, env.HTTP_PORT, env.HOST);
+  httpsPort = await listen(publicHttps, env.HTTPS_PORT, env.HOST);
+  const agentPort = await agentServer.listen(env.AGENT_PORT, env.HOST);
+  const ports = { http: httpPort, https: httpsPort, agent: agentPort, internal: internalPort };
+  log.info({ node_id: nodeId, node_address: nodeAddress, ...ports, config_version: client.config?.version ?? null }, 'ingress listening');
+  if (process.send) process.send({ type: 'listening', nodeId, ...ports, caPem: tls.caPem });
+
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'draining');
+    const force = setTimeout(() => {
+      log.warn('drain timed out; closing remaining connections');
+      publicHttp.closeAllConnections();
+      publicHttps.closeAllConnections();
+    }, env.DRAIN_TIMEOUT_MS);
+    force.unref();
+    const closed = (s: net.Server) => new Promise<void>((resolve) => s.close(() => resolve()));
+    const publicClosed = Promise.all([closed(publicHttp), closed(publicHttps)]);
+    publicHttp.closeIdleConnections();
+    publicHttps.closeIdleConnections();
+    await publicClosed;
+    await agentServer.close();
+    forwarder.close();
+    await client.stop();
+    internal.closeAllConnections();
+    await closed(internal);
+    log.info('stopped');
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGINT', () => void stop('SIGINT'));
+}
+
+main().catch((err: unknown) => {
+  if (err instanceof EnvError) console.error(`warren ingress: ${err.message}`);
+  else log.fatal({ err }, 'failed to start');
+  process.exit(1);
+});

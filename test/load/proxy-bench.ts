@@ -1,0 +1,218 @@
+/**
+ * Proxy throughput bench (not part of `npm test`):
+ *
+ *   npx tsx test/load/proxy-bench.ts        (or: npm run bench:proxy)
+ *
+ * Needs `wrk` and `nginx` (Debian: apt-get install wrk nginx). Per ../shared/docs/performance.md §2:
+ * the system under test on core 1, the load generator and the upstream on core 0 (taskset), keep-
+ * alive everywhere, access logs off, one route, a 2-byte body from an nginx `return 200` upstream.
+ *
+ * Cases, interleaved for BENCH_ROUNDS (3) rounds of BENCH_WARMUP (5) s discarded + BENCH_DURATION
+ * (15) s measured with `wrk -t1 -c64 --latency`:
+ *   a    direct: wrk → upstream
+ *   b0   nginx reverse proxy (1 worker, upstream keepalive 64) → upstream
+ *   c0   Warren: wrk → ingress A → our agent (muxado stream) → upstream
+ *   hop  Warren: wrk → ingress B → internal hop → ingress A → agent → upstream
+ * The agent is the customer's side of a tunnel; it runs on core 0 with the upstream. CPU µs per
+ * request is read from /proc for the proxy processes (nginx worker; ingress; agent).
+ * Reports medians (min–max) and the ratios c0/a, c0/b0, b0/a. Writes test/load/results/proxy.json.
+ */
+import http from 'node:http';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { freePort, startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
+import { cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
+import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { benchDatabase, cpuMicros, fmt, log, machine } from './support.js';
+
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const DURATION = Number(process.env.BENCH_DURATION ?? 15);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 5);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
+const HOST = 'proxy.bench.test';
+const RESULTS = fileURLToPath(new URL('./results/proxy.json', import.meta.url));
+
+interface WrkResult {
+  rps: number;
+  requests: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+  non2xx: number;
+  socketErrors: number;
+}
+
+function ms(v: string): number {
+  const m = /^([\d.]+)(us|ms|s)$/.exec(v.trim());
+  if (!m) return NaN;
+  const n = Number(m[1]);
+  return m[2] === 'us' ? n / 1000 : m[2] === 's' ? n * 1000 : n;
+}
+
+function wrk(port: number, seconds: number): WrkResult {
+  const out = execFileSync('taskset', ['-c', '0', 'wrk', '-t1', `-c${CONNECTIONS}`, `-d${seconds}s`, '--latency', '-H', `Host: ${HOST}`, `http://127.0.0.1:${port}/`], { encoding: 'utf8' });
+  const pct = (p: string) => ms(new RegExp(`^\\s+${p}%\\s+(\\S+)`, 'm').exec(out)?.[1] ?? '');
+  const errs = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out);
+  return {
+    rps: Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1] ?? NaN),
+    requests: Number(/(\d+) requests in/.exec(out)?.[1] ?? NaN),
+    p50: pct('50'),
+    p90: pct('90'),
+    p99: pct('99'),
+    max: ms(/Latency\s+\S+\s+\S+\s+(\S+)/.exec(out)?.[1] ?? ''),
+    non2xx: Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0),
+    socketErrors: errs ? errs.slice(1).reduce((s, x) => s + Number(x), 0) : 0,
+  };
+}
+
+function pin(pid: number, core: number): void {
+  execFileSync('taskset', ['-a', '-pc', String(core), String(pid)], { stdio: 'ignore' });
+}
+
+function startNginx(dir: string, name: string, core: number, server: string, upstream?: number): Promise<{ child: ChildProcess; port: number; workerPid: () => number }> {
+  return (async () => {
+    const port = await freePort();
+    const conf = path.join(dir, `${name}.conf`);
+    writeFileSync(
+      conf,
+      `worker_processes 1;
+daemon off;
+user root;
+pid ${dir}/${name}.pid;
+error_log ${dir}/${name}.error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/${name}-body; proxy_temp_path ${dir}/${name}-proxy;
+  fastcgi_temp_path ${dir}/${name}-fcgi; uwsgi_temp_path ${dir}/${name}-uwsgi; scgi_temp_path ${dir}/${name}-scgi;
+  keepalive_requests 1000000;
+  ${upstream ? `upstream up { server 127.0.0.1:${upstream}; keepalive 64; }` : ''}
+  server {
+    listen 127.0.0.1:${port};
+    ${server}
+  }
+}
+`,
+    );
+    const child = spawn('taskset', ['-c', String(core), 'nginx', '-c', conf, '-p', dir], { stdio: 'ignore' });
+    await waitFor(`nginx ${name}`, () => new Promise<boolean>((resolve) => {
+      http.get({ host: '127.0.0.1', port, path: '/', headers: { host: HOST } }, (res) => { res.resume(); resolve(true); }).on('error', () => resolve(false));
+    }), 10_000);
+    // taskset execs nginx, so the child's pid is the master's; the one worker is its child.
+    const workerPid = () => Number(execFileSync('pgrep', ['-P', String(child.pid)], { encoding: 'utf8' }).trim().split('\n')[0]);
+    return { child, port, workerPid };
+  })();
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+}
+
+async function main(): Promise<void> {
+  const dir = tempDir('warren-proxybench-');
+  const db = await benchDatabase('proxybench');
+  const nodeToken = randomBytes(16).toString('hex');
+  const children: ChildProcess[] = [];
+  let cp: ControlPlaneProcess | undefined;
+  let a: IngressProcess | undefined;
+  let b: IngressProcess | undefined;
+  let agent: AgentProcess | undefined;
+  try {
+    // The upstream: nginx `return 200` with a 2-byte body, core 0.
+    const upstream = await startNginx(dir, 'upstream', 0, `location / { return 200 "ok"; }`);
+    children.push(upstream.child);
+    const proxy = await startNginx(dir, 'proxy', 1, `location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header Host $host; }`, upstream.port);
+    children.push(proxy.child);
+
+    const tls = await ensureLocalTls(path.join(dir, 'tls'));
+    const grpcPort = await freePort();
+    cp = await startControlPlane({ databaseUrl: db.url, env: { GRPC_PORT: String(grpcPort), WARREN_NODE_TOKEN: nodeToken } });
+    const ingressEnv = { TLS_CERT_FILE: path.join(dir, 'tls', 'cert.pem'), TLS_KEY_FILE: path.join(dir, 'tls', 'key.pem'), LOG_LEVEL: 'warn' };
+    a = await startIngress({ nodeId: 'bench-a', controlPlane: [`127.0.0.1:${grpcPort}`], nodeToken, env: ingressEnv });
+    b = await startIngress({ nodeId: 'bench-b', controlPlane: [`127.0.0.1:${grpcPort}`], nodeToken, env: ingressEnv });
+    const api = async (method: string, p: string, body?: unknown) => {
+      const res = await fetch(cp!.baseUrl + p, { method, headers: { authorization: `Bearer ${db.apiKey}`, 'ngrok-version': '2', 'content-type': 'application/json' }, body: body ? JSON.stringify(body) : undefined });
+      const json = (await res.json()) as { id: string; token: string };
+      if (res.status >= 300) throw new Error(`${method} ${p}: ${res.status} ${JSON.stringify(json)}`);
+      return json;
+    };
+    const cred = await api('POST', '/credentials', {});
+    const backend = await api('POST', '/backends/tunnel_group', { labels: { bench: 'proxy' } });
+    const edge = await api('POST', '/edges/https', { hostports: [`${HOST}:443`] });
+    await api('POST', `/edges/https/${edge.id}/routes`, { match_type: 'path_prefix', match: '/', backend: { enabled: true, backend_id: backend.id } });
+    agent = startAgentProcess(['http', String(upstream.port), '--label', 'bench=proxy', '--authtoken', cred.token, '--server', `localhost:${a.agent}`, '--ca', tls.caFile], { LOG_LEVEL: 'warn' });
+    await agent.waitForOutput('online');
+    for (const n of [a, b]) await waitFor(`${n.nodeId} serves`, () => new Promise<boolean>((resolve) => {
+      http.get({ host: '127.0.0.1', port: n.http, path: '/', headers: { host: HOST } }, (res) => { res.resume(); resolve(res.statusCode === 200); }).on('error', () => resolve(false));
+    }), 15_000);
+    pin(a.pid, 1);
+    pin(b.pid, 1);
+    pin(agent.pid, 0);
+    pin(cp.pid, 0);
+
+    const cases: Array<{ name: string; port: number; cpuPids: () => Record<string, number> }> = [
+      { name: 'a', port: upstream.port, cpuPids: () => ({}) },
+      { name: 'b0', port: proxy.port, cpuPids: () => ({ nginx: proxy.workerPid() }) },
+      { name: 'c0', port: a.http, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid }) },
+      { name: 'hop', port: b.http, cpuPids: () => ({ ingress_b: b!.pid, ingress_a: a!.pid, agent: agent!.pid }) },
+    ];
+    const runs: Record<string, Array<WrkResult & { cpu_us_per_req: Record<string, number> }>> = {};
+    for (let round = 1; round <= ROUNDS; round++) {
+      for (const c of cases) {
+        wrk(c.port, WARMUP);
+        const pids = c.cpuPids();
+        const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpuMicros(pid) ?? 0]));
+        const r = wrk(c.port, DURATION);
+        const cpu = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, ((cpuMicros(pid) ?? 0) - before[k]!) / r.requests]));
+        (runs[c.name] ??= []).push({ ...r, cpu_us_per_req: cpu });
+        log(`round ${round} ${c.name}: ${fmt(r.rps)} req/s p50 ${fmt(r.p50, 2)} ms p99 ${fmt(r.p99, 2)} ms non2xx ${r.non2xx} errors ${r.socketErrors} cpu ${JSON.stringify(Object.fromEntries(Object.entries(cpu).map(([k, v]) => [k, Math.round(v)])))}`);
+      }
+    }
+    const summary = Object.fromEntries(
+      Object.entries(runs).map(([name, rs]) => {
+        const rps = rs.map((r) => r.rps);
+        const cv = Math.sqrt(rps.reduce((s, x) => s + (x - rps.reduce((a, b) => a + b, 0) / rps.length) ** 2, 0) / rps.length) / (rps.reduce((a, b) => a + b, 0) / rps.length);
+        const cpuKeys = Object.keys(rs[0]!.cpu_us_per_req);
+        return [name, {
+          rps_median: median(rps), rps_min: Math.min(...rps), rps_max: Math.max(...rps), rps_cv: cv,
+          p50_ms_median: median(rs.map((r) => r.p50)), p99_ms_median: median(rs.map((r) => r.p99)), p99_ms_max: Math.max(...rs.map((r) => r.p99)),
+          cpu_us_per_req_median: Object.fromEntries(cpuKeys.map((k) => [k, median(rs.map((r) => r.cpu_us_per_req[k]!))])),
+          non2xx: rs.reduce((s, r) => s + r.non2xx, 0), socket_errors: rs.reduce((s, r) => s + r.socketErrors, 0),
+        }];
+      }),
+    ) as Record<string, { rps_median: number; p99_ms_median: number; rps_cv: number }>;
+    const ratio = (x: string, y: string) => summary[x]!.rps_median / summary[y]!.rps_median;
+    const result = {
+      bench: 'proxy-throughput',
+      at: new Date().toISOString(),
+      machine: machine(),
+      method: { rounds: ROUNDS, warmup_s: WARMUP, duration_s: DURATION, connections: CONNECTIONS, generator: 'wrk -t1 (core 0)', upstream: 'nginx return 200 "ok" (core 0)', sut_core: 1, agent_core: 0 },
+      summary,
+      ratios: { 'c0/a': ratio('c0', 'a'), 'c0/b0': ratio('c0', 'b0'), 'b0/a': ratio('b0', 'a'), 'hop/c0': ratio('hop', 'c0') },
+      runs,
+    };
+    mkdirSync(path.dirname(RESULTS), { recursive: true });
+    writeFileSync(RESULTS, `${JSON.stringify(result, null, 2)}\n`);
+    console.log(`\nproxy throughput (${ROUNDS} rounds × ${DURATION} s, wrk -c${CONNECTIONS}; medians)`);
+    for (const [name, s] of Object.entries(summary)) console.log(`  ${name.padEnd(4)} ${fmt(s.rps_median).padStart(7)} req/s  p99 ${fmt(s.p99_ms_median, 2)} ms  cv ${fmt(s.rps_cv * 100, 1)}%`);
+    console.log(`  ratios: ${Object.entries(result.ratios).map(([k, v]) => `${k} ${fmt(v, 2)}`).join('  ')}`);
+    console.log(`  (written to ${RESULTS})`);
+  } finally {
+    await agent?.stop().catch(() => {});
+    await Promise.allSettled([a?.stop(), b?.stop()]);
+    await cp?.stop().catch(() => {});
+    for (const c of children) c.kill('SIGTERM');
+    await db.drop();
+    cleanupTempDirs();
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
