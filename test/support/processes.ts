@@ -111,6 +111,8 @@ async function startOnce(opts: StartOptions, port: number): Promise<ControlPlane
     PUBLIC_BASE_URL: port === 0 ? undefined : baseUrl,
     API_RATE_LIMIT_PER_MINUTE: '0',
     LOG_LEVEL: 'warn',
+    // The config-push gRPC port: the kernel's pick unless the test fixes one.
+    GRPC_PORT: '0',
     ...opts.env,
   };
   for (const k of Object.keys(env)) if (env[k] === undefined) delete env[k];

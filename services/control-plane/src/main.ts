@@ -8,8 +8,10 @@ import { migrate } from './db/migrate.js';
 import { createAuthenticator } from './auth/authenticate.js';
 import { createMetrics } from './metrics.js';
 import { createApp } from './http/app.js';
+import { startConfigPush } from './config-push/index.js';
 
 const log = createLogger('control-plane');
+const DEFAULT_GRPC_PORT = 9090;
 
 /** Composition root: env → pool → migrations → app → listen; graceful stop on SIGTERM/SIGINT. */
 async function main(): Promise<void> {
@@ -34,10 +36,11 @@ async function main(): Promise<void> {
   const addr = server.address();
   const port = typeof addr === 'object' && addr ? addr.port : config.PORT;
   const baseUrl = config.PUBLIC_BASE_URL ?? `${config.TLS_CERT_FILE ? 'https' : 'http'}://${config.HOST}:${port}`;
+  const metrics = createMetrics(pool);
   const { app } = createApp({
     db,
     log,
-    metrics: createMetrics(pool),
+    metrics,
     authenticator: createAuthenticator(db),
     baseUrl,
     rateLimitPerMinute: config.API_RATE_LIMIT_PER_MINUTE,
@@ -46,9 +49,28 @@ async function main(): Promise<void> {
     isReady: () => ready,
   });
   server.on('request', app);
-  log.info({ port, base_url: baseUrl }, 'control plane listening');
-  // Tests and the launcher read this line to find the port when PORT=0.
-  if (process.send) process.send({ type: 'listening', port });
+  // Config push to ingress nodes (gRPC) and tunnel presence; LISTENs on its own connection.
+  const configPush = await startConfigPush({
+    db,
+    databaseUrl: config.DATABASE_URL,
+    log,
+    registry: metrics.registry,
+    grpc: {
+      host: config.GRPC_HOST ?? config.HOST,
+      port: config.GRPC_PORT ?? DEFAULT_GRPC_PORT,
+      // Only the default may move (several local processes with default settings, e.g. tests).
+      fallbackToFreePort: config.GRPC_PORT === undefined,
+      token: config.WARREN_NODE_TOKEN,
+      tls: config.GRPC_TLS_CERT_FILE && config.GRPC_TLS_KEY_FILE ? { certFile: config.GRPC_TLS_CERT_FILE, keyFile: config.GRPC_TLS_KEY_FILE, clientCaFile: config.GRPC_TLS_CLIENT_CA_FILE } : undefined,
+    },
+    leaseMs: config.TUNNEL_LEASE_MS,
+    keepaliveIntervalMs: config.NODE_KEEPALIVE_INTERVAL_MS,
+    sweepIntervalMs: config.TUNNEL_SWEEP_INTERVAL_MS,
+  });
+  const grpcPort = configPush.port;
+  log.info({ port, grpc_port: grpcPort, base_url: baseUrl }, 'control plane listening');
+  // Tests and the launcher read this line to find the ports when PORT=0 / GRPC_PORT=0.
+  if (process.send) process.send({ type: 'listening', port, grpcPort });
 
   let stopping = false;
   const stop = async (signal: string) => {
@@ -63,7 +85,8 @@ async function main(): Promise<void> {
     force.unref();
     server.close();
     server.closeIdleConnections();
-    await new Promise<void>((resolve) => server.once('close', () => resolve()));
+    // Node streams end at once (nodes reconnect to another replica), while HTTP requests drain.
+    await Promise.all([new Promise<void>((resolve) => server.once('close', () => resolve())), configPush.stop(5_000)]);
     await pool.end();
     log.info('stopped');
     process.exit(0);

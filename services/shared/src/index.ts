@@ -6,3 +6,4 @@ export * from './time.js';
 export * from './traffic-policy/index.js';
 export * from './tls/certificates.js';
 export * from './dataplane/types.js';
+export * from './muxado/index.js';

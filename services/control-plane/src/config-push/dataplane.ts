@@ -1,0 +1,120 @@
+import { parseTrafficPolicy, type DpBackend, type DpCertificateAuthority, type DpCredential, type DpEdge, type DpIpPolicy, type DpRoute } from '@warren/shared';
+import type { BackendDpRow, CaDpRow, CredentialDpRow, EdgeDpRow, IpPolicyDpRow, OutboxRefRow, RouteDpRow } from './dataplane.repo.js';
+
+/** Pure mapping from stored rows to the data-plane types, and from outbox rows to what changed. */
+
+export function toDpEdge(r: EdgeDpRow): DpEdge {
+  return {
+    id: r.id,
+    accountId: r.account_id,
+    hostports: r.hostports,
+    mutualTls: r.mutual_tls ? { enabled: r.mutual_tls.enabled !== false, certificateAuthorityIds: r.ca_ids } : null,
+    tlsTermination: r.tls_termination ? { enabled: r.tls_termination.enabled !== false, minVersion: r.tls_termination.min_version ?? null } : null,
+  };
+}
+
+interface StoredRouteModules {
+  backend?: { enabled?: boolean; backend_id?: string };
+  ip_restriction?: { enabled?: boolean; ip_policy_ids?: string[] };
+  traffic_policy?: { enabled?: boolean; value?: string };
+  [name: string]: unknown;
+}
+
+/**
+ * A route in data-plane form. The traffic policy was validated when it was written; should a
+ * stored one no longer parse (a stricter parser), the module travels with `value: null` and
+ * `onBadPolicy` is told, rather than holding back every other change.
+ */
+export function toDpRoute(r: RouteDpRow, onBadPolicy?: (routeId: string, err: Error) => void): DpRoute {
+  const { traffic_policy: tp, ...modules } = r.modules as StoredRouteModules;
+  let trafficPolicy: DpRoute['trafficPolicy'] = null;
+  if (tp) {
+    let value: unknown = null;
+    try {
+      value = parseTrafficPolicy(tp.value ?? '');
+    } catch (err) {
+      onBadPolicy?.(r.id, err as Error);
+    }
+    trafficPolicy = { enabled: tp.enabled !== false, value };
+  }
+  const backend = modules.backend;
+  return {
+    id: r.id,
+    accountId: r.account_id,
+    edgeId: r.edge_id,
+    matchType: r.match_type,
+    match: r.match,
+    modules,
+    backendId: backend && backend.enabled !== false && backend.backend_id ? backend.backend_id : null,
+    ipPolicyIds: modules.ip_restriction?.ip_policy_ids ?? [],
+    trafficPolicy,
+  };
+}
+
+export function toDpBackend(r: BackendDpRow): DpBackend {
+  return { id: r.id, accountId: r.account_id, labels: r.labels };
+}
+
+export function toDpIpPolicy(r: IpPolicyDpRow): DpIpPolicy {
+  return { id: r.id, accountId: r.account_id, rules: r.rules.map((x) => ({ id: x.id, cidr: x.cidr, action: x.action })) };
+}
+
+export function toDpCertificateAuthority(r: CaDpRow): DpCertificateAuthority {
+  return { id: r.id, accountId: r.account_id, caPem: r.ca_pem };
+}
+
+export function toDpCredential(r: CredentialDpRow): DpCredential {
+  return { id: r.id, accountId: r.account_id, tokenHash: r.token_hash, acl: r.acl };
+}
+
+/** Ids of the entities an outbox range touched, by kind (accounts: their credentials change). */
+export interface ChangedIds {
+  edges: Set<string>;
+  routes: Set<string>;
+  backends: Set<string>;
+  ipPolicies: Set<string>;
+  certificateAuthorities: Set<string>;
+  credentials: Set<string>;
+  accounts: Set<string>;
+}
+
+/**
+ * Maps outbox rows to the data-plane entities they touch. Event stems are those the services
+ * write (`<stem>_<created|updated|deleted>.v0`); stems with no data-plane form (reserved
+ * addresses, API keys, event destinations and subscriptions) touch nothing, but their versions
+ * still advance the nodes' applied version.
+ */
+export function changedIds(rows: OutboxRefRow[]): ChangedIds {
+  const c: ChangedIds = { edges: new Set(), routes: new Set(), backends: new Set(), ipPolicies: new Set(), certificateAuthorities: new Set(), credentials: new Set(), accounts: new Set() };
+  for (const r of rows) {
+    switch (r.resource_type) {
+      case 'https_edge':
+        c.edges.add(r.resource_id);
+        break;
+      case 'https_edge_route':
+        c.routes.add(r.resource_id);
+        break;
+      case 'tunnel_group_backend':
+        c.backends.add(r.resource_id);
+        break;
+      case 'ip_policy':
+        c.ipPolicies.add(r.resource_id);
+        break;
+      case 'ip_policy_rule':
+        if (r.ip_policy_id) c.ipPolicies.add(r.ip_policy_id);
+        break;
+      case 'certificate_authority':
+        c.certificateAuthorities.add(r.resource_id);
+        break;
+      case 'tunnel_credential':
+        c.credentials.add(r.resource_id);
+        break;
+      case 'account':
+        c.accounts.add(r.resource_id);
+        break;
+      default:
+        break;
+    }
+  }
+  return c;
+}

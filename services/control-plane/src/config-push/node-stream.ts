@@ -1,0 +1,439 @@
+import { randomUUID } from 'node:crypto';
+import * as grpc from '@grpc/grpc-js';
+import type { Logger } from '@warren/shared';
+import {
+  deletesToProto,
+  resourcesToProto,
+  sessionFromProto,
+  tunnelFromProto,
+  tunnelToProto,
+  type ControlMessage,
+  type NodeMessage__Output,
+} from '../../../shared/src/proto/index.js';
+import type { Db } from '../db/pool.js';
+import { readDelta, readSnapshot } from './config-reader.js';
+import type { ConfigFeed, FeedDelta } from './config-feed.js';
+import type { PresenceChange, TunnelDirectory } from './tunnel-directory.js';
+import { NodePresence } from './node-presence.js';
+import { ingressNodesRepo } from './presence.repo.js';
+import type { ConfigPushMetrics } from './metrics.js';
+
+export interface NodeStreamDeps {
+  db: Db;
+  feed: ConfigFeed;
+  directory: TunnelDirectory;
+  log: Logger;
+  metrics: ConfigPushMetrics;
+  replicaId: string;
+  leaseMs: number;
+  keepaliveIntervalMs: number;
+  /** A node must say hello within this time. */
+  helloTimeoutMs: number;
+  /** Messages written but not yet sent before the stream counts as stuck and is ended. */
+  maxPendingWrites: number;
+  /** Resume with a delta only when it spans at most this many versions; else a snapshot. */
+  resumeMaxChanges: number;
+  /** Bounds the syncs read at once (many nodes reconnecting must not take every pooled connection). */
+  syncSlots: Semaphore;
+  onBadPolicy?: (routeId: string, err: Error) => void;
+}
+
+export type NodeCall = grpc.ServerDuplexStream<NodeMessage__Output, ControlMessage>;
+
+// Queued node messages before reading pauses (HTTP/2 flow control then holds the node back).
+const PAUSE_AT = 64;
+const RESUME_AT = 16;
+// Deltas buffered while a sync is read from the database; past this, another sync follows.
+const MAX_BUFFERED_DELTAS = 1_000;
+const MAX_ID = 200;
+
+type Job = () => Promise<void>;
+
+/**
+ * One ingress node's `Connect` stream: hello, then the initial sync (snapshot, or a delta from
+ * the node's applied version), then live deltas and tunnel presence; node reports are written
+ * through `NodePresence`. Node messages are handled one at a time, in order.
+ */
+export class NodeStream {
+  readonly streamId = randomUUID();
+  nodeId = '';
+  private nodeAddress = '';
+  private presence: NodePresence | null = null;
+  private readonly jobs: Job[] = [];
+  private running = false;
+  private closed = false;
+  /** Deltas held back while a sync is being read (null: live). */
+  private buffer: FeedDelta[] | null = [];
+  private bufferOverflowed = false;
+  /** The version the node reaches by applying everything sent so far. */
+  private sentVersion = 0;
+  private tunnelsSent = false;
+  /** Commit times of recently sent live deltas, for the push latency on ACK (not syncs: their commit may be old). */
+  private readonly committedAt = new Map<number, number>();
+  private helloTimer: NodeJS.Timeout | null;
+  private readonly silenceTimer: NodeJS.Timeout;
+  private lastHeard = Date.now();
+  private ackWriter: LatestWins<number>;
+  private log: Logger;
+
+  constructor(
+    private readonly call: NodeCall,
+    private readonly deps: NodeStreamDeps,
+    private readonly onAttach: (s: NodeStream) => void,
+    private readonly onClose: (s: NodeStream) => void,
+  ) {
+    this.log = deps.log.child({ stream: this.streamId, peer: call.getPeer() });
+    this.ackWriter = new LatestWins((v) => ingressNodesRepo.applied(deps.db.pool, this.nodeId, v, deps.feed.epoch));
+    this.helloTimer = setTimeout(() => this.fail(grpc.status.DEADLINE_EXCEEDED, `no hello within ${deps.helloTimeoutMs} ms`, 'hello_timeout'), deps.helloTimeoutMs);
+    // A node that says nothing for a whole lease (keep-alives come every few seconds) is gone:
+    // end the stream rather than wait for TCP to notice.
+    this.silenceTimer = setInterval(() => {
+      if (Date.now() - this.lastHeard > deps.leaseMs) this.fail(grpc.status.DEADLINE_EXCEEDED, `no message for ${deps.leaseMs} ms`, 'silent');
+    }, Math.max(250, Math.floor(deps.leaseMs / 4)));
+    this.silenceTimer.unref();
+    call.on('data', (m: NodeMessage__Output) => {
+      this.lastHeard = Date.now();
+      // Answered at once, not behind a sync or a slow write: the node judges our liveness by it.
+      if (m.msg === 'keepAlive' && this.presence) this.write({ heartbeat: {}, headVersion: this.deps.feed.headVersion });
+      this.enqueue(() => this.handle(m));
+    });
+    call.on('end', () => {
+      // The node half-closed: finish our side too, so the call completes.
+      this.close('node ended the stream');
+      try {
+        call.end();
+      } catch {
+        // already finished
+      }
+    });
+    call.on('cancelled', () => this.close('cancelled'));
+    call.on('error', (err) => this.close(`stream error: ${err.message}`));
+    call.on('close', () => this.close('closed'));
+  }
+
+  /** Ends the stream (e.g. on shutdown); the node reconnects, to another replica if it can. */
+  end(code: grpc.status, details: string): void {
+    this.fail(code, details, 'shutdown');
+  }
+
+  // ---------------------------------------------------------------- fan-out (called by the hub)
+
+  offerDelta(d: FeedDelta): void {
+    if (this.closed || !this.presence) return;
+    if (this.buffer) {
+      if (this.buffer.length < MAX_BUFFERED_DELTAS) this.buffer.push(d);
+      else this.bufferOverflowed = true;
+      return;
+    }
+    if (d.data.version <= this.sentVersion) return;
+    if (d.data.fromVersion > this.sentVersion) {
+      // Cannot happen while deltas are contiguous; should it, a resync from what was sent repairs it.
+      this.log.warn({ from: d.data.fromVersion, sent: this.sentVersion }, 'delta does not follow what was sent; resyncing');
+      this.requestResync(this.sentVersion);
+      return;
+    }
+    this.remember(d.data.version, d.data.committedAtMs);
+    this.sentVersion = d.data.version;
+    this.writeRaw(d.encoded);
+  }
+
+  offerPresence(c: PresenceChange): void {
+    if (this.closed || !this.tunnelsSent) return;
+    const up = c.up.filter((t) => t.nodeId !== this.nodeId);
+    const down = c.down.filter((d) => d.nodeId !== this.nodeId).map((d) => d.id);
+    if (up.length === 0 && down.length === 0) return;
+    this.write({ tunnels: { up: up.map(tunnelToProto), down, replaceAll: false }, headVersion: this.deps.feed.headVersion });
+  }
+
+  /** Syncs the node again from `fromVersion` (a delta when possible). */
+  requestResync(fromVersion = this.sentVersion): void {
+    if (this.closed || !this.presence) return;
+    if (!this.buffer) this.buffer = [];
+    this.enqueue(() => this.sync(fromVersion, this.deps.feed.epoch));
+  }
+
+  // ---------------------------------------------------------------- node messages
+
+  private enqueue(job: Job): void {
+    if (this.closed) return;
+    this.jobs.push(job);
+    if (this.jobs.length >= PAUSE_AT) this.call.pause();
+    if (!this.running) void this.runJobs();
+  }
+
+  private async runJobs(): Promise<void> {
+    this.running = true;
+    while (this.jobs.length > 0 && !this.closed) {
+      const job = this.jobs.shift()!;
+      try {
+        await job();
+      } catch (err) {
+        this.log.error({ err }, 'node stream: handling a message failed');
+        this.fail(grpc.status.UNAVAILABLE, 'control plane error; reconnect', 'internal');
+      }
+      if (this.jobs.length <= RESUME_AT && !this.closed) this.call.resume();
+    }
+    this.running = false;
+  }
+
+  private async handle(m: NodeMessage__Output): Promise<void> {
+    if (!this.presence) {
+      if (m.msg !== 'hello' || !m.hello) return this.fail(grpc.status.FAILED_PRECONDITION, 'the first message must be hello', 'no_hello');
+      return this.hello(m.hello);
+    }
+    const p = this.presence;
+    switch (m.msg) {
+      case 'ack':
+        if (m.ack) this.ack(Number(m.ack.version));
+        return;
+      case 'nack':
+        if (m.nack) return this.nack(Number(m.nack.version), String(m.nack.error ?? ''));
+        return;
+      case 'sessionUp': {
+        const s = m.sessionUp?.session;
+        if (!s) return;
+        const session = this.parse(() => sessionFromProto(s), 'session_up');
+        if (session && validId(session.id)) await p.sessionUp(session);
+        return;
+      }
+      case 'sessionDown':
+        if (m.sessionDown && validId(m.sessionDown.id)) await p.sessionDown(m.sessionDown.id);
+        return;
+      case 'tunnelUp': {
+        const t = m.tunnelUp?.tunnel;
+        if (!t) return;
+        const tunnel = this.parse(() => tunnelFromProto(t), 'tunnel_up');
+        if (tunnel && validId(tunnel.id)) await p.tunnelUp(tunnel);
+        return;
+      }
+      case 'tunnelDown':
+        if (m.tunnelDown && validId(m.tunnelDown.id)) await p.tunnelDown(m.tunnelDown.id);
+        return;
+      case 'fullSync': {
+        const f = m.fullSync;
+        if (!f) return;
+        const sessions = (Array.isArray(f.sessions) ? f.sessions : []).flatMap((s) => this.parse(() => sessionFromProto(s), 'full_sync session') ?? []).filter((s) => validId(s.id));
+        const tunnels = (Array.isArray(f.tunnels) ? f.tunnels : []).flatMap((t) => this.parse(() => tunnelFromProto(t), 'full_sync tunnel') ?? []).filter((t) => validId(t.id));
+        await p.fullSync(sessions, tunnels);
+        return;
+      }
+      case 'keepAlive':
+        await p.keepAlive();
+        void ingressNodesRepo.seen(this.deps.db.pool, this.nodeId).catch(() => {});
+        return;
+      case 'resync':
+        if (m.resync) return this.sync(Number(m.resync.appliedVersion), String(m.resync.epoch ?? ''), true);
+        return;
+      case 'hello':
+        return this.fail(grpc.status.FAILED_PRECONDITION, 'hello was already sent', 'second_hello');
+      default:
+        return; // a message type this version does not know: ignored
+    }
+  }
+
+  private async hello(h: NonNullable<NodeMessage__Output['hello']>): Promise<void> {
+    if (this.helloTimer) clearTimeout(this.helloTimer);
+    this.helloTimer = null;
+    const nodeId = typeof h.nodeId === 'string' ? h.nodeId : '';
+    const address = typeof h.nodeAddress === 'string' ? h.nodeAddress : '';
+    if (!validId(nodeId)) return this.fail(grpc.status.INVALID_ARGUMENT, 'hello.node_id must be 1 to 200 printable characters', 'bad_hello');
+    if (!address || address.length > 300) return this.fail(grpc.status.INVALID_ARGUMENT, 'hello.node_address must be host:port', 'bad_hello');
+    this.nodeId = nodeId;
+    this.nodeAddress = address;
+    this.log = this.log.child({ node: nodeId });
+    this.presence = new NodePresence(this.deps.db, { id: nodeId, address, leaseMs: this.deps.leaseMs }, this.log);
+    this.onAttach(this);
+    this.log.info({ address, applied_version: Number(h.appliedVersion), agent: h.agent }, 'ingress node connected');
+    await ingressNodesRepo.connected(this.deps.db.pool, {
+      id: nodeId,
+      address,
+      epoch: String(h.epoch ?? ''),
+      appliedVersion: Number(h.appliedVersion) || 0,
+      replicaId: this.deps.replicaId,
+      streamId: this.streamId,
+    });
+    this.write({
+      welcome: { replicaId: this.deps.replicaId, leaseMs: this.deps.leaseMs, keepaliveIntervalMs: this.deps.keepaliveIntervalMs, epoch: this.deps.feed.epoch },
+      headVersion: this.deps.feed.headVersion,
+    });
+    await this.sync(Number(h.appliedVersion) || 0, String(h.epoch ?? ''));
+  }
+
+  /**
+   * Brings the node from `applied` (of `epoch`) to the head: a delta when the node's version is
+   * of this database's epoch and the outbox still covers the range, else a snapshot. Deltas the
+   * feed produces meanwhile are buffered and sent after, those already covered skipped.
+   */
+  private async sync(applied: number, epoch: string, requested = false): Promise<void> {
+    if (!this.buffer) this.buffer = [];
+    const release = await this.deps.syncSlots.acquire();
+    try {
+      await this.syncLocked(applied, epoch, requested);
+    } finally {
+      release();
+    }
+  }
+
+  private async syncLocked(applied: number, epoch: string, requested: boolean): Promise<void> {
+    if (this.closed) return;
+    const { db, feed, directory, metrics } = this.deps;
+    const delta = applied > 0 && epoch === feed.epoch ? await readDelta(db.pool, applied, { maxChanges: this.deps.resumeMaxChanges, onBadPolicy: this.deps.onBadPolicy }) : null;
+    if (this.closed) return;
+    const head = () => Math.max(feed.headVersion, this.sentVersion);
+    if (delta) {
+      metrics.syncs.inc({ kind: 'resume' });
+      this.sentVersion = delta.version;
+      if (delta.version > applied || requested) {
+        this.write({
+          delta: {
+            fromVersion: applied,
+            version: delta.version,
+            epoch: delta.epoch,
+            upserts: resourcesToProto(delta.upserts),
+            deletes: deletesToProto(delta.deletes),
+            committedAtUnixMs: delta.committedAtMs,
+          },
+          headVersion: head(),
+        });
+      }
+      if (!this.tunnelsSent) this.write({ tunnels: { up: directory.remoteFor(this.nodeId).map(tunnelToProto), down: [], replaceAll: true }, headVersion: head() });
+    } else {
+      metrics.syncs.inc({ kind: 'snapshot' });
+      const snap = await readSnapshot(db.pool, { onBadPolicy: this.deps.onBadPolicy });
+      if (this.closed) return;
+      this.sentVersion = snap.version;
+      this.write({
+        snapshot: {
+          version: snap.version,
+          epoch: snap.epoch,
+          resources: resourcesToProto(snap.entities),
+          remoteTunnels: directory.remoteFor(this.nodeId).map(tunnelToProto),
+          committedAtUnixMs: snap.committedAtMs,
+        },
+        headVersion: head(),
+      });
+    }
+    this.tunnelsSent = true;
+    const buffered = this.buffer ?? [];
+    const overflowed = this.bufferOverflowed;
+    this.buffer = null;
+    this.bufferOverflowed = false;
+    for (const d of buffered) this.offerDelta(d);
+    if (overflowed) this.requestResync(this.sentVersion);
+  }
+
+  private ack(version: number): void {
+    if (!Number.isFinite(version)) return;
+    const at = this.committedAt.get(version);
+    if (at !== undefined) {
+      this.deps.metrics.pushLatency.observe(Math.max(0, Date.now() - at) / 1000);
+      this.committedAt.delete(version);
+    }
+    this.ackWriter.set(version);
+  }
+
+  private async nack(version: number, error: string): Promise<void> {
+    this.deps.metrics.nacks.inc();
+    this.log.warn({ version, error }, 'ingress node refused a config version');
+    await ingressNodesRepo.rejected(this.deps.db.pool, this.nodeId, version, error);
+  }
+
+  // ---------------------------------------------------------------- writing and closing
+
+  private remember(version: number, committedAtMs: number): void {
+    this.committedAt.set(version, committedAtMs);
+    if (this.committedAt.size > 256) this.committedAt.delete(this.committedAt.keys().next().value!);
+  }
+
+  private write(msg: ControlMessage): void {
+    if (this.closed || !this.roomToWrite()) return;
+    this.call.write(msg);
+  }
+
+  /** A message encoded once for every stream (the server's serializer passes Buffers through). */
+  private writeRaw(buf: Buffer): void {
+    if (this.closed || !this.roomToWrite()) return;
+    this.call.write(buf as unknown as ControlMessage);
+  }
+
+  private roomToWrite(): boolean {
+    if (this.call.writableLength < this.deps.maxPendingWrites) return true;
+    this.fail(grpc.status.RESOURCE_EXHAUSTED, 'the node does not read its stream fast enough; reconnect', 'slow_reader');
+    return false;
+  }
+
+  private parse<T>(fn: () => T, what: string): T | undefined {
+    try {
+      return fn();
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message }, `node stream: malformed ${what} ignored`);
+      return undefined;
+    }
+  }
+
+  private fail(code: grpc.status, details: string, reason: string): void {
+    if (this.closed) return;
+    this.deps.metrics.streamErrors.inc({ reason });
+    if (reason !== 'shutdown') this.log.warn({ code, details }, 'ending node stream');
+    this.call.emit('error', Object.assign(new Error(details), { code, details }));
+    this.close(details);
+  }
+
+  private close(why: string): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.helloTimer) clearTimeout(this.helloTimer);
+    clearInterval(this.silenceTimer);
+    this.jobs.length = 0;
+    this.buffer = null;
+    this.onClose(this);
+    if (this.nodeId) {
+      this.log.info({ why }, 'ingress node disconnected');
+      void ingressNodesRepo.disconnected(this.deps.db.pool, this.nodeId, this.streamId).catch(() => {});
+    }
+  }
+}
+
+/** Ids and names from nodes: 1..200 characters, no control characters. */
+function validId(s: unknown): s is string {
+  // eslint-disable-next-line no-control-regex
+  return typeof s === 'string' && s.length > 0 && s.length <= MAX_ID && !/[\u0000-\u001f\u007f]/.test(s);
+}
+
+/** At most `n` holders at once; the others wait in order. */
+export class Semaphore {
+  private readonly waiting: (() => void)[] = [];
+  constructor(private free: number) {}
+  async acquire(): Promise<() => void> {
+    if (this.free > 0) this.free--;
+    else await new Promise<void>((r) => this.waiting.push(r));
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.free++;
+    };
+  }
+}
+
+/** Runs `fn` with the latest value given; at most one call in flight (e.g. a status row per node). */
+class LatestWins<T> {
+  private pending: { v: T } | null = null;
+  private busy = false;
+  constructor(private readonly fn: (v: T) => Promise<void>) {}
+  set(v: T): void {
+    this.pending = { v };
+    if (!this.busy) void this.run();
+  }
+  private async run(): Promise<void> {
+    this.busy = true;
+    while (this.pending) {
+      const { v } = this.pending;
+      this.pending = null;
+      await this.fn(v).catch(() => {});
+    }
+    this.busy = false;
+  }
+}

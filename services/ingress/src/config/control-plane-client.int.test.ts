@@ -1,0 +1,237 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import client from 'prom-client';
+import { createLogger, type DataPlaneConfig, type DpTunnel } from '@warren/shared';
+import { loadConfigProto, resourcesToProto, tunnelToProto, type ControlMessage, type NodeMessage__Output, type Resources } from '../../../shared/src/proto/index.js';
+import { ControlPlaneClient, type ControlPlaneClientOptions } from './index.js';
+
+/**
+ * The ingress client against a scripted control plane: a real gRPC server on localhost:0 whose
+ * messages each test chooses, to reach the paths a healthy control plane never takes.
+ */
+
+interface FakeCall {
+  received: NodeMessage__Output[];
+  send(m: ControlMessage): void;
+  end(): void;
+  next(kind: NonNullable<NodeMessage__Output['msg']>): Promise<NodeMessage__Output>;
+}
+
+async function fakeControlPlane() {
+  const calls: FakeCall[] = [];
+  const waiters: ((c: FakeCall) => void)[] = [];
+  const server = new grpc.Server();
+  server.addService(loadConfigProto().ConfigService.service, {
+    Connect: (call: grpc.ServerDuplexStream<NodeMessage__Output, ControlMessage>) => {
+      const received: NodeMessage__Output[] = [];
+      const listeners: (() => void)[] = [];
+      let seen = 0;
+      call.on('data', (m: NodeMessage__Output) => {
+        received.push(m);
+        for (const l of [...listeners]) l();
+      });
+      call.on('error', () => {});
+      const fc: FakeCall = {
+        received,
+        send: (m) => call.write(m),
+        end: () => call.end(),
+        next: (kind) =>
+          new Promise((resolve) => {
+            const check = () => {
+              while (seen < received.length) {
+                const m = received[seen++]!;
+                if (m.msg === kind) {
+                  listeners.splice(listeners.indexOf(check), 1);
+                  return resolve(m);
+                }
+              }
+            };
+            listeners.push(check);
+            check();
+          }),
+      };
+      calls.push(fc);
+      waiters.splice(0).forEach((w) => w(fc));
+    },
+  });
+  const port = await new Promise<number>((resolve, reject) => server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) => (e ? reject(e) : resolve(p))));
+  return {
+    target: `127.0.0.1:${port}`,
+    calls,
+    nextCall: () => new Promise<FakeCall>((r) => waiters.push(r)),
+    stop: () => server.forceShutdown(),
+  };
+}
+
+const cleanup: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanup.splice(0).reverse()) await c();
+});
+
+async function setup(over: Partial<ControlPlaneClientOptions> = {}) {
+  const cp = await fakeControlPlane();
+  cleanup.push(() => cp.stop());
+  const stateDir = over.stateDir ?? (await mkdtemp(path.join(tmpdir(), 'warren-cpc-')));
+  if (!over.stateDir) cleanup.push(() => rm(stateDir, { recursive: true, force: true }));
+  const registry = new client.Registry();
+  const c = new ControlPlaneClient({
+    targets: [cp.target],
+    nodeId: 'node-a',
+    nodeAddress: '127.0.0.1:9100',
+    stateDir,
+    registry,
+    log: createLogger('cpc-test', 'silent'),
+    backoff: { initialMs: 10, maxMs: 50 },
+    ...over,
+  });
+  cleanup.push(() => c.stop());
+  return { cp, c, stateDir, registry };
+}
+
+const welcome = (keepaliveIntervalMs = 1_000): ControlMessage => ({ welcome: { replicaId: 'fake', leaseMs: 10_000, keepaliveIntervalMs, epoch: 'e1' } });
+const none = () => ({ edges: [], routes: [], backends: [], ipPolicies: [], certificateAuthorities: [], credentials: [] });
+const edge = (id: string) => ({ id, accountId: 'ac_1', hostports: [`${id}.example.com:443`], mutualTls: null, tlsTermination: null });
+const route = (id: string, edgeId: string, match = '/') => ({ id, accountId: 'ac_1', edgeId, matchType: 'path_prefix' as const, match, modules: {}, backendId: null, ipPolicyIds: [], trafficPolicy: null });
+const snapshot = (version: number, resources: Resources, remoteTunnels: DpTunnel[] = []): ControlMessage => ({ snapshot: { version, epoch: 'e1', resources, remoteTunnels: remoteTunnels.map(tunnelToProto), committedAtUnixMs: Date.now() }, headVersion: version });
+const delta = (from: number, version: number, upserts: Resources): ControlMessage => ({ delta: { fromVersion: from, version, epoch: 'e1', upserts, deletes: {}, committedAtUnixMs: Date.now() }, headVersion: version });
+const remote = (id: string): DpTunnel => ({ id, accountId: 'ac_1', sessionId: 'ts_1', proto: 'labeled', labels: { a: 'b' }, publicUrl: '', bindings: [], poolingEnabled: false, forwardsTo: '', metadata: '', startedAt: '2026-01-01T00:00:00.000Z', nodeId: 'node-b', nodeAddress: '127.0.0.2:9100' });
+
+describe('ControlPlaneClient', () => {
+  it('says hello with a full sync, and re-syncs its sessions and tunnels after every reconnect', async () => {
+    const { cp, c } = await setup();
+    c.sessionUp({ id: 'ts_1', accountId: 'ac_1', credentialId: 'cr_1', agentVersion: '1', os: 'linux', ip: '1.2.3.4', metadata: '', startedAt: '2026-01-01T00:00:00Z' });
+    const first = cp.nextCall();
+    await c.start();
+    const call = await first;
+    const hello = await call.next('hello');
+    expect(hello.hello).toMatchObject({ nodeId: 'node-a', nodeAddress: '127.0.0.1:9100', appliedVersion: 0, epoch: '' });
+    expect((await call.next('fullSync')).fullSync!.sessions.map((s) => s.id)).toEqual(['ts_1']);
+    call.send(welcome());
+    await expect.poll(() => c.connected).toBe(true);
+
+    // Live reports go out at once.
+    c.tunnelUp({ id: 'tn_1', accountId: 'ac_1', sessionId: 'ts_1', proto: 'https', labels: {}, publicUrl: 'https://x', bindings: [], poolingEnabled: false, forwardsTo: '', metadata: '', startedAt: '2026-01-01T00:00:00Z' });
+    expect((await call.next('tunnelUp')).tunnelUp!.tunnel!.id).toBe('tn_1');
+
+    // Disconnected: nothing queues; the next hello's full sync has the current state.
+    const second = cp.nextCall();
+    const disconnected = new Promise((r) => c.once('disconnected', r));
+    call.end();
+    await disconnected;
+    c.tunnelDown('tn_1');
+    c.sessionUp({ id: 'ts_2', accountId: 'ac_1', credentialId: 'cr_1', agentVersion: '1', os: 'linux', ip: '1.2.3.4', metadata: '', startedAt: '2026-01-01T00:00:00Z' });
+    const again = await second;
+    await again.next('hello');
+    const sync = (await again.next('fullSync')).fullSync!;
+    expect(sync.sessions.map((s) => s.id).sort()).toEqual(['ts_1', 'ts_2']);
+    expect(sync.tunnels).toEqual([]);
+    expect(again.received.filter((m) => m.msg === 'tunnelDown' || m.msg === 'sessionUp')).toEqual([]);
+  });
+
+  it('NACKs a config that does not hold together, ACKs a good one only once it is on disk', async () => {
+    const { cp, c, stateDir } = await setup();
+    const first = cp.nextCall();
+    await c.start();
+    const call = await first;
+    call.send(welcome());
+    call.send(snapshot(3, resourcesToProto({ ...none(), routes: [route('r1', 'e_missing')] })));
+    const nack = (await call.next('nack')).nack!;
+    expect(nack.version).toBe(3);
+    expect(nack.error).toMatch(/route r1: unknown edge e_missing/);
+    expect(c.config).toBeNull();
+
+    call.send(snapshot(4, resourcesToProto({ ...none(), edges: [edge('e1')], routes: [route('r1', 'e1')] })));
+    expect((await call.next('ack')).ack!.version).toBe(4);
+    const onDisk = JSON.parse(await readFile(path.join(stateDir, 'config.json'), 'utf8'));
+    expect(onDisk).toMatchObject({ format: 1, epoch: 'e1', version: 4 });
+    expect(onDisk.entities.routes[0].id).toBe('r1');
+    expect(c.config!.version).toBe(4);
+  });
+
+  it('keeps the old config on a malformed or refused delta, and asks for a resync on a gap', async () => {
+    const { cp, c, registry } = await setup();
+    const swaps: [number, number | null][] = [];
+    c.on('config', (cfg, prev) => swaps.push([cfg.version, prev?.version ?? null]));
+    c.addValidator((cand) => {
+      if ([...cand.routes.values()].some((r) => r.match === '/refused')) throw new Error('refused by the router');
+    });
+    const first = cp.nextCall();
+    await c.start();
+    const call = await first;
+    call.send(welcome());
+    call.send(snapshot(10, resourcesToProto({ ...none(), edges: [edge('e1')] })));
+    await call.next('ack');
+    const good = c.config;
+
+    const malformed = delta(10, 11, resourcesToProto({ ...none(), routes: [route('r1', 'e1')] }));
+    malformed.delta!.upserts!.routes![0]!.modulesJson = '{oops';
+    call.send(malformed);
+    expect((await call.next('nack')).nack).toMatchObject({ version: 11, error: expect.stringMatching(/modules_json: invalid JSON/) });
+    call.send(delta(10, 11, resourcesToProto({ ...none(), routes: [route('r1', 'e1', '/refused')] })));
+    expect((await call.next('nack')).nack).toEqual({ version: 11, error: 'refused by the router' });
+    expect(c.config).toBe(good);
+
+    // 12 follows 11, which this node refused: it asks for a delta from 10 (once).
+    call.send(delta(11, 12, resourcesToProto(none())));
+    call.send(delta(12, 13, resourcesToProto(none())));
+    expect((await call.next('resync')).resync).toEqual({ appliedVersion: 10, epoch: 'e1' });
+    call.send(delta(10, 13, resourcesToProto({ ...none(), routes: [route('r1', 'e1', '/ok')] })));
+    expect((await call.next('ack')).ack!.version).toBe(13);
+    expect(c.config!.routes.get('r1')!.match).toBe('/ok');
+    // Old news is ignored.
+    call.send(delta(9, 12, resourcesToProto({ ...none(), edges: [edge('stale')] })));
+    await new Promise((r) => setTimeout(r, 50));
+    expect(c.config!.edges.has('stale')).toBe(false);
+    expect(call.received.filter((m) => m.msg === 'resync')).toHaveLength(1);
+    expect(swaps).toEqual([
+      [10, null],
+      [13, 10],
+    ]);
+    const rejected = (await registry.getSingleMetric('warren_ingress_config_applies_total')!.get()).values.find((v) => v.labels.result === 'rejected');
+    expect(rejected?.value).toBe(2);
+    expect(c.connected).toBe(true);
+  });
+
+  it('reconnects when the control plane falls silent', async () => {
+    const { cp, c } = await setup();
+    const first = cp.nextCall();
+    await c.start();
+    const call = await first;
+    call.send(welcome(100)); // expects an answer to each keep-alive; this fake never answers
+    await call.next('keepAlive');
+    const second = await cp.nextCall();
+    expect((await second.next('hello')).hello!.nodeId).toBe('node-a');
+  });
+
+  it('persists remote tunnels and serves them (and the config) from disk when no control plane answers', async () => {
+    const { cp, c, stateDir } = await setup();
+    const first = cp.nextCall();
+    await c.start();
+    const call = await first;
+    call.send(welcome());
+    call.send(snapshot(5, resourcesToProto({ ...none(), edges: [edge('e1')] }), [remote('tn_r1')]));
+    await call.next('ack');
+    call.send({ tunnels: { up: [tunnelToProto(remote('tn_r2'))], down: ['tn_r1'], replaceAll: false } });
+    await expect.poll(() => [...c.remoteTunnels.keys()]).toEqual(['tn_r2']);
+    // Announcements about this node's own tunnels are ignored.
+    call.send({ tunnels: { up: [tunnelToProto({ ...remote('tn_own'), nodeId: 'node-a' })], down: [], replaceAll: false } });
+    await c.stop();
+    const stored = JSON.parse(await readFile(path.join(stateDir, 'remote-tunnels.json'), 'utf8'));
+    expect(stored.tunnels.map((t: DpTunnel) => t.id)).toEqual(['tn_r2']);
+
+    const restarted = new ControlPlaneClient({ targets: ['127.0.0.1:1'], nodeId: 'node-a', nodeAddress: '127.0.0.1:9100', stateDir, log: createLogger('cpc-test', 'silent') });
+    cleanup.push(() => restarted.stop());
+    const ups: string[] = [];
+    const configs: DataPlaneConfig[] = [];
+    restarted.on('remoteTunnelUp', (t) => ups.push(t.id));
+    restarted.on('config', (cfg) => configs.push(cfg));
+    await restarted.start();
+    expect(ups).toEqual(['tn_r2']);
+    expect(configs.map((x) => x.version)).toEqual([5]);
+    expect(restarted.remoteTunnels.get('tn_r2')).toEqual(remote('tn_r2'));
+    expect(restarted.connected).toBe(false);
+  });
+});

@@ -1,0 +1,558 @@
+import { EventEmitter } from 'node:events';
+import * as grpc from '@grpc/grpc-js';
+import client from 'prom-client';
+import { createLogger, type DataPlaneConfig, type DpAgentSession, type DpTunnel, type Logger } from '@warren/shared';
+import {
+  deletesFromProto,
+  loadConfigProto,
+  resourcesFromProto,
+  sessionToProto,
+  tunnelFromProto,
+  tunnelToProto,
+  type ConfigServiceClient,
+  type ControlMessage__Output,
+  type Delta__Output,
+  type NodeMessage,
+  type Snapshot__Output,
+  type TunnelPresence__Output,
+} from '../../../shared/src/proto/index.js';
+import { Backoff } from './backoff.js';
+import { applyDelta, buildConfig, checkConfig } from './config-state.js';
+import { createConfigClientMetrics, type ConfigClientMetrics } from './metrics.js';
+import { StateStore } from './state-store.js';
+
+export type ReportedTunnel = Omit<DpTunnel, 'nodeId' | 'nodeAddress'>;
+
+export interface ControlPlaneClientOptions {
+  /** Control-plane gRPC `host:port`s; the client moves to the next one after a failure. */
+  targets: string[];
+  nodeId: string;
+  /** This node's internal forwarding `host:port`, sent in hello (other nodes reach its tunnels there). */
+  nodeAddress: string;
+  /** Last good config and remote tunnels are persisted here (atomic writes). */
+  stateDir: string;
+  /** WARREN_NODE_TOKEN: sent as `authorization: Bearer <token>`. */
+  token?: string;
+  /** Metrics are registered here (default: a private registry). */
+  registry?: client.Registry;
+  log?: Logger;
+  /** Reconnect backoff, jittered exponential (default 100 ms → 5 s). */
+  backoff?: { initialMs?: number; maxMs?: number };
+  /** TLS to the control plane (default: plaintext). `ca` verifies the server; `cert`+`key` for mutual TLS. */
+  tls?: { ca?: Buffer; cert?: Buffer; key?: Buffer; serverNameOverride?: string };
+  /** A stream that gets no welcome within this time is abandoned (default 10 s). */
+  connectTimeoutMs?: number;
+  /** Keep-alive interval until the control plane says otherwise in its welcome (default 3 s). */
+  keepaliveIntervalMs?: number;
+  /** Reports written but not yet sent before reports are dropped for a full re-sync (default 1,000). */
+  maxQueuedReports?: number;
+}
+
+export interface ControlPlaneClientEvents {
+  /** After each atomic swap (also after loading from disk at start). */
+  config: [cfg: DataPlaneConfig, previous: DataPlaneConfig | null];
+  remoteTunnelUp: [t: DpTunnel];
+  remoteTunnelDown: [id: string];
+  connected: [];
+  disconnected: [err?: Error];
+}
+
+// Largest message accepted from the control plane: a snapshot of a large configuration.
+const MAX_RECEIVE_BYTES = 256 * 1024 * 1024;
+
+/**
+ * An ingress node's side of `warren.config.v1.ConfigService.Connect`.
+ *
+ * Config: snapshots and deltas are applied atomically — a new immutable `DataPlaneConfig` is
+ * built, checked (structure, then every validator), swapped in ('config'), persisted to
+ * `stateDir`, then ACKed; a failure NACKs with the version and the error and keeps the config
+ * served. Static stability: `start()` first serves the config persisted on disk, and the node
+ * keeps serving whatever it has through any outage, reconnecting with jittered backoff and
+ * catching up (a delta from its version when the control plane can, else a snapshot).
+ *
+ * Presence: sessions and tunnels reported here are kept in a local table; every (re)connect
+ * sends all of it (full sync), and changes while connected go out at once. Nothing queues while
+ * disconnected, and when the stream backs up, reports are dropped in favour of a full sync: the
+ * memory used is bounded by what is live.
+ */
+export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
+  private readonly opts: Required<Pick<ControlPlaneClientOptions, 'connectTimeoutMs' | 'keepaliveIntervalMs' | 'maxQueuedReports'>> & ControlPlaneClientOptions;
+  private readonly log: Logger;
+  private readonly metrics: ConfigClientMetrics;
+  private readonly store: StateStore;
+  private readonly backoff: Backoff;
+  private readonly validators: ((candidate: DataPlaneConfig) => void)[] = [];
+
+  private current: DataPlaneConfig | null = null;
+  private epoch = '';
+  private headVersion = 0;
+  private readonly remote = new Map<string, DpTunnel>();
+  private readonly sessions = new Map<string, DpAgentSession>();
+  private readonly tunnels = new Map<string, ReportedTunnel>();
+
+  private started = false;
+  private stopped = false;
+  private targetIndex = 0;
+  private attempts = 0;
+  private failures = 0;
+  private grpcClient: ConfigServiceClient | null = null;
+  private call: grpc.ClientDuplexStream<NodeMessage, ControlMessage__Output> | null = null;
+  private isConnected = false;
+  private fullSyncWanted = false;
+  private resyncPending = false;
+  private reconnectTimer: NodeJS.Timeout | null = null;
+  private connectTimer: NodeJS.Timeout | null = null;
+  private keepaliveTimer: NodeJS.Timeout | null = null;
+  private lastHeard = 0;
+  private silenceLimitMs = 0;
+  private tunnelsSaveTimer: NodeJS.Timeout | null = null;
+
+  constructor(opts: ControlPlaneClientOptions) {
+    super();
+    if (!Array.isArray(opts.targets) || opts.targets.length === 0 || opts.targets.some((t) => typeof t !== 'string' || !t)) throw new TypeError('ControlPlaneClient: targets must be a non-empty list of host:port');
+    if (!opts.nodeId) throw new TypeError('ControlPlaneClient: nodeId is required');
+    if (!opts.nodeAddress) throw new TypeError('ControlPlaneClient: nodeAddress is required');
+    if (!opts.stateDir) throw new TypeError('ControlPlaneClient: stateDir is required');
+    this.opts = { connectTimeoutMs: 10_000, keepaliveIntervalMs: 3_000, maxQueuedReports: 1_000, ...opts };
+    this.log = opts.log ?? createLogger('ingress-config');
+    this.metrics = createConfigClientMetrics(opts.registry ?? new client.Registry());
+    this.store = new StateStore(opts.stateDir);
+    this.backoff = new Backoff(opts.backoff?.initialMs ?? 100, opts.backoff?.maxMs ?? 5_000);
+  }
+
+  /** The applied config, or null before any (from disk or the control plane). */
+  get config(): DataPlaneConfig | null {
+    return this.current;
+  }
+
+  get connected(): boolean {
+    return this.isConnected;
+  }
+
+  /** Remote tunnels (other nodes), by id. */
+  get remoteTunnels(): ReadonlyMap<string, DpTunnel> {
+    return this.remote;
+  }
+
+  /** Runs on every candidate config before it is swapped in; a throw → NACK {version, error}, old config kept. */
+  addValidator(fn: (candidate: DataPlaneConfig) => void): void {
+    this.validators.push(fn);
+  }
+
+  /**
+   * Loads the persisted last good config (emitting 'config') and remote tunnels (emitting
+   * 'remoteTunnelUp'), then connects and keeps reconnecting. Resolves once started, without
+   * waiting for the control plane.
+   */
+  async start(): Promise<void> {
+    if (this.started) return;
+    this.started = true;
+    await this.loadFromDisk();
+    this.connect();
+  }
+
+  /** Closes the stream, stops reconnecting and finishes pending disk writes. */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    for (const t of [this.reconnectTimer, this.connectTimer, this.tunnelsSaveTimer]) if (t) clearTimeout(t);
+    if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
+    if (this.tunnelsSaveTimer) void this.persistTunnels();
+    this.teardown();
+    await this.store.flush().catch(() => {});
+  }
+
+  // ---------------------------------------------------------------- reports
+
+  sessionUp(s: DpAgentSession): void {
+    // A copy of the reported fields only: the caller's object may hold much more (sockets, streams).
+    const { id, accountId, credentialId, agentVersion, os, ip, metadata, startedAt } = s;
+    const own: DpAgentSession = { id, accountId, credentialId, agentVersion, os, ip, metadata, startedAt };
+    this.sessions.set(id, own);
+    this.report({ sessionUp: { session: sessionToProto(own) } });
+  }
+
+  sessionDown(id: string): void {
+    this.sessions.delete(id);
+    for (const [tid, t] of this.tunnels) if (t.sessionId === id) this.tunnels.delete(tid);
+    this.report({ sessionDown: { id } });
+  }
+
+  tunnelUp(t: ReportedTunnel): void {
+    const { id, accountId, sessionId, proto, labels, publicUrl, bindings, poolingEnabled, forwardsTo, metadata, startedAt } = t;
+    const own: ReportedTunnel = { id, accountId, sessionId, proto, labels, publicUrl, bindings, poolingEnabled, forwardsTo, metadata, startedAt };
+    this.tunnels.set(id, own);
+    this.report({ tunnelUp: { tunnel: tunnelToProto(own) } });
+  }
+
+  tunnelDown(id: string): void {
+    this.tunnels.delete(id);
+    this.report({ tunnelDown: { id } });
+  }
+
+  /** Sends a report on the open stream; with none, the next connection's full sync carries it. */
+  private report(msg: NodeMessage): void {
+    const call = this.call;
+    if (!call) return;
+    if (this.fullSyncWanted) return; // the full sync about to go out includes this change
+    if (call.writableLength >= this.opts.maxQueuedReports) {
+      this.fullSyncWanted = true;
+      this.log.warn({ queued: call.writableLength }, 'control plane stream backed up; reports replaced by a full sync once it drains');
+      call.once('drain', () => {
+        if (this.call !== call) return;
+        this.fullSyncWanted = false;
+        this.write(this.fullSyncMessage());
+      });
+      return;
+    }
+    this.write(msg);
+  }
+
+  private fullSyncMessage(): NodeMessage {
+    return { fullSync: { sessions: [...this.sessions.values()].map(sessionToProto), tunnels: [...this.tunnels.values()].map(tunnelToProto) } };
+  }
+
+  // ---------------------------------------------------------------- connection
+
+  private connect(): void {
+    if (this.stopped) return;
+    const target = this.opts.targets[this.targetIndex % this.opts.targets.length]!;
+    if (this.attempts++ > 0) this.metrics.reconnects.inc();
+    const Service = loadConfigProto().ConfigService;
+    const tls = this.opts.tls;
+    const creds = tls ? grpc.credentials.createSsl(tls.ca ?? null, tls.key ?? null, tls.cert ?? null) : grpc.credentials.createInsecure();
+    const channelOptions: grpc.ChannelOptions = { 'grpc.max_receive_message_length': MAX_RECEIVE_BYTES };
+    if (tls?.serverNameOverride) channelOptions['grpc.ssl_target_name_override'] = tls.serverNameOverride;
+    const grpcClient = new Service(target, creds, channelOptions) as unknown as ConfigServiceClient;
+    const md = new grpc.Metadata();
+    if (this.opts.token) md.set('authorization', `Bearer ${this.opts.token}`);
+    const call = grpcClient.Connect(md);
+    this.grpcClient = grpcClient;
+    this.call = call;
+    this.fullSyncWanted = false;
+    this.resyncPending = false;
+    this.lastHeard = Date.now();
+
+    let ended = false;
+    const end = (err?: Error) => {
+      if (ended) return;
+      ended = true;
+      this.onStreamEnd(call, err);
+    };
+    call.on('data', (m: ControlMessage__Output) => {
+      if (this.call !== call) return;
+      this.lastHeard = Date.now();
+      try {
+        this.onMessage(m);
+      } catch (err) {
+        // Never let a malformed message take the node down: drop the stream and resync.
+        this.log.error({ err }, 'control plane message could not be handled; reconnecting');
+        call.cancel();
+      }
+    });
+    call.on('error', (err: grpc.ServiceError) => end(err));
+    call.on('end', () => end());
+    call.on('close', () => end());
+
+    this.write({
+      hello: { nodeId: this.opts.nodeId, nodeAddress: this.opts.nodeAddress, appliedVersion: this.current?.version ?? 0, epoch: this.current ? this.epoch : '', agent: `warren-ingress node/${process.version}` },
+    });
+    this.write(this.fullSyncMessage());
+    this.connectTimer = setTimeout(() => {
+      this.connectTimer = null;
+      if (this.call === call && !this.isConnected) {
+        this.log.warn({ target }, `no welcome from the control plane within ${this.opts.connectTimeoutMs} ms`);
+        call.cancel();
+      }
+    }, this.opts.connectTimeoutMs);
+    this.connectTimer.unref();
+  }
+
+  private onStreamEnd(call: grpc.ClientDuplexStream<NodeMessage, ControlMessage__Output>, err?: Error): void {
+    if (this.call !== call) return;
+    const wasConnected = this.isConnected;
+    this.teardown();
+    if (this.stopped) return;
+    const target = this.opts.targets[this.targetIndex % this.opts.targets.length];
+    if (wasConnected) {
+      this.failures = 0;
+      this.log.warn({ target, err: err?.message }, 'control plane stream ended; reconnecting');
+      this.emit('disconnected', err);
+    } else {
+      // The first failure after a success (or at start), a refused token, then every tenth: visible, not noisy.
+      const code = (err as grpc.ServiceError | undefined)?.code;
+      const refused = code === grpc.status.UNAUTHENTICATED || code === grpc.status.PERMISSION_DENIED;
+      const level = this.failures++ % 10 === 0 || refused ? 'warn' : 'debug';
+      this.log[level]({ target, err: err?.message, attempts: this.failures }, refused ? 'control plane refused this node (check WARREN_NODE_TOKEN)' : 'cannot reach the control plane; retrying');
+    }
+    // Try the next control plane; after a good connection, start again from a short delay.
+    this.targetIndex++;
+    if (wasConnected) this.backoff.reset();
+    this.reconnectTimer = setTimeout(() => {
+      this.reconnectTimer = null;
+      this.connect();
+    }, this.backoff.next());
+    this.reconnectTimer.unref();
+  }
+
+  private teardown(): void {
+    const call = this.call;
+    const grpcClient = this.grpcClient;
+    this.call = null;
+    this.grpcClient = null;
+    if (this.connectTimer) clearTimeout(this.connectTimer);
+    this.connectTimer = null;
+    if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
+    this.keepaliveTimer = null;
+    if (this.isConnected) {
+      this.isConnected = false;
+      this.metrics.connected.set(0);
+    }
+    if (call) {
+      call.removeAllListeners('data');
+      call.on('error', () => {}); // a late error of a stream we left must not crash the process
+      call.cancel();
+    }
+    grpcClient?.close();
+  }
+
+  private write(msg: NodeMessage): void {
+    const call = this.call;
+    if (!call) return;
+    try {
+      call.write(msg);
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message }, 'write to the control plane failed');
+    }
+  }
+
+  // ---------------------------------------------------------------- control-plane messages
+
+  private onMessage(m: ControlMessage__Output): void {
+    const head = Number(m.headVersion) || 0;
+    if (head > this.headVersion) this.headVersion = head;
+    switch (m.msg) {
+      case 'welcome':
+        if (m.welcome) this.onWelcome(Number(m.welcome.keepaliveIntervalMs) || this.opts.keepaliveIntervalMs);
+        break;
+      case 'snapshot':
+        if (m.snapshot) this.onSnapshot(m.snapshot);
+        break;
+      case 'delta':
+        if (m.delta) this.onDelta(m.delta);
+        break;
+      case 'tunnels':
+        if (m.tunnels) this.onPresence(m.tunnels);
+        break;
+      default:
+        break; // heartbeat, or a message this version does not know
+    }
+    this.updateVersionMetrics();
+  }
+
+  private onWelcome(keepaliveMs: number): void {
+    if (this.connectTimer) clearTimeout(this.connectTimer);
+    this.connectTimer = null;
+    this.isConnected = true;
+    this.failures = 0;
+    this.metrics.connected.set(1);
+    this.backoff.reset();
+    // The control plane answers every keep-alive: silence for three intervals means it is gone.
+    this.silenceLimitMs = keepaliveMs * 3 + 1_000;
+    if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
+    this.keepaliveTimer = setInterval(() => {
+      const call = this.call;
+      if (!call) return;
+      if (Date.now() - this.lastHeard > this.silenceLimitMs) {
+        this.log.warn({ silent_ms: Date.now() - this.lastHeard }, 'control plane silent; reconnecting');
+        call.cancel();
+        return;
+      }
+      this.write({ keepAlive: {} });
+    }, keepaliveMs);
+    this.keepaliveTimer.unref();
+    this.log.info({ target: this.opts.targets[this.targetIndex % this.opts.targets.length] }, 'connected to the control plane');
+    this.emit('connected');
+  }
+
+  private onSnapshot(s: Snapshot__Output): void {
+    const version = Number(s.version) || 0;
+    this.resyncPending = false;
+    // Remote tunnels first: they are valid whatever becomes of the config.
+    this.replaceRemote(s.remoteTunnels ?? []);
+    this.apply('snapshot', version, String(s.epoch ?? ''), 0, () => buildConfig(version, resourcesFromProto(s.resources)));
+  }
+
+  private onDelta(d: Delta__Output): void {
+    const version = Number(d.version) || 0;
+    const from = Number(d.fromVersion) || 0;
+    const epoch = String(d.epoch ?? '');
+    const cur = this.current;
+    const sameEpoch = cur !== null && epoch === this.epoch;
+    if (sameEpoch && version <= cur.version) {
+      this.resyncPending = false;
+      return; // already applied (an answer to a resync that found nothing new)
+    }
+    if (!sameEpoch || from > cur.version) {
+      // A gap (e.g. after a NACK) or another epoch: ask for a delta from what is served, once.
+      if (!this.resyncPending) {
+        this.resyncPending = true;
+        this.log.info({ applied: cur?.version ?? 0, from, version }, 'config delta does not follow the applied version; asking for a resync');
+        this.write({ resync: { appliedVersion: sameEpoch ? cur.version : 0, epoch: sameEpoch ? this.epoch : '' } });
+      }
+      return;
+    }
+    this.resyncPending = false;
+    const committedAt = Number(d.committedAtUnixMs) || 0;
+    this.apply('delta', version, epoch, committedAt, () => applyDelta(cur, version, resourcesFromProto(d.upserts), deletesFromProto(d.deletes)));
+  }
+
+  /** Build → check → validators → swap → persist → ACK; any throw before the swap → NACK. */
+  private apply(kind: 'snapshot' | 'delta', version: number, epoch: string, committedAtMs: number, build: () => DataPlaneConfig): void {
+    let next: DataPlaneConfig;
+    try {
+      next = build();
+      checkConfig(next);
+      for (const v of this.validators) v(next);
+    } catch (err) {
+      const error = (err as Error)?.message || String(err);
+      this.metrics.applies.inc({ kind, result: 'rejected' });
+      this.log.error({ version, kind, error }, 'config refused; keeping the config served');
+      this.write({ nack: { version, error: error.slice(0, 4000) } });
+      return;
+    }
+    const previous = this.current;
+    this.current = next;
+    this.epoch = epoch;
+    if (kind === 'delta' && committedAtMs > 0) this.metrics.applyLatency.observe(Math.max(0, Date.now() - committedAtMs) / 1000);
+    this.metrics.applies.inc({ kind, result: 'ok' });
+    this.updateVersionMetrics();
+    this.emitSafely('config', next, previous);
+    const call = this.call;
+    this.store.saveConfig(next, epoch).then(
+      () => {
+        if (this.call === call) this.write({ ack: { version } });
+      },
+      (err: unknown) => {
+        // Served, but not persisted: still ACK (it is what this node enforces), and say so.
+        this.metrics.persistErrors.inc();
+        this.log.error({ err, version }, 'could not persist the config');
+        if (this.call === call) this.write({ ack: { version } });
+      },
+    );
+  }
+
+  private onPresence(p: TunnelPresence__Output): void {
+    if (p.replaceAll) {
+      this.replaceRemote(p.up ?? []);
+      return;
+    }
+    let changed = false;
+    for (const m of p.up ?? []) changed = this.upsertRemote(m) || changed;
+    for (const id of p.down ?? []) {
+      if (typeof id === 'string' && this.remote.delete(id)) {
+        changed = true;
+        this.emitSafely('remoteTunnelDown', id);
+      }
+    }
+    if (changed) this.remoteChanged();
+  }
+
+  private replaceRemote(list: Parameters<typeof tunnelFromProto>[0][]): void {
+    const seen = new Set<string>();
+    let changed = false;
+    for (const m of list) {
+      if (typeof m?.id === 'string') seen.add(m.id);
+      changed = this.upsertRemote(m) || changed;
+    }
+    for (const id of [...this.remote.keys()]) {
+      if (!seen.has(id)) {
+        this.remote.delete(id);
+        changed = true;
+        this.emitSafely('remoteTunnelDown', id);
+      }
+    }
+    if (changed) this.remoteChanged();
+  }
+
+  private upsertRemote(m: Parameters<typeof tunnelFromProto>[0]): boolean {
+    let t: DpTunnel;
+    try {
+      t = tunnelFromProto(m);
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message }, 'malformed remote tunnel ignored');
+      return false;
+    }
+    if (!t.id || t.nodeId === this.opts.nodeId) return false;
+    const old = this.remote.get(t.id);
+    if (old && JSON.stringify(old) === JSON.stringify(t)) return false;
+    this.remote.set(t.id, Object.freeze(t));
+    this.emitSafely('remoteTunnelUp', t);
+    return true;
+  }
+
+  private remoteChanged(): void {
+    this.metrics.remoteTunnels.set(this.remote.size);
+    // Coalesce bursts into one write.
+    if (this.tunnelsSaveTimer || this.stopped) return;
+    this.tunnelsSaveTimer = setTimeout(() => {
+      this.tunnelsSaveTimer = null;
+      void this.persistTunnels();
+    }, 100);
+    this.tunnelsSaveTimer.unref();
+  }
+
+  private async persistTunnels(): Promise<void> {
+    await this.store.saveTunnels([...this.remote.values()]).catch((err: unknown) => {
+      this.metrics.persistErrors.inc();
+      this.log.error({ err }, 'could not persist remote tunnels');
+    });
+  }
+
+  private updateVersionMetrics(): void {
+    const applied = this.current?.version ?? 0;
+    this.metrics.appliedVersion.set(applied);
+    this.metrics.headVersion.set(this.headVersion);
+    this.metrics.lag.set(Math.max(0, this.headVersion - applied));
+  }
+
+  /** A listener that throws must not break the stream handling (the swap already happened). */
+  private emitSafely<K extends keyof ControlPlaneClientEvents>(event: K, ...args: ControlPlaneClientEvents[K]): void {
+    try {
+      (this.emit as (e: K, ...a: ControlPlaneClientEvents[K]) => boolean)(event, ...args);
+    } catch (err) {
+      this.log.error({ err, event }, 'a config event listener threw');
+    }
+  }
+
+  // ---------------------------------------------------------------- disk
+
+  private async loadFromDisk(): Promise<void> {
+    try {
+      const stored = await this.store.loadConfig();
+      if (stored) {
+        const cfg = buildConfig(stored.version, stored.entities);
+        checkConfig(cfg);
+        for (const v of this.validators) v(cfg);
+        this.current = cfg;
+        this.epoch = stored.epoch;
+        this.updateVersionMetrics();
+        this.log.info({ version: cfg.version, saved_at: stored.savedAt }, 'serving the last good config from disk');
+        this.emitSafely('config', cfg, null);
+      }
+    } catch (err) {
+      this.log.error({ err: (err as Error).message, dir: this.opts.stateDir }, 'persisted config unusable; waiting for the control plane');
+    }
+    try {
+      for (const t of await this.store.loadTunnels()) {
+        if (t && typeof t.id === 'string' && t.nodeId !== this.opts.nodeId && typeof t.nodeAddress === 'string') {
+          this.remote.set(t.id, Object.freeze(t));
+          this.emitSafely('remoteTunnelUp', t);
+        }
+      }
+      this.metrics.remoteTunnels.set(this.remote.size);
+    } catch (err) {
+      this.log.error({ err: (err as Error).message, dir: this.opts.stateDir }, 'persisted remote tunnels unusable');
+    }
+  }
+}
