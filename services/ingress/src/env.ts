@@ -21,6 +21,11 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
       /** Control-plane gRPC endpoints, comma-separated `host:port`. */
       CONTROL_PLANE_GRPC: z.string().default('127.0.0.1:9090'),
       WARREN_NODE_TOKEN: z.string().optional(),
+      /** TLS to the control plane's gRPC: its CA, and a client certificate when it asks for one. */
+      CONTROL_PLANE_TLS_CA_FILE: z.string().optional(),
+      CONTROL_PLANE_TLS_CERT_FILE: z.string().optional(),
+      CONTROL_PLANE_TLS_KEY_FILE: z.string().optional(),
+      CONTROL_PLANE_TLS_SERVER_NAME: z.string().optional(),
       /** Where the last good config, remote tunnels and generated certificates are kept. */
       STATE_DIR: z.string().optional(),
       /** PEM files for the public HTTPS and agent listeners; generated under STATE_DIR when absent. */

@@ -2,6 +2,7 @@ import http from 'node:http';
 import https from 'node:https';
 import type net from 'node:net';
 import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { EnvError, createLogger, type DataPlaneConfig } from '@warren/shared';
 import { AgentServer, type AgentIdentity, type BindRequest } from './agents/server.js';
 import { ControlPlaneClient } from './config/index.js';
@@ -83,6 +84,14 @@ async function main(): Promise<void> {
     nodeAddress,
     stateDir: env.STATE_DIR,
     token: env.WARREN_NODE_TOKEN,
+    tls: env.CONTROL_PLANE_TLS_CA_FILE
+      ? {
+          ca: readFileSync(env.CONTROL_PLANE_TLS_CA_FILE),
+          cert: env.CONTROL_PLANE_TLS_CERT_FILE ? readFileSync(env.CONTROL_PLANE_TLS_CERT_FILE) : undefined,
+          key: env.CONTROL_PLANE_TLS_KEY_FILE ? readFileSync(env.CONTROL_PLANE_TLS_KEY_FILE) : undefined,
+          serverNameOverride: env.CONTROL_PLANE_TLS_SERVER_NAME,
+        }
+      : undefined,
     registry: metrics.registry,
     log: log.child({ component: 'config' }),
   });
