@@ -27,16 +27,6 @@ function listen(server: net.Server, port: number, host: string): Promise<number>
   });
 }
 
-/** `bind:` ACL rules of a credential allow a hostname (`*.example.com` matches one or more labels). */
-export function aclAllows(acl: string[], hostname: string): boolean {
-  const rules = acl.filter((r) => r.startsWith('bind:'));
-  if (rules.length === 0) return true;
-  return rules.some((r) => {
-    const pat = r.slice(5).toLowerCase();
-    return pat === '*' || pat === hostname || (pat.startsWith('*.') && hostname.endsWith(pat.slice(1)));
-  });
-}
-
 /**
  * Composition root of an ingress node: config from the control plane (or from disk), the agent
  * listener, the public HTTP and HTTPS listeners and the internal listener; graceful stop on SIGTERM.
@@ -125,16 +115,12 @@ async function main(): Promise<void> {
     }
     return null;
   };
-  const sessionAcl = new Map<string, string[]>();
   const agentServer = new AgentServer({
     nodeId,
     tls: { cert: tls.cert, key: tls.key },
     authenticate,
-    checkBind: (b) => {
-      const acl = sessionAcl.get(b.sessionId);
-      if (acl && !aclAllows(acl, b.hostname)) return `the authtoken's ACL does not allow binding ${b.hostname} (ERR_WARREN_1100)`;
-      return checkBind(b);
-    },
+    // The server enforces the credential's ACL itself; this adds the cluster-wide checks.
+    checkBind,
     defaultDomain: env.DEFAULT_DOMAIN,
     publicUrl: (proto, host) => {
       const port = proto === 'http' ? httpPort : httpsPublicPort();
@@ -145,13 +131,10 @@ async function main(): Promise<void> {
     log: log.child({ component: 'agents' }),
   });
   agentServer.on('session', (s) => {
-    const cred = client.config?.credentials.get(s.credentialId);
-    if (cred) sessionAcl.set(s.id, cred.acl);
     metrics.sessions.set(agentServer.sessions().length);
     client.sessionUp(s);
   });
   agentServer.on('sessionClosed', (id: string) => {
-    sessionAcl.delete(id);
     metrics.sessions.set(agentServer.sessions().length);
     client.sessionDown(id);
   });

@@ -31,6 +31,7 @@ function fakeTunnel(id: string, labels: Record<string, string>, port: () => numb
   return {
     id, accountId: 'ac_1', sessionId: 'ts_1', proto: 'labeled', labels, publicUrl: '', bindings: [], poolingEnabled: false, forwardsTo: 'x', metadata: '', startedAt: new Date().toISOString(),
     openStreams: 0,
+    openStreamSync: () => net.connect(port(), '127.0.0.1') as unknown as TunnelStream,
     openStream: () =>
       new Promise<TunnelStream>((resolve, reject) => {
         const s = net.connect(port(), '127.0.0.1', () => resolve(s as unknown as TunnelStream));

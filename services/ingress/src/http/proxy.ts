@@ -168,11 +168,12 @@ export class Forwarder {
     let p = this.agents.get(tunnel.id);
     if (!p) {
       const agent = new http.Agent({ keepAlive: true, maxSockets: this.opts.maxStreamsPerTunnel, maxFreeSockets: 64, scheduling: 'lifo' });
-      // Each pooled "socket" is a proxy stream opened on the agent's session (callback form).
-      (agent as unknown as { createConnection: unknown }).createConnection = (o: { clientAddr?: string; scheme?: 'http' | 'https'; edgeType?: '0' | '3' }, cb: (err: Error | null, s?: TunnelStream) => void) => {
+      // Each pooled "socket" is a proxy stream opened on the agent's session. The synchronous form
+      // matters: http.Agent counts a socket against maxSockets only once createConnection has
+      // returned it, so the callback form would let a burst open more streams than allowed.
+      (agent as unknown as { createConnection: unknown }).createConnection = (o: { clientAddr?: string; scheme?: 'http' | 'https'; edgeType?: '0' | '3' }) => {
         const header: ProxyHeaderInit = { clientAddr: o.clientAddr ?? '0.0.0.0:0', proto: o.scheme ?? 'http', edgeType: o.edgeType ?? '3' };
-        tunnel.openStream(header).then((s) => cb(null, s), (err: Error) => cb(err));
-        return undefined;
+        return tunnel.openStreamSync!(header);
       };
       p = { agent, inFlight: 0 };
       this.agents.set(tunnel.id, p);

@@ -1,0 +1,87 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AgentServer } from '../../ingress/src/agents/server.js';
+import { createTestPki, httpRequest, startUpstream, tokenAuthenticator, type Upstream } from '../../ingress/src/agents/testing.js';
+
+/** The real executable (bin/warren-agent) against an in-process AgentServer. */
+
+const BIN = resolve(import.meta.dirname, '../bin/warren-agent');
+const TOKEN = 'wrn_agt_cli_test';
+
+let server: AgentServer;
+let port: number;
+let up: Upstream;
+let dir: string;
+let caFile: string;
+const events: Array<[string, string, string]> = [];
+
+beforeAll(async () => {
+  const pki = await createTestPki();
+  dir = mkdtempSync(join(tmpdir(), 'warren-agent-test-'));
+  caFile = join(dir, 'ca.pem');
+  writeFileSync(caFile, pki.caPem);
+  server = new AgentServer({
+    nodeId: 'node-cli',
+    tls: { cert: pki.certPem, key: pki.keyPem },
+    authenticate: tokenAuthenticator([{ token: TOKEN, identity: { credentialId: 'cr_cli', accountId: 'ac_cli', acl: [] } }]),
+  });
+  server.on('tunnelClosed', (id, reason) => events.push(['tunnelClosed', id, reason]));
+  server.on('sessionClosed', (id, reason) => events.push(['sessionClosed', id, reason]));
+  port = await server.listen(0, '127.0.0.1');
+  up = await startUpstream();
+});
+
+afterAll(async () => {
+  await server?.close();
+  await up?.close();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+function run(args: string[], env: Record<string, string> = {}) {
+  const child = spawn(BIN, args, { env: { ...process.env, LOG_LEVEL: 'silent', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const output = { stdout: '', stderr: '' };
+  child.stdout!.on('data', (c: Buffer) => (output.stdout += c.toString()));
+  child.stderr!.on('data', (c: Buffer) => (output.stderr += c.toString()));
+  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  return { child, output, exited };
+}
+
+async function waitFor(re: RegExp, output: { stdout: string }, child: ChildProcess): Promise<RegExpExecArray> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const m = re.exec(output.stdout);
+    if (m) return m;
+    if (child.exitCode !== null || Date.now() > deadline) throw new Error(`no match for ${re}; stdout: ${output.stdout}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+describe('warren-agent (executable)', () => {
+  it('prints one line when the tunnel is online, serves it, and exits 0 on SIGTERM after Unbind', async () => {
+    const { child, output, exited } = run(['http', String(up.port), '--label', 'edge=edghts_cli', '--server', `localhost:${port}`, '--ca', caFile], { WARREN_AUTHTOKEN: TOKEN });
+    const m = await waitFor(/^tunnel (tn_\w+) online: labels edge=edghts_cli → http:\/\/localhost:(\d+)\n$/, output, child);
+    const id = m[1]!;
+    const res = await httpRequest({ stream: await server.getTunnel(id)!.openStream({ clientAddr: '1.1.1.1:1', proto: 'https', edgeType: '3' }) }, { path: '/cli' });
+    expect(res.body.toString()).toBe('hello /cli');
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(events.find((e) => e[1] === id)).toEqual(['tunnelClosed', id, 'unbound by the agent']);
+    expect(output.stderr).toBe('');
+  });
+
+  it('an unknown authtoken: the server message on one line, exit 1', async () => {
+    const { output, exited } = run(['http', '8080', '--domain', 'x.test', '--authtoken', 'wrn_agt_wrong', '--server', `localhost:${port}`, '--ca', caFile]);
+    expect(await exited).toBe(1);
+    expect(output.stderr).toBe('warren-agent: authentication failed: the agent authtoken is unknown or revoked (ERR_WARREN_1004)\n');
+    expect(output.stdout).toBe('');
+  });
+
+  it('bad usage: exit 2 with a hint', async () => {
+    const { output, exited } = run(['http', '8080', '--label', 'oops']);
+    expect(await exited).toBe(2);
+    expect(output.stderr).toMatch(/^warren-agent: invalid label "oops": use key=value \(see --help\)\n$/);
+  });
+});

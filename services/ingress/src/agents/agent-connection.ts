@@ -1,0 +1,517 @@
+import type tls from 'node:tls';
+import type { Logger } from 'pino';
+import {
+  answerHeartbeats,
+  encodeProxyPrelude,
+  HeartbeatSender,
+  isId,
+  LivenessTimer,
+  MuxError,
+  MuxErrorCode,
+  MuxSession,
+  muxErrorCodeName,
+  newId,
+  readJsonValue,
+  readStreamType,
+  StreamType,
+  writeRpcReply,
+  type AuthResponse,
+  type BindResponse,
+  type DpAgentSession,
+  type LabelTunnelResponse,
+  type MuxCloseInfo,
+  type MuxStream,
+} from '@warren/shared';
+import { aclAllowsHostname, aclAllowsLabels } from './acl.js';
+import { parseAuth, parseBind, parseLabelTunnel } from './requests.js';
+import type { ResumeTokens } from './resume-tokens.js';
+import { TunnelStreamError, type AgentIdentity, type BindRequest, type LocalTunnel, type ProxyHeaderInit, type TunnelStream } from './server.js';
+
+/**
+ * Most proxy streams one session may have open. The SDK's muxado accepts 512 streams in all and
+ * its session dies on the 513th SYN (agent-protocol.md §2, the 512-stream hazard); it holds its
+ * own heartbeat stream and one or two RPC streams, and we hold a heartbeat stream too.
+ */
+export const MAX_SAFE_STREAMS = 505;
+
+/**
+ * How long a finished proxy stream still counts against the cap (see `lingering()`). Measured
+ * with @ngrok/ngrok 1.7.0 under churn (700 workers, cap 500, Connection: close): 0 ms kills the
+ * SDK's session, 20 ms already holds; 100 ms leaves margin for a busy agent host and still allows
+ * 5,000 new streams per second on a session at its cap.
+ */
+export const STREAM_LINGER_MS = 100;
+/** An agent must authenticate this soon after the TLS handshake. */
+const AUTH_TIMEOUT_MS = 15_000;
+/** A request must arrive this soon after its stream opens. */
+const REQUEST_TIMEOUT_MS = 10_000;
+/** RPC streams the agent leaves half-open after our reply are reset after this long. */
+const RPC_LINGER_MS = 30_000;
+/** The SDK opens one heartbeat stream; more than this is abuse. */
+const MAX_HEARTBEAT_STREAMS = 2;
+/** Concurrent agent-opened streams (heartbeat + sequential RPCs). */
+const MAX_INBOUND_STREAMS = 32;
+const SERVER_VERSION = 'warren/0.1.0';
+
+const AUTH_FAILED = 'authentication failed: the agent authtoken is unknown or revoked (ERR_WARREN_1004)';
+const NOT_AUTHENTICATED = 'the session is not authenticated: send Auth first (ERR_WARREN_1100)';
+const INTERNAL = 'internal error (ERR_WARREN_9000)';
+
+/** What a connection needs from the server that owns it. */
+export interface ConnectionHost {
+  readonly nodeId: string;
+  readonly log: Logger;
+  readonly tokens: ResumeTokens;
+  readonly settings: {
+    defaultDomain: string;
+    maxStreams: number;
+    heartbeatIntervalMs: number | undefined;
+    heartbeatToleranceMs: number | undefined;
+  };
+  authenticate(token: string): AgentIdentity | null;
+  checkBind(req: BindRequest): string | null;
+  publicUrl(proto: string, hostname: string): string;
+  sessionById(id: string): AgentConnection | undefined;
+  tunnelById(id: string): LocalTunnelImpl | undefined;
+  sessionUp(conn: AgentConnection): void;
+  sessionDown(conn: AgentConnection, reason: string): void;
+  tunnelUp(t: LocalTunnelImpl): void;
+  tunnelDown(t: LocalTunnelImpl, reason: string): void;
+  connectionGone(conn: AgentConnection): void;
+}
+
+type TunnelFields = Omit<LocalTunnel, 'openStream' | 'openStreams'>;
+
+/**
+ * A tunnel of a connected agent. Only the DpTunnel fields are own enumerable properties (the
+ * session link is a private field), so `{ ...tunnel }` is a plain report.
+ */
+export class LocalTunnelImpl implements LocalTunnel {
+  readonly id: string;
+  readonly accountId: string;
+  readonly sessionId: string;
+  readonly proto: string;
+  readonly labels: Record<string, string>;
+  readonly publicUrl: string;
+  readonly bindings: string[];
+  readonly poolingEnabled: boolean;
+  readonly forwardsTo: string;
+  readonly metadata: string;
+  readonly startedAt: string;
+  readonly #conn: AgentConnection;
+  readonly #hostname: string;
+  #closed = false;
+
+  constructor(conn: AgentConnection, fields: TunnelFields, hostname: string) {
+    this.id = fields.id;
+    this.accountId = fields.accountId;
+    this.sessionId = fields.sessionId;
+    this.proto = fields.proto;
+    this.labels = fields.labels;
+    this.publicUrl = fields.publicUrl;
+    this.bindings = fields.bindings;
+    this.poolingEnabled = fields.poolingEnabled;
+    this.forwardsTo = fields.forwardsTo;
+    this.metadata = fields.metadata;
+    this.startedAt = fields.startedAt;
+    this.#conn = conn;
+    this.#hostname = hostname;
+  }
+
+  /** Bind tunnels: the bound hostname; labeled: ''. */
+  get hostname(): string {
+    return this.#hostname;
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  get openStreams(): number {
+    return this.#conn.proxyStreams;
+  }
+
+  /** The connection that carries this tunnel. */
+  get connection(): AgentConnection {
+    return this.#conn;
+  }
+
+  openStream(h: ProxyHeaderInit): Promise<TunnelStream> {
+    try {
+      return Promise.resolve(this.#conn.openProxyStream(this, h));
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
+  }
+
+  openStreamSync(h: ProxyHeaderInit): TunnelStream {
+    return this.#conn.openProxyStream(this, h);
+  }
+
+  /** @internal */
+  markClosed(): void {
+    this.#closed = true;
+  }
+}
+
+function clampMs(v: number, min: number, max: number): number {
+  return Math.min(max, Math.max(min, Math.round(v)));
+}
+
+/**
+ * One agent connection: one TLS socket, one muxado session, one agent session `ts_…` once
+ * authenticated (agent-protocol.md §1). Serves the agent's RPC streams, answers and sends
+ * heartbeats, and opens proxy streams for its tunnels.
+ */
+export class AgentConnection {
+  readonly mux: MuxSession;
+  identity: AgentIdentity | null = null;
+  /** Set once authenticated. */
+  info: DpAgentSession | null = null;
+
+  private readonly host: ConnectionHost;
+  private log: Logger;
+  private readonly ip: string;
+  private readonly tunnels = new Map<string, LocalTunnelImpl>();
+  private closeReason: string | null = null;
+  private readonly liveness: LivenessTimer;
+  private heartbeat: HeartbeatSender | null = null;
+  private heartbeatStreams = 0;
+  /** When proxy streams finished (performance.now()), oldest first, from `releasedHead` on. */
+  private releasedAt: number[] = [];
+  private releasedHead = 0;
+
+  constructor(host: ConnectionHost, socket: tls.TLSSocket) {
+    this.host = host;
+    this.ip = (socket.remoteAddress ?? '').replace(/^::ffff:/, '');
+    this.log = host.log.child({ agentIp: this.ip });
+    this.mux = new MuxSession(socket, { client: false, maxOutboundStreams: host.settings.maxStreams + 1, maxInboundStreams: MAX_INBOUND_STREAMS });
+    this.mux.on('stream', (st) => void this.onStream(st));
+    this.mux.on('release', (st) => {
+      if (st.id % 2 === 0 && st !== this.heartbeat?.streamRef) this.releasedAt.push(performance.now());
+    });
+    this.mux.on('close', (info) => this.onClosed(info));
+    // Until Auth this is the auth deadline; afterwards the heartbeat deadline (interval + tolerance).
+    this.liveness = new LivenessTimer(AUTH_TIMEOUT_MS, () => this.close(this.info ? 'heartbeat timeout' : 'no Auth within 15 s'));
+  }
+
+  /** Proxy streams open on the wire (our heartbeat stream is not one). */
+  get proxyStreams(): number {
+    return Math.max(0, this.mux.outboundStreams - (this.heartbeat?.active ? 1 : 0));
+  }
+
+  /**
+   * Proxy streams finished on our side that the agent may still hold. The SDK forgets a stream
+   * only when its forwarding task drops it, some time after the FIN or RST it processed, so a
+   * slot freed here is not free there yet; reusing it at once under churn pushes the SDK past
+   * 512 and kills its session. A finished stream keeps its slot for STREAM_LINGER_MS.
+   */
+  private lingering(): number {
+    const q = this.releasedAt;
+    const cutoff = performance.now() - STREAM_LINGER_MS;
+    while (this.releasedHead < q.length && q[this.releasedHead]! < cutoff) this.releasedHead++;
+    if (this.releasedHead > 1024 && this.releasedHead * 2 > q.length) {
+      this.releasedAt = q.slice(this.releasedHead);
+      this.releasedHead = 0;
+    }
+    return this.releasedAt.length - this.releasedHead;
+  }
+
+  /** GOAWAY and close; tunnelClosed/sessionClosed are emitted with `reason`. */
+  close(reason: string, code: number = MuxErrorCode.None): void {
+    if (this.closeReason !== null) return;
+    this.closeReason = reason;
+    this.log.info({ reason }, 'closing agent session');
+    this.mux.goAway(code, reason);
+  }
+
+  /** Opens a proxy stream for `t` and writes its header; throws a {@link TunnelStreamError}. */
+  openProxyStream(t: LocalTunnelImpl, h: ProxyHeaderInit): TunnelStream {
+    if (t.closed || this.closeReason !== null || this.mux.closed) {
+      throw new TunnelStreamError('SESSION_CLOSED', t.closed ? `tunnel ${t.id} is closed` : `the agent session of tunnel ${t.id} is closed`);
+    }
+    if (this.proxyStreams + this.lingering() >= this.host.settings.maxStreams) {
+      throw new TunnelStreamError('STREAM_CAP', `the agent session is at its cap of ${this.host.settings.maxStreams} open streams`);
+    }
+    let stream: MuxStream;
+    try {
+      stream = this.mux.open({ allowHalfOpen: h.proto === 'tcp' || h.proto === 'tls' });
+    } catch (err) {
+      const e = err as MuxError;
+      if (e.code === 'STREAM_CAP') throw new TunnelStreamError('STREAM_CAP', e.message);
+      if (e.code === 'STREAMS_EXHAUSTED') this.close('stream ids exhausted', MuxErrorCode.StreamsExhausted);
+      throw new TunnelStreamError('SESSION_CLOSED', e.message);
+    }
+    // Type, length and header go out in one DATA frame (with SYN), coalesced with the first
+    // request bytes when the caller writes them in the same tick.
+    stream.write(encodeProxyPrelude({ Id: t.id, ClientAddr: h.clientAddr, Proto: h.proto, EdgeType: h.edgeType, PassthroughTLS: h.passthroughTls === true }));
+    return stream;
+  }
+
+  // ---- streams ------------------------------------------------------------------------------
+
+  private async onStream(st: MuxStream): Promise<void> {
+    let type: number;
+    try {
+      type = await readStreamType(st, REQUEST_TIMEOUT_MS);
+    } catch {
+      st.destroy();
+      return;
+    }
+    if (type === StreamType.Heartbeat) {
+      if (++this.heartbeatStreams > MAX_HEARTBEAT_STREAMS) {
+        st.destroy();
+        return;
+      }
+      st.once('close', () => this.heartbeatStreams--);
+      answerHeartbeats(st, () => this.alive());
+      return;
+    }
+    if (type === StreamType.Proxy) {
+      // Only the server opens proxy streams.
+      st.destroy();
+      return;
+    }
+    await this.serveRpc(st, type);
+  }
+
+  private async serveRpc(st: MuxStream, type: number): Promise<void> {
+    // Reclaim RPC streams the agent never closes (it FINs when it drops them, §3).
+    st.setTimeout(RPC_LINGER_MS, () => st.destroy());
+    let body: unknown;
+    try {
+      body = await readJsonValue(st, { timeoutMs: REQUEST_TIMEOUT_MS, maxBytes: 64 * 1024 });
+    } catch (err) {
+      this.log.debug({ err: (err as Error).message, type }, 'unreadable agent request');
+      st.destroy();
+      return;
+    }
+    st.resume(); // whatever follows the request (a Go client's newline) is discarded
+    let reply: unknown;
+    try {
+      reply = this.handle(type, body);
+    } catch (err) {
+      this.log.error({ err, type }, 'agent request failed');
+      reply = { Error: INTERNAL };
+    }
+    if (!st.destroyed) writeRpcReply(st, reply);
+  }
+
+  private handle(type: number, body: unknown): unknown {
+    if (type === StreamType.Auth) return this.onAuth(body);
+    if (!this.info || !this.identity) {
+      return type === StreamType.Bind ? bindError(NOT_AUTHENTICATED) : type === StreamType.StartTunnelWithLabel ? labelError(NOT_AUTHENTICATED) : { Error: NOT_AUTHENTICATED };
+    }
+    switch (type) {
+      case StreamType.Bind:
+        return this.onBind(body, this.info, this.identity);
+      case StreamType.StartTunnelWithLabel:
+        return this.onLabelTunnel(body, this.info, this.identity);
+      case StreamType.Unbind:
+        return this.onUnbind(body);
+      case StreamType.SrvInfo:
+        return { Region: this.host.nodeId };
+      default:
+        return { Error: `request type ${type} is not supported by this server (ERR_WARREN_2104)` };
+    }
+  }
+
+  // ---- RPCs ---------------------------------------------------------------------------------
+
+  private onAuth(body: unknown): AuthResponse {
+    if (this.info) return authError('the session is already authenticated (ERR_WARREN_1100)');
+    const req = parseAuth(body);
+    if (!req.ok) return authError(req.error);
+    const identity = this.host.authenticate(req.value.token);
+    if (!identity) {
+      this.log.info('agent authentication failed');
+      // Let the agent read the reply before we hang up; the SDK gives up on its own anyway.
+      setTimeout(() => this.close('authentication failed'), 1_000).unref();
+      return authError(AUTH_FAILED);
+    }
+    const r = req.value;
+    const { tokens, settings } = this.host;
+
+    // Resume the old session id when the agent proves it is the same credential's session.
+    let sessionId = newId('ts');
+    if (r.clientId && isId('ts', r.clientId) && tokens.verifySessionCookie(r.cookie, r.clientId, identity.credentialId)) {
+      const old = this.host.sessionById(r.clientId);
+      if (old && old !== this) old.close('superseded by a reconnect of the same agent');
+      sessionId = r.clientId;
+    }
+
+    this.identity = identity;
+    this.info = {
+      id: sessionId,
+      accountId: identity.accountId,
+      credentialId: identity.credentialId,
+      agentVersion: r.agentVersion,
+      os: r.os,
+      ip: this.ip,
+      metadata: r.metadata,
+      startedAt: new Date().toISOString(),
+    };
+    this.log = this.log.child({ session: sessionId, account: identity.accountId });
+
+    const interval = clampMs(settings.heartbeatIntervalMs ?? (r.heartbeatIntervalMs || 10_000), 10, 600_000);
+    const tolerance = clampMs(settings.heartbeatToleranceMs ?? (r.heartbeatToleranceMs || 15_000), 10, 600_000);
+    this.liveness.reset(interval + tolerance);
+    this.heartbeat = new HeartbeatSender(this.mux, { intervalMs: interval, onBeat: () => this.alive() });
+
+    this.host.sessionUp(this);
+    this.log.info({ agentVersion: r.agentVersion, os: r.os }, 'agent session started');
+    return {
+      Version: '2',
+      ClientId: sessionId,
+      Extra: {
+        Version: SERVER_VERSION,
+        Region: this.host.nodeId,
+        Cookie: tokens.sessionCookie(sessionId, identity.credentialId),
+        AccountName: identity.accountId,
+        SessionDuration: 0,
+        PlanName: '',
+        Banner: '',
+      },
+    };
+  }
+
+  private onBind(body: unknown, session: DpAgentSession, identity: AgentIdentity): BindResponse {
+    const parsed = parseBind(body, this.host.settings.defaultDomain);
+    if (!parsed.ok) return bindError(parsed.error);
+    const req = parsed.value;
+    if (!aclAllowsHostname(identity.acl, req.hostname)) return bindError(`the authtoken's ACL does not allow binding ${req.hostname} (ERR_WARREN_1100)`);
+    const id = this.resumeOrNewTunnelId(req.id, req.token, identity);
+    if (!id.ok) return bindError(id.error);
+    const refusal = this.host.checkBind({ accountId: identity.accountId, sessionId: session.id, proto: req.proto, hostname: req.hostname, bindings: req.bindings, poolingEnabled: req.poolingEnabled });
+    if (refusal) return bindError(refusal);
+    const url = this.host.publicUrl(req.proto, req.hostname);
+    this.addTunnel(
+      {
+        id: id.value,
+        accountId: identity.accountId,
+        sessionId: session.id,
+        proto: req.proto,
+        labels: {},
+        publicUrl: url,
+        bindings: req.bindings,
+        poolingEnabled: req.poolingEnabled,
+        forwardsTo: req.forwardsTo,
+        metadata: req.metadata,
+        startedAt: new Date().toISOString(),
+      },
+      req.hostname,
+    );
+    // Opts are echoed as received: the SDK deserialises them into its own options type (§3).
+    return { Id: id.value, URL: url, Proto: req.proto, Opts: req.opts, Extra: { Token: this.host.tokens.tunnelToken(id.value, identity.credentialId) } };
+  }
+
+  private onLabelTunnel(body: unknown, session: DpAgentSession, identity: AgentIdentity): LabelTunnelResponse {
+    const parsed = parseLabelTunnel(body);
+    if (!parsed.ok) return labelError(parsed.error);
+    const req = parsed.value;
+    if (!aclAllowsLabels(identity.acl, req.labels)) return labelError("the authtoken's ACL does not allow these labels (ERR_WARREN_1100)");
+    // The SDK re-sends StartTunnelWithLabel without an id on reconnect and takes the new one;
+    // warren-agent sends its old Id and Token (our extension) to keep it.
+    const id = req.id && req.token ? this.resumeOrNewTunnelId(req.id, req.token, identity) : ({ ok: true, value: newId('tn') } as const);
+    if (!id.ok) return labelError(id.error);
+    this.addTunnel(
+      {
+        id: id.value,
+        accountId: identity.accountId,
+        sessionId: session.id,
+        proto: 'labeled',
+        labels: req.labels,
+        publicUrl: '',
+        bindings: [],
+        poolingEnabled: false,
+        forwardsTo: req.forwardsTo,
+        metadata: req.metadata,
+        startedAt: new Date().toISOString(),
+      },
+      '',
+    );
+    return { Id: id.value, Token: this.host.tokens.tunnelToken(id.value, identity.credentialId) };
+  }
+
+  /** Idempotent: the SDK sends Unbind more than once per listener. */
+  private onUnbind(body: unknown): Record<string, never> {
+    const id = typeof (body as { Id?: unknown } | null)?.Id === 'string' ? (body as { Id: string }).Id : '';
+    const t = this.tunnels.get(id);
+    if (t) this.closeTunnel(t, 'unbound by the agent');
+    return {};
+  }
+
+  /**
+   * A non-empty Id from the agent is honoured (the SDK keeps its old id whatever we reply, §3)
+   * once its token proves we issued it to this credential; a live tunnel with that id (the
+   * agent's previous, dead connection) is closed first.
+   */
+  private resumeOrNewTunnelId(id: string, token: string, identity: AgentIdentity): { ok: true; value: string } | { ok: false; error: string } {
+    if (!id) return { ok: true, value: newId('tn') };
+    if (!isId('tn', id) || !this.host.tokens.verifyTunnelToken(token, id, identity.credentialId)) {
+      return { ok: false, error: `cannot resume tunnel ${JSON.stringify(id.slice(0, 40))}: it was not issued to this authtoken by this ingress (ERR_WARREN_1100)` };
+    }
+    const live = this.host.tunnelById(id);
+    if (live) live.connection.closeTunnel(live, 'superseded by a reconnect of the same agent');
+    return { ok: true, value: id };
+  }
+
+  private addTunnel(fields: TunnelFields, hostname: string): void {
+    const t = new LocalTunnelImpl(this, fields, hostname);
+    this.tunnels.set(t.id, t);
+    this.log.info({ tunnel: t.id, proto: t.proto, url: t.publicUrl || undefined, labels: t.proto === 'labeled' ? t.labels : undefined }, 'tunnel started');
+    this.host.tunnelUp(t);
+  }
+
+  /** @internal */
+  closeTunnel(t: LocalTunnelImpl, reason: string): void {
+    if (this.tunnels.get(t.id) !== t) return;
+    this.tunnels.delete(t.id);
+    t.markClosed();
+    this.log.info({ tunnel: t.id, reason }, 'tunnel closed');
+    this.host.tunnelDown(t, reason);
+  }
+
+  // ---- liveness -----------------------------------------------------------------------------
+
+  /** A heartbeat arrived (theirs, or the echo of ours): push the deadline back. */
+  private alive(): void {
+    if (this.info) this.liveness.beat();
+  }
+
+  private onClosed(info: MuxCloseInfo): void {
+    const reason = this.closeReason ?? describeClose(info);
+    this.closeReason = reason;
+    this.liveness.stop();
+    this.heartbeat?.stop();
+    for (const t of [...this.tunnels.values()]) this.closeTunnel(t, reason);
+    if (this.info) {
+      this.log.info({ reason }, 'agent session ended');
+      this.host.sessionDown(this, reason);
+    }
+    this.host.connectionGone(this);
+  }
+}
+
+function describeClose(info: MuxCloseInfo): string {
+  switch (info.by) {
+    case 'remote':
+      return info.code === MuxErrorCode.None ? 'the agent closed the session' : `the agent went away (${muxErrorCodeName(info.code)})`;
+    case 'protocol':
+      return `protocol error: ${info.message}`;
+    default:
+      return 'the agent disconnected';
+  }
+}
+
+function authError(text: string): AuthResponse {
+  return { Version: '2', ClientId: '', Extra: { Version: SERVER_VERSION, Region: '', Cookie: '', AccountName: '', SessionDuration: 0, PlanName: '', Banner: '' }, Error: text };
+}
+
+function bindError(text: string): BindResponse {
+  return { Id: '', URL: '', Proto: '', Opts: {}, Extra: { Token: '' }, Error: text };
+}
+
+function labelError(text: string): LabelTunnelResponse {
+  return { Id: '', Token: '', Error: text };
+}

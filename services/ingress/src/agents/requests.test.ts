@@ -1,0 +1,111 @@
+import { describe, expect, it } from 'vitest';
+import { aclAllowsHostname, aclAllowsLabels } from './acl.js';
+import { parseAuth, parseBind, parseLabelTunnel, unsupportedOpts } from './requests.js';
+
+/** Bind Opts exactly as @ngrok/ngrok 1.7.0 sends them for httpEndpoint().domain('app.test'). */
+const SDK_OPTS = {
+  Domain: 'app.test', Hostname: '', Auth: '', Subdomain: '', HostHeaderRewrite: false, LocalUrlScheme: null, ProxyProto: 0,
+  Compression: null, CircuitBreaker: null, IPRestriction: null, BasicAuth: null, OAuth: null, OIDC: null, WebhookVerification: null,
+  MutualTLSCA: null, RequestHeaders: null, ResponseHeaders: null, WebsocketTCPConverter: null, UserAgentFilter: null, TrafficPolicy: null,
+};
+const bind = (over: Record<string, unknown> = {}, opts: Record<string, unknown> = {}, extra: Record<string, unknown> = {}) => ({
+  Id: '', Proto: 'https', ForwardsTo: 'http://localhost:8080/', ForwardsProto: '', Opts: { ...SDK_OPTS, ...opts }, Extra: { Token: '', IPPolicyRef: '', Metadata: '', Bindings: [], PoolingEnabled: false, ...extra }, ...over,
+});
+
+describe('parseBind', () => {
+  it("accepts the SDK's default options and echoes them", () => {
+    const r = parseBind(bind(), 'warren.localhost');
+    expect(r).toEqual({ ok: true, value: { id: '', proto: 'https', hostname: 'app.test', forwardsTo: 'http://localhost:8080/', metadata: '', token: '', bindings: [], poolingEnabled: false, opts: SDK_OPTS } });
+  });
+
+  it.each([
+    ['OAuth', { Provider: 'google' }],
+    ['IPRestriction', { allow_cidrs: ['10.0.0.0/8'] }],
+    ['BasicAuth', { credentials: [{ username: 'u', cleartext_password: 'p' }] }],
+    ['Compression', {}],
+    ['Auth', 'user:pass'],
+    ['HostHeaderRewrite', true],
+    ['ProxyProto', 2],
+    ['TrafficPolicy', '{"on_http_request":[]}'],
+    ['SomethingNew', 'x'],
+  ])('refuses the %s module rather than ignoring it', (field, value) => {
+    const r = parseBind(bind({}, { [field]: value }), 'warren.localhost');
+    expect(r).toEqual({ ok: false, error: `endpoint option ${field} is not supported by this server; remove it (ERR_WARREN_2104)` });
+  });
+
+  it('refuses an IP policy reference, tcp/tls, wildcard and malformed domains, unknown bindings', () => {
+    expect(parseBind(bind({}, {}, { IPPolicyRef: 'ipp_1' }), 'd').ok).toBe(false);
+    expect(parseBind(bind({ Proto: 'tcp' }), 'd')).toMatchObject({ ok: false, error: /tcp endpoints are not supported/ });
+    expect(parseBind(bind({}, { Domain: '*.app.test' }), 'd')).toMatchObject({ ok: false, error: /wildcard/ });
+    expect(parseBind(bind({}, { Domain: 'app.test:8443' }), 'd')).toMatchObject({ ok: false, error: /invalid domain/ });
+    expect(parseBind(bind({}, {}, { Bindings: ['public', 'internal'] }), 'd')).toMatchObject({ ok: false });
+    expect(parseBind('nope', 'd').ok).toBe(false);
+  });
+
+  it('derives the hostname: Domain, else Hostname, else Subdomain or a random name under the default domain', () => {
+    const host = (opts: Record<string, unknown>) => (parseBind(bind({}, opts), 'warren.localhost') as { value: { hostname: string } }).value.hostname;
+    expect(host({ Domain: 'App.Test.' })).toBe('app.test');
+    expect(host({ Domain: '', Hostname: 'h.test' })).toBe('h.test');
+    expect(host({ Domain: '', Subdomain: 'blue' })).toBe('blue.warren.localhost');
+    expect(host({ Domain: '' })).toMatch(/^[0-9a-f]{12}\.warren\.localhost$/);
+  });
+
+  it('reads Bindings, pooling, the resume token and metadata', () => {
+    const r = parseBind(bind({ Id: 'tn_x' }, {}, { Bindings: ['Internal'], PoolingEnabled: true, Token: 't', Metadata: 'm' }), 'd');
+    expect(r).toMatchObject({ ok: true, value: { id: 'tn_x', bindings: ['internal'], poolingEnabled: true, token: 't', metadata: 'm' } });
+  });
+
+  it('lists unsupported options sorted', () => {
+    expect(unsupportedOpts({ OIDC: {}, BasicAuth: {}, Domain: 'x', LocalUrlScheme: 'http', CircuitBreaker: null })).toEqual(['BasicAuth', 'OIDC']);
+  });
+});
+
+describe('parseLabelTunnel', () => {
+  it('accepts 1-10 labels within the wire limits', () => {
+    expect(parseLabelTunnel({ Labels: { edge: 'edghts_1' }, ForwardsTo: 'x', Metadata: '' })).toMatchObject({ ok: true, value: { labels: { edge: 'edghts_1' }, id: '', token: '' } });
+  });
+  it.each([
+    [{}, /needs labels/],
+    [{ Labels: {} }, /1 to 10/],
+    [{ Labels: Object.fromEntries(Array.from({ length: 11 }, (_, i) => [`k${i}`, 'v'])) }, /1 to 10/],
+    [{ Labels: { 'a:b': 'v' } }, /invalid label name/],
+    [{ Labels: { ['k'.repeat(65)]: 'v' } }, /invalid label name/],
+    [{ Labels: { k: '' } }, /invalid value/],
+    [{ Labels: { k: 'a=b' } }, /invalid value/],
+    [{ Labels: { k: 1 } }, /string value/],
+  ])('refuses %j', (body, error) => {
+    expect(parseLabelTunnel(body)).toMatchObject({ ok: false, error });
+  });
+});
+
+describe('parseAuth', () => {
+  it('reads the SDK Auth (heartbeats in ns)', () => {
+    const r = parseAuth({ Version: ['3', '2'], ClientId: 'ts_1', Extra: { OS: 'linux', AuthToken: 't', Version: '1.7.0', Metadata: 'm', Cookie: 'c', HeartbeatInterval: 10_000_000_000, HeartbeatTolerance: 15_000_000_000 } });
+    expect(r).toEqual({ ok: true, value: { clientId: 'ts_1', token: 't', cookie: 'c', os: 'linux', agentVersion: '1.7.0', metadata: 'm', heartbeatIntervalMs: 10_000, heartbeatToleranceMs: 15_000 } });
+  });
+  it('tolerates missing fields, refuses non-objects', () => {
+    expect(parseAuth({})).toMatchObject({ ok: true, value: { token: '', heartbeatIntervalMs: 0 } });
+    expect(parseAuth([]).ok).toBe(false);
+  });
+});
+
+describe('ACL', () => {
+  it('hostnames', () => {
+    expect(aclAllowsHostname([], 'any.test')).toBe(true);
+    expect(aclAllowsHostname(['*'], 'any.test')).toBe(true); // no bind: rules
+    expect(aclAllowsHostname(['bind:*'], 'any.test')).toBe(true);
+    expect(aclAllowsHostname(['bind:App.Test'], 'app.test')).toBe(true);
+    expect(aclAllowsHostname(['bind:app.test:443'], 'app.test')).toBe(true);
+    expect(aclAllowsHostname(['bind:*.example.com'], 'a.b.example.com')).toBe(true);
+    expect(aclAllowsHostname(['bind:*.example.com'], 'example.com')).toBe(false);
+    expect(aclAllowsHostname(['bind:*.example.com'], 'badexample.com')).toBe(false);
+    expect(aclAllowsHostname(['bind:edge=edghts_1'], 'app.test')).toBe(false);
+  });
+  it('labels', () => {
+    expect(aclAllowsLabels([], { a: 'b' })).toBe(true);
+    expect(aclAllowsLabels(['bind:*'], { a: 'b' })).toBe(true);
+    expect(aclAllowsLabels(['bind:edge=edghts_1', 'bind:env=*'], { edge: 'edghts_1', env: 'prod' })).toBe(true);
+    expect(aclAllowsLabels(['bind:edge=edghts_1'], { edge: 'edghts_1', env: 'prod' })).toBe(false);
+    expect(aclAllowsLabels(['bind:edge=EDGHTS_1'], { edge: 'edghts_1' })).toBe(false);
+  });
+});
