@@ -10,6 +10,7 @@ import { createDb, createPool } from '../../services/control-plane/src/db/pool.j
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { upgradeEcho } from '../support/upgrade.js';
 
 /**
  * Live traffic end to end, every piece a real process on real Postgres: a control plane, two
@@ -89,6 +90,10 @@ beforeAll(async () => {
     res.writeHead(200, { 'content-type': 'text/plain', 'x-upstream': 'yes' });
     res.end(`hello ${req.method} ${req.url} xff=${req.headers['x-forwarded-for']} proto=${req.headers['x-forwarded-proto']}`);
   });
+  upstream.on('upgrade', (_req, socket: import('node:net').Socket) => {
+    socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n');
+    socket.pipe(socket);
+  });
   upstreamPort = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as { port: number }).port)));
 
   const started = await Promise.all(
@@ -164,6 +169,7 @@ describe('live traffic through two ingress nodes', () => {
       const s = await request(n.https, '/secure', { secure: true });
       expect([s.status, s.body]).toEqual([200, 'hello GET /secure xff=127.0.0.1 proto=https']);
     }
+    for (const n of [a, b]) expect(await upgradeEcho(n.http, HOST, '/ws')).toMatch(/^HTTP\/1.1 101[\s\S]*ping$/);
     const metrics = await (await fetch(`${b.internalUrl}/metrics`)).text();
     expect(metrics).toMatch(/warren_ingress_hops_total\{node="e2e-b"\} [1-9]/);
     expect(metrics).toMatch(/warren_ingress_requests_total\{edge="edghts_[^"]+",route="edghtsrt_[^"]+",status="200",node="e2e-b"\} [1-9]/);
@@ -205,5 +211,19 @@ describe('live traffic through two ingress nodes', () => {
     await agent.stop();
     await waitFor('tunnel gone', async () => (await api('GET', '/tunnels')).body?.tunnels?.length === 0, 5_000);
     for (const n of [a, b]) await waitFor(`${n.nodeId} sees no tunnel`, async () => (await request(n.http, '/v2/x')).status === 503, 5_000);
+  });
+});
+
+describe('revoking an agent credential', () => {
+  it('ends the sessions of a deleted credential at once; the agent exits with our error', async () => {
+    const cred = await api('POST', '/credentials', { description: 'to revoke' });
+    const revoked = startAgentProcess(['http', String(upstreamPort), '--label', 'app=e2e', '--authtoken', cred.body.token, '--server', `localhost:${b.agent}`, '--ca', tls.caFile]);
+    await revoked.waitForOutput('online');
+    await waitFor('revocable tunnel listed', async () => (await api('GET', '/tunnels')).body?.tunnels?.length === 1, 2_000);
+    expect((await api('DELETE', `/credentials/${cred.body.id}`)).status).toBe(204);
+    const exit = await Promise.race([revoked.exited, new Promise<null>((r) => setTimeout(() => r(null), 15_000))]);
+    expect(exit?.code).toBe(1);
+    expect(revoked.output()).toMatch(/ERR_WARREN_1004/);
+    await waitFor('revoked tunnel gone', async () => (await api('GET', '/tunnels')).body?.tunnels?.length === 0, 5_000);
   });
 });

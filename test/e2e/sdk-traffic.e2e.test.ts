@@ -10,6 +10,7 @@ import { createDb, createPool } from '../../services/control-plane/src/db/pool.j
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { upgradeEcho } from '../support/upgrade.js';
 
 /**
  * The official agent SDK (`@ngrok/ngrok` 1.7.0, unmodified) against real Warren processes: a
@@ -130,20 +131,7 @@ describe('the official agent SDK through real ingress nodes', () => {
 
   it('carries upgrades (WebSocket-style) to the SDK tunnel through both nodes', async () => {
     for (const n of [a, b]) {
-      const out = await new Promise<string>((resolve, reject) => {
-        const s = net.connect(n.http, '127.0.0.1', () => s.write(`GET /ws HTTP/1.1\r\nHost: ${EDGE_HOST}\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n`));
-        let buf = '';
-        s.on('data', (c: Buffer) => {
-          buf += c.toString();
-          if (buf.includes('\r\n\r\n') && !buf.includes('marco')) s.write('marco');
-          if (buf.endsWith('marco')) {
-            s.destroy();
-            resolve(buf);
-          }
-        });
-        s.on('error', reject);
-        setTimeout(() => reject(new Error(`no echo: ${JSON.stringify(buf)}`)), 10_000).unref();
-      });
+      const out = await upgradeEcho(n.http, EDGE_HOST, '/ws', 'marco');
       expect(out).toMatch(/^HTTP\/1.1 101/);
     }
   });

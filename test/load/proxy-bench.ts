@@ -19,7 +19,7 @@
  */
 import http from 'node:http';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
@@ -67,6 +67,16 @@ function wrk(port: number, seconds: number): WrkResult {
     non2xx: Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0),
     socketErrors: errs ? errs.slice(1).reduce((s, x) => s + Number(x), 0) : 0,
   };
+}
+
+/** Resident set size of a process, MiB (Linux /proc). */
+function rssMiB(pid: number): number {
+  try {
+    const kb = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
+    return Math.round(kb / 1024);
+  } catch {
+    return NaN;
+  }
 }
 
 function pin(pid: number, core: number): void {
@@ -161,7 +171,9 @@ async function main(): Promise<void> {
       { name: 'c0', port: a.http, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid }) },
       { name: 'hop', port: b.http, cpuPids: () => ({ ingress_b: b!.pid, ingress_a: a!.pid, agent: agent!.pid }) },
     ];
-    const runs: Record<string, Array<WrkResult & { cpu_us_per_req: Record<string, number> }>> = {};
+    const only = process.env.BENCH_CASES?.split(',');
+    if (only) cases.splice(0, cases.length, ...cases.filter((c) => only.includes(c.name)));
+    const runs: Record<string, Array<WrkResult & { cpu_us_per_req: Record<string, number>; rss_mib: Record<string, number> }>> = {};
     for (let round = 1; round <= ROUNDS; round++) {
       for (const c of cases) {
         wrk(c.port, WARMUP);
@@ -169,8 +181,9 @@ async function main(): Promise<void> {
         const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpuMicros(pid) ?? 0]));
         const r = wrk(c.port, DURATION);
         const cpu = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, ((cpuMicros(pid) ?? 0) - before[k]!) / r.requests]));
-        (runs[c.name] ??= []).push({ ...r, cpu_us_per_req: cpu });
-        log(`round ${round} ${c.name}: ${fmt(r.rps)} req/s p50 ${fmt(r.p50, 2)} ms p99 ${fmt(r.p99, 2)} ms non2xx ${r.non2xx} errors ${r.socketErrors} cpu ${JSON.stringify(Object.fromEntries(Object.entries(cpu).map(([k, v]) => [k, Math.round(v)])))}`);
+        const rss = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, rssMiB(pid)]));
+        (runs[c.name] ??= []).push({ ...r, cpu_us_per_req: cpu, rss_mib: rss });
+        log(`round ${round} ${c.name}: ${fmt(r.rps)} req/s p50 ${fmt(r.p50, 2)} ms p99 ${fmt(r.p99, 2)} ms non2xx ${r.non2xx} errors ${r.socketErrors} cpu µs/req ${JSON.stringify(Object.fromEntries(Object.entries(cpu).map(([k, v]) => [k, Math.round(v)])))} rss MiB ${JSON.stringify(rss)}`);
       }
     }
     const summary = Object.fromEntries(

@@ -31,7 +31,9 @@ function sleep(ms: number): Promise<void> {
 function spawnService(name: string, script: string, args: string[], env: Record<string, string | undefined>): ServiceProcess & { message: Promise<Record<string, unknown>> } {
   const full: Record<string, string | undefined> = { ...process.env, TLS_CERT_FILE: undefined, TLS_KEY_FILE: undefined, LOG_LEVEL: 'warn', ...env };
   for (const k of Object.keys(full)) if (full[k] === undefined) delete full[k];
-  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], { cwd: REPO_ROOT, env: full as NodeJS.ProcessEnv, stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
+  // WARREN_PROFILE_DIR=<dir>: write a V8 CPU profile of every service process there on exit.
+  const profile = process.env.WARREN_PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${process.env.WARREN_PROFILE_DIR}`] : [];
+  const child = spawn(process.execPath, [...profile, '--import', 'tsx', script, ...args], { cwd: REPO_ROOT, env: full as NodeJS.ProcessEnv, stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
   live.add(child);
   let out = '';
   const append = (chunk: Buffer) => {

@@ -7,6 +7,7 @@ import {
   HeartbeatSender,
   LivenessTimer,
   MuxSession,
+  Backoff,
   readJsonValue,
   readProxyHeader,
   readStreamType,
@@ -319,12 +320,10 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
   }
 
   private async reconnectLoop(): Promise<void> {
-    const initial = this.opts.backoff?.initialMs ?? 250;
-    const max = this.opts.backoff?.maxMs ?? 10_000;
+    const backoff = new Backoff(this.opts.backoff?.initialMs ?? 250, this.opts.backoff?.maxMs ?? 10_000);
     let lastError: string | undefined;
     for (let attempt = 0; !this.closing; attempt++) {
-      const base = Math.min(max, initial * 2 ** Math.min(attempt, 20));
-      const delayMs = Math.round(base * (0.5 + Math.random() * 0.5));
+      const delayMs = Math.round(backoff.next());
       this.emit('reconnecting', { attempt: attempt + 1, delayMs, error: lastError });
       await sleep(delayMs, this.stop.signal);
       if (this.closing) return;

@@ -7,3 +7,4 @@ export * from './traffic-policy/index.js';
 export * from './tls/certificates.js';
 export * from './dataplane/types.js';
 export * from './muxado/index.js';
+export * from './backoff.js';

@@ -5,7 +5,7 @@ import { deletesToProto, resourcesToProto, type ControlMessage } from '../../../
 import { CONFIG_CHANNEL } from '../events/outbox.js';
 import { readDelta, readHead, type DeltaData } from './config-reader.js';
 import type { PgListener } from './listener.js';
-import { Backoff } from './backoff.js';
+import { Backoff } from '@warren/shared';
 
 /** A delta built once and encoded once, for every node stream of this replica. */
 export interface FeedDelta {

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import pg from 'pg';
 import type { Logger } from '@warren/shared';
-import { Backoff } from './backoff.js';
+import { Backoff } from '@warren/shared';
 
 export interface ListenerEvents {
   /** LISTEN is in place (first time and after every reconnect): catch up on what may have been missed. */

@@ -3,7 +3,7 @@ import type pg from 'pg';
 import type { DpTunnel, Logger } from '@warren/shared';
 import { presenceRepo, TUNNELS_CHANNEL, type PresenceNotice } from './presence.repo.js';
 import type { PgListener } from './listener.js';
-import { Backoff } from './backoff.js';
+import { Backoff } from '@warren/shared';
 
 export interface PresenceChange {
   up: DpTunnel[];

@@ -16,7 +16,7 @@ import {
   type Snapshot__Output,
   type TunnelPresence__Output,
 } from '../../../shared/src/proto/index.js';
-import { Backoff } from './backoff.js';
+import { Backoff } from '@warren/shared';
 import { applyDelta, buildConfig, checkConfig } from './config-state.js';
 import { createConfigClientMetrics, type ConfigClientMetrics } from './metrics.js';
 import { StateStore } from './state-store.js';

@@ -6,6 +6,7 @@ import { createLogger, type DataPlaneConfig, type DpTunnel } from '@warren/share
 import type { LocalTunnel, TunnelStream } from '../agents/server.js';
 import { createIngressMetrics } from '../metrics.js';
 import { TunnelRegistry } from '../tunnels/registry.js';
+import { upgradeEcho } from '../../../../test/support/upgrade.js';
 import { createInternalServer } from './internal.js';
 import { Forwarder } from './proxy.js';
 import { PublicHandler } from './public.js';
@@ -233,21 +234,7 @@ describe('ingress HTTP plane', () => {
   it('passes upgrades through, locally and across a hop', async () => {
     for (const port of [a.port, b.port]) {
       const path = port === a.port ? '/api/ws' : '/remote/ws';
-      const echoed = await new Promise<string>((resolve, reject) => {
-        const s = net.connect(port, '127.0.0.1', () => {
-          s.write(`GET ${path} HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n`);
-        });
-        let buf = '';
-        s.on('data', (c: Buffer) => {
-          buf += c.toString();
-          if (buf.includes('\r\n\r\n') && !buf.includes('ping')) s.write('ping');
-          if (buf.endsWith('ping')) {
-            s.destroy();
-            resolve(buf);
-          }
-        });
-        s.on('error', reject);
-      });
+      const echoed = await upgradeEcho(port, 'app.test', path);
       expect(echoed).toMatch(/^HTTP\/1.1 101/);
       expect(echoed.endsWith('ping')).toBe(true);
     }
