@@ -27,12 +27,19 @@ function listen(server: net.Server, port: number, host: string): Promise<number>
   });
 }
 
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host.startsWith('127.');
+}
+
 /**
  * Composition root of an ingress node: config from the control plane (or from disk), the agent
  * listener, the public HTTP and HTTPS listeners and the internal listener; graceful stop on SIGTERM.
  */
 async function main(): Promise<void> {
   const env = loadIngressEnv();
+  if (!env.WARREN_NODE_TOKEN && !isLoopback(env.INTERNAL_HOST)) {
+    throw new EnvError(`INTERNAL_HOST=${env.INTERNAL_HOST} is not a loopback address: set WARREN_NODE_TOKEN, or other hosts could send requests into this node's tunnels`);
+  }
   const nodeId = env.NODE_ID;
   const metrics = createIngressMetrics(nodeId);
   const registry = new TunnelRegistry(nodeId);
