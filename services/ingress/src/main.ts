@@ -117,6 +117,9 @@ async function main(): Promise<void> {
       }
     }
     for (const t of registry.bindsOf(b.hostname)) {
+      // The agent's own tunnel, resumed after a reconnect (perhaps to another node, while the
+      // old node's report of it has not expired yet), is no conflict.
+      if (t.id === b.tunnelId) continue;
       if (t.accountId !== b.accountId) return `the hostname ${b.hostname} is in use by another account (ERR_WARREN_4101)`;
       if (!t.poolingEnabled || !b.poolingEnabled) return `the endpoint ${b.hostname} is already online; start both with pooling enabled to share it (ERR_WARREN_4101)`;
     }

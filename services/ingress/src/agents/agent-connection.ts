@@ -382,7 +382,7 @@ export class AgentConnection {
     if (!aclAllowsHostname(identity.acl, req.hostname)) return bindError(`the authtoken's ACL does not allow binding ${req.hostname} (ERR_WARREN_1100)`);
     const id = this.resumeOrNewTunnelId(req.id, req.token, identity);
     if (!id.ok) return bindError(id.error);
-    const refusal = this.host.checkBind({ accountId: identity.accountId, sessionId: session.id, proto: req.proto, hostname: req.hostname, bindings: req.bindings, poolingEnabled: req.poolingEnabled });
+    const refusal = this.host.checkBind({ accountId: identity.accountId, sessionId: session.id, tunnelId: id.value, proto: req.proto, hostname: req.hostname, bindings: req.bindings, poolingEnabled: req.poolingEnabled });
     if (refusal) return bindError(refusal);
     const url = this.host.publicUrl(req.proto, req.hostname);
     this.addTunnel(

@@ -65,6 +65,8 @@ export interface BindRequest {
   hostname: string;
   bindings: string[];
   poolingEnabled: boolean;
+  /** The tunnel id the Bind will get: a resumed one (already proven to be this credential's) or a new one. */
+  tunnelId: string;
 }
 
 export interface AgentServerOptions {
