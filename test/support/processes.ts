@@ -117,7 +117,9 @@ async function startOnce(opts: StartOptions, port: number): Promise<ControlPlane
   };
   for (const k of Object.keys(env)) if (env[k] === undefined) delete env[k];
 
-  const child = spawn(process.execPath, ['--import', 'tsx', MAIN], {
+  // WARREN_PROFILE_DIR=<dir>: write a V8 CPU profile of the process there on exit.
+  const profile = process.env.WARREN_PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${process.env.WARREN_PROFILE_DIR}`] : [];
+  const child = spawn(process.execPath, [...profile, '--import', 'tsx', MAIN], {
     cwd: REPO_ROOT,
     env: env as NodeJS.ProcessEnv,
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
