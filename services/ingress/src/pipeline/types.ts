@@ -1,0 +1,86 @@
+import type http from 'node:http';
+import type { Transform } from 'node:stream';
+import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
+import type { DataPlaneConfig, DpEdge, DpRoute } from '@warren/shared';
+
+/**
+ * The per-route request pipeline of the ingress: route modules and the traffic policy compile
+ * (once per config version) into stages that run on every request of their route, in order,
+ * before it goes to the tunnel, and on its response on the way back.
+ */
+
+/** One request as the stages see it. */
+export interface RequestState {
+  readonly req: http.IncomingMessage;
+  readonly scheme: 'http' | 'https';
+  /** Public client address (no port). */
+  readonly clientIp: string;
+  /** Lower-case host without port, as matched. */
+  readonly host: string;
+  /** Path without the query. */
+  readonly path: string;
+  readonly edge: DpEdge;
+  readonly route: DpRoute;
+  /** Request headers that will be sent on to the agent, raw `[name, value, …]` pairs; stages may edit them. */
+  headers: string[];
+  /** The whole request body when some stage declared `needsBody` (bounded; see PipelineLimits), else null. */
+  body: Buffer | null;
+  /**
+   * Variables for later traffic-policy expressions and for the traffic event, e.g.
+   * `vars.actions.ngrok.rate_limit.limited` / `vars.actions.service.rate_limit.limited`.
+   */
+  vars: Record<string, unknown>;
+  /** Milliseconds since the request head arrived (performance.now()). */
+  readonly startedAt: number;
+}
+
+/** The upstream's response head as the stages see it; stages may edit status and headers. */
+export interface ResponseState {
+  status: number;
+  /** Raw `[name, value, …]` pairs; stages may edit them. */
+  headers: string[];
+}
+
+/** A stage's answer to a request: null to go on, or the response to send instead (the request never reaches the tunnel). */
+export type Outcome = null | { status: number; headers?: Record<string, string>; body?: string | Buffer };
+
+export interface RouteStage {
+  /** Module or policy name, for logs and metrics (`ip_restriction`, `traffic_policy`, …). */
+  readonly name: string;
+  /** True when `onRequest` needs `state.body` (webhook verification); the runner buffers it first. */
+  readonly needsBody?: boolean;
+  onRequest?(s: RequestState): Outcome | Promise<Outcome>;
+  /** Runs on the response head before it is sent to the client. May answer instead (outbound deny/custom-response). */
+  onResponse?(s: RequestState, r: ResponseState): Outcome | void | Promise<Outcome | void>;
+  /** May wrap the response body (compression); called after every onResponse, with the final head. */
+  transformBody?(s: RequestState, r: ResponseState): Transform | null;
+  /** The request's outcome at the upstream: its status, or 'error' when the tunnel/agent failed (circuit breaker). */
+  onResult?(s: RequestState, result: number | 'error'): void;
+}
+
+/** Sliding-window counting per ingress server (the spec's rate-limit action). */
+export interface RateLimiter {
+  /**
+   * Counts one request in `key`'s bucket unless that would exceed `capacity` within the last
+   * `windowSeconds`; denied requests are not counted.
+   */
+  hit(key: string, capacity: number, windowSeconds: number): Promise<RateLimitResult>;
+}
+
+export interface RateLimitResult {
+  limited: boolean;
+  /** When limited: whole seconds after which a retry will be admitted (never early), ≥ 1. */
+  retryAfterSeconds: number;
+  /** Set when the shared store failed and the local fallback decided (fail-open, bounded). */
+  error?: { code: string; message: string };
+}
+
+export interface StageDeps {
+  limiter: RateLimiter;
+  log: Logger;
+  registry: Registry;
+}
+
+/** Compiles one route module or the traffic policy of a route; null when not configured or disabled. Throws on a config it cannot use. */
+export type StageFactory = (route: DpRoute, edge: DpEdge, config: DataPlaneConfig, deps: StageDeps) => RouteStage | null;
