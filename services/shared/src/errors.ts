@@ -68,6 +68,7 @@ export const ERRORS = {
   7006: { status: 503, msg: 'too many requests are waiting for this tunnel' },
   7007: { status: 400, msg: 'the request has no valid Host header' },
   7008: { status: 503, msg: 'this ingress has no configuration yet' },
+  7009: { status: 413, msg: 'the request body is over 1 MiB, the most this route can verify' },
   8000: { status: 429, msg: 'management API rate limit exceeded' },
   9000: { status: 500, msg: 'internal error' },
   9001: { status: 503, msg: 'the database is unavailable' },

@@ -11,6 +11,9 @@ import { createInternalServer } from './internal.js';
 import { Forwarder } from './proxy.js';
 import { PublicHandler } from './public.js';
 import { RoutingTable } from './routing.js';
+import { createPipelineCompiler, type PipelineCompiler } from '../pipeline/runner.js';
+import type { RouteStage, StageFactory } from '../pipeline/types.js';
+import { Transform } from 'node:stream';
 
 /**
  * The HTTP plane of two nodes in one process, with real sockets: tunnels whose "proxy streams" are
@@ -64,12 +67,12 @@ const cfg: DataPlaneConfig = {
   credentialsByTokenHash: new Map(),
 };
 
-async function node(nodeId: string) {
+async function node(nodeId: string, compile?: PipelineCompiler) {
   const registry = new TunnelRegistry(nodeId);
   const metrics = createIngressMetrics(nodeId);
   const forwarder = new Forwarder({ registry, hopToken: 'secret', log, upstreamTimeoutMs: 500, maxStreamsPerTunnel: 8, maxQueuedPerTunnel: 100 });
   const handler = new PublicHandler({ registry, forwarder, metrics, log });
-  handler.setTable(new RoutingTable(cfg));
+  handler.setTable(new RoutingTable(cfg, compile));
   const pub = http.createServer(handler.handler('http'));
   pub.on('upgrade', handler.upgradeHandler('http'));
   const internal = createInternalServer({ forwarder, registry: metrics.registry, hopToken: 'secret', isReady: () => true, status: () => ({}), log });
@@ -100,6 +103,33 @@ function get(port: number, path: string, opts: { host?: string; method?: string;
 
 let a: Awaited<ReturnType<typeof node>>;
 let b: Awaited<ReturnType<typeof node>>;
+/** Node C runs a test pipeline on route r_api: deny by header, add a request header, edit and transform the response. */
+let c: Awaited<ReturnType<typeof node>>;
+const results: Array<number | 'error'> = [];
+const testStage: StageFactory = (route) => {
+  if (route.id !== 'r_api' && route.id !== 'r_none') return null;
+  const stage: RouteStage = {
+    name: 'test',
+    needsBody: true,
+    onRequest: (s) => {
+      if (s.req.headers['x-deny']) return { status: 451, headers: { 'x-why': 'test' }, body: 'denied by test' };
+      s.headers.push('X-Body-Seen', String(s.body?.length ?? -1));
+      return null;
+    },
+    onResponse: (_s, r) => {
+      r.headers.push('X-Stage', 'yes');
+      return undefined;
+    },
+    transformBody: () =>
+      new Transform({
+        transform(chunk: Buffer, _enc, cb) {
+          cb(null, Buffer.from(chunk.toString('latin1').toUpperCase(), 'latin1'));
+        },
+      }),
+    onResult: (_s, result) => results.push(result),
+  };
+  return stage;
+};
 
 beforeAll(async () => {
   const upstream = http.createServer((req, res) => {
@@ -139,7 +169,9 @@ beforeAll(async () => {
   });
   a = await node('node-a');
   b = await node('node-b');
+  c = await node('node-c', createPipelineCompiler([testStage], { limiter: { hit: async () => ({ limited: false, retryAfterSeconds: 0 }) }, log, registry: a.metrics.registry }));
   a.registry.addLocal(fakeTunnel('tn_up', { app: 'up', env: 'x' }, () => upstreamPort));
+  c.registry.addLocal(fakeTunnel('tn_up', { app: 'up', env: 'x' }, () => upstreamPort));
   a.registry.addLocal(fakeTunnel('tn_slow', { app: 'slow' }, () => slowPort));
   a.registry.addLocal(fakeTunnel('tn_far', { app: 'far' }, () => upstreamPort));
   const far: DpTunnel = { ...fakeTunnel('tn_far', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` };
@@ -244,5 +276,22 @@ describe('ingress HTTP plane', () => {
     const text = await a.metrics.registry.getSingleMetricAsString('warren_ingress_requests_total');
     expect(text).toMatch(/edge="edghts_1",route="r_api",status="200"/);
     expect(text).toMatch(/edge="",route="",status="404"/);
+  });
+
+  it('runs a route pipeline: request stages (with the buffered body), response stages, body transforms and results', async () => {
+    const denied = await get(c.port, '/api/x', { headers: { 'x-deny': '1' } });
+    expect([denied.status, denied.headers['x-why'], denied.body.toString()]).toEqual([451, 'test', 'denied by test']);
+    const r = await get(c.port, '/api/x', { method: 'POST', body: Buffer.from('hello') });
+    expect(r.status).toBe(200);
+    expect(r.headers['x-stage']).toBe('yes');
+    const body = JSON.parse(r.body.toString().toLowerCase());
+    expect(body['headers']['x-body-seen']).toBe('5');
+    expect(body['bytes']).toBe(5);
+    expect(results).toContain(200);
+    const offline = await get(c.port, '/none');
+    expect(offline.status).toBe(503);
+    expect(results).toContain('error');
+    const big = await get(c.port, '/api/big-upload', { method: 'POST', body: Buffer.alloc(1024 * 1024 + 1) });
+    expect([big.status, big.headers['warren-error-code']]).toEqual([413, 'ERR_WARREN_7009']);
   });
 });

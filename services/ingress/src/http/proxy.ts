@@ -6,6 +6,14 @@ import type { ErrorCode } from '@warren/shared';
 import type { LocalTunnel, ProxyHeaderInit, TunnelStream } from '../agents/server.js';
 import type { TunnelRegistry, TunnelTarget } from '../tunnels/registry.js';
 import { sendError, sendUpgradeError } from './error-page.js';
+import { isOutcome, type RoutePipeline } from '../pipeline/runner.js';
+import type { RequestState } from '../pipeline/types.js';
+
+/** A route's pipeline and the request's state, for the response stages and the result. */
+export interface ForwardHooks {
+  pipeline: RoutePipeline;
+  state: RequestState;
+}
 
 /** What the public side of a request looked like, carried to the agent and across a hop. */
 export interface RequestInfo {
@@ -192,22 +200,25 @@ export class Forwarder {
     info: RequestInfo,
     headers: string[],
     next: (exclude: ReadonlySet<string>) => TunnelTarget | null,
+    hooks?: ForwardHooks,
   ): Promise<number> {
     let target: TunnelTarget | null = first;
     let tried: Set<string> | null = null;
     for (let attempt = 0; target; attempt++) {
       try {
-        return await (target.kind === 'local' ? this.viaLocal(req, res, target.tunnel, info, headers) : this.viaHop(req, res, target.tunnel.id, target.tunnel.nodeAddress, info, headers));
+        return await (target.kind === 'local' ? this.viaLocal(req, res, target.tunnel, info, headers, hooks) : this.viaHop(req, res, target.tunnel.id, target.tunnel.nodeAddress, info, headers, hooks));
       } catch (err) {
         if (res.destroyed) return 499; // the client went away
         const fe = err instanceof ForwardError ? err : new ForwardError(7004, (err as Error).message);
         const failed = target.tunnel.id;
-        if (fe.retryable && attempt < 3 && replayable(req)) {
+        // A body the pipeline buffered can be sent again; a streamed one cannot.
+        if (fe.retryable && attempt < 3 && (replayable(req) || hooks?.state.body)) {
           (tried ??= new Set()).add(failed);
           target = next(tried);
           if (target) continue;
         }
         this.opts.log.debug({ err: fe.message, tunnel: failed }, 'forward failed');
+        hooks?.pipeline.onResult(hooks.state, 'error');
         sendError(req, res, fe.code, fe.message);
         return res.statusCode;
       }
@@ -239,17 +250,17 @@ export class Forwarder {
     }
   }
 
-  private viaLocal(req: http.IncomingMessage, res: http.ServerResponse, tunnel: LocalTunnel, info: RequestInfo, headers: string[]): Promise<number> {
+  private viaLocal(req: http.IncomingMessage, res: http.ServerResponse, tunnel: LocalTunnel, info: RequestInfo, headers: string[], hooks?: ForwardHooks): Promise<number> {
     const pool = this.poolFor(tunnel);
     if (pool.inFlight >= this.opts.maxStreamsPerTunnel + this.opts.maxQueuedPerTunnel) {
       return Promise.reject(new ForwardError(7006, `more than ${this.opts.maxQueuedPerTunnel} requests are waiting for tunnel ${tunnel.id}`, true));
     }
     pool.inFlight++;
     const opts = { agent: pool.agent, method: req.method, path: req.url, headers, setHost: false, clientAddr: info.clientAddr, scheme: info.scheme, edgeType: info.edgeType };
-    return this.exchange(req, res, opts as http.RequestOptions, () => pool.inFlight--, true);
+    return this.exchange(req, res, opts as http.RequestOptions, () => pool.inFlight--, true, hooks);
   }
 
-  private viaHop(req: http.IncomingMessage, res: http.ServerResponse, tunnelId: string, nodeAddress: string, info: RequestInfo, headers: string[]): Promise<number> {
+  private viaHop(req: http.IncomingMessage, res: http.ServerResponse, tunnelId: string, nodeAddress: string, info: RequestInfo, headers: string[], hooks?: ForwardHooks): Promise<number> {
     const colon = nodeAddress.lastIndexOf(':');
     const hopHeaders = headers.concat(HOP.tunnel, tunnelId, HOP.clientAddr, info.clientAddr, HOP.scheme, info.scheme, HOP.edgeType, info.edgeType);
     if (this.opts.hopToken) hopHeaders.push(HOP.token, this.opts.hopToken);
@@ -262,14 +273,14 @@ export class Forwarder {
       headers: hopHeaders as unknown as http.OutgoingHttpHeaders,
       setHost: false,
     };
-    return this.exchange(req, res, opts, undefined, false);
+    return this.exchange(req, res, opts, undefined, false, hooks);
   }
 
   /**
    * One request/response exchange. Rejects (before anything was sent to the client) with a
    * ForwardError; resolves with the status once the response has been passed on.
    */
-  private exchange(req: http.IncomingMessage, res: http.ServerResponse, opts: http.RequestOptions, done: (() => void) | undefined, local: boolean): Promise<number> {
+  private exchange(req: http.IncomingMessage, res: http.ServerResponse, opts: http.RequestOptions, done: (() => void) | undefined, local: boolean, hooks?: ForwardHooks): Promise<number> {
     return new Promise<number>((resolve, reject) => {
       let settled = false;
       const finish = (fn: () => void) => {
@@ -292,13 +303,45 @@ export class Forwarder {
           return;
         }
         sent = true;
-        res.writeHead(pres.statusCode ?? 502, pres.statusMessage, responseHeaders(pres.rawHeaders) as unknown as http.OutgoingHttpHeaders);
-        pres.pipe(res);
-        pres.on('error', () => res.destroy());
+        const status = pres.statusCode ?? 502;
         res.on('close', () => {
           if (!res.writableFinished) pres.destroy();
           finish(() => resolve(res.writableFinished ? (res.statusCode ?? 502) : 499));
         });
+        pres.on('error', () => res.destroy());
+        if (!hooks) {
+          res.writeHead(status, pres.statusMessage, responseHeaders(pres.rawHeaders) as unknown as http.OutgoingHttpHeaders);
+          pres.pipe(res);
+          return;
+        }
+        hooks.pipeline.onResult(hooks.state, status);
+        if (!hooks.pipeline.hasResponseStages) {
+          res.writeHead(status, pres.statusMessage, responseHeaders(pres.rawHeaders) as unknown as http.OutgoingHttpHeaders);
+          pres.pipe(res);
+          return;
+        }
+        hooks.pipeline.onResponse(hooks.state, status, responseHeaders(pres.rawHeaders)).then(
+          (d) => {
+            if (isOutcome(d)) {
+              pres.resume();
+              const body = d.body ?? '';
+              res.writeHead(d.status, { 'content-length': Buffer.byteLength(body), ...d.headers });
+              res.end(req.method === 'HEAD' ? undefined : body);
+              return;
+            }
+            const decision = d!;
+            res.writeHead(decision.status, decision.status === status ? pres.statusMessage : undefined, decision.headers as unknown as http.OutgoingHttpHeaders);
+            let body: import('node:stream').Readable = pres;
+            for (const t of decision.transforms) body = body.pipe(t);
+            body.on('error', () => res.destroy());
+            body.pipe(res);
+          },
+          (err: unknown) => {
+            this.opts.log.error({ err }, 'response stages failed');
+            pres.resume();
+            res.destroy();
+          },
+        );
       });
       preq.on('error', (err: Error & { code?: string }) => {
         if (sent) {
@@ -316,7 +359,8 @@ export class Forwarder {
       res.on('close', () => {
         if (!sent) preq.destroy();
       });
-      req.pipe(preq);
+      if (hooks?.state.body) preq.end(hooks.state.body);
+      else req.pipe(preq);
     });
   }
 

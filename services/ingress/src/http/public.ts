@@ -1,11 +1,13 @@
-import type http from 'node:http';
+import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { ErrorCode, Logger } from '@warren/shared';
 import type { TunnelRegistry, TunnelTarget } from '../tunnels/registry.js';
 import type { IngressMetrics } from '../metrics.js';
 import { sendError, sendUpgradeError } from './error-page.js';
 import { ipOf, publicRequestHeaders, type Forwarder, type RequestInfo } from './proxy.js';
-import { RoutingTable } from './routing.js';
+import { RoutingTable, type CompiledRoute } from './routing.js';
+import { readBody } from '../pipeline/runner.js';
+import type { Outcome, RequestState } from '../pipeline/types.js';
 
 const HOSTNAME = /^[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*\.?$/;
 
@@ -51,6 +53,10 @@ export function pathOf(url: string | undefined): string {
 
 interface Resolved {
   target: TunnelTarget | null;
+  /** The matched route (edges only), whose pipeline runs before the tunnel is picked. */
+  cr?: CompiledRoute;
+  host?: string;
+  path?: string;
   error: ErrorCode | null;
   detail?: string;
   edge: string;
@@ -94,6 +100,14 @@ export class PublicHandler {
       const started = performance.now();
       const r = this.resolve(req, defaultPort);
       const record = (status: number) => this.opts.metrics.observe(r.edge, r.route, status, (performance.now() - started) / 1000);
+      if (r.cr) {
+        this.withPipeline(req, res, r, r.cr, scheme, started).then(record, (err: unknown) => {
+          this.opts.log.error({ err, route: r.route }, 'route pipeline failed');
+          sendError(req, res, 7004, 'the route failed to process the request');
+          record(res.statusCode);
+        });
+        return;
+      }
       if (!r.target) {
         sendError(req, res, r.error ?? 7003, r.detail);
         record(res.statusCode);
@@ -117,6 +131,13 @@ export class PublicHandler {
     return (req, socket, head) => {
       socket.on('error', () => socket.destroy());
       const r = this.resolve(req, defaultPort);
+      if (r.cr?.pipeline) {
+        void this.upgradeWithPipeline(req, socket, head, r, r.cr, scheme).catch((err: unknown) => {
+          this.opts.log.error({ err, route: r.route }, 'route pipeline failed on an upgrade');
+          sendUpgradeError(socket, 7004, 'the route failed to process the request');
+        });
+        return;
+      }
       if (!r.target) {
         this.opts.metrics.upgrades.inc({ result: 'refused' });
         sendUpgradeError(socket, r.error ?? 7003, r.detail);
@@ -127,6 +148,73 @@ export class PublicHandler {
       this.opts.metrics.upgrades.inc({ result: 'forwarded' });
       void this.opts.forwarder.upgrade(req, socket, head, r.target, info, publicRequestHeaders(req.rawHeaders, ipOf(remote), scheme, true));
     };
+  }
+
+  /** A request on a route with modules or a traffic policy: its stages, then the tunnel. */
+  private async withPipeline(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, scheme: 'http' | 'https', started: number): Promise<number> {
+    const pipeline = cr.pipeline!;
+    const clientIp = ipOf(req.socket.remoteAddress ?? '');
+    const state: RequestState = {
+      req,
+      scheme,
+      clientIp,
+      host: r.host!,
+      path: r.path!,
+      edge: cr.edge,
+      route: cr.route,
+      headers: publicRequestHeaders(req.rawHeaders, clientIp, scheme, false),
+      body: null,
+      vars: {},
+      startedAt: started,
+    };
+    if (pipeline.needsBody) {
+      state.body = await readBody(req);
+      if (!state.body) {
+        sendError(req, res, 7009);
+        return 413;
+      }
+    }
+    const out = await pipeline.onRequest(state);
+    if (out) return sendOutcome(req, res, out);
+    if (!cr.backend) {
+      sendError(req, res, 7002);
+      return 502;
+    }
+    const target = r.next(EMPTY_SET);
+    if (!target) {
+      sendError(req, res, 7003, `no tunnel is online for backend ${cr.backend.id}`);
+      pipeline.onResult(state, 'error');
+      return 503;
+    }
+    if (target.kind === 'remote') this.opts.metrics.hops.inc();
+    const info: RequestInfo = { scheme, clientAddr: `${req.socket.remoteAddress ?? '0.0.0.0'}:${req.socket.remotePort ?? 0}`, edgeType: r.edgeType };
+    return this.opts.forwarder.forward(req, res, target, info, state.headers, r.next, { pipeline, state });
+  }
+
+  /** An upgrade on a route with a pipeline: the request stages (no body), then the tunnel. */
+  private async upgradeWithPipeline(req: http.IncomingMessage, socket: Duplex, head: Buffer, r: Resolved, cr: CompiledRoute, scheme: 'http' | 'https'): Promise<void> {
+    const clientIp = ipOf(req.socket.remoteAddress ?? '');
+    const state: RequestState = {
+      req, scheme, clientIp, host: r.host!, path: r.path!, edge: cr.edge, route: cr.route,
+      headers: publicRequestHeaders(req.rawHeaders, clientIp, scheme, true), body: null, vars: {}, startedAt: performance.now(),
+    };
+    const out = await cr.pipeline!.onRequest(state);
+    if (out) {
+      this.opts.metrics.upgrades.inc({ result: 'refused' });
+      const body = out.body ?? '';
+      const extra = Object.entries(out.headers ?? {}).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+      socket.end(`HTTP/1.1 ${out.status} ${http.STATUS_CODES[out.status] ?? ''}\r\n${extra}content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+      return;
+    }
+    const target = r.next(EMPTY_SET);
+    if (!target) {
+      this.opts.metrics.upgrades.inc({ result: 'refused' });
+      sendUpgradeError(socket, cr.backend ? 7003 : 7002);
+      return;
+    }
+    this.opts.metrics.upgrades.inc({ result: 'forwarded' });
+    const info: RequestInfo = { scheme, clientAddr: `${req.socket.remoteAddress ?? '0.0.0.0'}:${req.socket.remotePort ?? 0}`, edgeType: r.edgeType };
+    await this.opts.forwarder.upgrade(req, socket, head, target, info, state.headers);
   }
 
   private resolve(req: http.IncomingMessage, defaultPort: number): Resolved {
@@ -142,6 +230,8 @@ export class PublicHandler {
       if (!cr) return { target: null, error: 7001, edge, route: '', next: NONE, edgeType: '3' };
       const route = cr.route.id;
       const backend = cr.backend;
+      const path = pathOf(req.url);
+      if (cr.pipeline) return { target: null, error: null, cr, host: hp.host, path, edge, route, next: backend ? (x) => registry.pickForBackend(backend.id, backend.accountId, backend.labels, x) : NONE, edgeType: '3' };
       if (!backend) return { target: null, error: 7002, edge, route, next: NONE, edgeType: '3' };
       const next = (exclude: ReadonlySet<string>) => registry.pickForBackend(backend.id, backend.accountId, backend.labels, exclude);
       const target = next(EMPTY_SET);
@@ -157,3 +247,13 @@ export class PublicHandler {
 }
 
 const EMPTY_SET: ReadonlySet<string> = new Set();
+
+/** Sends a stage's own answer (deny, 429, custom response, …). */
+export function sendOutcome(req: http.IncomingMessage, res: http.ServerResponse, out: Exclude<Outcome, null>): number {
+  const body = out.body === undefined ? '' : out.body;
+  const headers: Record<string, string | number> = { ...out.headers };
+  if (!Object.keys(headers).some((h) => h.toLowerCase() === 'content-length')) headers['content-length'] = Buffer.byteLength(body);
+  res.writeHead(out.status, headers);
+  res.end(req.method === 'HEAD' ? undefined : body);
+  return out.status;
+}

@@ -1,4 +1,5 @@
 import type { DataPlaneConfig, DpBackend, DpEdge, DpRoute } from '@warren/shared';
+import type { PipelineCompiler, RoutePipeline } from '../pipeline/runner.js';
 
 /** A route ready for the request path: its match split into host and path, its backend resolved. */
 export interface CompiledRoute {
@@ -9,6 +10,8 @@ export interface CompiledRoute {
   path: string;
   exact: boolean;
   backend: DpBackend | null;
+  /** The route's modules and traffic policy, compiled; null when it has none. */
+  pipeline: RoutePipeline | null;
 }
 
 export interface CompiledEdge {
@@ -36,7 +39,7 @@ export class RoutingTable {
   readonly edgesByHostport = new Map<string, CompiledEdge>();
   readonly version: number;
 
-  constructor(config: DataPlaneConfig) {
+  constructor(config: DataPlaneConfig, compilePipeline?: PipelineCompiler) {
     this.version = config.version;
     const byEdge = new Map<string, CompiledEdge>();
     for (const edge of config.edges.values()) {
@@ -53,7 +56,13 @@ export class RoutingTable {
         backend = config.backends.get(route.backendId) ?? null;
         if (!backend) throw new Error(`route ${route.id} names backend ${route.backendId}, which is not in the config`);
       }
-      const cr: CompiledRoute = { route, edge: ce.edge, host, path, exact: route.matchType === 'exact_path', backend };
+      let pipeline: RoutePipeline | null = null;
+      try {
+        pipeline = compilePipeline ? compilePipeline(route, ce.edge, config) : null;
+      } catch (err) {
+        throw new Error(`route ${route.id}: ${(err as Error).message}`);
+      }
+      const cr: CompiledRoute = { route, edge: ce.edge, host, path, exact: route.matchType === 'exact_path', backend, pipeline };
       if (cr.exact) ce.exact.set(`${host ?? ''}\n${path}`, cr);
       else ce.prefixes.push(cr);
     }

@@ -1,0 +1,114 @@
+import type http from 'node:http';
+import type { Transform } from 'node:stream';
+import type { DataPlaneConfig, DpEdge, DpRoute } from '@warren/shared';
+import type { Outcome, RequestState, ResponseState, RouteStage, StageDeps, StageFactory } from './types.js';
+
+/** Largest request body buffered for a stage that needs it (webhook verification); over it, 413. */
+export const MAX_BUFFERED_BODY = 1024 * 1024;
+
+/** What a route's pipeline did to a response head. */
+export interface ResponseDecision {
+  status: number;
+  headers: string[];
+  transforms: Transform[];
+}
+
+/**
+ * The stages of one route, compiled once per config version. A route without any configured
+ * module or policy has no pipeline at all (null), so its requests pay nothing for this.
+ */
+export class RoutePipeline {
+  readonly needsBody: boolean;
+  private readonly requestStages: RouteStage[];
+  private readonly responseStages: RouteStage[];
+  private readonly transformStages: RouteStage[];
+  private readonly resultStages: RouteStage[];
+
+  constructor(readonly stages: RouteStage[]) {
+    this.needsBody = stages.some((s) => s.needsBody);
+    this.requestStages = stages.filter((s) => s.onRequest);
+    // Responses pass the stages in reverse: the stage nearest the upstream sees it first.
+    this.responseStages = stages.filter((s) => s.onResponse).reverse();
+    this.transformStages = stages.filter((s) => s.transformBody).reverse();
+    this.resultStages = stages.filter((s) => s.onResult);
+  }
+
+  get hasResponseStages(): boolean {
+    return this.responseStages.length > 0 || this.transformStages.length > 0 || this.resultStages.length > 0;
+  }
+
+  /** Runs the request stages in order; the first Outcome ends the request there. */
+  async onRequest(s: RequestState): Promise<Outcome> {
+    for (const stage of this.requestStages) {
+      const out = await stage.onRequest!(s);
+      if (out) return out;
+    }
+    return null;
+  }
+
+  /** Runs the response stages on the head; an Outcome replaces the upstream's response. */
+  async onResponse(s: RequestState, status: number, headers: string[]): Promise<ResponseDecision | Outcome> {
+    const r: ResponseState = { status, headers };
+    for (const stage of this.responseStages) {
+      const out = await stage.onResponse!(s, r);
+      if (out) return out;
+    }
+    const transforms: Transform[] = [];
+    for (const stage of this.transformStages) {
+      const t = stage.transformBody!(s, r);
+      if (t) transforms.push(t);
+    }
+    return { status: r.status, headers: r.headers, transforms };
+  }
+
+  onResult(s: RequestState, result: number | 'error'): void {
+    for (const stage of this.resultStages) stage.onResult!(s, result);
+  }
+}
+
+export function isOutcome(x: ResponseDecision | Outcome): x is Exclude<Outcome, null> {
+  return x !== null && !('transforms' in x);
+}
+
+/** Compiles a route's stages from the factories, in their order; null when none applies. */
+export type PipelineCompiler = (route: DpRoute, edge: DpEdge, config: DataPlaneConfig) => RoutePipeline | null;
+
+export function createPipelineCompiler(factories: StageFactory[], deps: StageDeps): PipelineCompiler {
+  return (route, edge, config) => {
+    const stages: RouteStage[] = [];
+    for (const f of factories) {
+      const stage = f(route, edge, config, deps);
+      if (stage) stages.push(stage);
+    }
+    return stages.length > 0 ? new RoutePipeline(stages) : null;
+  };
+}
+
+/** Reads a request body up to `limit` bytes; resolves null when it is larger (the caller answers 413). */
+export function readBody(req: http.IncomingMessage, limit = MAX_BUFFERED_BODY): Promise<Buffer | null> {
+  return new Promise((resolve, reject) => {
+    const declared = Number(req.headers['content-length'] ?? 0);
+    if (declared > limit) {
+      resolve(null);
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let over = false;
+    req.on('data', (c: Buffer) => {
+      if (over) return;
+      size += c.length;
+      if (size > limit) {
+        over = true;
+        chunks.length = 0;
+        resolve(null);
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on('end', () => {
+      if (!over) resolve(Buffer.concat(chunks, size));
+    });
+    req.on('error', reject);
+  });
+}
