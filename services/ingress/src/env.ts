@@ -39,6 +39,17 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
       MAX_STREAMS_PER_SESSION: envInt(500, 1, 500),
       MAX_STREAMS_PER_TUNNEL: envInt(400, 1, 500),
       MAX_QUEUED_PER_TUNNEL: envInt(1024, 0),
+      /** Redis for the rate-limit action; without it the limiter counts in memory (per process). */
+      REDIS_URL: z.string().optional(),
+      /**
+       * The "ingress server" whose capacity a rate limit applies to (spec: per ingress server).
+       * Processes with the same id share counts; default NODE_ID.
+       */
+      RATE_LIMIT_SERVER_ID: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/).optional(),
+      /** Prefix of every rate-limit key in Redis (tests give each run its own). */
+      RATE_LIMIT_KEY_PREFIX: z.string().regex(/^[A-Za-z0-9:._-]{1,64}$/).default('warren:rl'),
+      /** Longest wait for Redis per decision before the in-memory fallback decides (ms). */
+      RATE_LIMIT_TIMEOUT_MS: envInt(50, 1, 5_000),
       /** Drain limit on SIGTERM (ms). */
       DRAIN_TIMEOUT_MS: envInt(10_000, 0),
     },
@@ -48,6 +59,7 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
   return {
     ...env,
     NODE_ID: nodeId,
+    RATE_LIMIT_SERVER_ID: env.RATE_LIMIT_SERVER_ID ?? nodeId,
     STATE_DIR: env.STATE_DIR ?? `.data/ingress/${nodeId}`,
     CONTROL_PLANE_TARGETS: env.CONTROL_PLANE_GRPC.split(',').map((s) => s.trim()).filter(Boolean),
   };

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseDurationNs, parseTrafficPolicy, TrafficPolicyError, validateTrafficPolicy } from './index.js';
+import { parseDurationNs, parseTrafficPolicy, TrafficPolicyError, validateTrafficPolicy, type RateLimitAction } from './index.js';
 
 const rl = (config: Record<string, unknown>) => ({ inbound: [{ actions: [{ type: 'rate-limit', config }] }] });
 const good = { name: 'per-ip', algorithm: 'sliding_window', capacity: 10, rate: '60s', bucket_key: ['conn.client_ip'] };
@@ -78,7 +78,7 @@ inbound:
     const p = parseTrafficPolicy(JSON.stringify({ inbound: [{ actions: [{ type: 'rate-limit', config: good }] }], outbound: [{ name: 'o', actions: [{ type: 'rate-limit', config: { ...good, rate: '24h' } }] }] }));
     expect(p.inbound[0]!.name).toBe('');
     expect(p.inbound[0]!.expressions).toEqual([]);
-    expect(p.outbound[0]!.actions[0]!.config.rateSeconds).toBe(86400);
+    expect((p.outbound[0]!.actions[0] as RateLimitAction).config.rateSeconds).toBe(86400);
     expect(parseTrafficPolicy('{}')).toEqual({ inbound: [], outbound: [] });
     expect(parseTrafficPolicy('inbound:\n')).toEqual({ inbound: [], outbound: [] });
   });
@@ -99,10 +99,10 @@ inbound:
     expect(fails(rl({ ...good, burst: 5 })).path).toBe('inbound[0].actions[0].config.burst');
   });
 
-  it('accepts only the rate-limit action type', () => {
-    const e = fails({ inbound: [{ actions: [{ type: 'rate-limit', config: good }, { type: 'deny', config: {} }] }] });
+  it('refuses unknown action types', () => {
+    const e = fails({ inbound: [{ actions: [{ type: 'rate-limit', config: good }, { type: 'redirect', config: {} }] }] });
     expect(e.path).toBe('inbound[0].actions[1].type');
-    expect(e.message).toBe('inbound[0].actions[1].type: action type "deny" is not supported; supported: rate-limit');
+    expect(e.message).toBe('inbound[0].actions[1].type: action type "redirect" is not supported; supported: rate-limit, deny, custom-response, add-headers, remove-headers');
     expect(fails({ outbound: [{ actions: [{ config: good }] }] }).path).toBe('outbound[0].actions[0].type');
     expect(fails({ inbound: [{ actions: [{ type: 'rate-limit' }] }] }).path).toBe('inbound[0].actions[0].config');
   });

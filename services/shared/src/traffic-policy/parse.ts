@@ -1,12 +1,28 @@
 import { parseDocument } from 'yaml';
 import { parseDurationNs } from './duration.js';
-import type { BucketKeyElement, PolicyAction, PolicyRule, RateLimitConfig, TrafficPolicy } from './types.js';
+import { CelCompileError, compileExpression, parseTemplate } from './cel.js';
+import type { BucketKeyElement, PolicyAction, PolicyDirection, PolicyRule, RateLimitConfig, TrafficPolicy } from './types.js';
 
 /** Largest accepted document, in UTF-8 bytes (wire-conventions.md §13). */
 export const MAX_TRAFFIC_POLICY_BYTES = 64 * 1024;
 
-/** Action types the foundation accepts (wire-conventions.md §12). */
-export const SUPPORTED_ACTION_TYPES = ['rate-limit'] as const;
+/** Action types accepted (wire-conventions.md §12), in both directions. */
+export const SUPPORTED_ACTION_TYPES = ['rate-limit', 'deny', 'custom-response', 'add-headers', 'remove-headers'] as const;
+
+export const HEADER_ACTION_LIMITS = {
+  /** Headers per add-headers / remove-headers / custom-response action. */
+  maxHeaders: 32,
+  nameBytes: 128,
+  valueBytes: 1024,
+  /** custom-response `body`, UTF-8 bytes. */
+  bodyBytes: 64 * 1024,
+} as const;
+
+/**
+ * Headers a policy may not add or remove: they frame the message or belong to the hop (changing
+ * them would desynchronise the connection to the agent). `x-warren-*` is ours as well.
+ */
+const RESERVED_HEADERS = new Set(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'upgrade', 'te', 'trailer', 'proxy-connection']);
 
 export const RATE_LIMIT_LIMITS = {
   /** `name` must have fewer than this many characters. */
@@ -125,18 +141,119 @@ function parseRateLimitConfig(v: unknown, path: string): RateLimitConfig {
   return { name, algorithm: 'sliding_window', capacity, rate, rateSeconds, bucket_key: bucketKey.map((b) => b.source), bucketKey };
 }
 
-function parseAction(v: unknown, path: string): PolicyAction {
+function checkHeaderName(name: string, path: string): string {
+  if (Buffer.byteLength(name, 'utf8') > HEADER_ACTION_LIMITS.nameBytes) throw new TrafficPolicyError(path, `header name is over ${HEADER_ACTION_LIMITS.nameBytes} bytes`);
+  if (!HEADER_TOKEN_RE.test(name)) throw new TrafficPolicyError(path, `${JSON.stringify(name)} is not a valid header name`);
+  const lower = name.toLowerCase();
+  if (RESERVED_HEADERS.has(lower) || lower.startsWith('x-warren-')) throw new TrafficPolicyError(path, `header ${JSON.stringify(name)} cannot be changed by a traffic policy`);
+  return lower;
+}
+
+/** Field-value characters Node accepts (no CR, LF or NUL: no header injection). */
+const HEADER_VALUE_RE = /^[\t\x20-\x7e\x80-\xff]*$/;
+
+function checkHeaderValue(value: unknown, path: string): string {
+  if (typeof value !== 'string') throw new TrafficPolicyError(path, `must be a string, got ${typeName(value)}`);
+  if (Buffer.byteLength(value, 'utf8') > HEADER_ACTION_LIMITS.valueBytes) throw new TrafficPolicyError(path, `header value is over ${HEADER_ACTION_LIMITS.valueBytes} bytes`);
+  if (!HEADER_VALUE_RE.test(value)) throw new TrafficPolicyError(path, 'header value has a character not allowed in a header (control character or beyond U+00FF)');
+  return value;
+}
+
+/** A `headers` mapping of name → value; `interpolate` compiles `${expr}` parts of the values. */
+function parseHeaderMap(v: unknown, path: string, required: boolean, direction: PolicyDirection | null): Record<string, string> {
+  if (v === undefined || v === null) {
+    if (required) throw new TrafficPolicyError(path, 'is required');
+    return {};
+  }
+  const m = expectObj(v, path, 'headers');
+  const names = Object.keys(m);
+  if (required && names.length === 0) throw new TrafficPolicyError(path, 'must have at least one header');
+  if (names.length > HEADER_ACTION_LIMITS.maxHeaders) throw new TrafficPolicyError(path, `must have at most ${HEADER_ACTION_LIMITS.maxHeaders} headers, got ${names.length}`);
+  const seen = new Set<string>();
+  const out: Record<string, string> = {};
+  for (const name of names) {
+    const p = at(path, name);
+    const lower = checkHeaderName(name, p);
+    if (seen.has(lower)) throw new TrafficPolicyError(p, `header ${JSON.stringify(name)} is given twice (names are case-insensitive)`);
+    seen.add(lower);
+    const value = checkHeaderValue(m[name], p);
+    if (direction) {
+      try {
+        for (const part of parseTemplate(value)) if (typeof part !== 'string') compileExpression(direction, part.expr, false);
+      } catch (err) {
+        if (err instanceof CelCompileError) throw new TrafficPolicyError(p, `\${…} ${err.reason}`);
+        throw err;
+      }
+    }
+    out[name] = value;
+  }
+  return out;
+}
+
+function statusCode(v: unknown, path: string, min: number, max: number): number {
+  if (typeof v !== 'number' || !Number.isInteger(v)) throw new TrafficPolicyError(path, `must be an integer, got ${typeName(v)} ${JSON.stringify(v)}`);
+  if (v < min || v > max) throw new TrafficPolicyError(path, `must be from ${min} to ${max}, got ${v}`);
+  return v;
+}
+
+function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: string, direction: PolicyDirection): PolicyAction {
+  switch (type) {
+    case 'rate-limit':
+      return { type, config: parseRateLimitConfig(raw, path) };
+    case 'deny': {
+      const c = raw === undefined || raw === null ? {} : expectObj(raw, path, 'config');
+      noUnknownKeys(c, path, ['status_code']);
+      const status_code = c.status_code === undefined || c.status_code === null ? 403 : statusCode(c.status_code, at(path, 'status_code'), 400, 599);
+      return { type, config: { status_code } };
+    }
+    case 'custom-response': {
+      const c = expectObj(raw, path, 'config');
+      noUnknownKeys(c, path, ['status_code', 'body', 'headers']);
+      if (c.status_code === undefined || c.status_code === null) throw new TrafficPolicyError(at(path, 'status_code'), 'is required');
+      const status_code = statusCode(c.status_code, at(path, 'status_code'), 100, 599);
+      let body = '';
+      if (c.body !== undefined && c.body !== null) {
+        if (typeof c.body !== 'string') throw new TrafficPolicyError(at(path, 'body'), `must be a string, got ${typeName(c.body)}`);
+        if (Buffer.byteLength(c.body, 'utf8') > HEADER_ACTION_LIMITS.bodyBytes) throw new TrafficPolicyError(at(path, 'body'), `is over ${HEADER_ACTION_LIMITS.bodyBytes} bytes`);
+        body = c.body;
+      }
+      return { type, config: { status_code, body, headers: parseHeaderMap(c.headers, at(path, 'headers'), false, null) } };
+    }
+    case 'add-headers': {
+      const c = expectObj(raw, path, 'config');
+      noUnknownKeys(c, path, ['headers']);
+      return { type, config: { headers: parseHeaderMap(c.headers, at(path, 'headers'), true, direction) } };
+    }
+    case 'remove-headers': {
+      const c = expectObj(raw, path, 'config');
+      noUnknownKeys(c, path, ['headers']);
+      const list = expectList(c.headers, at(path, 'headers'), false);
+      if (list.length === 0) throw new TrafficPolicyError(at(path, 'headers'), 'must have at least one header name');
+      if (list.length > HEADER_ACTION_LIMITS.maxHeaders) throw new TrafficPolicyError(at(path, 'headers'), `must have at most ${HEADER_ACTION_LIMITS.maxHeaders} names, got ${list.length}`);
+      const headers = list.map((n, i) => {
+        const p = at(at(path, 'headers'), i);
+        if (typeof n !== 'string') throw new TrafficPolicyError(p, `must be a string, got ${typeName(n)}`);
+        checkHeaderName(n, p);
+        return n;
+      });
+      return { type, config: { headers } };
+    }
+  }
+}
+
+function parseAction(v: unknown, path: string, direction: PolicyDirection): PolicyAction {
   const a = expectObj(v, path, 'an action');
   noUnknownKeys(a, path, ['type', 'config']);
   if (a.type === undefined || a.type === null) throw new TrafficPolicyError(at(path, 'type'), 'is required');
   if (typeof a.type !== 'string') throw new TrafficPolicyError(at(path, 'type'), `must be a string, got ${typeName(a.type)}`);
-  if (!(SUPPORTED_ACTION_TYPES as readonly string[]).includes(a.type))
+  const type = a.type as PolicyAction['type'];
+  if (!(SUPPORTED_ACTION_TYPES as readonly string[]).includes(type))
     throw new TrafficPolicyError(at(path, 'type'), `action type ${JSON.stringify(a.type.slice(0, 64))} is not supported; supported: ${SUPPORTED_ACTION_TYPES.join(', ')}`);
-  if (a.config === undefined || a.config === null) throw new TrafficPolicyError(at(path, 'config'), 'is required');
-  return { type: 'rate-limit', config: parseRateLimitConfig(a.config, at(path, 'config')) };
+  if ((a.config === undefined || a.config === null) && type !== 'deny') throw new TrafficPolicyError(at(path, 'config'), 'is required');
+  return parseActionConfig(type, a.config, at(path, 'config'), direction);
 }
 
-function parseRule(v: unknown, path: string): PolicyRule {
+function parseRule(v: unknown, path: string, direction: PolicyDirection): PolicyRule {
   const r = expectObj(v, path, 'a rule');
   noUnknownKeys(r, path, ['name', 'expressions', 'actions']);
   let name = '';
@@ -147,11 +264,17 @@ function parseRule(v: unknown, path: string): PolicyRule {
   const expressions = expectList(r.expressions, at(path, 'expressions'), true).map((e, i) => {
     if (typeof e !== 'string') throw new TrafficPolicyError(at(at(path, 'expressions'), i), `must be a string, got ${typeName(e)}`);
     if (e.trim() === '') throw new TrafficPolicyError(at(at(path, 'expressions'), i), 'must not be empty');
+    try {
+      compileExpression(direction, e);
+    } catch (err) {
+      if (err instanceof CelCompileError) throw new TrafficPolicyError(at(at(path, 'expressions'), i), err.reason);
+      throw err;
+    }
     return e;
   });
   const rawActions = expectList(r.actions, at(path, 'actions'), false);
   if (rawActions.length === 0) throw new TrafficPolicyError(at(path, 'actions'), 'must have at least one action');
-  const actions = rawActions.map((a, i) => parseAction(a, at(at(path, 'actions'), i)));
+  const actions = rawActions.map((a, i) => parseAction(a, at(at(path, 'actions'), i), direction));
   return { name, expressions, actions };
 }
 
@@ -163,8 +286,8 @@ function parseRule(v: unknown, path: string): PolicyRule {
 export function validateTrafficPolicy(doc: unknown): TrafficPolicy {
   const top = expectObj(doc, '', 'the traffic policy');
   noUnknownKeys(top, '', ['inbound', 'outbound']);
-  const inbound = expectList(top.inbound, 'inbound', true).map((r, i) => parseRule(r, at('inbound', i)));
-  const outbound = expectList(top.outbound, 'outbound', true).map((r, i) => parseRule(r, at('outbound', i)));
+  const inbound = expectList(top.inbound, 'inbound', true).map((r, i) => parseRule(r, at('inbound', i), 'inbound'));
+  const outbound = expectList(top.outbound, 'outbound', true).map((r, i) => parseRule(r, at('outbound', i), 'outbound'));
   return { inbound, outbound };
 }
 

@@ -33,16 +33,42 @@ export interface RateLimitAction {
   config: RateLimitConfig;
 }
 
-/** Every action type the foundation accepts. More types arrive with the traffic-policy issue. */
-export type PolicyAction = RateLimitAction;
+/** `deny`: answers with `status_code` (400–599, default 403) instead of the upstream. */
+export interface DenyAction {
+  type: 'deny';
+  config: { status_code: number };
+}
+
+/** `custom-response`: answers with this status, body and headers, returned as is. */
+export interface CustomResponseAction {
+  type: 'custom-response';
+  config: { status_code: number; body: string; headers: Record<string, string> };
+}
+
+/**
+ * `add-headers`: sets these headers on the request (inbound) or response (outbound), replacing
+ * any of the same name. Values may interpolate CEL: `${expr}` (see `parseTemplate`).
+ */
+export interface AddHeadersAction {
+  type: 'add-headers';
+  config: { headers: Record<string, string> };
+}
+
+/** `remove-headers`: removes every header of these names (case-insensitive). */
+export interface RemoveHeadersAction {
+  type: 'remove-headers';
+  config: { headers: string[] };
+}
+
+export type PolicyAction = RateLimitAction | DenyAction | CustomResponseAction | AddHeadersAction | RemoveHeadersAction;
 export type PolicyActionType = PolicyAction['type'];
 
 export interface PolicyRule {
   /** `""` when the document gives none. */
   name: string;
   /**
-   * CEL expressions as written. Only their type (list of strings) is checked here: they are not
-   * compiled or evaluated yet (the traffic-policy issue adds CEL).
+   * CEL expressions as written; each compiles (type-checks to bool) against the variables of
+   * the rule's direction (see `cel.ts`). The rule applies when all are true.
    */
   expressions: string[];
   actions: PolicyAction[];

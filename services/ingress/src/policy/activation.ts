@@ -1,0 +1,81 @@
+import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse, type CelTime } from '@warren/shared';
+import type { RequestState, ResponseState } from '../pipeline/types.js';
+
+/**
+ * The CEL activation of one request (or response): every variable is built on first read, so
+ * an expression that reads only `conn.client_ip` costs one small object. cel-js reads variables
+ * as properties of this object.
+ */
+export class Activation {
+  private reqView?: CelRequest;
+  private connView?: CelConn;
+  private resView?: CelResponse;
+
+  constructor(
+    readonly s: RequestState,
+    readonly r: ResponseState | null,
+  ) {}
+
+  get req(): CelRequest {
+    return (this.reqView ??= requestView(this.s));
+  }
+
+  get conn(): CelConn {
+    return (this.connView ??= new CelConn(this.s.clientIp, serverPort(this.s)));
+  }
+
+  get res(): CelResponse | undefined {
+    const r = this.r;
+    if (!r) return undefined;
+    return (this.resView ??= new CelResponse({ status: () => r.status, headers: () => r.headers }));
+  }
+
+  get actions(): CelActions {
+    return actionsOf(this.s);
+  }
+
+  get time(): CelTime {
+    return CEL_TIME;
+  }
+
+  /** After the headers this run edits changed: later expressions read them again. */
+  headersChanged(): void {
+    if (this.r) this.resView?.headersChanged();
+    else this.reqView?.headersChanged();
+  }
+}
+
+/** The request's `actions` results, kept in `s.vars.actions` (read by outbound rules and the traffic event). */
+export function actionsOf(s: RequestState): CelActions {
+  const v = s.vars.actions;
+  if (v instanceof CelActions) return v;
+  const a = new CelActions();
+  s.vars.actions = a;
+  return a;
+}
+
+function requestView(s: RequestState): CelRequest {
+  const url = s.req.url ?? '/';
+  const q = url.indexOf('?');
+  const authority = s.req.headers.host ?? s.host;
+  return new CelRequest({
+    method: s.req.method ?? 'GET',
+    scheme: s.scheme,
+    host: s.host,
+    authority,
+    path: s.path,
+    rawQuery: q >= 0 ? url.slice(q + 1) : '',
+    headers: () => s.headers,
+  });
+}
+
+/** The port the client addressed: the Host header's, else the scheme's default. */
+function serverPort(s: RequestState): number {
+  const host = s.req.headers.host ?? '';
+  const colon = host.lastIndexOf(':');
+  if (colon > 0 && colon > host.lastIndexOf(']')) {
+    const p = Number(host.slice(colon + 1));
+    if (Number.isInteger(p) && p > 0 && p < 65536) return p;
+  }
+  return s.scheme === 'https' ? 443 : 80;
+}

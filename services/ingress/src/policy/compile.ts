@@ -1,0 +1,94 @@
+import { compileExpression, parseTemplate, type BucketKeyElement, type CelProgram, type PolicyAction, type PolicyDirection, type PolicyRule, type TrafficPolicy } from '@warren/shared';
+
+/**
+ * A traffic policy compiled once per config version: every CEL expression parsed and
+ * type-checked, every constant response and header list prepared, so a request only evaluates.
+ */
+
+export interface CompiledRateLimit {
+  kind: 'rate-limit';
+  /** Bucket key prefix: route, direction and action name, JSON-encoded (unambiguous). */
+  prefix: string;
+  capacity: number;
+  rateSeconds: number;
+  bucketKey: BucketKeyElement[];
+}
+
+export interface CompiledRespond {
+  kind: 'respond';
+  status: number;
+  body: string | undefined;
+  headers: Record<string, string> | undefined;
+}
+
+/** A header value: literal, or literal text and compiled `${expr}` parts. */
+export type HeaderValue = string | (string | CelProgram)[];
+
+export interface CompiledAddHeaders {
+  kind: 'add-headers';
+  headers: { name: string; lower: string; value: HeaderValue }[];
+  /** Lower-case names, to drop existing values before adding. */
+  lower: Set<string>;
+}
+
+export interface CompiledRemoveHeaders {
+  kind: 'remove-headers';
+  lower: Set<string>;
+}
+
+export type CompiledAction = CompiledRateLimit | CompiledRespond | CompiledAddHeaders | CompiledRemoveHeaders;
+
+export interface CompiledRule {
+  /** `inbound[0]`, for logs. */
+  where: string;
+  conditions: { where: string; program: CelProgram }[];
+  actions: CompiledAction[];
+}
+
+export interface CompiledPolicy {
+  inbound: CompiledRule[];
+  outbound: CompiledRule[];
+}
+
+function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirection): CompiledAction {
+  switch (a.type) {
+    case 'rate-limit':
+      return {
+        kind: 'rate-limit',
+        prefix: `tp:${JSON.stringify([routeId, direction, a.config.name])}`,
+        capacity: a.config.capacity,
+        rateSeconds: a.config.rateSeconds,
+        bucketKey: a.config.bucketKey,
+      };
+    case 'deny':
+      return { kind: 'respond', status: a.config.status_code, body: undefined, headers: undefined };
+    case 'custom-response':
+      return { kind: 'respond', status: a.config.status_code, body: a.config.body, headers: a.config.headers };
+    case 'add-headers': {
+      const headers = Object.entries(a.config.headers).map(([name, raw]) => {
+        const parts = parseTemplate(raw);
+        const value: HeaderValue = parts.every((p) => typeof p === 'string') ? raw : parts.map((p) => (typeof p === 'string' ? p : compileExpression(direction, p.expr, false)));
+        return { name, lower: name.toLowerCase(), value };
+      });
+      return { kind: 'add-headers', headers, lower: new Set(headers.map((h) => h.lower)) };
+    }
+    case 'remove-headers':
+      return { kind: 'remove-headers', lower: new Set(a.config.headers.map((h) => h.toLowerCase())) };
+  }
+}
+
+function compileRules(rules: PolicyRule[], routeId: string, direction: PolicyDirection): CompiledRule[] {
+  return rules.map((rule, i) => {
+    const where = `${direction}[${i}]`;
+    return {
+      where: rule.name ? `${where} (${rule.name})` : where,
+      conditions: rule.expressions.map((e, j) => ({ where: `${where}.expressions[${j}]`, program: compileExpression(direction, e) })),
+      actions: rule.actions.map((a) => compileAction(a, routeId, direction)),
+    };
+  });
+}
+
+/** Compiles a validated policy (`validateTrafficPolicy`). Throws `CelCompileError` if an expression does not compile. */
+export function compilePolicy(policy: TrafficPolicy, routeId: string): CompiledPolicy {
+  return { inbound: compileRules(policy.inbound, routeId, 'inbound'), outbound: compileRules(policy.outbound, routeId, 'outbound') };
+}

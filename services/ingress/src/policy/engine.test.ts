@@ -1,0 +1,156 @@
+import { describe, expect, it } from 'vitest';
+import type { Outcome, RouteStage } from '../pipeline/types.js';
+import { trafficPolicyStage } from './index.js';
+import { CONFIG, deps, EDGE, FakeLimiter, request, route } from './testing.js';
+
+const rl = (over: Record<string, unknown> = {}) => ({ type: 'rate-limit', config: { name: 'rl', algorithm: 'sliding_window', capacity: 2, rate: '60s', bucket_key: ['conn.client_ip'], ...over } });
+function stage(policy: unknown, limiter = new FakeLimiter()): RouteStage {
+  const s = trafficPolicyStage(route(policy), EDGE, CONFIG, deps(limiter));
+  if (!s) throw new Error('no stage');
+  return s;
+}
+const header = (pairs: string[], name: string) => pairs.filter((_, i) => i % 2 === 1 && pairs[i - 1]!.toLowerCase() === name.toLowerCase());
+
+describe('trafficPolicyStage', () => {
+  it('is null when absent, disabled or empty; throws when enabled but unparsed', () => {
+    expect(trafficPolicyStage({ ...route(null), trafficPolicy: null }, EDGE, CONFIG, deps())).toBeNull();
+    expect(trafficPolicyStage(route({ inbound: [{ actions: [{ type: 'deny' }] }] }, false), EDGE, CONFIG, deps())).toBeNull();
+    expect(trafficPolicyStage(route({ inbound: [] }), EDGE, CONFIG, deps())).toBeNull();
+    expect(() => trafficPolicyStage(route(null), EDGE, CONFIG, deps())).toThrow('could not be parsed');
+    const s = stage({ inbound: [{ actions: [{ type: 'deny' }] }] });
+    expect(s.name).toBe('traffic_policy');
+    expect(s.onResponse).toBeUndefined();
+  });
+
+  it('selects rules by their expressions and runs actions in order', async () => {
+    const s = stage({
+      inbound: [
+        { expressions: ["req.method == 'POST'"], actions: [{ type: 'deny', config: { status_code: 405 } }] },
+        { expressions: ["req.url.path.startsWith('/api')", "req.query == 'x=1'"], actions: [{ type: 'add-headers', config: { headers: { 'X-A': '1' } } }, { type: 'custom-response', config: { status_code: 200, body: 'hi', headers: { 'X-B': '2' } } }, { type: 'deny' }] },
+        { actions: [{ type: 'deny', config: { status_code: 418 } }] },
+      ],
+    });
+    expect(await s.onRequest!(request({ method: 'POST' }))).toMatchObject({ status: 405 });
+    const r = request();
+    expect(await s.onRequest!(r)).toEqual({ status: 200, body: 'hi', headers: { 'X-B': '2' } });
+    expect(header(r.headers, 'x-a')).toEqual(['1']);
+    expect(await s.onRequest!(request({ url: '/other' }))).toMatchObject({ status: 418, body: '' });
+  });
+
+  it('rate-limits with 429 + retry-after, and later rules see the result', async () => {
+    const limiter = new FakeLimiter();
+    const s = stage({
+      inbound: [
+        { actions: [rl(), { type: 'add-headers', config: { headers: { 'X-Limited': '${actions.ngrok.rate_limit.limited}' } } }] },
+        { expressions: ['!actions.service.rate_limit.limited', "actions.ngrok.rate_limit.bucket_key == '[\"203.0.113.7\"]'"], actions: [{ type: 'add-headers', config: { headers: { 'X-Seen': 'yes' } } }] },
+      ],
+    }, limiter);
+    for (let i = 0; i < 2; i++) {
+      const r = request();
+      expect(await s.onRequest!(r)).toBeNull();
+      expect(header(r.headers, 'x-limited')).toEqual(['false']);
+      expect(header(r.headers, 'x-seen')).toEqual(['yes']);
+    }
+    const r = request();
+    const out = (await s.onRequest!(r)) as Exclude<Outcome, null>;
+    expect(out.status).toBe(429);
+    expect(out.headers!['retry-after']).toBe('13');
+    expect(out.body).toContain('Too Many Requests');
+    expect((r.vars.actions as { ngrok: { rate_limit: { limited: boolean } } }).ngrok.rate_limit.limited).toBe(true);
+    expect(limiter.calls[0]).toEqual({ key: 'tp:["rt_1","inbound","rl"]["203.0.113.7"]', capacity: 2, windowSeconds: 60 });
+    // another IP has its own bucket
+    expect(await s.onRequest!(request({ ip: '198.51.100.1' }))).toBeNull();
+  });
+
+  it('fails open on limiter errors and exposes the error variables', async () => {
+    const limiter = new FakeLimiter();
+    limiter.failWith = { code: 'redis_unavailable', message: 'connection refused' };
+    const s = stage({ inbound: [{ actions: [rl({ capacity: 1 })] }, { expressions: ["actions.ngrok.rate_limit.error.code == 'redis_unavailable'", "actions.service.rate_limit.error.message != ''"], actions: [{ type: 'add-headers', config: { headers: { 'X-Err': '${actions.service.rate_limit.error.code}' } } }] }] }, limiter);
+    for (let i = 0; i < 3; i++) {
+      const r = request();
+      expect(await s.onRequest!(r)).toBeNull();
+      expect(header(r.headers, 'x-err')).toEqual(['redis_unavailable']);
+    }
+  });
+
+  it('composes bucket keys from host, ip and headers (case-insensitive, missing = empty)', async () => {
+    const limiter = new FakeLimiter();
+    const s = stage({ inbound: [{ actions: [rl({ name: 'a', bucket_key: ['req.host', 'conn.client_ip', "req.headers['X-Api-Key']", "getReqHeader('x-TENANT')"] }), rl({ name: 'b', bucket_key: ['req.host'] })] }] }, limiter);
+    await s.onRequest!(request({ headers: ['Host', 'app.example.com', 'x-api-key', 'k1', 'X-Tenant', 't1'] }));
+    await s.onRequest!(request({ headers: ['Host', 'app.example.com', 'X-API-KEY', 'k1'] }));
+    expect(limiter.calls.map((c) => c.key)).toEqual([
+      'tp:["rt_1","inbound","a"]["app.example.com","203.0.113.7","k1","t1"]',
+      'tp:["rt_1","inbound","b"]["app.example.com"]',
+      'tp:["rt_1","inbound","a"]["app.example.com","203.0.113.7","k1",""]',
+      'tp:["rt_1","inbound","b"]["app.example.com"]',
+    ]);
+    // long values are hashed
+    await s.onRequest!(request({ headers: ['x-api-key', 'k'.repeat(1000)] }));
+    expect(limiter.calls.at(-2)!.key).toMatch(/^tp:\["rt_1","inbound","a"\]#[\w-]{43}$/);
+  });
+
+  it('adds and removes request headers case-insensitively; later expressions see the edit', async () => {
+    const s = stage({
+      inbound: [
+        { actions: [{ type: 'remove-headers', config: { headers: ['cookie', 'X-Drop'] } }, { type: 'add-headers', config: { headers: { 'user-agent': 'policy/1', 'X-Ip': 'ip=${conn.client_ip} ua=${getReqHeader("USER-AGENT")}' } } }] },
+        { expressions: ["req.user_agent == 'policy/1'", "!('cookie' in req.headers)"], actions: [{ type: 'add-headers', config: { headers: { 'X-After': 'ok' } } }] },
+      ],
+    });
+    // values of one add-headers action see the headers as they were before it
+    const r = request({ headers: ['Host', 'app.example.com', 'User-Agent', 'curl/8', 'Cookie', 'a=1', 'COOKIE', 'b=2', 'x-drop', '1'] });
+    expect(await s.onRequest!(r)).toBeNull();
+    expect(r.headers).toEqual(['Host', 'app.example.com', 'user-agent', 'policy/1', 'X-Ip', 'ip=203.0.113.7 ua=curl/8', 'X-After', 'ok']);
+  });
+
+  it('runs outbound rules on the response', async () => {
+    const s = stage({
+      outbound: [
+        { expressions: ['res.status_code == 200', "getResHeader('Server').exists(v, v.startsWith('nginx'))"], actions: [{ type: 'remove-headers', config: { headers: ['server'] } }, { type: 'add-headers', config: { headers: { 'X-Status': '${res.status_code}' } } }] },
+        { expressions: ['res.status_code >= 500'], actions: [{ type: 'custom-response', config: { status_code: 503, body: 'down' } }] },
+        { expressions: ["req.path == '/secret'"], actions: [{ type: 'deny', config: { status_code: 404 } }] },
+      ],
+    });
+    expect(s.onRequest).toBeUndefined();
+    const res = { status: 200, headers: ['Server', 'nginx/1.2', 'Content-Type', 'text/plain'] };
+    expect(await s.onResponse!(request(), res)).toBeNull();
+    expect(res.headers).toEqual(['Content-Type', 'text/plain', 'X-Status', '200']);
+    expect(await s.onResponse!(request(), { status: 502, headers: [] })).toMatchObject({ status: 503, body: 'down' });
+    expect(await s.onResponse!(request({ url: '/secret' }), { status: 200, headers: [] })).toMatchObject({ status: 404 });
+  });
+
+  it('outbound rate-limit counts responses', async () => {
+    const limiter = new FakeLimiter();
+    const s = stage({ outbound: [{ expressions: ['res.status_code == 404'], actions: [rl({ capacity: 1 })] }] }, limiter);
+    expect(await s.onResponse!(request(), { status: 404, headers: [] })).toBeNull();
+    expect(await s.onResponse!(request(), { status: 200, headers: [] })).toBeNull();
+    expect(await s.onResponse!(request(), { status: 404, headers: [] })).toMatchObject({ status: 429 });
+    expect(limiter.calls.map((c) => c.key)).toEqual(['tp:["rt_1","outbound","rl"]["203.0.113.7"]', 'tp:["rt_1","outbound","rl"]["203.0.113.7"]']);
+  });
+
+  it('treats an evaluation error as a rule that does not apply, never a throw', async () => {
+    const reg = deps();
+    const s = trafficPolicyStage(route({ inbound: [
+      { expressions: ["req.headers['x-missing'][0] == 'a'"], actions: [{ type: 'deny' }] },
+      { expressions: ["int(req.query) > 1"], actions: [{ type: 'deny' }] },
+      { actions: [{ type: 'add-headers', config: { headers: { 'X-Bad': '${req.headers["nope"][0]}', 'X-Good': 'g' } } }] },
+    ] }), EDGE, CONFIG, reg)!;
+    const r = request();
+    expect(await s.onRequest!(r)).toBeNull();
+    expect(header(r.headers, 'x-bad')).toEqual([]);
+    expect(header(r.headers, 'x-good')).toEqual(['g']);
+    await s.onRequest!(request());
+    const m = await reg.registry.getSingleMetricAsString('warren_traffic_policy_expression_errors_total');
+    expect(m).toContain('direction="inbound"} 6');
+  });
+
+  it('exposes request variables', async () => {
+    const exprs = [
+      "req.method == 'GET'", "req.host == 'app.example.com'", "req.path == '/api/items'", "req.query == 'x=1'",
+      "req.url == 'https://App.example.com:8443/api/items?x=1'", "req.url.host == 'app.example.com'", "req.url.query_params['x'] == ['1']",
+      "getQueryParam('x') == ['1']", "conn.client_ip == '203.0.113.7'", 'conn.server_port == 8443', "req.headers['user-agent'] == ['curl/8']",
+      "req.user_agent == 'curl/8'", "time.now > timestamp('2024-01-01T00:00:00Z')", '!actions.ngrok.rate_limit.limited',
+    ];
+    const s = stage({ inbound: exprs.map((e, i) => ({ expressions: [`!(${e})`], actions: [{ type: 'custom-response', config: { status_code: 500, body: `failed ${i}: ${e}` } }] })) });
+    expect(await s.onRequest!(request({ host: 'app.example.com', headers: ['Host', 'App.example.com:8443', 'User-Agent', 'curl/8'] }))).toBeNull();
+  });
+});

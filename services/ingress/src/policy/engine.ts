@@ -1,0 +1,207 @@
+import { createHash } from 'node:crypto';
+import { Counter, type Registry } from 'prom-client';
+import type { Logger } from 'pino';
+import type { CelProgram } from '@warren/shared';
+import type { Outcome, RateLimiter, RateLimitResult, RequestState, ResponseState, RouteStage } from '../pipeline/types.js';
+import { Activation, actionsOf } from './activation.js';
+import type { CompiledAddHeaders, CompiledPolicy, CompiledRateLimit, CompiledRespond, CompiledRule } from './compile.js';
+import { celToHeaderText, isValidHeaderValue, withoutHeaders } from './headers.js';
+
+/** Keys longer than this are hashed (the bucket values may hold long headers). */
+const MAX_PLAIN_KEY = 256;
+
+const RATE_LIMITED_BODY = 'Too Many Requests: rate limit exceeded\n';
+
+export interface EngineDeps {
+  limiter: RateLimiter;
+  log: Logger;
+  registry: Registry;
+}
+
+function errorCounter(registry: Registry): Counter<'direction'> {
+  const name = 'warren_traffic_policy_expression_errors_total';
+  const existing = registry.getSingleMetric(name);
+  if (existing) return existing as Counter<'direction'>;
+  return new Counter({
+    name,
+    help: 'Traffic policy expressions or header interpolations that failed to evaluate (the rule did not apply / the header was not set)',
+    labelNames: ['direction'],
+    registers: [registry],
+  });
+}
+
+/** One direction's rules run against one request or response. */
+interface Run {
+  act: Activation;
+  rules: CompiledRule[];
+  /** The headers the actions edit: the request's (inbound) or the response's (outbound). */
+  getHeaders(): string[];
+  setHeaders(h: string[]): void;
+}
+
+/**
+ * The `traffic_policy` stage: inbound rules on the request, outbound rules on the response head.
+ * Rules run in order; a rule applies when all its expressions are true; its actions run in
+ * order. Runs synchronously until a rate-limit action has to ask the limiter.
+ */
+export class TrafficPolicyStage implements RouteStage {
+  readonly name = 'traffic_policy';
+  readonly onRequest?: (s: RequestState) => Outcome | Promise<Outcome>;
+  readonly onResponse?: (s: RequestState, r: ResponseState) => Outcome | Promise<Outcome>;
+  private readonly errors: Counter<'direction'>;
+  /** Expression locations already logged: each failing one is logged once per policy. */
+  private readonly logged = new Set<string>();
+
+  constructor(
+    private readonly policy: CompiledPolicy,
+    private readonly routeId: string,
+    private readonly deps: EngineDeps,
+  ) {
+    this.errors = errorCounter(deps.registry);
+    if (policy.inbound.length > 0) this.onRequest = (s) => this.runRequest(s);
+    if (policy.outbound.length > 0) this.onResponse = (s, r) => this.runResponse(s, r);
+  }
+
+  private runRequest(s: RequestState): Outcome | Promise<Outcome> {
+    const run: Run = {
+      act: new Activation(s, null),
+      rules: this.policy.inbound,
+      getHeaders: () => s.headers,
+      setHeaders: (h) => {
+        s.headers = h;
+      },
+    };
+    return this.runFrom(run, 0, 0);
+  }
+
+  private runResponse(s: RequestState, r: ResponseState): Outcome | Promise<Outcome> {
+    const run: Run = {
+      act: new Activation(s, r),
+      rules: this.policy.outbound,
+      getHeaders: () => r.headers,
+      setHeaders: (h) => {
+        r.headers = h;
+      },
+    };
+    return this.runFrom(run, 0, 0);
+  }
+
+  /** Runs from rule `i`, action `j` (j > 0: that rule already matched). */
+  private runFrom(run: Run, i: number, j: number): Outcome | Promise<Outcome> {
+    const { rules } = run;
+    for (; i < rules.length; i++, j = 0) {
+      const rule = rules[i]!;
+      if (j === 0 && !this.matches(run, rule)) continue;
+      const actions = rule.actions;
+      for (; j < actions.length; j++) {
+        const a = actions[j]!;
+        switch (a.kind) {
+          case 'rate-limit': {
+            const next = j + 1 < actions.length ? [i, j + 1] : [i + 1, 0];
+            return this.rateLimit(run, a).then((out) => out ?? this.runFrom(run, next[0]!, next[1]!));
+          }
+          case 'respond':
+            return respond(a);
+          case 'add-headers':
+            this.addHeaders(run, a);
+            break;
+          case 'remove-headers': {
+            const before = run.getHeaders();
+            const after = withoutHeaders(before, a.lower);
+            if (after !== before) {
+              run.setHeaders(after);
+              run.act.headersChanged();
+            }
+            break;
+          }
+        }
+      }
+    }
+    return null;
+  }
+
+  private matches(run: Run, rule: CompiledRule): boolean {
+    for (const c of rule.conditions) {
+      let v: unknown;
+      try {
+        v = c.program(run.act);
+      } catch (err) {
+        this.failed(run, c.where, err);
+        return false;
+      }
+      if (v !== true) {
+        if (typeof v !== 'boolean') this.failed(run, c.where, new Error(`evaluated to ${typeof v}, not a bool`));
+        return false;
+      }
+    }
+    return true;
+  }
+
+  private failed(run: Run, where: string, err: unknown): void {
+    this.errors.inc({ direction: run.act.r ? 'outbound' : 'inbound' });
+    if (this.logged.has(where) || this.logged.size > 1000) return;
+    this.logged.add(where);
+    const msg = err instanceof Error ? ((err as { summary?: string }).summary ?? err.message.split('\n')[0]) : String(err);
+    this.deps.log.warn({ routeId: this.routeId, where, err: msg }, 'traffic policy: evaluation failed (rule skipped / header not set); logged once per policy');
+  }
+
+  private addHeaders(run: Run, a: CompiledAddHeaders): void {
+    const out = withoutHeaders(run.getHeaders(), a.lower);
+    const fresh = out === run.getHeaders() ? out.slice() : out;
+    for (const h of a.headers) {
+      const value = typeof h.value === 'string' ? h.value : this.interpolate(run, h.value, h.name);
+      if (value !== null) fresh.push(h.name, value);
+    }
+    run.setHeaders(fresh);
+    run.act.headersChanged();
+  }
+
+  private interpolate(run: Run, parts: (string | CelProgram)[], name: string): string | null {
+    let out = '';
+    for (const p of parts) {
+      if (typeof p === 'string') {
+        out += p;
+        continue;
+      }
+      try {
+        out += celToHeaderText(p(run.act));
+      } catch (err) {
+        this.failed(run, `add-headers ${name}`, err);
+        return null;
+      }
+    }
+    if (!isValidHeaderValue(out) || out.length > 8192) {
+      this.failed(run, `add-headers ${name}`, new Error('the interpolated value is not a valid header value'));
+      return null;
+    }
+    return out;
+  }
+
+  private async rateLimit(run: Run, a: CompiledRateLimit): Promise<Outcome> {
+    const values = a.bucketKey.map((k) => (k.kind === 'host' ? run.act.s.host : k.kind === 'client_ip' ? run.act.s.clientIp : run.act.req.header(k.name).join(', ')));
+    const shown = JSON.stringify(values);
+    const key = a.prefix.length + shown.length <= MAX_PLAIN_KEY ? a.prefix + shown : `${a.prefix}#${createHash('sha256').update(shown).digest('base64url')}`;
+    const vars = actionsOf(run.act.s).ngrok.rate_limit;
+    vars.bucket_key = shown;
+    let result: RateLimitResult;
+    try {
+      result = await this.deps.limiter.hit(key, a.capacity, a.rateSeconds);
+    } catch (err) {
+      // The limiter is meant to fail open by itself; if it throws anyway, so do we.
+      result = { limited: false, retryAfterSeconds: 0, error: { code: 'rate_limiter_failed', message: err instanceof Error ? err.message : String(err) } };
+    }
+    vars.limited = result.limited;
+    vars.error.code = result.error?.code ?? '';
+    vars.error.message = result.error?.message ?? '';
+    if (!result.limited) return null;
+    return {
+      status: 429,
+      headers: { 'retry-after': String(Math.max(1, Math.ceil(result.retryAfterSeconds))), 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' },
+      body: RATE_LIMITED_BODY,
+    };
+  }
+}
+
+function respond(a: CompiledRespond): Outcome {
+  return { status: a.status, headers: a.headers ? { ...a.headers } : {}, body: a.body ?? '' };
+}

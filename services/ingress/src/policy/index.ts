@@ -1,0 +1,21 @@
+import { validateTrafficPolicy } from '@warren/shared';
+import type { StageFactory } from '../pipeline/types.js';
+import { compilePolicy } from './compile.js';
+import { TrafficPolicyStage } from './engine.js';
+
+/**
+ * The route's `traffic_policy` module as a pipeline stage, compiled once per config version;
+ * null when the route has none, it is disabled, or it has no rules. Throws when the policy is
+ * enabled but unusable (the control plane could not parse it, or it no longer validates).
+ */
+export const trafficPolicyStage: StageFactory = (route, _edge, _config, deps) => {
+  const tp = route.trafficPolicy;
+  if (!tp || !tp.enabled) return null;
+  if (tp.value === null || tp.value === undefined) throw new Error(`route ${route.id}: the traffic policy is enabled but could not be parsed by the control plane`);
+  const policy = validateTrafficPolicy(tp.value);
+  if (policy.inbound.length === 0 && policy.outbound.length === 0) return null;
+  return new TrafficPolicyStage(compilePolicy(policy, route.id), route.id, deps);
+};
+
+export { TrafficPolicyStage } from './engine.js';
+export { compilePolicy, type CompiledPolicy } from './compile.js';

@@ -1,0 +1,191 @@
+/**
+ * CEL for traffic policies: the variables and macros expressions may use, compiled once with
+ * `@marcbachmann/cel-js` (parse + type-check), evaluated per request by the ingress.
+ *
+ * Variables (ngrok's names where they exist):
+ * - `req.method`, `req.host` (lower-case, no port), `req.path`, `req.query` (raw, without `?`),
+ *   `req.user_agent`, `req.headers` (map: lower-case name → list of values),
+ *   `req.url` (the full URL; compares and concatenates as a string) with `req.url.scheme`,
+ *   `.host`, `.authority`, `.path`, `.query`, `.raw_query`, `.query_params` (map → list).
+ * - `conn.client_ip`, `conn.server_port` (int).
+ * - `res.status_code` (int), `res.headers` — outbound rules only.
+ * - `actions.ngrok.rate_limit.{bucket_key, limited, error.code, error.message}` and the same
+ *   under `actions.service.rate_limit` — the last rate-limit action's result.
+ * - `time.now` (timestamp).
+ * Macros: `getReqHeader(name)`, `getResHeader(name)` (outbound) → list of values,
+ * case-insensitive, `[]` when absent; `getQueryParam(name)` → list of values.
+ */
+import { Environment, type ParseResult } from '@marcbachmann/cel-js';
+import { CelActionResults, CelActions, CelConn, CelRateLimit, CelRateLimitError, CelRequest, CelResponse, CelTime, CelUrl } from './cel-vars.js';
+import type { PolicyDirection } from './types.js';
+
+/** A compiled expression: call with an activation (`{req, conn, actions, time[, res]}`). */
+export type CelProgram = ParseResult;
+
+/** An expression that does not compile; `reason` is one line, with the column. */
+export class CelCompileError extends Error {
+  constructor(readonly reason: string) {
+    super(reason);
+    this.name = 'CelCompileError';
+  }
+}
+
+/** Minimal view of the checker/evaluator objects a macro hook receives. */
+interface MacroChecker {
+  check(node: unknown, ctx: unknown): { name: string; kind: string };
+  registry: { getListType(t: unknown): unknown };
+  stringType: unknown;
+  createError(code: string, message: string, node: unknown): Error;
+}
+interface MacroEvaluator {
+  run(node: unknown, ctx: unknown): unknown;
+}
+interface MacroCtx {
+  getValue(name: string): unknown;
+}
+
+/** A `name(string): list<string>` macro that reads `header(name)`-style lookups off a variable. */
+function lookupMacro(fn: string, read: (ctx: MacroCtx, key: string) => string[]) {
+  return ({ args }: { args: unknown[] }) => ({
+    arg: args[0],
+    typeCheck(checker: MacroChecker, macro: { arg: unknown }, ctx: unknown) {
+      const t = checker.check(macro.arg, ctx);
+      if (t.name !== 'string' && t.kind !== 'dyn') throw checker.createError('invalid_argument', `${fn}() takes a string, got ${t.name}`, macro.arg);
+      return checker.registry.getListType(checker.stringType);
+    },
+    evaluate(ev: MacroEvaluator, macro: { arg: unknown }, ctx: MacroCtx) {
+      const key = ev.run(macro.arg, ctx);
+      return typeof key === 'string' ? read(ctx, key) : [];
+    },
+  });
+}
+
+function baseEnvironment(): Environment {
+  const str = 'string';
+  const env = new Environment({ homogeneousAggregateLiterals: false, limits: { maxAstNodes: 4096 } })
+    .registerType('URL', {
+      ctor: CelUrl,
+      fields: { scheme: str, host: str, authority: str, path: str, query: str, raw_query: str, query_params: 'map<string, list<string>>' },
+    })
+    .registerType('Request', {
+      ctor: CelRequest,
+      fields: { method: str, host: str, path: str, query: str, user_agent: str, url: 'URL', headers: 'map<string, list<string>>' },
+    })
+    .registerType('Connection', { ctor: CelConn, fields: { client_ip: str, server_port: 'int' } })
+    .registerType('RateLimitError', { ctor: CelRateLimitError, fields: { code: str, message: str } })
+    .registerType('RateLimitResult', { ctor: CelRateLimit, fields: { bucket_key: str, limited: 'bool', error: 'RateLimitError' } })
+    .registerType('ActionResults', { ctor: CelActionResults, fields: { rate_limit: 'RateLimitResult' } })
+    .registerType('Actions', { ctor: CelActions, fields: { ngrok: 'ActionResults', service: 'ActionResults' } })
+    .registerType('Time', { ctor: CelTime, fields: { now: 'google.protobuf.Timestamp' } })
+    .registerVariable('req', 'Request')
+    .registerVariable('conn', 'Connection')
+    .registerVariable('actions', 'Actions')
+    .registerVariable('time', 'Time')
+    // `req.url` behaves as its string where a string is expected.
+    .registerOperator('URL == string', (a: CelUrl, b: string) => a.toString() === b)
+    .registerOperator('URL + string: string', (a: CelUrl, b: string) => a.toString() + b)
+    .registerOperator('string + URL: string', (a: string, b: CelUrl) => a + b.toString())
+    .registerFunction('string(URL): string', (a: CelUrl) => a.toString())
+    .registerFunction('URL.startsWith(string): bool', (a: CelUrl, b: string) => a.toString().startsWith(b))
+    .registerFunction('URL.endsWith(string): bool', (a: CelUrl, b: string) => a.toString().endsWith(b))
+    .registerFunction('URL.contains(string): bool', (a: CelUrl, b: string) => a.toString().includes(b))
+    .registerFunction('URL.size(): int', (a: CelUrl) => BigInt(a.toString().length));
+  env.registerFunction(
+    'getReqHeader(ast): list<string>',
+    lookupMacro('getReqHeader', (ctx, k) => (ctx.getValue('req') as CelRequest | undefined)?.header(k) ?? []),
+  );
+  env.registerFunction(
+    'getQueryParam(ast): list<string>',
+    lookupMacro('getQueryParam', (ctx, k) => (ctx.getValue('req') as CelRequest | undefined)?.url.query_params.get(k) ?? []),
+  );
+  return env;
+}
+
+function buildEnvironments(): Record<PolicyDirection, Environment> {
+  const base = baseEnvironment();
+  const inbound = base.clone();
+  const outbound = base
+    .clone()
+    .registerType('Response', { ctor: CelResponse, fields: { status_code: 'int', headers: 'map<string, list<string>>' } })
+    .registerVariable('res', 'Response');
+  outbound.registerFunction(
+    'getResHeader(ast): list<string>',
+    lookupMacro('getResHeader', (ctx, k) => (ctx.getValue('res') as CelResponse | undefined)?.header(k) ?? []),
+  );
+  return { inbound, outbound };
+}
+
+let environments: Record<PolicyDirection, Environment> | undefined;
+
+/** Creating environments is the expensive part: once per process. */
+function env(direction: PolicyDirection): Environment {
+  return (environments ??= buildEnvironments())[direction];
+}
+
+function describe(err: unknown): string {
+  const e = err as { summary?: unknown; message?: unknown; range?: { start: number } };
+  const text = typeof e.summary === 'string' ? e.summary : String(e.message ?? err).split('\n')[0]!;
+  return e.range ? `${text} (at column ${e.range.start + 1})` : text;
+}
+
+/**
+ * Compiles one expression for rules of `direction`. A rule expression must be a `bool`
+ * (`wantBool`); a header-value interpolation may be of any type. Throws `CelCompileError`.
+ */
+export function compileExpression(direction: PolicyDirection, source: string, wantBool = true): CelProgram {
+  let program: CelProgram;
+  try {
+    program = env(direction).parse(source);
+  } catch (err) {
+    throw new CelCompileError(`does not compile: ${describe(err)}`);
+  }
+  const checked = program.check();
+  if (!checked.valid) throw new CelCompileError(`does not compile: ${describe(checked.error)}`);
+  if (wantBool && checked.type !== 'bool' && checked.type !== 'dyn') throw new CelCompileError(`must evaluate to a bool, but its type is ${checked.type}`);
+  return program;
+}
+
+/** A header value: literal text and `${expr}` parts, in order. */
+export type TemplatePart = string | { expr: string };
+
+/**
+ * Splits `a ${expr} b` into parts. `${` opens an expression that runs to its matching `}`
+ * (braces inside CEL string literals and map literals are skipped); a `$` not followed by `{`
+ * is literal. Throws `CelCompileError` on an unterminated or empty `${`.
+ */
+export function parseTemplate(value: string): TemplatePart[] {
+  const parts: TemplatePart[] = [];
+  let lit = '';
+  let i = 0;
+  while (i < value.length) {
+    if (value[i] !== '$' || value[i + 1] !== '{') {
+      lit += value[i++];
+      continue;
+    }
+    const start = i + 2;
+    let depth = 0;
+    let quote: string | null = null;
+    let j = start;
+    for (; j < value.length; j++) {
+      const c = value[j]!;
+      if (quote) {
+        if (c === '\\') j++;
+        else if (c === quote) quote = null;
+      } else if (c === '"' || c === "'") quote = c;
+      else if (c === '{') depth++;
+      else if (c === '}') {
+        if (depth === 0) break;
+        depth--;
+      }
+    }
+    if (j >= value.length) throw new CelCompileError(`unterminated \${ at column ${i + 1}`);
+    const expr = value.slice(start, j);
+    if (expr.trim() === '') throw new CelCompileError(`empty \${} at column ${i + 1}`);
+    if (lit) parts.push(lit);
+    lit = '';
+    parts.push({ expr });
+    i = j + 1;
+  }
+  if (lit) parts.push(lit);
+  return parts;
+}
