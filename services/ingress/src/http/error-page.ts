@@ -6,6 +6,18 @@ function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
 
+/** The body and head of the ingress's own answer: HTML for browsers, JSON for everything else; never cached. */
+export function errorAnswer(accept: string | undefined, code: ErrorCode, detail?: string, headers?: Record<string, string>): { status: number; headers: Record<string, string>; body: string } {
+  const { status, msg } = ERRORS[code];
+  const name = errorCodeName(code);
+  const message = detail ?? msg;
+  const html = (accept ?? '').includes('text/html');
+  const body = html
+    ? `<!doctype html><html><head><meta charset="utf-8"><title>${status} ${name}</title></head><body><h1>${status}</h1><p>${escapeHtml(message)}</p><p><code>${name}</code></p></body></html>\n`
+    : `${JSON.stringify({ error_code: name, status_code: status, msg: message })}\n`;
+  return { status, headers: { 'content-type': html ? 'text/html; charset=utf-8' : 'application/json', 'cache-control': 'no-store', 'warren-error-code': name, ...headers }, body };
+}
+
 /**
  * The ingress's own answer when it cannot carry a request: the right status, a `Warren-Error-Code`
  * header, and a small HTML page for browsers or JSON for everything else. Never cached.
@@ -15,21 +27,9 @@ export function sendError(req: http.IncomingMessage, res: http.ServerResponse, c
     res.destroy();
     return;
   }
-  const { status, msg } = ERRORS[code];
-  const name = errorCodeName(code);
-  const message = detail ?? msg;
-  const html = (req.headers.accept ?? '').includes('text/html');
-  const body = html
-    ? `<!doctype html><html><head><meta charset="utf-8"><title>${status} ${name}</title></head><body><h1>${status}</h1><p>${escapeHtml(message)}</p><p><code>${name}</code></p></body></html>\n`
-    : `${JSON.stringify({ error_code: name, status_code: status, msg: message })}\n`;
-  res.writeHead(status, {
-    'content-type': html ? 'text/html; charset=utf-8' : 'application/json',
-    'content-length': Buffer.byteLength(body),
-    'cache-control': 'no-store',
-    'warren-error-code': name,
-    ...headers,
-  });
-  res.end(req.method === 'HEAD' ? undefined : body);
+  const a = errorAnswer(req.headers.accept, code, detail, headers);
+  res.writeHead(a.status, { ...a.headers, 'content-length': Buffer.byteLength(a.body) });
+  res.end(req.method === 'HEAD' ? undefined : a.body);
 }
 
 /** The same answer written raw on a socket whose request asked for an upgrade, then closed. */

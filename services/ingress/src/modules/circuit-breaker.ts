@@ -1,0 +1,160 @@
+import type { RequestState, RouteStage, StageFactory } from '../pipeline/types.js';
+import { enabledModule, moduleError } from './common.js';
+
+/**
+ * `circuit_breaker`: per route and ingress process, a rolling window of `rolling_window` seconds
+ * split into `num_buckets` buckets counts upstream results (requests, and errors: 5xx statuses
+ * and `'error'` results). After a result, the circuit trips when the window holds at least
+ * `volume_threshold` requests, at least one error, and errors/requests ≥
+ * `error_threshold_percentage`. While tripped every request is answered 503 (7103) for
+ * `tripped_duration` seconds; then the circuit is half-open: one probe request goes through
+ * (the others get 503); a non-5xx result closes the circuit (fresh window), an error re-trips it.
+ * A probe whose result never comes (refused by a later stage) is given up after
+ * `tripped_duration`, and another probe is admitted.
+ *
+ * State survives config versions while the route's breaker settings are unchanged; at most
+ * MAX_BREAKERS routes are kept (least recently built dropped first).
+ */
+
+export interface CircuitBreakerSettings {
+  trippedDurationMs: number;
+  rollingWindowMs: number;
+  numBuckets: number;
+  volumeThreshold: number;
+  errorThreshold: number;
+}
+
+export type CircuitState = 'closed' | 'open' | 'half_open';
+
+export class CircuitBreaker {
+  private readonly bucketMs: number;
+  /** Bucket epochs (bucket index since the clock's 0) and their counts, a ring of numBuckets. */
+  private readonly epochs: Float64Array;
+  private readonly requests: Uint32Array;
+  private readonly errors: Uint32Array;
+  private openUntil = 0;
+  private tripped = false;
+  private probeSince: number | null = null;
+  private readonly probes = new WeakSet<object>();
+
+  constructor(
+    readonly settings: CircuitBreakerSettings,
+    private readonly now: () => number = () => performance.now(),
+  ) {
+    const n = Math.min(128, Math.max(1, Math.floor(settings.numBuckets)));
+    this.bucketMs = Math.max(1, settings.rollingWindowMs / n);
+    this.epochs = new Float64Array(n).fill(-Infinity);
+    this.requests = new Uint32Array(n);
+    this.errors = new Uint32Array(n);
+  }
+
+  state(): CircuitState {
+    if (!this.tripped) return 'closed';
+    return this.now() < this.openUntil ? 'open' : 'half_open';
+  }
+
+  /** True when the request `token` may go upstream now (it may become the half-open probe). */
+  admit(token: object): boolean {
+    if (!this.tripped) return true;
+    const t = this.now();
+    if (t < this.openUntil) return false;
+    if (this.probeSince !== null && t - this.probeSince < this.settings.trippedDurationMs) return false;
+    this.probeSince = t;
+    this.probes.add(token);
+    return true;
+  }
+
+  /** Records the upstream result of an admitted request. */
+  record(token: object, result: number | 'error'): void {
+    const failed = result === 'error' || result >= 500;
+    const t = this.now();
+    if (this.tripped) {
+      if (!this.probes.has(token)) return;
+      this.probes.delete(token);
+      this.probeSince = null;
+      if (failed) this.trip(t);
+      else {
+        this.tripped = false;
+        this.epochs.fill(-Infinity);
+      }
+      return;
+    }
+    const epoch = Math.floor(t / this.bucketMs);
+    const i = epoch % this.epochs.length;
+    if (this.epochs[i] !== epoch) {
+      this.epochs[i] = epoch;
+      this.requests[i] = 0;
+      this.errors[i] = 0;
+    }
+    this.requests[i]!++;
+    if (failed) this.errors[i]!++;
+    if (!failed) return;
+    let requests = 0;
+    let errors = 0;
+    const oldest = epoch - this.epochs.length;
+    for (let j = 0; j < this.epochs.length; j++) {
+      if (this.epochs[j]! > oldest) {
+        requests += this.requests[j]!;
+        errors += this.errors[j]!;
+      }
+    }
+    if (requests >= this.settings.volumeThreshold && errors / requests >= this.settings.errorThreshold) this.trip(t);
+  }
+
+  private trip(t: number): void {
+    this.tripped = true;
+    this.openUntil = t + this.settings.trippedDurationMs;
+    this.probeSince = null;
+  }
+}
+
+interface CircuitBreakerModule {
+  tripped_duration?: number;
+  rolling_window?: number;
+  num_buckets?: number;
+  volume_threshold?: number;
+  error_threshold_percentage?: number;
+}
+
+export const MAX_BREAKERS = 10_000;
+
+/** A circuit_breaker factory with its own clock and breaker registry (per ingress process). */
+export function createCircuitBreakerStage(opts: { now?: () => number; maxBreakers?: number } = {}): StageFactory {
+  const now = opts.now ?? (() => performance.now());
+  const max = opts.maxBreakers ?? MAX_BREAKERS;
+  const breakers = new Map<string, { key: string; breaker: CircuitBreaker }>();
+  return (route, _edge, _config, deps): RouteStage | null => {
+    const m = enabledModule<CircuitBreakerModule>(route, 'circuit_breaker');
+    if (!m) return null;
+    const settings: CircuitBreakerSettings = {
+      trippedDurationMs: Math.max(1, m.tripped_duration ?? 10) * 1000,
+      rollingWindowMs: Math.max(1, m.rolling_window ?? 10) * 1000,
+      numBuckets: Math.min(128, Math.max(1, m.num_buckets ?? 10)),
+      volumeThreshold: m.volume_threshold ?? 0,
+      errorThreshold: m.error_threshold_percentage ?? 0,
+    };
+    const key = JSON.stringify(settings);
+    let entry = breakers.get(route.id);
+    breakers.delete(route.id);
+    if (!entry || entry.key !== key) entry = { key, breaker: new CircuitBreaker(settings, now) };
+    breakers.set(route.id, entry);
+    if (breakers.size > max) breakers.delete(breakers.keys().next().value!);
+    const breaker = entry.breaker;
+    return {
+      name: 'circuit_breaker',
+      onRequest: (s: RequestState) => {
+        if (breaker.admit(s)) return null;
+        return moduleError(s, 7103, undefined, { 'retry-after': String(Math.max(1, Math.ceil(settings.trippedDurationMs / 1000))) });
+      },
+      onResult: (s, result) => {
+        const before = breaker.state();
+        breaker.record(s, result);
+        const after = breaker.state();
+        if (before !== after && after === 'open') deps.log.warn({ routeId: route.id }, 'circuit breaker tripped');
+        else if (before !== 'closed' && after === 'closed') deps.log.info({ routeId: route.id }, 'circuit breaker closed');
+      },
+    };
+  };
+}
+
+export const circuitBreakerStage: StageFactory = createCircuitBreakerStage();

@@ -1,0 +1,51 @@
+import type { StageFactory } from '../pipeline/types.js';
+import { circuitBreakerStage } from './circuit-breaker.js';
+import { compressionStage } from './compression.js';
+import { ipRestrictionStage } from './ip-restriction.js';
+import { requestHeadersStage } from './request-headers.js';
+import { responseHeadersStage } from './response-headers.js';
+import { userAgentFilterStage } from './user-agent-filter.js';
+import { webhookVerificationStage } from './webhook-verification.js';
+import { websocketTcpConverterStage } from './websocket-tcp-converter.js';
+
+/**
+ * The route modules as pipeline stages, in the order they run on a request (the edge's
+ * `mutualTlsStage` goes before all of them):
+ *
+ * 1. ip_restriction — cheapest refusal first, before any other work or body buffering;
+ * 2. user_agent_filter — header-only refusal;
+ * 3. webhook_verification — buffers and authenticates the body;
+ * 4. websocket_tcp_converter — refuses non-WebSocket requests of a converter route;
+ * 5. circuit_breaker — after every refusal, so that only requests that would reach the
+ *    upstream are admitted (and a half-open probe is not spent on a refused request);
+ * 6. request_headers — edits what is sent on, after the checks that read client headers;
+ * 7. response_headers — on the response;
+ * 8. compression — last on the response (transformBody sees the final head).
+ *
+ * oauth, saml, oidc and backend are not stages here (backend is routing; the auth modules are
+ * not implemented by this folder).
+ */
+export const routeStageFactories: Array<{ module: string; factory: StageFactory }> = [
+  { module: 'ip_restriction', factory: ipRestrictionStage },
+  { module: 'user_agent_filter', factory: userAgentFilterStage },
+  { module: 'webhook_verification', factory: webhookVerificationStage },
+  { module: 'websocket_tcp_converter', factory: websocketTcpConverterStage },
+  { module: 'circuit_breaker', factory: circuitBreakerStage },
+  { module: 'request_headers', factory: requestHeadersStage },
+  { module: 'response_headers', factory: responseHeadersStage },
+  { module: 'compression', factory: compressionStage },
+];
+
+export { moduleError, type ModuleErrorCode } from './common.js';
+export { ipRestrictionStage, ipAllowed, normalizeClientIp } from './ip-restriction.js';
+export { userAgentFilterStage, compileUserAgentPattern } from './user-agent-filter.js';
+export { webhookVerificationStage, createWebhookVerificationStage, SUPPORTED_WEBHOOK_PROVIDERS, TIMESTAMP_TOLERANCE_MS, type WebhookVerificationOptions } from './webhook-verification.js';
+export { SnsCertificateCache, fetchCertificate, isSnsCertificateUrl, type CertificateFetcher } from './webhook-sns.js';
+export { circuitBreakerStage, createCircuitBreakerStage, CircuitBreaker, type CircuitBreakerSettings, type CircuitState } from './circuit-breaker.js';
+export { requestHeadersStage } from './request-headers.js';
+export { responseHeadersStage } from './response-headers.js';
+export { compressionStage, negotiateEncoding, MIN_LENGTH as COMPRESSION_MIN_LENGTH } from './compression.js';
+export { websocketTcpConverterStage, isWebSocketTcpConverter, type WebSocketTcpConverterStage } from './websocket-tcp-converter.js';
+export { acceptWebSocketAsTcp, checkWebSocketUpgrade, WebSocketHandshakeError, type AcceptOptions } from './websocket-tcp.js';
+export { mutualTlsStage, mutualTlsCaPems, verifyClientChain } from './mutual-tls.js';
+export { edgeSecureContextOptions } from './tls-termination.js';

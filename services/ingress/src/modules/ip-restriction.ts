@@ -1,0 +1,70 @@
+import { BlockList, isIPv4, isIPv6 } from 'node:net';
+import type { RouteStage, StageFactory } from '../pipeline/types.js';
+import { enabledModule, moduleError } from './common.js';
+
+/**
+ * `ip_restriction`: the route's IP policies (`route.ipPolicyIds` → `config.ipPolicies`), ngrok
+ * semantics over the rules of all of them together: a client matching any deny rule is refused;
+ * when there is at least one allow rule, a client matching none is refused; otherwise it passes.
+ * IPv4-mapped IPv6 clients (`::ffff:a.b.c.d`) are checked as the IPv4 address. A policy id the
+ * config does not hold (or of another account) contributes no rules. Refusals: 403, 7100.
+ */
+
+interface Rules {
+  deny: BlockList;
+  allow: BlockList;
+  hasAllow: boolean;
+}
+
+function addCidr(list: BlockList, cidr: string): void {
+  const slash = cidr.indexOf('/');
+  const addr = slash < 0 ? cidr : cidr.slice(0, slash);
+  const type = isIPv4(addr) ? 'ipv4' : isIPv6(addr) ? 'ipv6' : null;
+  if (!type) throw new Error(`ip_restriction: ${JSON.stringify(cidr)} is not an IPv4 or IPv6 CIDR`);
+  const prefix = slash < 0 ? (type === 'ipv4' ? 32 : 128) : Number(cidr.slice(slash + 1));
+  if (!Number.isInteger(prefix) || prefix < 0 || prefix > (type === 'ipv4' ? 32 : 128)) throw new Error(`ip_restriction: ${JSON.stringify(cidr)} has a bad prefix length`);
+  list.addSubnet(addr, prefix, type);
+}
+
+const MAPPED_V4 = /^::ffff:(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3})$/i;
+
+/** The address family and canonical text to check a client address as, or null when it is not an IP. */
+export function normalizeClientIp(ip: string): { addr: string; type: 'ipv4' | 'ipv6' } | null {
+  const m = MAPPED_V4.exec(ip);
+  if (m) return { addr: m[1]!, type: 'ipv4' };
+  if (isIPv4(ip)) return { addr: ip, type: 'ipv4' };
+  const zone = ip.indexOf('%');
+  const bare = zone < 0 ? ip : ip.slice(0, zone);
+  if (isIPv6(bare)) return { addr: bare, type: 'ipv6' };
+  return null;
+}
+
+/** True when the rules admit `ip`. */
+export function ipAllowed(rules: Rules, ip: string): boolean {
+  const n = normalizeClientIp(ip);
+  if (!n) return false;
+  if (rules.deny.check(n.addr, n.type)) return false;
+  return !rules.hasAllow || rules.allow.check(n.addr, n.type);
+}
+
+export const ipRestrictionStage: StageFactory = (route, _edge, config, deps): RouteStage | null => {
+  if (!enabledModule(route, 'ip_restriction')) return null;
+  const rules: Rules = { deny: new BlockList(), allow: new BlockList(), hasAllow: false };
+  for (const id of route.ipPolicyIds) {
+    const policy = config.ipPolicies.get(id);
+    if (!policy || policy.accountId !== route.accountId) {
+      deps.log.warn({ routeId: route.id, ipPolicyId: id }, 'ip_restriction: IP policy not in the configuration; it adds no rules');
+      continue;
+    }
+    for (const rule of policy.rules) {
+      if (rule.action === 'allow') {
+        addCidr(rules.allow, rule.cidr);
+        rules.hasAllow = true;
+      } else addCidr(rules.deny, rule.cidr);
+    }
+  }
+  return {
+    name: 'ip_restriction',
+    onRequest: (s) => (ipAllowed(rules, s.clientIp) ? null : moduleError(s, 7100)),
+  };
+};

@@ -1,0 +1,275 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import http from 'node:http';
+import net, { type AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { afterEach, describe, expect, it } from 'vitest';
+import { websocketTcpConverterStage, isWebSocketTcpConverter } from './websocket-tcp-converter.js';
+import { acceptWebSocketAsTcp, WebSocketHandshakeError } from './websocket-tcp.js';
+import { makeState, stageFor } from './testing.js';
+
+const closers: Array<() => void> = [];
+afterEach(() => {
+  while (closers.length) closers.pop()!();
+});
+
+/** A TCP backend that records what it receives and echoes it, as the agent's side would see it. */
+async function tcpEcho(): Promise<{ port: number; received: () => Buffer; ended: Promise<void> }> {
+  const chunks: Buffer[] = [];
+  let onEnd!: () => void;
+  const ended = new Promise<void>((r) => (onEnd = r));
+  const srv = net.createServer((sock) => {
+    sock.on('data', (d) => {
+      chunks.push(d);
+      sock.write(d);
+    });
+    sock.on('end', () => {
+      onEnd();
+      sock.end();
+    });
+  });
+  srv.listen(0, '127.0.0.1');
+  await once(srv, 'listening');
+  closers.push(() => srv.close());
+  return { port: (srv.address() as AddressInfo).port, received: () => Buffer.concat(chunks), ended };
+}
+
+/** An HTTP server whose upgrades become TCP connections to `backendPort` (what the ingress will do). */
+async function converter(backendPort: number | null, onStream?: (d: Duplex) => void): Promise<{ port: number; errors: Error[] }> {
+  const errors: Error[] = [];
+  const srv = http.createServer((_req, res) => res.end('no'));
+  srv.on('upgrade', (req, socket, head) => {
+    let ws: Duplex;
+    try {
+      ws = acceptWebSocketAsTcp(req, socket, head, { closeTimeoutMs: 1000 });
+    } catch (err) {
+      errors.push(err as Error);
+      return;
+    }
+    ws.on('error', (e) => errors.push(e));
+    onStream?.(ws);
+    if (backendPort !== null) {
+      const tcp = net.connect(backendPort, '127.0.0.1');
+      ws.pipe(tcp);
+      tcp.pipe(ws);
+      tcp.on('error', () => ws.destroy());
+    }
+  });
+  srv.listen(0, '127.0.0.1');
+  await once(srv, 'listening');
+  closers.push(() => {
+    srv.closeAllConnections();
+    srv.close();
+  });
+  return { port: (srv.address() as AddressInfo).port, errors };
+}
+
+interface Frame {
+  fin: boolean;
+  opcode: number;
+  masked: boolean;
+  payload: Buffer;
+}
+
+/** A minimal hand-written WebSocket client (RFC 6455). */
+class Client {
+  private buf = Buffer.alloc(0);
+  private frames: Frame[] = [];
+  private waiters: Array<() => void> = [];
+  closed = false;
+
+  private constructor(readonly sock: net.Socket) {
+    sock.on('data', (d) => {
+      this.buf = Buffer.concat([this.buf, d]);
+      this.parse();
+    });
+    sock.on('close', () => {
+      this.closed = true;
+      this.wake();
+    });
+  }
+
+  static async connect(port: number, extraHeaders = '', key = randomBytes(16).toString('base64')): Promise<{ client: Client; head: string }> {
+    const sock = net.connect(port, '127.0.0.1');
+    await once(sock, 'connect');
+    sock.write(`GET /ws HTTP/1.1\r\nHost: ws.test\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Key: ${key}\r\nSec-WebSocket-Version: 13\r\n${extraHeaders}\r\n`);
+    let raw = Buffer.alloc(0);
+    while (!raw.includes('\r\n\r\n')) {
+      const [d] = (await once(sock, 'data')) as [Buffer];
+      raw = Buffer.concat([raw, d]);
+    }
+    const end = raw.indexOf('\r\n\r\n') + 4;
+    const head = raw.subarray(0, end).toString();
+    const client = new Client(sock);
+    if (raw.length > end) {
+      client.buf = raw.subarray(end);
+      client.parse();
+    }
+    return { client, head };
+  }
+
+  private wake() {
+    for (const w of this.waiters.splice(0)) w();
+  }
+
+  private parse() {
+    for (;;) {
+      const b = this.buf;
+      if (b.length < 2) return;
+      let len = b[1]! & 0x7f;
+      let off = 2;
+      if (len === 126) {
+        if (b.length < 4) return;
+        len = b.readUInt16BE(2);
+        off = 4;
+      } else if (len === 127) {
+        if (b.length < 10) return;
+        len = Number(b.readBigUInt64BE(2));
+        off = 10;
+      }
+      const masked = (b[1]! & 0x80) !== 0;
+      if (masked) off += 4;
+      if (b.length < off + len) return;
+      this.frames.push({ fin: (b[0]! & 0x80) !== 0, opcode: b[0]! & 0x0f, masked, payload: Buffer.from(b.subarray(off, off + len)) });
+      this.buf = b.subarray(off + len);
+      this.wake();
+    }
+  }
+
+  send(opcode: number, payload: Buffer | string, opts: { fin?: boolean; mask?: boolean } = {}) {
+    const p = Buffer.from(payload);
+    const mask = opts.mask === false ? null : randomBytes(4);
+    const len = p.length;
+    const ext = len < 126 ? Buffer.alloc(0) : len < 65536 ? Buffer.alloc(2) : Buffer.alloc(8);
+    if (ext.length === 2) ext.writeUInt16BE(len);
+    if (ext.length === 8) ext.writeBigUInt64BE(BigInt(len));
+    const b0 = ((opts.fin ?? true) ? 0x80 : 0) | opcode;
+    const b1 = (mask ? 0x80 : 0) | (ext.length === 0 ? len : ext.length === 2 ? 126 : 127);
+    const body = mask ? Buffer.from(p.map((x, i) => x ^ mask[i % 4]!)) : p;
+    this.sock.write(Buffer.concat([Buffer.from([b0, b1]), ext, mask ?? Buffer.alloc(0), body]));
+  }
+
+  async next(): Promise<Frame | null> {
+    while (this.frames.length === 0) {
+      if (this.closed) return null;
+      await new Promise<void>((r) => this.waiters.push(r));
+    }
+    return this.frames.shift()!;
+  }
+
+  /** Reads binary frames until `n` payload bytes arrived. */
+  async readBytes(n: number): Promise<Buffer> {
+    const parts: Buffer[] = [];
+    let got = 0;
+    while (got < n) {
+      const f = await this.next();
+      if (!f) throw new Error('closed early');
+      expect(f.opcode).toBe(2);
+      expect(f.masked).toBe(false);
+      parts.push(f.payload);
+      got += f.payload.length;
+    }
+    return Buffer.concat(parts);
+  }
+}
+
+describe('websocket_tcp_converter stage', () => {
+  it('is absent when missing or disabled, and marks the route', () => {
+    expect(stageFor(websocketTcpConverterStage, {})).toBeNull();
+    expect(stageFor(websocketTcpConverterStage, { websocket_tcp_converter: { enabled: false } })).toBeNull();
+    const stage = stageFor(websocketTcpConverterStage, { websocket_tcp_converter: { enabled: true } })!;
+    expect(isWebSocketTcpConverter(stage)).toBe(true);
+  });
+
+  it('answers 426 to requests that are not WebSocket upgrades, passes upgrades', async () => {
+    const stage = stageFor(websocketTcpConverterStage, { websocket_tcp_converter: { enabled: true } })!;
+    const out = (await stage.onRequest!(makeState()))!;
+    expect(out.status).toBe(426);
+    expect(out.headers!.upgrade).toBe('websocket');
+    const ws = makeState({ headers: ['Host', 'a.test', 'Upgrade', 'websocket', 'Connection', 'Upgrade', 'Sec-WebSocket-Key', randomBytes(16).toString('base64'), 'Sec-WebSocket-Version', '13'] });
+    expect(await stage.onRequest!(ws)).toBeNull();
+  });
+});
+
+describe('acceptWebSocketAsTcp', () => {
+  it('performs the handshake and carries binary payloads both ways as a TCP stream', async () => {
+    const backend = await tcpEcho();
+    const { port } = await converter(backend.port);
+    const key = randomBytes(16).toString('base64');
+    const { client, head } = await Client.connect(port, 'Sec-WebSocket-Protocol: chat, binary\r\n', key);
+    expect(head).toMatch(/^HTTP\/1\.1 101 /);
+    const accept = createHash('sha1').update(`${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64');
+    expect(head.toLowerCase()).toContain(`sec-websocket-accept: ${accept.toLowerCase()}`);
+    expect(head.toLowerCase()).toContain('sec-websocket-protocol: binary');
+
+    client.send(2, 'hello ');
+    client.send(0x2, 'wor', { fin: false });
+    client.send(0x0, 'ld');
+    client.send(1, '!');
+    expect((await client.readBytes(12)).toString()).toBe('hello world!');
+    const big = randomBytes(70_000);
+    client.send(2, big);
+    expect((await client.readBytes(big.length)).equals(big)).toBe(true);
+    expect(backend.received().subarray(0, 12).toString()).toBe('hello world!');
+  });
+
+  it('answers pings with pongs', async () => {
+    const backend = await tcpEcho();
+    const { port } = await converter(backend.port);
+    const { client } = await Client.connect(port);
+    client.send(9, 'are you there');
+    const f = (await client.next())!;
+    expect(f.opcode).toBe(10);
+    expect(f.payload.toString()).toBe('are you there');
+  });
+
+  it('a client close is echoed and ends the TCP stream', async () => {
+    const backend = await tcpEcho();
+    const { port } = await converter(backend.port);
+    const { client } = await Client.connect(port);
+    client.send(2, 'x');
+    await client.readBytes(1);
+    client.send(8, Buffer.from([0x03, 0xe8]));
+    const f = (await client.next())!;
+    expect(f.opcode).toBe(8);
+    expect(f.payload.readUInt16BE(0)).toBe(1000);
+    await backend.ended;
+    expect(await client.next()).toBeNull();
+  });
+
+  it('the backend closing sends a close frame', async () => {
+    let stream!: Duplex;
+    const { port } = await converter(null, (d) => (stream = d));
+    const { client } = await Client.connect(port);
+    while (!stream) await new Promise((r) => setTimeout(r, 5));
+    stream.end('bye');
+    expect((await client.readBytes(3)).toString()).toBe('bye');
+    const f = (await client.next())!;
+    expect(f.opcode).toBe(8);
+    expect(f.payload.readUInt16BE(0)).toBe(1000);
+    client.send(8, Buffer.from([0x03, 0xe8]));
+    expect(await client.next()).toBeNull();
+  });
+
+  it('closes with 1002 on unmasked client frames', async () => {
+    const { port, errors } = await converter(null);
+    const { client } = await Client.connect(port);
+    client.send(2, 'nope', { mask: false });
+    const f = (await client.next())!;
+    expect(f.opcode).toBe(8);
+    expect(f.payload.readUInt16BE(0)).toBe(1002);
+    expect(await client.next()).toBeNull();
+    expect(errors[0]?.message).toMatch(/masked/);
+  });
+
+  it('refuses a bad handshake with 400', async () => {
+    const { port, errors } = await converter(null);
+    const sock = net.connect(port, '127.0.0.1');
+    await once(sock, 'connect');
+    sock.write('GET / HTTP/1.1\r\nHost: ws.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 8\r\nSec-WebSocket-Key: abc\r\n\r\n');
+    let raw = '';
+    for await (const d of sock) raw += String(d);
+    expect(raw).toMatch(/^HTTP\/1\.1 400 /);
+    expect(errors[0]).toBeInstanceOf(WebSocketHandshakeError);
+  });
+});
