@@ -1,7 +1,9 @@
 import http from 'node:http';
 import { createHmac, randomBytes } from 'node:crypto';
 import { gunzipSync, brotliDecompressSync } from 'node:zlib';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { redisKeyPattern } from '../../services/ingress/src/ratelimit/index.js';
 import { freshDatabase } from '../support/databases.js';
 import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
 import { cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
@@ -26,7 +28,8 @@ let apiKey: string;
 let upstream: http.Server;
 let edgeId: string;
 let backendId: string;
-const prefix = `warren-e2e-${randomBytes(4).toString('hex')}`;
+const prefix = `e2e-${randomBytes(4).toString('hex')}`;
+const redisUrl = inject('redisUrl');
 
 function api(method: string, p: string, body?: unknown) {
   return fetch(cp.baseUrl + p, {
@@ -75,8 +78,11 @@ beforeAll(async () => {
   const tls = await ensureLocalTls(tempDir('warren-mods-tls-'));
   const nodeToken = randomBytes(16).toString('hex');
   cp = await startControlPlane({ databaseUrl: db.url, env: { WARREN_NODE_TOKEN: nodeToken } });
-  const env = { TLS_CERT_FILE: tls.caFile.replace(/ca\.pem$/, 'cert.pem'), TLS_KEY_FILE: tls.caFile.replace(/ca\.pem$/, 'key.pem'), REDIS_URL: process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379', RATE_LIMIT_KEY_PREFIX: prefix };
-  [a, b] = (await Promise.all(['mods-a', 'mods-b'].map((nodeId) => startIngress({ nodeId, controlPlane: [`127.0.0.1:${cp.grpcPort}`], nodeToken, env })))) as [IngressProcess, IngressProcess];
+  const env = { TLS_CERT_FILE: tls.caFile.replace(/ca\.pem$/, 'cert.pem'), TLS_KEY_FILE: tls.caFile.replace(/ca\.pem$/, 'key.pem'), REDIS_URL: redisUrl };
+  // Each node is its own rate-limit server; the run's own ids keep its Redis keys apart.
+  [a, b] = (await Promise.all(
+    ['mods-a', 'mods-b'].map((nodeId) => startIngress({ nodeId, controlPlane: [`127.0.0.1:${cp.grpcPort}`], nodeToken, env: { ...env, RATE_LIMIT_SERVER_ID: `${prefix}-${nodeId}` } })),
+  )) as [IngressProcess, IngressProcess];
 
   upstream = http.createServer((req, res) => {
     let n = 0;
@@ -101,6 +107,12 @@ afterAll(async () => {
   await Promise.allSettled([agent?.stop({ timeoutMs: 10_000 }), a?.stop({ timeoutMs: 10_000 }), b?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);
   upstream?.close();
   await db?.drop();
+  const redis = new Redis(redisUrl);
+  for (const node of ['mods-a', 'mods-b']) {
+    const keys = await redis.keys(redisKeyPattern(`${prefix}-${node}`));
+    if (keys.length) await redis.del(...keys);
+  }
+  redis.disconnect();
   cleanupTempDirs();
 }, 60_000);
 
@@ -120,7 +132,7 @@ describe('traffic policy on live traffic', () => {
       // Each server admits the capacity on its own (the probe above used another bucket).
       for (let i = 0; i < 3; i++) {
         const r = await request(n.http, '/rl/x', { headers: { 'x-user': 'alice' } });
-        expect(r.status).toBe(200);
+        expect(r.status, r.raw.toString()).toBe(200);
         expect(r.json().headers['x-rl']).toBe('admitted');
       }
       const limited = await request(n.http, '/rl/x', { headers: { 'X-USER': 'alice' } });
@@ -206,7 +218,8 @@ describe('route modules on live traffic', () => {
     await route('/cb', { circuit_breaker: { tripped_duration: 30, rolling_window: 10, num_buckets: 10, volume_threshold: 5, error_threshold_percentage: 0.5 } });
     const statuses: number[] = [];
     for (let i = 0; i < 10; i++) statuses.push((await request(a.http, '/cb/status/500')).status);
-    expect(statuses.slice(0, 5)).toEqual([500, 500, 500, 500, 500]);
+    // The route's probe (one success) counts toward the volume: 1 + 4 errors trip it at 80 %.
+    expect(statuses.slice(0, 4)).toEqual([500, 500, 500, 500]);
     expect(statuses.at(-1)).toBe(503);
     expect((await request(a.http, '/cb/fine')).status).toBe(503); // tripped: nothing reaches the upstream
   });

@@ -46,8 +46,6 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
        * Processes with the same id share counts; default NODE_ID.
        */
       RATE_LIMIT_SERVER_ID: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/).optional(),
-      /** Prefix of every rate-limit key in Redis (tests give each run its own). */
-      RATE_LIMIT_KEY_PREFIX: z.string().regex(/^[A-Za-z0-9:._-]{1,64}$/).default('warren:rl'),
       /** Longest wait for Redis per decision before the in-memory fallback decides (ms). */
       RATE_LIMIT_TIMEOUT_MS: envInt(50, 1, 5_000),
       /** Drain limit on SIGTERM (ms). */

@@ -14,6 +14,12 @@ import { PublicHandler } from './http/public.js';
 import { RoutingTable } from './http/routing.js';
 import { loadTls } from './tls.js';
 import { TunnelRegistry } from './tunnels/registry.js';
+import { createPipelineCompiler } from './pipeline/runner.js';
+import type { RateLimiter } from './pipeline/types.js';
+import { edgeSecureContextOptions, mutualTlsCaPems, mutualTlsStage, routeStageFactories } from './modules/index.js';
+import { createSecureContext, type SecureContext } from 'node:tls';
+import { trafficPolicyStage } from './policy/index.js';
+import { LocalSlidingWindowLimiter, RedisSlidingWindowLimiter } from './ratelimit/index.js';
 
 const log = createLogger('ingress');
 
@@ -52,6 +58,22 @@ async function main(): Promise<void> {
     maxQueuedPerTunnel: env.MAX_QUEUED_PER_TUNNEL,
   });
   const handler = new PublicHandler({ registry, forwarder, metrics, log });
+
+  // The rate-limit action counts in Redis per ingress server (RATE_LIMIT_SERVER_ID); without Redis,
+  // in memory per process. Either way a slow or failed store never blocks a request (fail open).
+  const limiter: RateLimiter & { close?: () => Promise<void> } = env.REDIS_URL
+    ? new RedisSlidingWindowLimiter({ redis: env.REDIS_URL, serverId: env.RATE_LIMIT_SERVER_ID, timeoutMs: env.RATE_LIMIT_TIMEOUT_MS, registry: metrics.registry, log: log.child({ component: 'ratelimit' }) })
+    : new LocalSlidingWindowLimiter({});
+  if (!env.REDIS_URL) log.warn('REDIS_URL is not set: rate limits are counted in memory by each process');
+  const compilePipeline = createPipelineCompiler(
+    [
+      (_route, edge, config) => mutualTlsStage(edge, config),
+      ...routeStageFactories.slice(0, 3).map((f) => f.factory), // ip_restriction, user_agent_filter, webhook_verification
+      trafficPolicyStage,
+      ...routeStageFactories.slice(3).map((f) => f.factory), // websocket_tcp_converter, circuit_breaker, headers, compression
+    ],
+    { limiter, log: log.child({ component: 'pipeline' }), registry: metrics.registry },
+  );
   const tls = await loadTls(env.TLS_CERT_FILE, env.TLS_KEY_FILE, env.STATE_DIR);
 
   // Internal listener first: its address is this node's identity for hops.
@@ -96,7 +118,7 @@ async function main(): Promise<void> {
   // Compile every candidate before it is swapped in: a config the router cannot use is NACKed.
   const compiled = new WeakMap<DataPlaneConfig, RoutingTable>();
   client.addValidator((candidate) => {
-    compiled.set(candidate, new RoutingTable(candidate));
+    compiled.set(candidate, new RoutingTable(candidate, compilePipeline));
   });
 
   const authenticate = (token: string): AgentIdentity | null => {
@@ -107,6 +129,22 @@ async function main(): Promise<void> {
   };
   let httpPort = 0;
   let httpsPort = 0;
+  /** TLS contexts of hostnames whose edge sets tls_termination or mutual_tls; others use the default. */
+  let edgeContexts = new Map<string, SecureContext>();
+  const buildEdgeContexts = (cfg: DataPlaneConfig): Map<string, SecureContext> => {
+    const out = new Map<string, SecureContext>();
+    for (const edge of cfg.edges.values()) {
+      const mtls = edge.mutualTls?.enabled ? mutualTlsCaPems(edge, cfg) : [];
+      if (!edge.tlsTermination?.enabled && mtls.length === 0) continue;
+      try {
+        const ctx = createSecureContext({ cert: tls.cert, key: tls.key, ...edgeSecureContextOptions(edge), ...(mtls.length > 0 ? { ca: mtls } : {}) });
+        for (const hp of edge.hostports) out.set(hp.slice(0, hp.lastIndexOf(':')).toLowerCase(), ctx);
+      } catch (err) {
+        log.error({ edge: edge.id, err }, 'edge TLS settings not applicable; the default TLS context serves it');
+      }
+    }
+    return out;
+  };
   const httpsPublicPort = () => env.PUBLIC_HTTPS_PORT || httpsPort;
   const checkBind = (b: BindRequest): string | null => {
     const cfg = client.config;
@@ -171,7 +209,9 @@ async function main(): Promise<void> {
     remoteChanged();
   });
   client.on('config', (cfg: DataPlaneConfig, previous: DataPlaneConfig | null) => {
-    const table = compiled.get(cfg) ?? new RoutingTable(cfg);
+    const table = compiled.get(cfg) ?? new RoutingTable(cfg, compilePipeline);
+    edgeContexts = buildEdgeContexts(cfg);
+    for (const e of table.routeErrors) log.error({ route: e.routeId, err: e.message }, 'route configuration not applicable; the route answers 503 until it is fixed');
     handler.setTable(table);
     metrics.resetCaches();
     registry.setRemote(client.remoteTunnels.values());
@@ -191,7 +231,22 @@ async function main(): Promise<void> {
 
   const publicHttp = http.createServer({ keepAliveTimeout: 65_000, requestTimeout: 0, headersTimeout: 30_000 }, handler.handler('http'));
   publicHttp.on('upgrade', handler.upgradeHandler('http'));
-  const publicHttps = https.createServer({ cert: tls.cert, key: tls.key, keepAliveTimeout: 65_000, requestTimeout: 0, headersTimeout: 30_000 } as https.ServerOptions, handler.handler('https'));
+  // Client certificates are requested on every HTTPS connection (a client without one still
+  // connects) so that edges with mutual_tls can verify them per request; an edge's
+  // tls_termination minimum version and its CA names come from a per-hostname context.
+  const publicHttps = https.createServer(
+    {
+      cert: tls.cert,
+      key: tls.key,
+      requestCert: true,
+      rejectUnauthorized: false,
+      SNICallback: (servername: string, cb: (err: Error | null, ctx?: SecureContext) => void) => cb(null, edgeContexts.get(servername.toLowerCase())),
+      keepAliveTimeout: 65_000,
+      requestTimeout: 0,
+      headersTimeout: 30_000,
+    } as https.ServerOptions,
+    handler.handler('https'),
+  );
   publicHttps.on('upgrade', handler.upgradeHandler('https'));
   for (const s of [publicHttp, publicHttps]) s.on('clientError', (_err, socket) => socket.destroy());
 
@@ -220,6 +275,7 @@ async function main(): Promise<void> {
     await agentServer.close();
     forwarder.close();
     await client.stop();
+    await limiter.close?.();
     internal.closeAllConnections();
     await closed(internal);
     log.info('stopped');

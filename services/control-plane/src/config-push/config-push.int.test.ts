@@ -93,7 +93,7 @@ describe('config push', () => {
     expect(r).toMatchObject({ id: route.id, accountId: acct.accountId, edgeId: edge.id, matchType: 'path_prefix', match: '/', backendId: backend.id, ipPolicyIds: [policyId] });
     expect(r.modules).toMatchObject({ backend: { enabled: true, backend_id: backend.id }, webhook_verification: { provider: 'GitHub', secret: 'whsec-123' } });
     expect(r.modules).not.toHaveProperty('traffic_policy');
-    expect(r.trafficPolicy).toMatchObject({ enabled: true, value: { inbound: [{ name: 'per-ip', actions: [{ type: 'rate-limit', config: { capacity: 100, rateSeconds: 60 } }] }], outbound: [] } });
+    expect(r.trafficPolicy).toMatchObject({ enabled: true, value: { inbound: [{ name: 'per-ip', actions: [{ type: 'rate-limit', config: { capacity: 100, rate: '60s', bucket_key: ['conn.client_ip'] } }] }] } });
     expect(cfg.backends.get(backend.id)).toEqual({ id: backend.id, accountId: acct.accountId, labels: { app: 'web' } });
     expect(cfg.ipPolicies.get(policyId)).toEqual({ id: policyId, accountId: acct.accountId, rules: [{ id: rule.id, cidr: '10.0.0.0/8', action: 'allow' }] });
     expect(cfg.certificateAuthorities.get(caId)).toMatchObject({ id: caId, accountId: acct.accountId });

@@ -1,4 +1,4 @@
-import { parseTrafficPolicy, type DpBackend, type DpCertificateAuthority, type DpCredential, type DpEdge, type DpIpPolicy, type DpRoute } from '@warren/shared';
+import { decodeTrafficPolicy, validateTrafficPolicy, type DpBackend, type DpCertificateAuthority, type DpCredential, type DpEdge, type DpIpPolicy, type DpRoute } from '@warren/shared';
 import type { BackendDpRow, CaDpRow, CredentialDpRow, EdgeDpRow, IpPolicyDpRow, OutboxRefRow, RouteDpRow } from './dataplane.repo.js';
 
 /** Pure mapping from stored rows to the data-plane types, and from outbox rows to what changed. */
@@ -31,7 +31,11 @@ export function toDpRoute(r: RouteDpRow, onBadPolicy?: (routeId: string, err: Er
   if (tp) {
     let value: unknown = null;
     try {
-      value = parseTrafficPolicy(tp.value ?? '');
+      // The decoded document travels (plain JSON), once validated here; the ingress validates and
+      // compiles it again with its own parser version.
+      const doc = decodeTrafficPolicy(tp.value ?? '');
+      validateTrafficPolicy(doc);
+      value = doc;
     } catch (err) {
       onBadPolicy?.(r.id, err as Error);
     }

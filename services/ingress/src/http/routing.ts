@@ -1,5 +1,6 @@
 import type { DataPlaneConfig, DpBackend, DpEdge, DpRoute } from '@warren/shared';
-import type { PipelineCompiler, RoutePipeline } from '../pipeline/runner.js';
+import { RoutePipeline, type PipelineCompiler } from '../pipeline/runner.js';
+import { errorAnswer } from './error-page.js';
 
 /** A route ready for the request path: its match split into host and path, its backend resolved. */
 export interface CompiledRoute {
@@ -38,6 +39,8 @@ export function splitMatch(match: string): { host: string | null; path: string }
 export class RoutingTable {
   readonly edgesByHostport = new Map<string, CompiledEdge>();
   readonly version: number;
+  /** Routes whose modules or policy this ingress cannot apply: they answer 503 (fail closed), the rest of the config applies. */
+  readonly routeErrors: Array<{ routeId: string; message: string }> = [];
 
   constructor(config: DataPlaneConfig, compilePipeline?: PipelineCompiler) {
     this.version = config.version;
@@ -60,7 +63,11 @@ export class RoutingTable {
       try {
         pipeline = compilePipeline ? compilePipeline(route, ce.edge, config) : null;
       } catch (err) {
-        throw new Error(`route ${route.id}: ${(err as Error).message}`);
+        // One route's unusable module (e.g. a webhook provider this ingress cannot verify) must
+        // not stop the whole config; that route refuses traffic rather than skip a security check.
+        const message = (err as Error).message;
+        this.routeErrors.push({ routeId: route.id, message });
+        pipeline = new RoutePipeline([{ name: 'unavailable', onRequest: () => errorAnswer(undefined, 7010, `this route cannot be served: ${message}`) }]);
       }
       const cr: CompiledRoute = { route, edge: ce.edge, host, path, exact: route.matchType === 'exact_path', backend, pipeline };
       if (cr.exact) ce.exact.set(`${host ?? ''}\n${path}`, cr);

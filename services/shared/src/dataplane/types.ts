@@ -32,7 +32,11 @@ export interface DpRoute {
   backendId: string | null;
   /** ip_restriction's IP policy ids, in order. */
   ipPolicyIds: string[];
-  /** The traffic_policy module: `{ enabled, value }` with `value` the parsed policy (JSON). */
+  /**
+   * The traffic_policy module: `{ enabled, value }` with `value` the decoded document as plain
+   * JSON (validated by the control plane; the ingress validates and compiles it again), or null
+   * when the stored document no longer validates.
+   */
   trafficPolicy: { enabled: boolean; value: unknown } | null;
 }
 

@@ -292,20 +292,24 @@ export function validateTrafficPolicy(doc: unknown): TrafficPolicy {
 }
 
 /**
- * Parses and validates a traffic policy written as YAML or JSON (JSON is read by the same YAML
- * 1.2 parser: every JSON document is YAML). Throws `TrafficPolicyError` on any problem.
+ * Decodes a traffic policy written as YAML or JSON into a plain JSON value, without validating it
+ * (JSON is read by the same YAML 1.2 parser: every JSON document is YAML). Throws
+ * `TrafficPolicyError` on a syntax problem.
  */
-export function parseTrafficPolicy(text: string): TrafficPolicy {
+export function decodeTrafficPolicy(text: string): unknown {
   if (Buffer.byteLength(text, 'utf8') > MAX_TRAFFIC_POLICY_BYTES) throw new TrafficPolicyError('', `the document is over ${MAX_TRAFFIC_POLICY_BYTES} bytes`);
   if (text.trim() === '') throw new TrafficPolicyError('', 'the document is empty');
   const doc = parseDocument(text, { version: '1.2', schema: 'core', merge: false, uniqueKeys: true, strict: true, prettyErrors: false });
   const first = doc.errors[0];
   if (first) throw new TrafficPolicyError('', `not valid YAML or JSON: ${first.message.split('\n')[0]!.slice(0, 300)}`);
-  let value: unknown;
   try {
-    value = doc.toJS({ maxAliasCount: 100 });
+    return doc.toJS({ maxAliasCount: 100 });
   } catch (err) {
     throw new TrafficPolicyError('', `not valid YAML or JSON: ${(err as Error).message.split('\n')[0]!.slice(0, 300)}`);
   }
-  return validateTrafficPolicy(value);
+}
+
+/** Parses and validates a traffic policy written as YAML or JSON. Throws `TrafficPolicyError` on any problem. */
+export function parseTrafficPolicy(text: string): TrafficPolicy {
+  return validateTrafficPolicy(decodeTrafficPolicy(text));
 }

@@ -1,0 +1,158 @@
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { Registry } from 'prom-client';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { RateLimitResult } from '../pipeline/types.js';
+import { RedisSlidingWindowLimiter, STORE_ERROR_CODE } from './redis.js';
+import { closedPort, deleteServerKeys, FaultyProxy } from './testing.js';
+
+/**
+ * Redis failures (performance.md §3 "Redis stall"): the local fallback decides within the
+ * timeout, the result says so, metrics count it, and the limiter recovers by itself. Failures
+ * are simulated by a TCP proxy in front of the shared Redis, so other test runs are unaffected.
+ */
+const serverId = `t-fail-${inject('runId')}-${randomBytes(3).toString('hex')}`;
+let admin: Redis;
+const closers: Array<() => Promise<void>> = [];
+
+async function timed(p: Promise<RateLimitResult>): Promise<RateLimitResult & { ms: number }> {
+  const t = performance.now();
+  const r = await p;
+  return { ...r, ms: performance.now() - t };
+}
+
+async function metric(registry: Registry, name: string, labels: Record<string, string>): Promise<number> {
+  for (const m of await registry.getMetricsAsJSON()) {
+    const v = m.values.find((x) => ((x as { metricName?: string }).metricName ?? m.name) === name && Object.entries(labels).every(([k, val]) => x.labels[k] === val));
+    if (v) return v.value;
+  }
+  return 0;
+}
+
+async function until(cond: () => Promise<boolean>, ms: number): Promise<number> {
+  const t = performance.now();
+  while (!(await cond())) {
+    if (performance.now() - t > ms) throw new Error(`condition not met within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return performance.now() - t;
+}
+
+beforeAll(async () => {
+  admin = new Redis(inject('redisUrl'));
+});
+
+afterAll(async () => {
+  for (const c of closers.reverse()) await c();
+  await deleteServerKeys(admin, serverId);
+  await admin.quit();
+});
+
+describe('RedisSlidingWindowLimiter when Redis fails', () => {
+  it('Redis not reachable (closed port): the local limiter decides at once, with the error set and counted', async () => {
+    const registry = new Registry();
+    const l = new RedisSlidingWindowLimiter({ redis: `redis://127.0.0.1:${await closedPort()}`, serverId, registry });
+    closers.push(() => l.close());
+    const results = [];
+    for (let i = 0; i < 5; i++) results.push(await timed(l.hit('k', 3, 60)));
+    expect(results.map((r) => r.limited)).toEqual([false, false, false, true, true]);
+    for (const r of results) {
+      expect(r.error).toEqual({ code: STORE_ERROR_CODE, message: expect.stringMatching(/rate-limit store unavailable \(Redis is not connected\)/) });
+      expect(r.ms).toBeLessThan(10);
+    }
+    expect(results[3]!.retryAfterSeconds).toBeGreaterThanOrEqual(1);
+    expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'unavailable' })).toBe(5);
+    expect(await metric(registry, 'warren_ingress_ratelimit_decisions_total', { result: 'limited' })).toBe(2);
+    expect(await metric(registry, 'warren_ingress_ratelimit_decisions_total', { result: 'admitted' })).toBe(3);
+  });
+
+  it('Redis stalls (connection open, no answers): fallback within timeoutMs, circuit opens, then recovers when Redis answers again', async () => {
+    const url = new URL(inject('redisUrl'));
+    const proxy = await new FaultyProxy({ host: url.hostname, port: Number(url.port || 6379) }).start();
+    closers.push(() => proxy.close());
+    const registry = new Registry();
+    const l = new RedisSlidingWindowLimiter({ redis: proxy.url, serverId, registry, timeoutMs: 50, breaker: { threshold: 3, openMs: 1000 } });
+    closers.push(() => l.close());
+    await l.ready();
+    expect((await l.hit('k', 1000, 60)).error).toBeUndefined();
+
+    proxy.stall();
+    const slow = [];
+    for (let i = 0; i < 3; i++) slow.push(await timed(l.hit('k', 1000, 60)));
+    for (const r of slow) {
+      expect(r.limited).toBe(false);
+      expect(r.error).toEqual({ code: STORE_ERROR_CODE, message: expect.stringMatching(/did not answer within 50 ms/) });
+      expect(r.ms).toBeGreaterThanOrEqual(49);
+      expect(r.ms).toBeLessThan(50 + 30);
+    }
+    // Three timeouts opened the circuit: no more waiting on Redis.
+    const fast = await timed(l.hit('k', 1000, 60));
+    expect(fast.error?.message).toMatch(/failed repeatedly/);
+    expect(fast.ms).toBeLessThan(10);
+    expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'timeout' })).toBe(3);
+    expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'circuit_open' })).toBe(1);
+
+    // Still stalled after a second: one request probes (and times out), the circuit opens again.
+    await new Promise((r) => setTimeout(r, 1050));
+    const probe = await timed(l.hit('k', 1000, 60));
+    expect(probe.error?.message).toMatch(/did not answer/);
+    expect((await timed(l.hit('k', 1000, 60))).ms).toBeLessThan(10);
+
+    proxy.resume();
+    const recovery = await until(async () => !(await l.hit('k', 1000, 60)).error, 3000);
+    console.log(`stall: recovered ${recovery.toFixed(0)} ms after Redis answered again (circuit open 1 s)`);
+    expect(recovery).toBeLessThan(1500);
+    expect(await metric(registry, 'warren_ingress_ratelimit_redis_seconds_count', {})).toBeGreaterThanOrEqual(2);
+  }, 15_000);
+
+  it('Redis goes away and comes back: not-connected decisions are immediate, the client reconnects and Redis decides again', async () => {
+    const url = new URL(inject('redisUrl'));
+    const proxy = await new FaultyProxy({ host: url.hostname, port: Number(url.port || 6379) }).start();
+    closers.push(() => proxy.close());
+    const registry = new Registry();
+    const l = new RedisSlidingWindowLimiter({ redis: proxy.url, serverId, registry });
+    closers.push(() => l.close());
+    await l.ready();
+    // L = 2 in Redis: used up before the outage.
+    expect((await l.hit('gone', 2, 60)).limited).toBe(false);
+    expect((await l.hit('gone', 2, 60)).limited).toBe(false);
+    expect((await l.hit('gone', 2, 60)).limited).toBe(true);
+
+    proxy.down();
+    await until(async () => l.client.status !== 'ready', 2000);
+    const during = [];
+    for (let i = 0; i < 4; i++) during.push(await timed(l.hit('gone', 2, 60)));
+    // The fallback knows nothing of Redis' counts: it admits its own L (fail-open, bounded).
+    expect(during.map((r) => r.limited)).toEqual([false, false, true, true]);
+    for (const r of during) {
+      expect(r.error?.code).toBe(STORE_ERROR_CODE);
+      expect(r.ms).toBeLessThan(10);
+    }
+
+    proxy.up();
+    const recovery = await until(async () => !(await l.hit('gone', 2, 60)).error, 5000);
+    console.log(`outage: recovered ${recovery.toFixed(0)} ms after Redis accepted connections again`);
+    // Back on Redis, whose bucket is still full.
+    const after = await l.hit('gone', 2, 60);
+    expect(after.error).toBeUndefined();
+    expect(after.limited).toBe(true);
+    expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'unavailable' })).toBeGreaterThanOrEqual(4);
+  }, 15_000);
+
+  it('a Redis error reply (script cannot run) falls back with the error message, and never rejects', async () => {
+    // A client given by the caller: used as is, not closed by the limiter.
+    const client = new Redis(inject('redisUrl'), { enableOfflineQueue: false });
+    closers.push(async () => void (await client.quit()));
+    const l = new RedisSlidingWindowLimiter({ redis: client, serverId, breaker: { threshold: 100 } });
+    await l.ready();
+    // A key of the wrong type makes HMGET fail inside the script.
+    const { digestKey, redisKey } = await import('./keys.js');
+    const rk = redisKey(serverId, 60, digestKey('wrongtype'));
+    await admin.set(rk, 'x', 'EX', 60);
+    const r = await l.hit('wrongtype', 10, 60);
+    expect(r.limited).toBe(false);
+    expect(r.error?.message).toMatch(/Redis error: .*WRONGTYPE/);
+    await l.close();
+    expect(client.status).toBe('ready');
+  });
+});
