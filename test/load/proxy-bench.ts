@@ -12,10 +12,15 @@
  *   a    direct: wrk → upstream
  *   b0   nginx reverse proxy (1 worker, upstream keepalive 64) → upstream
  *   c0   Warren: wrk → ingress A → our agent (muxado stream) → upstream
+ *   c    c0 with the `rate-limit` action on (sliding_window, capacity 2e9, key = host + header,
+ *        one hot key): one Redis script per request; Redis joins the system under test on core 1
+ *   c10k c with 10,000 keys (a wrk Lua script sets a random header per request)
  *   hop  Warren: wrk → ingress B → internal hop → ingress A → agent → upstream
  * The agent is the customer's side of a tunnel; it runs on core 0 with the upstream. CPU µs per
  * request is read from /proc for the proxy processes (nginx worker; ingress; agent).
- * Reports medians (min–max) and the ratios c0/a, c0/b0, b0/a. Writes test/load/results/proxy.json.
+ * Then an open loop at 50 % and 80 % of c's max rate for c0 and c (the latency the check adds).
+ * Reports medians (min–max), the ratios c0/a, c0/b0, b0/a, c/c0, c/b0, and Redis script calls per
+ * request (INFO commandstats). BENCH_CASES=c0,c runs only those. Writes test/load/results/proxy.json.
  */
 import http from 'node:http';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
@@ -27,12 +32,26 @@ import { freePort, startControlPlane, type ControlPlaneProcess } from '../suppor
 import { cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
 import { benchDatabase, cpuMicros, fmt, log, machine } from './support.js';
+import { openLoop } from './open-loop.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const DURATION = Number(process.env.BENCH_DURATION ?? 15);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 5);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
 const HOST = 'proxy.bench.test';
+/** The same route with the rate-limit action on (capacity 2e9: the check runs, nothing is refused). */
+const RL_HOST = 'rl.bench.test';
+const RL_POLICY = JSON.stringify({
+  inbound: [{ actions: [{ type: 'rate-limit', config: { name: 'bench', algorithm: 'sliding_window', capacity: 2_000_000_000, rate: '60s', bucket_key: ['req.host', "req.headers['x-client']"] } }] }],
+});
+
+/** Redis `INFO commandstats` calls of EVAL + EVALSHA. */
+function redisScriptCalls(): number {
+  const out = execFileSync('redis-cli', ['-p', '6379', 'INFO', 'commandstats'], { encoding: 'utf8' });
+  let n = 0;
+  for (const m of out.matchAll(/cmdstat_(evalsha|eval):calls=(\d+)/g)) n += Number(m[2]);
+  return n;
+}
 const RESULTS = fileURLToPath(new URL('./results/proxy.json', import.meta.url));
 
 interface WrkResult {
@@ -53,8 +72,11 @@ function ms(v: string): number {
   return m[2] === 'us' ? n / 1000 : m[2] === 's' ? n * 1000 : n;
 }
 
-function wrk(port: number, seconds: number): WrkResult {
-  const out = execFileSync('taskset', ['-c', '0', 'wrk', '-t1', `-c${CONNECTIONS}`, `-d${seconds}s`, '--latency', '-H', `Host: ${HOST}`, `http://127.0.0.1:${port}/`], { encoding: 'utf8' });
+function wrk(port: number, seconds: number, host = HOST, script?: string): WrkResult {
+  const args = ['-c', '0', 'wrk', '-t1', `-c${CONNECTIONS}`, `-d${seconds}s`, '--latency', '-H', `Host: ${host}`];
+  if (script) args.push('-s', script);
+  else args.push('-H', 'x-client: hot');
+  const out = execFileSync('taskset', [...args, `http://127.0.0.1:${port}/`], { encoding: 'utf8' });
   const pct = (p: string) => ms(new RegExp(`^\\s+${p}%\\s+(\\S+)`, 'm').exec(out)?.[1] ?? '');
   const errs = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out);
   return {
@@ -124,6 +146,8 @@ function median(xs: number[]): number {
 }
 
 async function main(): Promise<void> {
+  // The generator side (this process: the open-loop client) stays on core 0 with wrk.
+  execFileSync('taskset', ['-pc', '0', String(process.pid)], { stdio: 'ignore' });
   const dir = tempDir('warren-proxybench-');
   const db = await benchDatabase('proxybench');
   const nodeToken = randomBytes(16).toString('hex');
@@ -142,7 +166,7 @@ async function main(): Promise<void> {
     const tls = await ensureLocalTls(path.join(dir, 'tls'));
     const grpcPort = await freePort();
     cp = await startControlPlane({ databaseUrl: db.url, env: { GRPC_PORT: String(grpcPort), WARREN_NODE_TOKEN: nodeToken } });
-    const ingressEnv = { TLS_CERT_FILE: path.join(dir, 'tls', 'cert.pem'), TLS_KEY_FILE: path.join(dir, 'tls', 'key.pem'), LOG_LEVEL: 'warn' };
+    const ingressEnv = { TLS_CERT_FILE: path.join(dir, 'tls', 'cert.pem'), TLS_KEY_FILE: path.join(dir, 'tls', 'key.pem'), LOG_LEVEL: 'warn', REDIS_URL: 'redis://127.0.0.1:6379', RATE_LIMIT_SERVER_ID: `bench-${randomBytes(3).toString('hex')}` };
     a = await startIngress({ nodeId: 'bench-a', controlPlane: [`127.0.0.1:${grpcPort}`], nodeToken, env: ingressEnv });
     b = await startIngress({ nodeId: 'bench-b', controlPlane: [`127.0.0.1:${grpcPort}`], nodeToken, env: ingressEnv });
     const api = async (method: string, p: string, body?: unknown) => {
@@ -155,35 +179,47 @@ async function main(): Promise<void> {
     const backend = await api('POST', '/backends/tunnel_group', { labels: { bench: 'proxy' } });
     const edge = await api('POST', '/edges/https', { hostports: [`${HOST}:443`] });
     await api('POST', `/edges/https/${edge.id}/routes`, { match_type: 'path_prefix', match: '/', backend: { enabled: true, backend_id: backend.id } });
+    const rlEdge = await api('POST', '/edges/https', { hostports: [`${RL_HOST}:443`] });
+    await api('POST', `/edges/https/${rlEdge.id}/routes`, { match_type: 'path_prefix', match: '/', backend: { enabled: true, backend_id: backend.id }, traffic_policy: { value: RL_POLICY } });
+    // wrk script for the 10k-keys variant: a random client header per request.
+    const keysScript = path.join(dir, 'keys.lua');
+    writeFileSync(keysScript, `request = function()\n  wrk.headers["x-client"] = tostring(math.random(1, 10000))\n  return wrk.format(nil, "/")\nend\n`);
     agent = startAgentProcess(['http', String(upstream.port), '--label', 'bench=proxy', '--authtoken', cred.token, '--server', `localhost:${a.agent}`, '--ca', tls.caFile], { LOG_LEVEL: 'warn' });
     await agent.waitForOutput('online');
-    for (const n of [a, b]) await waitFor(`${n.nodeId} serves`, () => new Promise<boolean>((resolve) => {
-      http.get({ host: '127.0.0.1', port: n.http, path: '/', headers: { host: HOST } }, (res) => { res.resume(); resolve(res.statusCode === 200); }).on('error', () => resolve(false));
+    for (const n of [a, b]) for (const host of [HOST, RL_HOST]) await waitFor(`${n.nodeId} serves ${host}`, () => new Promise<boolean>((resolve) => {
+      http.get({ host: '127.0.0.1', port: n.http, path: '/', headers: { host } }, (res) => { res.resume(); resolve(res.statusCode === 200); }).on('error', () => resolve(false));
     }), 15_000);
+    // Redis belongs to the rate-limit case's system under test: core 1 with the ingress.
+    const redisPid = Number(execFileSync('redis-cli', ['-p', '6379', 'INFO', 'server'], { encoding: 'utf8' }).match(/process_id:(\d+)/)?.[1]);
+    if (redisPid) pin(redisPid, 1);
     pin(a.pid, 1);
     pin(b.pid, 1);
     pin(agent.pid, 0);
     pin(cp.pid, 0);
 
-    const cases: Array<{ name: string; port: number; cpuPids: () => Record<string, number> }> = [
+    const cases: Array<{ name: string; port: number; host?: string; script?: string; cpuPids: () => Record<string, number> }> = [
       { name: 'a', port: upstream.port, cpuPids: () => ({}) },
       { name: 'b0', port: proxy.port, cpuPids: () => ({ nginx: proxy.workerPid() }) },
       { name: 'c0', port: a.http, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid }) },
+      { name: 'c', port: a.http, host: RL_HOST, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid, ...(redisPid ? { redis: redisPid } : {}) }) },
+      { name: 'c10k', port: a.http, host: RL_HOST, script: keysScript, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid, ...(redisPid ? { redis: redisPid } : {}) }) },
       { name: 'hop', port: b.http, cpuPids: () => ({ ingress_b: b!.pid, ingress_a: a!.pid, agent: agent!.pid }) },
     ];
     const only = process.env.BENCH_CASES?.split(',');
     if (only) cases.splice(0, cases.length, ...cases.filter((c) => only.includes(c.name)));
-    const runs: Record<string, Array<WrkResult & { cpu_us_per_req: Record<string, number>; rss_mib: Record<string, number> }>> = {};
+    const runs: Record<string, Array<WrkResult & { cpu_us_per_req: Record<string, number>; rss_mib: Record<string, number>; redis_script_calls_per_req: number }>> = {};
     for (let round = 1; round <= ROUNDS; round++) {
       for (const c of cases) {
-        wrk(c.port, WARMUP);
+        wrk(c.port, WARMUP, c.host, c.script);
         const pids = c.cpuPids();
         const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpuMicros(pid) ?? 0]));
-        const r = wrk(c.port, DURATION);
+        const scriptsBefore = redisScriptCalls();
+        const r = wrk(c.port, DURATION, c.host, c.script);
+        const redisCallsPerReq = (redisScriptCalls() - scriptsBefore) / r.requests;
         const cpu = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, ((cpuMicros(pid) ?? 0) - before[k]!) / r.requests]));
         const rss = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, rssMiB(pid)]));
-        (runs[c.name] ??= []).push({ ...r, cpu_us_per_req: cpu, rss_mib: rss });
-        log(`round ${round} ${c.name}: ${fmt(r.rps)} req/s p50 ${fmt(r.p50, 2)} ms p99 ${fmt(r.p99, 2)} ms non2xx ${r.non2xx} errors ${r.socketErrors} cpu µs/req ${JSON.stringify(Object.fromEntries(Object.entries(cpu).map(([k, v]) => [k, Math.round(v)])))} rss MiB ${JSON.stringify(rss)}`);
+        (runs[c.name] ??= []).push({ ...r, cpu_us_per_req: cpu, rss_mib: rss, redis_script_calls_per_req: redisCallsPerReq });
+        log(`round ${round} ${c.name}: ${fmt(r.rps)} req/s p50 ${fmt(r.p50, 2)} ms p99 ${fmt(r.p99, 2)} ms non2xx ${r.non2xx} errors ${r.socketErrors} cpu µs/req ${JSON.stringify(Object.fromEntries(Object.entries(cpu).map(([k, v]) => [k, Math.round(v)])))} rss MiB ${JSON.stringify(rss)} redis scripts/req ${redisCallsPerReq.toFixed(3)}`);
       }
     }
     const summary = Object.fromEntries(
@@ -199,14 +235,29 @@ async function main(): Promise<void> {
         }];
       }),
     ) as Record<string, { rps_median: number; p99_ms_median: number; rps_cv: number }>;
-    const ratio = (x: string, y: string) => summary[x]!.rps_median / summary[y]!.rps_median;
+    const ratio = (x: string, y: string) => (summary[x] && summary[y] ? summary[x]!.rps_median / summary[y]!.rps_median : NaN);
+
+    // Open loop at 50 % and 80 % of the rate-limit case's max: the latency the check adds.
+    const openLoopResults: Record<string, unknown> = {};
+    if (summary.c && summary.c0 && !process.env.BENCH_CASES) {
+      for (const share of [0.5, 0.8]) {
+        const rate = Math.round(summary.c.rps_median * share);
+        for (const [name, host] of [['c0', HOST], ['c', RL_HOST]] as const) {
+          await openLoop({ url: `http://127.0.0.1:${a.http}/`, headers: { host, 'x-client': 'hot' }, rate, durationS: WARMUP });
+          const r = await openLoop({ url: `http://127.0.0.1:${a.http}/`, headers: { host, 'x-client': 'hot' }, rate, durationS: DURATION });
+          openLoopResults[`${name}@${share * 100}%`] = r;
+          log(`open loop ${name} @ ${rate}/s: p50 ${fmt(r.p50, 2)} ms p99 ${fmt(r.p99, 2)} ms non2xx ${r.non2xx} errors ${r.errors}`);
+        }
+      }
+    }
     const result = {
       bench: 'proxy-throughput',
       at: new Date().toISOString(),
       machine: machine(),
       method: { rounds: ROUNDS, warmup_s: WARMUP, duration_s: DURATION, connections: CONNECTIONS, generator: 'wrk -t1 (core 0)', upstream: 'nginx return 200 "ok" (core 0)', sut_core: 1, agent_core: 0 },
       summary,
-      ratios: { 'c0/a': ratio('c0', 'a'), 'c0/b0': ratio('c0', 'b0'), 'b0/a': ratio('b0', 'a'), 'hop/c0': ratio('hop', 'c0') },
+      ratios: { 'c0/a': ratio('c0', 'a'), 'c0/b0': ratio('c0', 'b0'), 'b0/a': ratio('b0', 'a'), 'c/c0': ratio('c', 'c0'), 'c/b0': ratio('c', 'b0'), 'c10k/c0': ratio('c10k', 'c0'), 'hop/c0': ratio('hop', 'c0') },
+      open_loop: openLoopResults,
       runs,
     };
     mkdirSync(path.dirname(RESULTS), { recursive: true });
@@ -216,6 +267,12 @@ async function main(): Promise<void> {
     console.log(`  ratios: ${Object.entries(result.ratios).map(([k, v]) => `${k} ${fmt(v, 2)}`).join('  ')}`);
     console.log(`  (written to ${RESULTS})`);
   } finally {
+    try {
+      const redisPid = Number(execFileSync('redis-cli', ['-p', '6379', 'INFO', 'server'], { encoding: 'utf8' }).match(/process_id:(\d+)/)?.[1]);
+      if (redisPid) execFileSync('taskset', ['-a', '-pc', '0-1', String(redisPid)], { stdio: 'ignore' });
+    } catch {
+      /* best effort */
+    }
     await agent?.stop().catch(() => {});
     await Promise.allSettled([a?.stop(), b?.stop()]);
     await cp?.stop().catch(() => {});

@@ -35,6 +35,9 @@ export const HOP = {
   scheme: 'x-warren-scheme',
   edgeType: 'x-warren-edge-type',
   miss: 'x-warren-hop-miss',
+  /** On a hop upgrade: open a raw stream to the tunnel (no HTTP request head is sent on). */
+  raw: 'x-warren-raw',
+  proto: 'x-warren-proto',
 } as const;
 
 export function ipOf(addr: string): string {
@@ -389,6 +392,51 @@ export class Forwarder {
     splice(socket, upstream, head);
   }
 
+  /**
+   * A raw byte stream to a tunnel (TCP semantics; the websocket_tcp_converter): a proxy stream on
+   * this node, or a hop upgrade that the holding node answers with 101 and then splices raw.
+   */
+  async rawStream(target: TunnelTarget, info: RequestInfo & { proto: 'tcp' | 'http' | 'https' }): Promise<Duplex> {
+    if (target.kind === 'local') return target.tunnel.openStream({ clientAddr: info.clientAddr, proto: info.proto, edgeType: info.edgeType });
+    const addr = target.tunnel.nodeAddress;
+    const colon = addr.lastIndexOf(':');
+    const headers = ['Host', addr, 'Connection', 'Upgrade', 'Upgrade', 'warren-raw', HOP.tunnel, target.tunnel.id, HOP.raw, '1', HOP.proto, info.proto, HOP.clientAddr, info.clientAddr, HOP.scheme, info.scheme, HOP.edgeType, info.edgeType];
+    if (this.opts.hopToken) headers.push(HOP.token, this.opts.hopToken);
+    const sock = await new Promise<net.Socket>((resolve, reject) => {
+      const s = net.connect({ host: addr.slice(0, colon).replace(/^\[|\]$/g, ''), port: Number(addr.slice(colon + 1)) }, () => resolve(s));
+      s.once('error', reject);
+    });
+    sock.write(requestHead('GET', '/', headers));
+    // Read the hop's answer head; anything after it is already tunnel bytes.
+    return new Promise<Duplex>((resolve, reject) => {
+      let buf = Buffer.alloc(0);
+      const onData = (c: Buffer) => {
+        buf = Buffer.concat([buf, c]);
+        const end = buf.indexOf('\r\n\r\n');
+        if (end === -1) {
+          if (buf.length > 16 * 1024) fail(new Error('the hop answered with an oversized head'));
+          return;
+        }
+        sock.off('data', onData);
+        sock.off('error', fail);
+        if (!buf.subarray(0, 12).toString('latin1').startsWith('HTTP/1.1 101')) {
+          sock.destroy();
+          reject(Object.assign(new Error(`the node holding the tunnel refused: ${buf.subarray(0, buf.indexOf('\r\n')).toString('latin1')}`), { code: 'SESSION_CLOSED' }));
+          return;
+        }
+        const rest = buf.subarray(end + 4);
+        if (rest.length > 0) sock.unshift(rest);
+        resolve(sock);
+      };
+      const fail = (err: Error) => {
+        sock.destroy();
+        reject(err);
+      };
+      sock.on('data', onData);
+      sock.once('error', fail);
+    });
+  }
+
   /** Serves an upgrade that arrived over a hop. */
   async upgradeHop(req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     const tunnel = this.opts.registry.getLocal(String(req.headers[HOP.tunnel] ?? ''));
@@ -401,13 +449,26 @@ export class Forwarder {
       clientAddr: String(req.headers[HOP.clientAddr] ?? '0.0.0.0:0'),
       edgeType: req.headers[HOP.edgeType] === '0' ? '0' : '3',
     };
+    if (req.headers[HOP.raw] === '1') {
+      const proto = req.headers[HOP.proto] === 'tcp' ? 'tcp' : info.scheme;
+      let upstream: Duplex;
+      try {
+        upstream = await tunnel.openStream({ clientAddr: info.clientAddr, proto, edgeType: info.edgeType });
+      } catch (err) {
+        sendUpgradeError(socket, 7004, (err as Error).message);
+        return;
+      }
+      socket.write('HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: warren-raw\r\n\r\n');
+      splice(socket, upstream, head);
+      return;
+    }
     await this.upgrade(req, socket, head, { kind: 'local', tunnel }, info, hopRequestHeaders(req.rawHeaders));
   }
 }
 
 /** Pipes two byte streams into each other until either side ends or fails. */
-function splice(client: Duplex, upstream: Duplex, head: Buffer): void {
-  if (head.length > 0) upstream.write(head);
+export function splice(client: Duplex, upstream: Duplex, head?: Buffer): void {
+  if (head && head.length > 0) upstream.write(head);
   const destroyBoth = () => {
     client.destroy();
     upstream.destroy();

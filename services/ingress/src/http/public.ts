@@ -4,7 +4,8 @@ import type { ErrorCode, Logger } from '@warren/shared';
 import type { TunnelRegistry, TunnelTarget } from '../tunnels/registry.js';
 import type { IngressMetrics } from '../metrics.js';
 import { sendError, sendUpgradeError } from './error-page.js';
-import { ipOf, publicRequestHeaders, type Forwarder, type RequestInfo } from './proxy.js';
+import { ipOf, publicRequestHeaders, splice, type Forwarder, type RequestInfo } from './proxy.js';
+import { WebSocketHandshakeError, acceptWebSocketAsTcp, isWebSocketTcpConverter } from '../modules/index.js';
 import { RoutingTable, type CompiledRoute } from './routing.js';
 import { readBody } from '../pipeline/runner.js';
 import type { Outcome, RequestState } from '../pipeline/types.js';
@@ -214,6 +215,21 @@ export class PublicHandler {
     }
     this.opts.metrics.upgrades.inc({ result: 'forwarded' });
     const info: RequestInfo = { scheme, clientAddr: `${req.socket.remoteAddress ?? '0.0.0.0'}:${req.socket.remotePort ?? 0}`, edgeType: r.edgeType };
+    if (cr.pipeline!.stages.some(isWebSocketTcpConverter)) {
+      // websocket_tcp_converter: the ingress accepts the WebSocket itself; the agent gets the
+      // frames' payloads as a plain TCP stream.
+      const upstream = await this.opts.forwarder.rawStream(target, { ...info, proto: 'tcp' });
+      let ws: Duplex;
+      try {
+        ws = acceptWebSocketAsTcp(req, socket, head);
+      } catch (err) {
+        upstream.destroy();
+        if (!(err instanceof WebSocketHandshakeError)) throw err;
+        return;
+      }
+      splice(ws, upstream);
+      return;
+    }
     await this.opts.forwarder.upgrade(req, socket, head, target, info, state.headers);
   }
 
