@@ -101,3 +101,9 @@ outbound:
     expect(() => parseTemplate('${ }')).toThrow('empty');
   });
 });
+
+describe('CEL regular expressions', () => {
+  it('refuses matches(), which would run backtracking regular expressions on the shared ingress', () => {
+    expect(() => parseTrafficPolicy('inbound:\n  - expressions: ["req.path.matches(\'^/(a+)+$\')"]\n    actions: [{type: deny}]\n')).toThrow(/matches\(\) is not supported/);
+  });
+});

@@ -133,6 +133,10 @@ function describe(err: unknown): string {
  * (`wantBool`); a header-value interpolation may be of any type. Throws `CelCompileError`.
  */
 export function compileExpression(direction: PolicyDirection, source: string, wantBool = true): CelProgram {
+  // CEL's matches() runs the library's JavaScript regular expressions, which backtrack: one
+  // tenant's pattern could stall every tenant's requests on the shared ingress. Until an RE2
+  // engine evaluates them, they are refused (prefix/suffix/contains cover most uses).
+  if (/\bmatches\s*\(/.test(source)) throw new CelCompileError('matches() is not supported (regular expressions could stall the shared ingress); use startsWith(), endsWith() or contains()');
   let program: CelProgram;
   try {
     program = env(direction).parse(source);
