@@ -8,3 +8,4 @@ export * from './tls/certificates.js';
 export * from './dataplane/types.js';
 export * from './muxado/index.js';
 export * from './backoff.js';
+export * from './user-agent.js';

@@ -1,4 +1,5 @@
 import type { RouteStage, StageFactory } from '../pipeline/types.js';
+import { MAX_USER_AGENT_TESTED, compileUserAgentPattern as compileSharedPattern } from '@warren/shared';
 import { enabledModule, moduleError } from './common.js';
 
 /**
@@ -12,21 +13,11 @@ import { enabledModule, moduleError } from './common.js';
  * compiled once per config; one that does not compile refuses the config.
  */
 
-const LEADING_FLAGS_RE = /^\(\?([ims]+)\)/;
-
+/** A pattern as a RegExp; one the control plane would refuse refuses this route (fail closed). */
 export function compileUserAgentPattern(pattern: string): RegExp {
-  let source = pattern;
-  let flags = '';
-  const m = LEADING_FLAGS_RE.exec(source);
-  if (m) {
-    flags = [...new Set(m[1]!)].join('');
-    source = source.slice(m[0].length);
-  }
-  try {
-    return new RegExp(source, flags);
-  } catch (err) {
-    throw new Error(`user_agent_filter: ${JSON.stringify(pattern.slice(0, 64))} is not a valid pattern: ${(err as Error).message}`);
-  }
+  const r = compileSharedPattern(pattern);
+  if (typeof r === 'string') throw new Error(`user_agent_filter: ${JSON.stringify(pattern.slice(0, 64))} is not a valid pattern: ${r}`);
+  return r;
 }
 
 interface UserAgentFilterModule {
@@ -43,7 +34,8 @@ export const userAgentFilterStage: StageFactory = (route): RouteStage | null => 
   return {
     name: 'user_agent_filter',
     onRequest: (s) => {
-      const h = s.req.headers['user-agent'] ?? '';
+      const full = s.req.headers['user-agent'] ?? '';
+      const h = full.length > MAX_USER_AGENT_TESTED ? full.slice(0, MAX_USER_AGENT_TESTED) : full;
       if (deny.some((re) => re.test(h))) return moduleError(s, 7101);
       if (allow.length > 0 && !allow.some((re) => re.test(h))) return moduleError(s, 7101);
       return null;

@@ -4,7 +4,7 @@ import { boundedString, obj, refId, uint32 } from '../../http/validate.js';
 import { RefSchema } from '../common.js';
 import { WEBHOOK_PROVIDERS, isWebhookProvider } from './webhook-providers.js';
 import { checkIdpMetadata, MAX_IDP_METADATA_BYTES } from './saml.js';
-import { checkUserAgentPattern } from './user-agent.js';
+import { checkUserAgentPattern } from '@warren/shared';
 
 /**
  * Request and response shapes of the 13 route modules (spec "Module shapes"; wire-conventions.md
