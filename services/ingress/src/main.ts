@@ -17,7 +17,7 @@ import { TunnelRegistry } from './tunnels/registry.js';
 import { createPipelineCompiler } from './pipeline/runner.js';
 import type { RateLimiter } from './pipeline/types.js';
 import { edgeSecureContextOptions, mutualTlsCaPems, mutualTlsStage, routeStageFactories } from './modules/index.js';
-import { createSecureContext, type SecureContext } from 'node:tls';
+import { createSecureContext, type SecureContext, type TLSSocket } from 'node:tls';
 import { trafficPolicyStage } from './policy/index.js';
 import { LocalSlidingWindowLimiter, RedisSlidingWindowLimiter } from './ratelimit/index.js';
 
@@ -131,6 +131,7 @@ async function main(): Promise<void> {
   let httpsPort = 0;
   /** TLS contexts of hostnames whose edge sets tls_termination or mutual_tls; others use the default. */
   let edgeContexts = new Map<string, SecureContext>();
+  let edgeMinVersions = new Map<string, string>();
   const buildEdgeContexts = (cfg: DataPlaneConfig): Map<string, SecureContext> => {
     const out = new Map<string, SecureContext>();
     for (const edge of cfg.edges.values()) {
@@ -211,6 +212,11 @@ async function main(): Promise<void> {
   client.on('config', (cfg: DataPlaneConfig, previous: DataPlaneConfig | null) => {
     const table = compiled.get(cfg) ?? new RoutingTable(cfg, compilePipeline);
     edgeContexts = buildEdgeContexts(cfg);
+    edgeMinVersions = new Map();
+    for (const edge of cfg.edges.values()) {
+      const { minVersion } = edgeSecureContextOptions(edge);
+      if (minVersion === 'TLSv1.3') for (const hp of edge.hostports) edgeMinVersions.set(hp.slice(0, hp.lastIndexOf(':')).toLowerCase(), minVersion);
+    }
     for (const e of table.routeErrors) log.error({ route: e.routeId, err: e.message }, 'route configuration not applicable; the route answers 503 until it is fixed');
     handler.setTable(table);
     metrics.resetCaches();
@@ -248,6 +254,13 @@ async function main(): Promise<void> {
     handler.handler('https'),
   );
   publicHttps.on('upgrade', handler.upgradeHandler('https'));
+  // OpenSSL has chosen the protocol version before the SNI callback swaps contexts, so an edge's
+  // tls_termination minimum is enforced here: a connection below it is closed before any request.
+  publicHttps.prependListener('secureConnection', (socket: TLSSocket) => {
+    const servername = typeof socket.servername === 'string' ? socket.servername.toLowerCase() : '';
+    const min = servername ? edgeMinVersions.get(servername) : undefined;
+    if (min === 'TLSv1.3' && socket.getProtocol() !== 'TLSv1.3') socket.destroy();
+  });
   for (const s of [publicHttp, publicHttps]) s.on('clientError', (_err, socket) => socket.destroy());
 
   httpPort = await listen(publicHttp, env.HTTP_PORT, env.HOST);

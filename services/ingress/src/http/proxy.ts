@@ -417,6 +417,9 @@ export class Forwarder {
           if (buf.length > 16 * 1024) fail(new Error('the hop answered with an oversized head'));
           return;
         }
+        // Pause first: bytes that came with the 101 (a server that speaks first) must wait for
+        // the splice's pipe rather than be emitted with no listener.
+        sock.pause();
         sock.off('data', onData);
         sock.off('error', fail);
         if (!buf.subarray(0, 12).toString('latin1').startsWith('HTTP/1.1 101')) {
