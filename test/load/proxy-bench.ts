@@ -20,7 +20,9 @@
  * request is read from /proc for the proxy processes (nginx worker; ingress; agent).
  * Then an open loop at 50 % and 80 % of c's max rate for c0 and c (the latency the check adds).
  * Reports medians (min–max), the ratios c0/a, c0/b0, b0/a, c/c0, c/b0, and Redis script calls per
- * request (INFO commandstats). BENCH_CASES=c0,c runs only those. Writes test/load/results/proxy.json.
+ * request (INFO commandstats). BENCH_CASES=c0,c runs only those; BENCH_POLICY replaces the rate-limit
+ * policy of case c (e.g. one whose expression never holds, to time the pipeline alone).
+ * Writes test/load/results/proxy.json.
  */
 import http from 'node:http';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
@@ -180,7 +182,7 @@ async function main(): Promise<void> {
     const edge = await api('POST', '/edges/https', { hostports: [`${HOST}:443`] });
     await api('POST', `/edges/https/${edge.id}/routes`, { match_type: 'path_prefix', match: '/', backend: { enabled: true, backend_id: backend.id } });
     const rlEdge = await api('POST', '/edges/https', { hostports: [`${RL_HOST}:443`] });
-    await api('POST', `/edges/https/${rlEdge.id}/routes`, { match_type: 'path_prefix', match: '/', backend: { enabled: true, backend_id: backend.id }, traffic_policy: { value: RL_POLICY } });
+    await api('POST', `/edges/https/${rlEdge.id}/routes`, { match_type: 'path_prefix', match: '/', backend: { enabled: true, backend_id: backend.id }, traffic_policy: { value: process.env.BENCH_POLICY ?? RL_POLICY } });
     // wrk script for the 10k-keys variant: a random client header per request.
     const keysScript = path.join(dir, 'keys.lua');
     writeFileSync(keysScript, `request = function()\n  wrk.headers["x-client"] = tostring(math.random(1, 10000))\n  return wrk.format(nil, "/")\nend\n`);

@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { z } from 'zod';
-import { envInt, parseEnv } from '@warren/shared';
+import { envBool, envInt, parseEnv } from '@warren/shared';
 
 /** Ingress configuration, parsed once from the environment. */
 export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
@@ -48,6 +48,8 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
       RATE_LIMIT_SERVER_ID: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/).optional(),
       /** Longest wait for Redis per decision before the in-memory fallback decides (ms). */
       RATE_LIMIT_TIMEOUT_MS: envInt(50, 1, 5_000),
+      /** ioredis auto-pipelining on the limiter's connection (off: it measured slower; see README). */
+      RATE_LIMIT_AUTO_PIPELINING: envBool(false),
       /** Drain limit on SIGTERM (ms). */
       DRAIN_TIMEOUT_MS: envInt(10_000, 0),
     },
