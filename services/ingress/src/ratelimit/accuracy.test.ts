@@ -6,6 +6,9 @@ import { LocalSlidingWindowLimiter } from './local.js';
 import { RedisSlidingWindowLimiter } from './redis.js';
 import { deleteServerKeys, fakeClock, maxRollingCount, seededRandom } from './testing.js';
 
+/** These tests check Redis's decisions, not the fallback: a loaded machine must not trip the 50 ms default. */
+const ACCURACY_TIMEOUT_MS = 5_000;
+
 /**
  * performance.md §3 against real Redis, on a test clock passed into the script (the `clock`
  * option) so window boundaries come without waiting: W = 60 s.
@@ -23,7 +26,7 @@ const freshKey = () => `acc-${keyN++}`;
 
 beforeAll(async () => {
   admin = new Redis(inject('redisUrl'));
-  limiter = new RedisSlidingWindowLimiter({ redis: inject('redisUrl'), serverId, clock: clock.now });
+  limiter = new RedisSlidingWindowLimiter({ timeoutMs: ACCURACY_TIMEOUT_MS, redis: inject('redisUrl'), serverId, clock: clock.now });
   await limiter.ready();
 });
 
@@ -93,7 +96,7 @@ describe('sliding window in Redis (test clock)', () => {
     // The goal of §6 holds at L = 10,000; at L = 100 the Poisson gaps alone are a few % of L (see the report).
     if (L >= 10_000) expect(steady).toBeLessThanOrEqual(1.01 * L + 1);
     else expect(steady).toBeLessThanOrEqual(1.08 * L);
-  }, 20_000);
+  }, 60_000);
 
   it('adversarial: L at the end of a window, then a trickle through the next (reported; ≤ 2 L)', async () => {
     const L = 100;
@@ -133,7 +136,7 @@ describe('sliding window in Redis (test clock)', () => {
       // A limiter of its own (on the shared admin connection) so that scenarios can run at once on their own clocks.
       let now = 0;
       const clk = () => now;
-      const rl = new RedisSlidingWindowLimiter({ redis: admin, serverId, clock: clk });
+      const rl = new RedisSlidingWindowLimiter({ timeoutMs: ACCURACY_TIMEOUT_MS, redis: admin, serverId, clock: clk });
       const local = new LocalSlidingWindowLimiter({ clock: clk });
       let denied: { at: number; retry: number } | undefined;
       for (const t of [...times, base + e]) {
@@ -179,7 +182,7 @@ describe('sliding window in Redis (test clock)', () => {
     expect(scenarios).toBeGreaterThan(50);
     expect(early).toBe(0);
     expect(maxLateMs).toBeLessThan(1000);
-  }, 20_000);
+  }, 60_000);
 
   it('sets an expiry of 2 W on the bucket, keys are short whatever the caller key, denied requests write nothing', async () => {
     const key = 'x'.repeat(50_000);
