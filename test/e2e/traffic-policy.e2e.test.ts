@@ -234,4 +234,17 @@ describe('route modules on live traffic', () => {
     const bad = await request(b.http, '/wh/hook', { method: 'POST', body, headers: { 'content-type': 'application/json', 'x-hub-signature-256': 'sha256=00', 'x-github-event': 'ping' } });
     expect(bad.status).toBe(403);
   });
+
+  it('refuses traffic on a route with an authentication module it does not enforce, never serving it open', async () => {
+    const r = await api('POST', `/edges/https/${edgeId}/routes`, { match_type: 'path_prefix', match: '/auth', backend: { enabled: true, backend_id: backendId }, oauth: { provider: { google: {} } } });
+    expect(r.status).toBe(201);
+    for (const n of [a, b]) {
+      const res = await waitFor(`${n.nodeId} refuses /auth`, async () => {
+        const x = await request(n.http, '/auth/x');
+        return x.headers['warren-error-code'] === 'ERR_WARREN_7010' ? x : null;
+      });
+      expect(res.status).toBe(503);
+      expect(res.json().msg).toMatch(/oauth module is not enforced/);
+    }
+  });
 });

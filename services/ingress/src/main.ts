@@ -68,6 +68,15 @@ async function main(): Promise<void> {
   const compilePipeline = createPipelineCompiler(
     [
       (_route, edge, config) => mutualTlsStage(edge, config),
+      // Authentication modules this ingress does not enforce yet: the route refuses traffic
+      // (503 ERR_WARREN_7010) rather than serve it unauthenticated.
+      (route) => {
+        for (const name of ['oauth', 'oidc', 'saml']) {
+          const m = route.modules[name] as { enabled?: boolean } | null | undefined;
+          if (m && m.enabled !== false) throw new Error(`the ${name} module is not enforced by this ingress yet`);
+        }
+        return null;
+      },
       ...routeStageFactories.slice(0, 3).map((f) => f.factory), // ip_restriction, user_agent_filter, webhook_verification
       trafficPolicyStage,
       ...routeStageFactories.slice(3).map((f) => f.factory), // websocket_tcp_converter, circuit_breaker, headers, compression
