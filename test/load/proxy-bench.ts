@@ -248,6 +248,9 @@ async function main(): Promise<void> {
           await openLoop({ url: `http://127.0.0.1:${a.http}/`, headers: { host, 'x-client': 'hot' }, rate, durationS: WARMUP });
           const r = await openLoop({ url: `http://127.0.0.1:${a.http}/`, headers: { host, 'x-client': 'hot' }, rate, durationS: DURATION });
           openLoopResults[`${name}@${share * 100}%`] = r;
+          const m = await (await fetch(`${a.internalUrl}/metrics`)).text();
+          const fallbacks = [...m.matchAll(/^warren_ingress_ratelimit_fallback_total\{[^}]*\} (\d+)/gm)].reduce((n, x) => n + Number(x[1]), 0);
+          if (fallbacks > 0) log(`rate-limit fallbacks so far on ingress A: ${fallbacks}`);
           log(`open loop ${name} @ ${rate}/s: p50 ${fmt(r.p50, 2)} ms p99 ${fmt(r.p99, 2)} ms non2xx ${r.non2xx} errors ${r.errors}`);
         }
       }

@@ -50,6 +50,8 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
       RATE_LIMIT_TIMEOUT_MS: envInt(50, 1, 5_000),
       /** ioredis auto-pipelining on the limiter's connection (off: it measured slower; see README). */
       RATE_LIMIT_AUTO_PIPELINING: envBool(false),
+      /** Send the rate-limit scripts of one event-loop turn as one pipeline (see README). */
+      RATE_LIMIT_BATCH: envBool(false),
       /** Drain limit on SIGTERM (ms). */
       DRAIN_TIMEOUT_MS: envInt(10_000, 0),
     },
