@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCertificate, type SelfSigned } from '@warren/shared';
 import { freshDatabase } from '../support/databases.js';
 import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
-import { cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
+import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
 import { OPCODE, openWebSocket, type WsOpenOptions } from '../support/websocket-client.js';
 import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
@@ -47,13 +47,7 @@ let greeterBackend: string;
 let greeter: net.Server;
 const GREETING = '220 greeter ready\r\n';
 
-function api(method: string, p: string, body?: unknown) {
-  return fetch(cp.baseUrl + p, {
-    method,
-    headers: { Authorization: `Bearer ${apiKey}`, 'Ngrok-Version': '2', ...(body === undefined ? {} : { 'Content-Type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  }).then(async (res) => ({ status: res.status, body: (await res.text().then((t) => (t ? JSON.parse(t) : undefined))) as any }));
-}
+const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
 
 async function apiOk(method: string, p: string, body: unknown, status: number): Promise<any> {
   const r = await api(method, p, body);

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freshDatabase } from '../support/databases.js';
 import { freePort, startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
-import { cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
+import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
 import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
@@ -34,16 +34,7 @@ let tls: Awaited<ReturnType<typeof ensureLocalTls>>;
 let apiKey: string;
 const hits: string[] = [];
 
-function api(method: string, p: string, body?: unknown) {
-  return fetch(cp.baseUrl + p, {
-    method,
-    headers: { Authorization: `Bearer ${apiKey}`, 'Ngrok-Version': '2', ...(body === undefined ? {} : { 'Content-Type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  }).then(async (res) => {
-    const text = await res.text();
-    return { status: res.status, body: text ? JSON.parse(text) : undefined };
-  });
-}
+const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
 
 function request(port: number, p: string, opts: { secure?: boolean; host?: string } = {}): Promise<{ status: number; body: string; headers: http.IncomingHttpHeaders }> {
   return new Promise((resolve, reject) => {

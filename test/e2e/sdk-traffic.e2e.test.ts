@@ -5,7 +5,7 @@ import ngrok from '@ngrok/ngrok';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freshDatabase } from '../support/databases.js';
 import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
-import { cleanupTempDirs, startIngress, tempDir, waitFor, type IngressProcess } from '../support/cluster.js';
+import { callApi, cleanupTempDirs, startIngress, tempDir, waitFor, type IngressProcess } from '../support/cluster.js';
 import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
@@ -32,13 +32,7 @@ let upstreamUrl: string;
 let tls: Awaited<ReturnType<typeof ensureLocalTls>>;
 const sessions: ngrok.Session[] = [];
 
-function api(method: string, p: string, body?: unknown) {
-  return fetch(cp.baseUrl + p, {
-    method,
-    headers: { Authorization: `Bearer ${apiKey}`, 'Ngrok-Version': '2', ...(body === undefined ? {} : { 'Content-Type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  }).then(async (res) => ({ status: res.status, body: (await res.text().then((t) => (t ? JSON.parse(t) : undefined))) as any }));
-}
+const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
 
 function request(port: number, host: string, p: string, body?: Buffer): Promise<{ status: number; body: Buffer }> {
   return new Promise((resolve, reject) => {

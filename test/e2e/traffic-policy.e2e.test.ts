@@ -6,7 +6,7 @@ import { Redis } from 'ioredis';
 import { redisKeyPattern } from '../../services/ingress/src/ratelimit/index.js';
 import { freshDatabase } from '../support/databases.js';
 import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
-import { cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
+import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
 import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
@@ -31,13 +31,7 @@ let backendId: string;
 const prefix = `e2e-${randomBytes(4).toString('hex')}`;
 const redisUrl = inject('redisUrl');
 
-function api(method: string, p: string, body?: unknown) {
-  return fetch(cp.baseUrl + p, {
-    method,
-    headers: { Authorization: `Bearer ${apiKey}`, 'Ngrok-Version': '2', ...(body === undefined ? {} : { 'Content-Type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  }).then(async (res) => ({ status: res.status, body: (await res.text().then((t) => (t ? JSON.parse(t) : undefined))) as any }));
-}
+const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
 
 interface Res {
   status: number;

@@ -177,3 +177,14 @@ export function startAgentProcess(args: string[], env: Record<string, string | u
       }),
   };
 }
+
+/** One management API call with an API key: the status and the parsed JSON body (undefined when empty). */
+export async function callApi(baseUrl: string, apiKey: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
+  const res = await fetch(baseUrl + path, {
+    method,
+    headers: { Authorization: `Bearer ${apiKey}`, 'Ngrok-Version': '2', ...(body === undefined ? {} : { 'Content-Type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : undefined };
+}
