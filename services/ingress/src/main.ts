@@ -16,9 +16,8 @@ import { loadTls } from './tls.js';
 import { TunnelRegistry } from './tunnels/registry.js';
 import { createPipelineCompiler } from './pipeline/runner.js';
 import type { RateLimiter } from './pipeline/types.js';
-import { edgeSecureContextOptions, mutualTlsCaPems, mutualTlsStage, routeStageFactories } from './modules/index.js';
+import { edgeSecureContextOptions, mutualTlsCaPems, mutualTlsStage, pipelineStageFactories } from './modules/index.js';
 import { createSecureContext, type SecureContext, type TLSSocket } from 'node:tls';
-import { trafficPolicyStage } from './policy/index.js';
 import { LocalSlidingWindowLimiter, RedisSlidingWindowLimiter } from './ratelimit/index.js';
 
 const log = createLogger('ingress');
@@ -31,6 +30,11 @@ function listen(server: net.Server, port: number, host: string): Promise<number>
       resolve((server.address() as net.AddressInfo).port);
     });
   });
+}
+
+/** `app.test:443` → `app.test` (hostports are stored lower-case). */
+function hostOfHostport(hp: string): string {
+  return hp.slice(0, hp.lastIndexOf(':')).toLowerCase();
 }
 
 function isLoopback(host: string): boolean {
@@ -65,24 +69,12 @@ async function main(): Promise<void> {
     ? new RedisSlidingWindowLimiter({ redis: env.REDIS_URL, serverId: env.RATE_LIMIT_SERVER_ID, timeoutMs: env.RATE_LIMIT_TIMEOUT_MS, autoPipelining: env.RATE_LIMIT_AUTO_PIPELINING, batch: env.RATE_LIMIT_BATCH, registry: metrics.registry, log: log.child({ component: 'ratelimit' }) })
     : new LocalSlidingWindowLimiter({});
   if (!env.REDIS_URL) log.warn('REDIS_URL is not set: rate limits are counted in memory by each process');
+  // The edge's mutual TLS first, then the route's modules and policy in their one order.
   const compilePipeline = createPipelineCompiler(
-    [
-      (_route, edge, config) => mutualTlsStage(edge, config),
-      // Authentication modules this ingress does not enforce yet: the route refuses traffic
-      // (503 ERR_WARREN_7010) rather than serve it unauthenticated.
-      (route) => {
-        for (const name of ['oauth', 'oidc', 'saml']) {
-          const m = route.modules[name] as { enabled?: boolean } | null | undefined;
-          if (m && m.enabled !== false) throw new Error(`the ${name} module is not enforced by this ingress yet`);
-        }
-        return null;
-      },
-      ...routeStageFactories.slice(0, 3).map((f) => f.factory), // ip_restriction, user_agent_filter, webhook_verification
-      trafficPolicyStage,
-      ...routeStageFactories.slice(3).map((f) => f.factory), // websocket_tcp_converter, circuit_breaker, headers, compression
-    ],
+    [(_route, edge, config) => mutualTlsStage(edge, config), ...pipelineStageFactories],
     { limiter, log: log.child({ component: 'pipeline' }), registry: metrics.registry },
   );
+
   const tls = await loadTls(env.TLS_CERT_FILE, env.TLS_KEY_FILE, env.STATE_DIR);
 
   // Internal listener first: its address is this node's identity for hops.
@@ -138,17 +130,20 @@ async function main(): Promise<void> {
   };
   let httpPort = 0;
   let httpsPort = 0;
-  /** TLS contexts of hostnames whose edge sets tls_termination or mutual_tls; others use the default. */
-  let edgeContexts = new Map<string, SecureContext>();
-  let edgeMinVersions = new Map<string, string>();
-  const buildEdgeContexts = (cfg: DataPlaneConfig): Map<string, SecureContext> => {
-    const out = new Map<string, SecureContext>();
+  /**
+   * Per hostname whose edge sets tls_termination or mutual_tls: its TLS context (minimum version,
+   * CA names) and the minimum version checked after the handshake; other hostnames use the default.
+   */
+  let edgeTls = new Map<string, { context: SecureContext; minVersion: string }>();
+  const buildEdgeTls = (cfg: DataPlaneConfig) => {
+    const out = new Map<string, { context: SecureContext; minVersion: string }>();
     for (const edge of cfg.edges.values()) {
       const mtls = edge.mutualTls?.enabled ? mutualTlsCaPems(edge, cfg) : [];
       if (!edge.tlsTermination?.enabled && mtls.length === 0) continue;
+      const { minVersion } = edgeSecureContextOptions(edge);
       try {
-        const ctx = createSecureContext({ cert: tls.cert, key: tls.key, ...edgeSecureContextOptions(edge), ...(mtls.length > 0 ? { ca: mtls } : {}) });
-        for (const hp of edge.hostports) out.set(hp.slice(0, hp.lastIndexOf(':')).toLowerCase(), ctx);
+        const context = createSecureContext({ cert: tls.cert, key: tls.key, minVersion, ...(mtls.length > 0 ? { ca: mtls } : {}) });
+        for (const hp of edge.hostports) out.set(hostOfHostport(hp), { context, minVersion });
       } catch (err) {
         log.error({ edge: edge.id, err }, 'edge TLS settings not applicable; the default TLS context serves it');
       }
@@ -161,7 +156,7 @@ async function main(): Promise<void> {
     const table = cfg ? compiled.get(cfg) : undefined;
     if (table) {
       for (const [hp, ce] of table.edgesByHostport) {
-        if (hp.slice(0, hp.lastIndexOf(':')) === b.hostname && ce.edge.accountId !== b.accountId) return `the hostname ${b.hostname} belongs to another account (ERR_WARREN_4101)`;
+        if (hostOfHostport(hp) === b.hostname && ce.edge.accountId !== b.accountId) return `the hostname ${b.hostname} belongs to another account (ERR_WARREN_4101)`;
       }
     }
     for (const t of registry.bindsOf(b.hostname)) {
@@ -220,12 +215,7 @@ async function main(): Promise<void> {
   });
   client.on('config', (cfg: DataPlaneConfig, previous: DataPlaneConfig | null) => {
     const table = compiled.get(cfg) ?? new RoutingTable(cfg, compilePipeline);
-    edgeContexts = buildEdgeContexts(cfg);
-    edgeMinVersions = new Map();
-    for (const edge of cfg.edges.values()) {
-      const { minVersion } = edgeSecureContextOptions(edge);
-      if (minVersion === 'TLSv1.3') for (const hp of edge.hostports) edgeMinVersions.set(hp.slice(0, hp.lastIndexOf(':')).toLowerCase(), minVersion);
-    }
+    edgeTls = buildEdgeTls(cfg);
     for (const e of table.routeErrors) log.error({ route: e.routeId, err: e.message }, 'route configuration not applicable; the route answers 503 until it is fixed');
     handler.setTable(table);
     metrics.resetCaches();
@@ -255,7 +245,7 @@ async function main(): Promise<void> {
       key: tls.key,
       requestCert: true,
       rejectUnauthorized: false,
-      SNICallback: (servername: string, cb: (err: Error | null, ctx?: SecureContext) => void) => cb(null, edgeContexts.get(servername.toLowerCase())),
+      SNICallback: (servername: string, cb: (err: Error | null, ctx?: SecureContext) => void) => cb(null, edgeTls.get(servername.toLowerCase())?.context),
       keepAliveTimeout: 65_000,
       requestTimeout: 0,
       headersTimeout: 30_000,
@@ -267,8 +257,7 @@ async function main(): Promise<void> {
   // tls_termination minimum is enforced here: a connection below it is closed before any request.
   publicHttps.prependListener('secureConnection', (socket: TLSSocket) => {
     const servername = typeof socket.servername === 'string' ? socket.servername.toLowerCase() : '';
-    const min = servername ? edgeMinVersions.get(servername) : undefined;
-    if (min === 'TLSv1.3' && socket.getProtocol() !== 'TLSv1.3') socket.destroy();
+    if (servername && edgeTls.get(servername)?.minVersion === 'TLSv1.3' && socket.getProtocol() !== 'TLSv1.3') socket.destroy();
   });
   for (const s of [publicHttp, publicHttps]) s.on('clientError', (_err, socket) => socket.destroy());
 

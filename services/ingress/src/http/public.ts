@@ -241,12 +241,12 @@ export class PublicHandler {
     const registry = this.opts.registry;
     const ce = table.edgeFor(hp.host, hp.port, defaultPort);
     if (ce) {
-      const cr = RoutingTable.routeFor(ce, hp.host, pathOf(req.url));
+      const path = pathOf(req.url);
+      const cr = RoutingTable.routeFor(ce, hp.host, path);
       const edge = ce.edge.id;
       if (!cr) return { target: null, error: 7001, edge, route: '', next: NONE, edgeType: '3' };
       const route = cr.route.id;
       const backend = cr.backend;
-      const path = pathOf(req.url);
       if (cr.pipeline) return { target: null, error: null, cr, host: hp.host, path, edge, route, next: backend ? (x) => registry.pickForBackend(backend.id, backend.accountId, backend.labels, x) : NONE, edgeType: '3' };
       if (!backend) return { target: null, error: 7002, edge, route, next: NONE, edgeType: '3' };
       const next = (exclude: ReadonlySet<string>) => registry.pickForBackend(backend.id, backend.accountId, backend.labels, exclude);

@@ -1,3 +1,5 @@
+import { trafficPolicyStage } from '../policy/index.js';
+import { unenforcedAuthStage } from './unenforced-auth.js';
 import type { StageFactory } from '../pipeline/types.js';
 import { circuitBreakerStage } from './circuit-breaker.js';
 import { compressionStage } from './compression.js';
@@ -22,8 +24,9 @@ import { websocketTcpConverterStage } from './websocket-tcp-converter.js';
  * 7. response_headers — on the response;
  * 8. compression — last on the response (transformBody sees the final head).
  *
- * oauth, saml, oidc and backend are not stages here (backend is routing; the auth modules are
- * not implemented by this folder).
+ * oauth, saml and oidc are not enforced yet: `unenforcedAuthStage` refuses a route that enables
+ * one (never served open). The traffic policy runs after the security checks, before the circuit
+ * breaker. backend is routing, not a stage.
  */
 export const routeStageFactories: Array<{ module: string; factory: StageFactory }> = [
   { module: 'ip_restriction', factory: ipRestrictionStage },
@@ -35,6 +38,17 @@ export const routeStageFactories: Array<{ module: string; factory: StageFactory 
   { module: 'response_headers', factory: responseHeadersStage },
   { module: 'compression', factory: compressionStage },
 ];
+
+/**
+ * Every stage factory of a route in run order: the guard for unenforced auth modules, then the
+ * module stages with the traffic policy after the security checks (it may refuse with 429 or
+ * deny) and before the circuit breaker counts anything.
+ */
+export const pipelineStageFactories: StageFactory[] = [unenforcedAuthStage];
+for (const { module, factory } of routeStageFactories) {
+  if (module === 'websocket_tcp_converter') pipelineStageFactories.push(trafficPolicyStage);
+  pipelineStageFactories.push(factory);
+}
 
 export { moduleError, type ModuleErrorCode } from './common.js';
 export { ipRestrictionStage, ipAllowed, normalizeClientIp } from './ip-restriction.js';
