@@ -21,7 +21,8 @@
  * Then an open loop at 50 % and 80 % of c's max rate for c0 and c (the latency the check adds).
  * Reports medians (min–max), the ratios c0/a, c0/b0, b0/a, c/c0, c/b0, and Redis script calls per
  * request (INFO commandstats). BENCH_CASES=c0,c runs only those; BENCH_POLICY replaces the rate-limit
- * policy of case c (e.g. one whose expression never holds, to time the pipeline alone).
+ * policy of case c (e.g. one whose expression never holds, to time the pipeline alone);
+ * BENCH_INGRESS_ENV (JSON) adds ingress variables, e.g. '{"RATE_LIMIT_TRANSPORT":"ioredis"}'.
  * Writes test/load/results/proxy.json.
  */
 import http from 'node:http';
@@ -168,7 +169,7 @@ async function main(): Promise<void> {
     const tls = await ensureLocalTls(path.join(dir, 'tls'));
     const grpcPort = await freePort();
     cp = await startControlPlane({ databaseUrl: db.url, env: { GRPC_PORT: String(grpcPort), WARREN_NODE_TOKEN: nodeToken } });
-    const ingressEnv = { TLS_CERT_FILE: path.join(dir, 'tls', 'cert.pem'), TLS_KEY_FILE: path.join(dir, 'tls', 'key.pem'), LOG_LEVEL: 'warn', REDIS_URL: 'redis://127.0.0.1:6379', RATE_LIMIT_SERVER_ID: `bench-${randomBytes(3).toString('hex')}` };
+    const ingressEnv = { TLS_CERT_FILE: path.join(dir, 'tls', 'cert.pem'), TLS_KEY_FILE: path.join(dir, 'tls', 'key.pem'), LOG_LEVEL: 'warn', REDIS_URL: 'redis://127.0.0.1:6379', RATE_LIMIT_SERVER_ID: `bench-${randomBytes(3).toString('hex')}`, ...(JSON.parse(process.env.BENCH_INGRESS_ENV ?? '{}') as Record<string, string>) };
     a = await startIngress({ nodeId: 'bench-a', controlPlane: [`127.0.0.1:${grpcPort}`], nodeToken, env: ingressEnv });
     b = await startIngress({ nodeId: 'bench-b', controlPlane: [`127.0.0.1:${grpcPort}`], nodeToken, env: ingressEnv });
     const api = async (method: string, p: string, body?: unknown) => {

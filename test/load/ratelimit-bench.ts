@@ -7,8 +7,9 @@ import { cpuMicros, fmt, log, machine, percentile } from './support.js';
 
 /**
  * The rate limiter alone against local Redis (performance.md §2, limiter part): decisions/s and
- * p50/p99 latency of `hit()` at concurrency 1/16/64, one hot key vs 10k keys, with and without
- * ioredis auto-pipelining; CPU µs per decision of this process and of redis-server; Redis
+ * p50/p99 latency of `hit()` at concurrency 1/16/64, one hot key vs 10k keys, for each transport
+ * (the lean pipe, ioredis, ioredis with auto-pipelining; BENCH_TRANSPORTS and BENCH_CONCURRENCY
+ * pick some); CPU µs per decision of this process and of redis-server; Redis
  * `INFO commandstats` evalsha calls per decision (should be ≈ 1). Capacity 2e9: nothing is
  * rejected, the check runs in full. Results: test/load/results/ratelimit.json.
  *
@@ -27,8 +28,10 @@ async function scriptCalls(): Promise<number> {
   return n;
 }
 
+type Transport = 'pipe' | 'ioredis' | 'ioredis+autopipelining';
+
 interface Run {
-  autoPipelining: boolean;
+  transport: Transport;
   keys: number;
   concurrency: number;
   decisions: number;
@@ -42,8 +45,8 @@ interface Run {
   fallbacks: number;
 }
 
-async function run(redisPid: number, autoPipelining: boolean, keys: number, concurrency: number, seconds: number): Promise<Run> {
-  const l = new RedisSlidingWindowLimiter({ redis: REDIS_URL, serverId, autoPipelining });
+async function run(redisPid: number, transport: Transport, keys: number, concurrency: number, seconds: number): Promise<Run> {
+  const l = new RedisSlidingWindowLimiter({ redis: REDIS_URL, serverId, transport: transport === 'pipe' ? 'pipe' : 'ioredis', autoPipelining: transport === 'ioredis+autopipelining' });
   await l.ready();
   const keyNames = Array.from({ length: keys }, (_, i) => `bench-key-${i}`);
   const lat: number[] = [];
@@ -73,7 +76,7 @@ async function run(redisPid: number, autoPipelining: boolean, keys: number, conc
   lat.sort((a, b) => a - b);
   const n = lat.length;
   return {
-    autoPipelining,
+    transport,
     keys,
     concurrency,
     decisions: n,
@@ -95,9 +98,11 @@ async function main() {
   const redisPid = Number(/process_id:(\d+)/.exec(info)?.[1]);
   const redisVersion = /redis_version:(\S+)/.exec(info)?.[1];
   log(`redis ${redisVersion} pid ${redisPid}; ${SECONDS} s per run, ${ROUNDS} rounds, serverId ${serverId}`);
-  const cases: Array<[boolean, number, number]> = [];
-  for (const keys of [1, 10_000]) for (const c of [1, 16, 64]) for (const ap of [false, true]) cases.push([ap, keys, c]);
-  await run(redisPid, false, 10_000, 16, 1); // warm-up, discarded
+  const cases: Array<[Transport, number, number]> = [];
+  const transports = (process.env.BENCH_TRANSPORTS ?? 'pipe,ioredis,ioredis+autopipelining').split(',') as Transport[];
+  const concurrencies = (process.env.BENCH_CONCURRENCY ?? '1,16,64').split(',').map(Number);
+  for (const keys of [1, 10_000]) for (const c of concurrencies) for (const t of transports) cases.push([t, keys, c]);
+  for (const t of transports) await run(redisPid, t, 10_000, 16, 1); // warm-up, discarded
   const all: Run[][] = cases.map(() => []);
   // Interleaved rounds, so drift of the shared box spreads over every case.
   for (let round = 0; round < ROUNDS; round++) {
@@ -110,7 +115,7 @@ async function main() {
     const pick = (f: (r: Run) => number | undefined) => median(runs.map((r) => f(r) ?? NaN));
     const r0 = runs[0]!;
     return {
-      auto_pipelining: r0.autoPipelining,
+      transport: r0.transport,
       keys: r0.keys,
       concurrency: r0.concurrency,
       decisions_per_s: pick((r) => r.per_s),
@@ -127,10 +132,10 @@ async function main() {
   await deleteServerKeys(admin, serverId);
   await admin.quit();
 
-  console.log('\nkeys    conc  autopipe   decisions/s (min–max)       p50 µs   p99 µs   node µs/dec  redis µs/dec  evalsha/dec  fallbacks');
+  console.log('\nkeys    conc  transport  decisions/s (min–max)       p50 µs   p99 µs   node µs/dec  redis µs/dec  evalsha/dec  fallbacks');
   for (const r of results) {
     console.log(
-      `${String(r.keys).padEnd(7)} ${String(r.concurrency).padStart(4)}  ${String(r.auto_pipelining).padEnd(8)} ${fmt(r.decisions_per_s).padStart(9)} (${fmt(r.decisions_per_s_min_max[0])}–${fmt(r.decisions_per_s_min_max[1])})`.padEnd(58) +
+      `${String(r.keys).padEnd(7)} ${String(r.concurrency).padStart(4)}  ${String(r.transport).padEnd(8)} ${fmt(r.decisions_per_s).padStart(9)} (${fmt(r.decisions_per_s_min_max[0])}–${fmt(r.decisions_per_s_min_max[1])})`.padEnd(58) +
         `${fmt(r.p50_us).padStart(6)} ${fmt(r.p99_us).padStart(8)} ${fmt(r.node_cpu_us_per_decision, 1).padStart(12)} ${fmt(r.redis_cpu_us_per_decision, 1).padStart(13)} ${fmt(r.evalsha_per_decision, 3).padStart(12)} ${String(r.fallbacks).padStart(10)}`,
     );
   }

@@ -48,10 +48,21 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
       RATE_LIMIT_SERVER_ID: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/).optional(),
       /** Longest wait for Redis per decision before the in-memory fallback decides (ms). */
       RATE_LIMIT_TIMEOUT_MS: envInt(50, 1, 5_000),
-      /** ioredis auto-pipelining on the limiter's connection (off: it measured slower; see README). */
+      /**
+       * How the limiter reaches Redis: `pipe` (a lean pipelined connection for its one script) or
+       * `ioredis` (the measured comparison; see README, "Benchmarks").
+       */
+      RATE_LIMIT_TRANSPORT: z.enum(['pipe', 'ioredis']).default('pipe'),
+      /** ioredis auto-pipelining on the limiter's connection (transport ioredis only; see README). */
       RATE_LIMIT_AUTO_PIPELINING: envBool(false),
-      /** Send the rate-limit scripts of one event-loop turn as one pipeline (see README). */
-      RATE_LIMIT_BATCH: envBool(false),
+      /** Redis of the event pipeline for traffic events; default REDIS_URL; neither: no traffic events. */
+      EVENTS_REDIS_URL: z.string().optional(),
+      /** Key prefix of the event pipeline (buffers `<prefix>:evbuf:<destId>`, BullMQ queues); the workers use the same. */
+      EVENTS_PREFIX: z.string().regex(/^[A-Za-z0-9._:-]{1,64}$/).default('warren'),
+      /** Traffic events held in memory at most (queued or being published); beyond it they are dropped and counted. */
+      EVENTS_MAX_QUEUED: envInt(10_000, 1, 10_000_000),
+      /** Longest wait before queued traffic events are published (ms); 500 queued publish at once. */
+      EVENTS_FLUSH_MS: envInt(50, 1, 60_000),
       /** Drain limit on SIGTERM (ms). */
       DRAIN_TIMEOUT_MS: envInt(10_000, 0),
     },
@@ -64,6 +75,7 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
     RATE_LIMIT_SERVER_ID: env.RATE_LIMIT_SERVER_ID ?? nodeId,
     STATE_DIR: env.STATE_DIR ?? `.data/ingress/${nodeId}`,
     CONTROL_PLANE_TARGETS: env.CONTROL_PLANE_GRPC.split(',').map((s) => s.trim()).filter(Boolean),
+    EVENTS_REDIS_URL: env.EVENTS_REDIS_URL || env.REDIS_URL || undefined,
   };
 }
 

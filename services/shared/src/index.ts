@@ -9,3 +9,4 @@ export * from './dataplane/types.js';
 export * from './muxado/index.js';
 export * from './backoff.js';
 export * from './user-agent.js';
+export * from './events/types.js';

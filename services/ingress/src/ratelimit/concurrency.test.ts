@@ -14,9 +14,17 @@ const serverB = `t-conc-b-${tag}`;
 let admin: Redis;
 const limiters: RedisSlidingWindowLimiter[] = [];
 
-function limiter(serverId: string, autoPipelining = false, batch = false): RedisSlidingWindowLimiter {
+type Transport = 'pipe' | 'ioredis' | 'ioredis+autopipelining';
+
+function limiter(serverId: string, transport: Transport = 'pipe'): RedisSlidingWindowLimiter {
   // A URL, so each instance owns a separate connection, like separate processes.
-  const l = new RedisSlidingWindowLimiter({ redis: inject('redisUrl'), serverId, autoPipelining, batch, timeoutMs: 5_000 });
+  const l = new RedisSlidingWindowLimiter({
+    redis: inject('redisUrl'),
+    serverId,
+    transport: transport === 'pipe' ? 'pipe' : 'ioredis',
+    autoPipelining: transport === 'ioredis+autopipelining',
+    timeoutMs: 5_000,
+  });
   limiters.push(l);
   return l;
 }
@@ -58,16 +66,16 @@ afterAll(async () => {
 
 describe('RedisSlidingWindowLimiter, several processes', () => {
   it.each([
-    [100, false, false],
-    [10_000, false, false],
-    [10_000, true, false],
-    [10_000, false, true],
-  ])('three instances of one server, 200 concurrent requests each, one key: exactly L = %i admitted (auto-pipelining %s, batches %s)', async (L, autoPipelining, batch) => {
+    [100, 'pipe'],
+    [10_000, 'pipe'],
+    [10_000, 'ioredis'],
+    [10_000, 'ioredis+autopipelining'],
+  ] as Array<[number, Transport]>)('three instances of one server, 200 concurrent requests each, one key: exactly L = %i admitted (transport %s)', async (L, transport) => {
     const W = 600;
-    const ls = [limiter(serverA, autoPipelining, batch), limiter(serverA, autoPipelining, batch), limiter(serverA, autoPipelining, batch)];
+    const ls = [limiter(serverA, transport), limiter(serverA, transport), limiter(serverA, transport)];
     await Promise.all(ls.map((l) => l.ready()));
     await roomInWindow(W, 10_000);
-    const key = `hot-${L}-${autoPipelining}-${batch}`;
+    const key = `hot-${L}-${transport}`;
     const perWorker = Math.ceil((1.5 * L) / 600) + 1;
     const results = await Promise.all(ls.map((l) => hammer(l, key, L, W, 200, perWorker)));
     const admitted = results.reduce((a, r) => a + r.admitted, 0);

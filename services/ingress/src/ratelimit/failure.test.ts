@@ -119,7 +119,7 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     expect((await l.hit('gone', 2, 60)).limited).toBe(true);
 
     proxy.down();
-    await until(async () => l.client.status !== 'ready', 2000);
+    await until(async () => l.status !== 'ready', 2000);
     const during = [];
     for (let i = 0; i < 4; i++) during.push(await timed(l.hit('gone', 2, 60)));
     // The fallback knows nothing of Redis' counts: it admits its own L (fail-open, bounded).

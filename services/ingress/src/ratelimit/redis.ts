@@ -7,6 +7,7 @@ import { digestKey, redisKey } from './keys.js';
 import { LocalSlidingWindowLimiter } from './local.js';
 import { createRateLimitMetrics, type FallbackReason, type RateLimitMetrics } from './metrics.js';
 import { SLIDING_WINDOW_LUA } from './script.js';
+import { PipeTimeout, PipeUnavailable, ScriptPipe } from './script-pipe.js';
 import { checkArgs, retryAfterMs, retryAfterSeconds } from './window.js';
 
 export interface RedisLimiterOptions {
@@ -22,15 +23,14 @@ export interface RedisLimiterOptions {
   log?: Logger;
   /** Circuit breaker for Redis failures (default: open after 3 consecutive failures, probe after 1 s). */
   breaker?: BreakerOptions;
-  /** ioredis auto-pipelining on an owned client (default off; see the bench in test/load/ratelimit-bench.ts). */
-  autoPipelining?: boolean;
   /**
-   * Sends the scripts of all decisions asked for in one event-loop turn as one pipeline (one
-   * socket write and one timeout timer per batch instead of per request). Default false: through
-   * the ingress it halved Redis's CPU per decision (20 → 11 µs) but left the ingress's own cost and
-   * throughput unchanged and made open-loop p99 worse (README, "Benchmarks").
+   * How the script reaches Redis when `redis` is a URL: `pipe` (default), the lean pipelined
+   * connection of script-pipe.ts, or `ioredis`, a client of its own (the measured comparison, see
+   * test/load/proxy-bench.ts). A client passed in is always used through ioredis.
    */
-  batch?: boolean;
+  transport?: 'pipe' | 'ioredis';
+  /** ioredis auto-pipelining on an owned ioredis client (transport `ioredis` only; default off). */
+  autoPipelining?: boolean;
   /**
    * Tests only: milliseconds since the epoch (integer) passed into the script instead of Redis'
    * own `TIME`, so window boundaries can be tested without waiting for them. Leave unset in
@@ -48,6 +48,9 @@ type WithCommand = Redis & { [COMMAND](key: string, capacity: number, windowMs: 
 
 class StoreTimeout extends Error {}
 
+/** Digests of recent bucket keys (a hot key is hashed once, not per request); cleared when full. */
+const DIGEST_CACHE_MAX = 10_000;
+
 /**
  * The `rate-limit` action's limiter: a sliding-window counter in Redis, one atomic script and one
  * round trip per request, scoped to one ingress server (see script.ts and window.ts).
@@ -59,7 +62,9 @@ class StoreTimeout extends Error {}
  * counted in Redis; that only errs on the strict side.
  */
 export class RedisSlidingWindowLimiter implements RateLimiter {
-  readonly client: Redis;
+  /** The ioredis client (transport `ioredis`, or a client passed in); null with the pipe. */
+  readonly client: Redis | null;
+  private readonly pipe: ScriptPipe | null;
   private readonly owned: boolean;
   private readonly serverId: string;
   private readonly timeoutMs: number;
@@ -69,9 +74,7 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
   private readonly breaker: CircuitBreaker;
   private readonly clock: (() => number) | undefined;
   private loggedError = false;
-  private readonly batching: boolean;
-  private queue: Array<{ args: [string, number, number, string]; resolve: (r: ScriptReply) => void; reject: (e: Error) => void }> = [];
-  private flushScheduled = false;
+  private readonly digests = new Map<string, string>();
 
   constructor(opts: RedisLimiterOptions) {
     if (!opts.serverId) throw new Error('RedisSlidingWindowLimiter needs a serverId');
@@ -82,136 +85,127 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
     this.metrics = createRateLimitMetrics(opts.registry);
     this.log = opts.log;
     this.breaker = new CircuitBreaker(opts.breaker);
-    this.batching = opts.batch ?? false;
     this.owned = typeof opts.redis === 'string';
+    const onError = (err: Error) => {
+      // Log the first error of an outage only; the breaker's transitions tell the rest.
+      if (this.loggedError) return;
+      this.loggedError = true;
+      this.log?.warn({ err: err.message, serverId: this.serverId }, 'rate-limit store: Redis connection error');
+    };
+    const onReady = () => {
+      if (this.loggedError) this.log?.info({ serverId: this.serverId }, 'rate-limit store: Redis connected again');
+      this.loggedError = false;
+    };
+    if (typeof opts.redis === 'string' && (opts.transport ?? 'pipe') === 'pipe') {
+      this.client = null;
+      this.pipe = new ScriptPipe({ url: opts.redis, script: SLIDING_WINDOW_LUA, argCount: 3, timeoutMs: this.timeoutMs });
+      this.pipe.on('error', onError);
+      this.pipe.on('ready', onReady);
+      return;
+    }
+    this.pipe = null;
     this.client = typeof opts.redis === 'string' ? createClient(opts.redis, opts.autoPipelining ?? false) : opts.redis;
     if (typeof (this.client as unknown as Partial<WithCommand>)[COMMAND] !== 'function') {
       this.client.defineCommand(COMMAND, { numberOfKeys: 1, lua: SLIDING_WINDOW_LUA });
     }
     if (this.owned) {
-      // An 'error' listener is required (ioredis would otherwise report unhandled errors); log the
-      // first error of an outage only, the breaker's transitions tell the rest.
-      this.client.on('error', (err: Error) => {
-        if (this.loggedError) return;
-        this.loggedError = true;
-        this.log?.warn({ err: err.message, serverId: this.serverId }, 'rate-limit store: Redis connection error');
-      });
-      this.client.on('ready', () => {
-        if (this.loggedError) this.log?.info({ serverId: this.serverId }, 'rate-limit store: Redis connected again');
-        this.loggedError = false;
-      });
+      // An 'error' listener is required (ioredis would otherwise report unhandled errors).
+      this.client.on('error', onError);
+      this.client.on('ready', onReady);
     }
+  }
+
+  /** 'ready' when Redis decides; anything else means the fallback does. */
+  get status(): string {
+    return this.pipe ? this.pipe.status : this.client!.status;
   }
 
   /** Resolves once the client is connected (or rejects after `ms`); decisions before that come from the fallback. */
   async ready(ms = 5000): Promise<void> {
-    if (this.client.status === 'ready') return;
+    if (this.status === 'ready') return;
+    const emitter = (this.pipe ?? this.client!) as unknown as { on(e: 'ready', f: () => void): void; off(e: 'ready', f: () => void): void };
     await new Promise<void>((resolve, reject) => {
       const t = setTimeout(() => (cleanup(), reject(new Error(`Redis not ready within ${ms} ms`))), ms);
       const onReady = () => (cleanup(), resolve());
-      const cleanup = () => (clearTimeout(t), this.client.off('ready', onReady));
-      this.client.on('ready', onReady);
+      const cleanup = () => (clearTimeout(t), emitter.off('ready', onReady));
+      emitter.on('ready', onReady);
     });
   }
 
-  async hit(key: string, capacity: number, windowSeconds: number): Promise<RateLimitResult> {
+  hit(key: string, capacity: number, windowSeconds: number): Promise<RateLimitResult> {
     checkArgs(capacity, windowSeconds);
-    const digest = digestKey(key);
-    if (this.client.status !== 'ready') return this.fallBack('unavailable', 'Redis is not connected', digest, capacity, windowSeconds);
+    const digest = this.digest(key);
+    if (this.status !== 'ready') return this.fallBack('unavailable', 'Redis is not connected', digest, capacity, windowSeconds);
     if (!this.breaker.allow()) return this.fallBack('circuit_open', 'Redis failed repeatedly; retrying it shortly', digest, capacity, windowSeconds);
-
     const windowMs = windowSeconds * 1000;
+    const rkey = redisKey(this.serverId, windowSeconds, digest);
+    const now = this.clock ? String(this.clock()) : '';
     const started = performance.now();
+    if (this.pipe) {
+      const pipe = this.pipe;
+      return new Promise<RateLimitResult>((resolve) => {
+        pipe.call(rkey, [String(capacity), String(windowMs), now], (err, reply) => {
+          resolve(err ? this.failed(err, digest, capacity, windowSeconds) : this.decide(reply as ScriptReply, capacity, windowMs, started));
+        });
+      });
+    }
+    return this.hitIoredis(rkey, now, digest, capacity, windowSeconds, started);
+  }
+
+  private async hitIoredis(rkey: string, now: string, digest: string, capacity: number, windowSeconds: number, started: number): Promise<RateLimitResult> {
+    const windowMs = windowSeconds * 1000;
     let timer: NodeJS.Timeout | undefined;
     let reply: ScriptReply;
     try {
-      const args: [string, number, number, string] = [redisKey(this.serverId, windowSeconds, digest), capacity, windowMs, this.clock ? String(this.clock()) : ''];
-      if (this.batching) {
-        reply = await this.enqueue(args);
-      } else {
-        const call = (this.client as unknown as WithCommand)[COMMAND](...args);
-        const timeout = new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new StoreTimeout()), this.timeoutMs);
-        });
-        // race() subscribes to both, so a late rejection of `call` is handled, never unhandled.
-        reply = await Promise.race([call, timeout]);
-      }
+      const call = (this.client as unknown as WithCommand)[COMMAND](rkey, capacity, windowMs, now);
+      const timeout = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new StoreTimeout()), this.timeoutMs);
+      });
+      // race() subscribes to both, so a late rejection of `call` is handled, never unhandled.
+      reply = await Promise.race([call, timeout]);
     } catch (err) {
-      if (this.breaker.failure()) this.log?.warn({ serverId: this.serverId, err: (err as Error).message }, 'rate-limit store: Redis failing, using the local limiter');
-      return err instanceof StoreTimeout
-        ? this.fallBack('timeout', `Redis did not answer within ${this.timeoutMs} ms`, digest, capacity, windowSeconds)
-        : this.fallBack('error', `Redis error: ${(err as Error).message}`, digest, capacity, windowSeconds);
+      return this.failed(err as Error, digest, capacity, windowSeconds);
     } finally {
       clearTimeout(timer);
     }
+    return this.decide(reply, capacity, windowMs, started);
+  }
+
+  private digest(key: string): string {
+    let d = this.digests.get(key);
+    if (d === undefined) {
+      if (this.digests.size >= DIGEST_CACHE_MAX) this.digests.clear();
+      d = digestKey(key);
+      this.digests.set(key, d);
+    }
+    return d;
+  }
+
+  private decide(reply: ScriptReply, capacity: number, windowMs: number, started: number): RateLimitResult {
     if (this.breaker.success()) this.log?.info({ serverId: this.serverId }, 'rate-limit store: Redis answering again');
     this.metrics.redisLatency((performance.now() - started) / 1000);
-
     const [admitted, prev, cur, elapsed, ahead] = reply;
     if (admitted === 1) {
       this.metrics.decision(false);
-      return { limited: false, retryAfterSeconds: 0 };
+      return ADMITTED;
     }
     this.metrics.decision(true);
     const view = { window: 0, prev: Number(prev), cur: Number(cur), elapsed: Number(elapsed), ahead: Number(ahead) };
     return { limited: true, retryAfterSeconds: retryAfterSeconds(retryAfterMs(view, capacity, windowMs)) };
   }
 
-  /** Queues one script call for the batch of this event-loop turn. */
-  private enqueue(args: [string, number, number, string]): Promise<ScriptReply> {
-    return new Promise<ScriptReply>((resolve, reject) => {
-      this.queue.push({ args, resolve, reject });
-      if (!this.flushScheduled) {
-        this.flushScheduled = true;
-        // setImmediate runs after the poll phase: every request read in this turn joins the batch.
-        setImmediate(this.flush);
-      }
-    });
+  private failed(err: Error, digest: string, capacity: number, windowSeconds: number): Promise<RateLimitResult> {
+    if (this.breaker.failure()) this.log?.warn({ serverId: this.serverId, err: err.message }, 'rate-limit store: Redis failing, using the local limiter');
+    if (err instanceof StoreTimeout || err instanceof PipeTimeout) return this.fallBack('timeout', `Redis did not answer within ${this.timeoutMs} ms`, digest, capacity, windowSeconds);
+    if (err instanceof PipeUnavailable) return this.fallBack('unavailable', 'Redis is not connected', digest, capacity, windowSeconds);
+    return this.fallBack('error', `Redis error: ${err.message}`, digest, capacity, windowSeconds);
   }
 
-  /** Sends the queued calls as one pipeline with one timeout for all of them. */
-  private readonly flush = (): void => {
-    this.flushScheduled = false;
-    const batch = this.queue;
-    this.queue = [];
-    let settled = false;
-    const timer = setTimeout(() => {
-      settled = true;
-      for (const e of batch) e.reject(new StoreTimeout());
-    }, this.timeoutMs);
-    const done = (fn: () => void) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      fn();
-    };
-    if (batch.length === 1) {
-      const e = batch[0]!;
-      (this.client as unknown as WithCommand)[COMMAND](...e.args).then(
-        (r) => done(() => e.resolve(r)),
-        (err: Error) => done(() => e.reject(err)),
-      );
-      return;
-    }
-    const pipeline = this.client.pipeline() as unknown as Record<string, (...a: unknown[]) => unknown> & { exec(): Promise<Array<[Error | null, unknown]> | null> };
-    for (const e of batch) pipeline[COMMAND]!(...e.args);
-    pipeline.exec().then(
-      (results) =>
-        done(() => {
-          batch.forEach((e, i) => {
-            const [err, r] = results?.[i] ?? [new Error('no reply in the pipeline'), null];
-            if (err) e.reject(err);
-            else e.resolve(r as ScriptReply);
-          });
-        }),
-      (err: Error) => done(() => batch.forEach((e) => e.reject(err))),
-    );
-  };
-
-  /** Closes an owned client (a client passed in is left to its owner). */
+  /** Closes an owned connection (a client passed in is left to its owner). */
   async close(): Promise<void> {
+    if (this.pipe) return this.pipe.close();
     if (!this.owned) return;
-    await this.client.quit().catch(() => this.client.disconnect());
+    await this.client!.quit().catch(() => this.client!.disconnect());
   }
 
   private async fallBack(reason: FallbackReason, why: string, digest: string, capacity: number, windowSeconds: number): Promise<RateLimitResult> {
@@ -221,6 +215,8 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
     return { ...r, error: { code: STORE_ERROR_CODE, message: `rate-limit store unavailable (${why}); decided by this server's local limiter` } };
   }
 }
+
+const ADMITTED: RateLimitResult = Object.freeze({ limited: false, retryAfterSeconds: 0 }) as RateLimitResult;
 
 /** An owned client tuned to fail fast: no offline queue, one retry, reconnects backing off to 1 s. */
 function createClient(url: string, autoPipelining: boolean): Redis {

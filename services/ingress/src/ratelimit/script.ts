@@ -14,9 +14,11 @@
  * servers (on 7 it is a no-op, hence pcall).
  *
  * The decision is window.ts' `viewAt` + `admits`, cross-multiplied in integers (see there).
- * Denied requests write nothing. An admitted one stores the rolled-forward state and sets the
- * key to expire after 2·W: the counts of window k are needed until the end of window k+1, at
- * most 2·W from now, after which the key vanishes by itself.
+ * Denied requests write nothing. The first admitted request of a window stores the rolled-forward
+ * state and sets the key to expire 2·W later: the counts of window k are needed until the end of
+ * window k+1, which is at most 2·W after any moment of window k, after which the key vanishes by
+ * itself. Later admitted requests of the same window only increment `c` (HINCRBY): the expiry set
+ * at the window's first write already covers them, so the common case is one read and one write.
  *
  * Returns {admitted (1/0), P, C, e, ahead} as seen before this request; the caller derives the
  * Retry-After from them with window.ts' `retryAfterMs`, so that formula exists once.
@@ -39,6 +41,7 @@ local h = redis.call('HMGET', KEYS[1], 'k', 'c', 'p')
 local sk = tonumber(h[1])
 local c = tonumber(h[2]) or 0
 local p = tonumber(h[3]) or 0
+local same = sk == k
 if sk == nil or sk < k - 1 then
   c = 0
   p = 0
@@ -50,10 +53,15 @@ elseif sk > k then
   ahead = sk * W - now
   k = sk
   e = 0
+  same = true
 end
 if p * (W - e) <= (L - 1 - c) * W then
-  redis.call('HSET', KEYS[1], 'k', k, 'c', c + 1, 'p', p)
-  redis.call('PEXPIRE', KEYS[1], 2 * W)
+  if same then
+    redis.call('HINCRBY', KEYS[1], 'c', 1)
+  else
+    redis.call('HSET', KEYS[1], 'k', k, 'c', c + 1, 'p', p)
+    redis.call('PEXPIRE', KEYS[1], 2 * W)
+  end
   return {1, p, c, e, ahead}
 end
 return {0, p, c, e, ahead}

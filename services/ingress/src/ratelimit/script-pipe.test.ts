@@ -1,0 +1,107 @@
+import net from 'node:net';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { command, parseReply, ScriptPipe } from './script-pipe.js';
+
+const SCRIPT = `return {tonumber(ARGV[1]) + 1, #KEYS[1], ARGV[2] == '' and 1 or 0}`;
+
+function call(pipe: ScriptPipe, key: string, args: string[]): Promise<number[]> {
+  return new Promise((resolve, reject) => pipe.call(key, args, (err, r) => (err ? reject(err) : resolve(r!))));
+}
+
+describe('parseReply', () => {
+  it('parses each RESP2 kind, nested arrays, and reports an incomplete reply at every split point', () => {
+    const wire = Buffer.from('*5\r\n:1\r\n:-42\r\n$3\r\nabc\r\n+OK\r\n*2\r\n$-1\r\n-ERR bad\r\n');
+    const r = parseReply(wire, 0);
+    expect(r).not.toBe(undefined);
+    const { value, end } = r as { value: unknown[]; end: number };
+    expect(end).toBe(wire.length);
+    expect(value.slice(0, 4)).toEqual([1, -42, 'abc', 'OK']);
+    const nested = value[4] as unknown[];
+    expect(nested[0]).toBeNull();
+    expect((nested[1] as Error).message).toBe('ERR bad');
+    for (let cut = 0; cut < wire.length; cut++) expect(typeof parseReply(wire.subarray(0, cut), 0)).toBe('symbol');
+  });
+
+  it('encodes commands with byte lengths (multi-byte characters)', () => {
+    expect(command('SET', 'k', 'é')).toBe('*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\né\r\n');
+  });
+});
+
+describe('ScriptPipe against Redis', () => {
+  let admin: Redis;
+  const pipes: ScriptPipe[] = [];
+  beforeAll(() => {
+    admin = new Redis(inject('redisUrl'));
+  });
+  afterAll(async () => {
+    for (const p of pipes) p.close();
+    await admin.quit();
+  });
+
+  async function open(timeoutMs = 2000): Promise<ScriptPipe> {
+    const p = new ScriptPipe({ url: inject('redisUrl'), script: SCRIPT, argCount: 2, timeoutMs });
+    pipes.push(p);
+    await new Promise<void>((r) => p.once('ready', () => r()));
+    return p;
+  }
+
+  it('answers many pipelined calls in order, each with its own reply', async () => {
+    const p = await open();
+    const replies = await Promise.all(Array.from({ length: 5000 }, (_, i) => call(p, `key-${'x'.repeat(i % 7)}`, [String(i), i % 2 ? '' : 'y'])));
+    replies.forEach((r, i) => expect(r).toEqual([i + 1, 4 + (i % 7), i % 2 ? 1 : 0]));
+    expect(p.inFlight).toBe(0);
+  });
+
+  it('reloads the script after NOSCRIPT (a flushed script cache): the call that met it fails, later ones succeed', async () => {
+    // A scripted server, since SCRIPT FLUSH on the shared Redis would disturb concurrent test runs.
+    let loads = 0;
+    let evals = 0;
+    const server = net.createServer((sock) => {
+      let buf = '';
+      sock.on('data', (d) => {
+        buf += d.toString();
+        // Every command here is an array of bulk strings; answer each complete one.
+        for (;;) {
+          const m = /^\*(\d+)\r\n/.exec(buf);
+          if (!m) return;
+          let pos = m[0].length;
+          const args: string[] = [];
+          for (let i = 0; i < Number(m[1]); i++) {
+            const h = /^\$(\d+)\r\n/.exec(buf.slice(pos));
+            if (!h || buf.length < pos + h[0].length + Number(h[1]) + 2) return;
+            args.push(buf.slice(pos + h[0].length, pos + h[0].length + Number(h[1])));
+            pos += h[0].length + Number(h[1]) + 2;
+          }
+          buf = buf.slice(pos);
+          if (args[0] === 'SCRIPT') {
+            loads++;
+            sock.write('$40\r\n' + 'a'.repeat(40) + '\r\n');
+          } else sock.write(++evals === 2 ? '-NOSCRIPT No matching script.\r\n' : `*3\r\n:${Number(args[4]) + 1}\r\n:1\r\n:1\r\n`);
+        }
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const p = new ScriptPipe({ url: `redis://127.0.0.1:${(server.address() as net.AddressInfo).port}`, script: SCRIPT, argCount: 2, timeoutMs: 2000 });
+    pipes.push(p);
+    await new Promise<void>((r) => p.once('ready', () => r()));
+    expect(await call(p, 'k', ['1', ''])).toEqual([2, 1, 1]);
+    await expect(call(p, 'k', ['1', ''])).rejects.toThrow(/NOSCRIPT/);
+    expect(await call(p, 'k', ['2', ''])).toEqual([3, 1, 1]);
+    expect(loads).toBe(2);
+    p.close();
+    server.close();
+  });
+
+  it('refuses calls while not connected, and beyond maxInFlight', async () => {
+    const p = new ScriptPipe({ url: 'redis://127.0.0.1:1', script: SCRIPT, argCount: 2, timeoutMs: 50 });
+    pipes.push(p);
+    p.on('error', () => {});
+    await expect(call(p, 'k', ['1', ''])).rejects.toThrow(/not connected/);
+    const q = new ScriptPipe({ url: inject('redisUrl'), script: SCRIPT, argCount: 2, timeoutMs: 2000, maxInFlight: 2 });
+    pipes.push(q);
+    await new Promise<void>((r) => q.once('ready', () => r()));
+    const results = await Promise.allSettled([call(q, 'a', ['1', '']), call(q, 'b', ['1', '']), call(q, 'c', ['1', ''])]);
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled', 'rejected']);
+  });
+});

@@ -1,0 +1,356 @@
+import { createHash } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import net from 'node:net';
+import tls from 'node:tls';
+
+/**
+ * A lean Redis connection for the rate limiter's one hot command: `EVALSHA` of one script with one
+ * key, whose reply is an array of integers.
+ *
+ * Why not ioredis here: the rate-limit check runs on every request of a limited route, and a CPU
+ * profile of the ingress put 28.6 % of its busy time in ioredis's per-command path (Command
+ * objects, argument flattening, a promise and a socket write per command) — more than the whole
+ * policy engine and limiter together. Auto-pipelining and ioredis pipelines moved the cost into
+ * Redis's favour but not the ingress's. This pipe does the least a pipelined RESP2 client must:
+ *
+ * - commands are preformatted strings appended to one output string and written once per
+ *   event-loop turn (`setImmediate`), so the requests of one turn share a syscall and Redis reads
+ *   them in one go;
+ * - replies come back in order, so a FIFO of callbacks matches them; a small RESP2 parser handles
+ *   the five reply kinds, with a fast path for integers;
+ * - a timed-out call is answered early (the caller falls back) and keeps its FIFO slot, so the
+ *   late reply is matched and dropped; one timer checks the oldest call instead of one timer per call;
+ * - the connection (AUTH, SELECT, SCRIPT LOAD) and reconnects with backoff are handled here, and
+ *   `NOSCRIPT` (a flushed script cache) reloads the script.
+ *
+ * Everything else that talks to Redis (tests, the event pipeline, BullMQ) uses ioredis.
+ */
+
+export type ScriptReply = number[];
+export type ReplyCallback = (err: Error | null, reply: ScriptReply | null) => void;
+
+export interface ScriptPipeOptions {
+  /** redis://[user:password@]host[:port][/db] or rediss:// for TLS. */
+  url: string;
+  /** The Lua source; it is loaded with SCRIPT LOAD on every (re)connect. */
+  script: string;
+  /** A call not answered within this many ms is answered with a {@link PipeTimeout}. */
+  timeoutMs: number;
+  /** Calls waiting for Redis beyond this number are refused at once (default 20,000). */
+  maxInFlight?: number;
+  connectTimeoutMs?: number;
+  /** Reconnect delays: min(initial·2^n, max) ms. */
+  reconnect?: { initialMs?: number; maxMs?: number };
+}
+
+export class PipeTimeout extends Error {
+  constructor(ms: number) {
+    super(`Redis did not answer within ${ms} ms`);
+  }
+}
+export class PipeUnavailable extends Error {}
+
+interface Pending {
+  cb: ReplyCallback | null; // null once answered early (timeout) or for internal commands
+  deadline: number;
+  internal?: (err: Error | null, value: unknown) => void;
+}
+
+type Status = 'connecting' | 'ready' | 'closed';
+
+const CRLF = '\r\n';
+
+/** `$<len>\r\n<s>\r\n`: a RESP bulk string (the length in bytes). */
+function bulk(s: string): string {
+  return `$${Buffer.byteLength(s)}${CRLF}${s}${CRLF}`;
+}
+
+export function command(...args: string[]): string {
+  let out = `*${args.length}${CRLF}`;
+  for (const a of args) out += bulk(a);
+  return out;
+}
+
+export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close: [] }> {
+  status: Status = 'connecting';
+  readonly sha: string;
+  private socket: net.Socket | tls.TLSSocket | null = null;
+  private readonly url: URL;
+  private readonly timeoutMs: number;
+  private readonly maxInFlight: number;
+  private readonly connectTimeoutMs: number;
+  private readonly backoff: { initialMs: number; maxMs: number };
+  private attempts = 0;
+  /** FIFO of calls sent (or queued to be sent) on the current connection. */
+  private fifo: Pending[] = [];
+  private head = 0;
+  private out = '';
+  private flushScheduled = false;
+  private input: Buffer | null = null;
+  private ticker: NodeJS.Timeout | null = null;
+  private reconnectTimer: NodeJS.Timeout | null = null;
+  /** Prefix of every EVALSHA command: `*<n>\r\n$7\r\nEVALSHA\r\n$40\r\n<sha>\r\n$1\r\n1\r\n`. */
+  private readonly evalPrefix: string;
+  private readonly argCount: number;
+
+  constructor(private readonly opts: ScriptPipeOptions & { argCount: number }) {
+    super();
+    this.url = new URL(opts.url);
+    this.timeoutMs = opts.timeoutMs;
+    this.maxInFlight = opts.maxInFlight ?? 20_000;
+    this.connectTimeoutMs = opts.connectTimeoutMs ?? 1000;
+    this.backoff = { initialMs: opts.reconnect?.initialMs ?? 50, maxMs: opts.reconnect?.maxMs ?? 1000 };
+    this.sha = createHash('sha1').update(opts.script).digest('hex');
+    this.argCount = opts.argCount;
+    this.evalPrefix = `*${4 + opts.argCount}${CRLF}${bulk('EVALSHA')}${bulk(this.sha)}${bulk('1')}`;
+    this.connect();
+  }
+
+  /** Calls waiting for a reply (including timed-out ones whose reply is still due). */
+  get inFlight(): number {
+    return this.fifo.length - this.head;
+  }
+
+  /**
+   * EVALSHA with one key and `argCount` arguments. The callback runs once: with the reply, a
+   * Redis error, {@link PipeTimeout} or {@link PipeUnavailable}.
+   */
+  call(key: string, args: readonly string[], cb: ReplyCallback): void {
+    if (this.status !== 'ready') return cb(new PipeUnavailable('Redis is not connected'), null);
+    if (this.inFlight >= this.maxInFlight) return cb(new PipeUnavailable(`more than ${this.maxInFlight} calls waiting for Redis`), null);
+    let cmd = this.evalPrefix + bulk(key);
+    for (let i = 0; i < this.argCount; i++) cmd += bulk(args[i] ?? '');
+    this.fifo.push({ cb, deadline: performance.now() + this.timeoutMs });
+    this.send(cmd);
+  }
+
+  close(): void {
+    this.status = 'closed';
+    if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    this.stopTicker();
+    this.failAll(new PipeUnavailable('closed'));
+    this.socket?.destroy();
+    this.socket = null;
+    this.emit('close');
+  }
+
+  private send(cmd: string): void {
+    this.out += cmd;
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      setImmediate(this.flush);
+    }
+    if (!this.ticker) this.ticker = setInterval(this.checkTimeouts, Math.max(1, Math.floor(this.timeoutMs / 5)));
+  }
+
+  private readonly flush = (): void => {
+    this.flushScheduled = false;
+    if (!this.out || !this.socket) return;
+    const out = this.out;
+    this.out = '';
+    this.socket.write(out);
+  };
+
+  private connect(): void {
+    if (this.status === 'closed') return;
+    this.status = 'connecting';
+    const port = Number(this.url.port || 6379);
+    const host = this.url.hostname.replace(/^\[|\]$/g, '') || '127.0.0.1';
+    const sock =
+      this.url.protocol === 'rediss:'
+        ? tls.connect({ host, port, servername: net.isIP(host) ? undefined : host })
+        : net.connect({ host, port });
+    this.socket = sock;
+    sock.setNoDelay(true);
+    sock.setKeepAlive(true, 10_000);
+    sock.setTimeout(this.connectTimeoutMs, () => sock.destroy(new Error(`connect timeout after ${this.connectTimeoutMs} ms`)));
+    sock.once(this.url.protocol === 'rediss:' ? 'secureConnect' : 'connect', () => {
+      sock.setTimeout(0);
+      this.handshake();
+    });
+    sock.on('data', (chunk: Buffer) => this.onData(chunk));
+    sock.on('error', (err) => {
+      if (this.listenerCount('error') > 0) this.emit('error', err);
+    });
+    sock.on('close', () => this.onClose(sock));
+  }
+
+  /** AUTH, SELECT and SCRIPT LOAD; ready once the script is loaded. */
+  private handshake(): void {
+    const user = decodeURIComponent(this.url.username);
+    const pass = decodeURIComponent(this.url.password);
+    const db = this.url.pathname.replace(/^\//, '');
+    const fail = (what: string) => (err: Error | null) => {
+      if (err) this.socket?.destroy(new Error(`${what}: ${err.message}`));
+    };
+    if (pass) this.internal(user ? command('AUTH', user, pass) : command('AUTH', pass), fail('AUTH'));
+    if (db && db !== '0') this.internal(command('SELECT', db), fail('SELECT'));
+    this.internal(command('SCRIPT', 'LOAD', this.opts.script), (err) => {
+      if (err) return fail('SCRIPT LOAD')(err);
+      this.attempts = 0;
+      this.status = 'ready';
+      this.emit('ready');
+    });
+  }
+
+  private internal(cmd: string, done: (err: Error | null, value: unknown) => void): void {
+    this.fifo.push({ cb: null, deadline: Infinity, internal: done });
+    this.send(cmd);
+  }
+
+  private onClose(sock: net.Socket): void {
+    if (this.socket !== sock) return;
+    this.socket = null;
+    this.out = '';
+    this.input = null;
+    this.failAll(new PipeUnavailable('connection to Redis lost'));
+    if (this.status === 'closed') return;
+    this.status = 'connecting';
+    const delay = Math.min(this.backoff.initialMs * 2 ** Math.min(this.attempts++, 10), this.backoff.maxMs);
+    this.reconnectTimer = setTimeout(() => this.connect(), delay);
+  }
+
+  private failAll(err: Error): void {
+    const pending = this.fifo;
+    const head = this.head;
+    this.fifo = [];
+    this.head = 0;
+    for (let i = head; i < pending.length; i++) {
+      const p = pending[i]!;
+      if (p.cb) p.cb(err, null);
+      else p.internal?.(err, null);
+    }
+  }
+
+  private readonly checkTimeouts = (): void => {
+    if (this.inFlight === 0) return this.stopTicker();
+    const now = performance.now();
+    // Calls are in send order, so deadlines are too: stop at the first one still in time.
+    for (let i = this.head; i < this.fifo.length; i++) {
+      const p = this.fifo[i]!;
+      if (p.deadline > now) break;
+      if (p.cb) {
+        const cb = p.cb;
+        p.cb = null;
+        cb(new PipeTimeout(this.timeoutMs), null);
+      }
+    }
+  };
+
+  private stopTicker(): void {
+    if (this.ticker) clearInterval(this.ticker);
+    this.ticker = null;
+  }
+
+  private onData(chunk: Buffer): void {
+    let buf = this.input ? Buffer.concat([this.input, chunk]) : chunk;
+    let pos = 0;
+    try {
+      for (;;) {
+        const r = parseReply(buf, pos);
+        if (r === INCOMPLETE) break;
+        pos = r.end;
+        this.deliver(r.value);
+      }
+    } catch (err) {
+      this.socket?.destroy(err as Error);
+      return;
+    }
+    this.input = pos < buf.length ? buf.subarray(pos) : null;
+    if (this.input && this.input.length > 64 * 1024 * 1024) this.socket?.destroy(new Error('reply too large'));
+    buf = null as never;
+  }
+
+  private deliver(value: unknown): void {
+    if (this.head >= this.fifo.length) {
+      this.socket?.destroy(new Error('reply without a pending call'));
+      return;
+    }
+    const p = this.fifo[this.head++]!;
+    // Compact the FIFO once its consumed head dominates it.
+    if (this.head > 1024 && this.head * 2 > this.fifo.length) {
+      this.fifo = this.fifo.slice(this.head);
+      this.head = 0;
+    }
+    const err = value instanceof RedisError ? value : null;
+    if (p.internal) return p.internal(err, err ? null : value);
+    if (err && err.message.startsWith('NOSCRIPT')) this.reloadScript();
+    if (!p.cb) return;
+    const cb = p.cb;
+    p.cb = null;
+    if (err) return cb(err, null);
+    if (!Array.isArray(value)) return cb(new RedisError(`unexpected script reply: ${JSON.stringify(value)}`), null);
+    cb(null, value as number[]);
+  }
+
+  private reloading = false;
+  private reloadScript(): void {
+    if (this.reloading) return;
+    this.reloading = true;
+    this.internal(command('SCRIPT', 'LOAD', this.opts.script), () => (this.reloading = false));
+  }
+}
+
+export class RedisError extends Error {}
+
+const INCOMPLETE = Symbol('incomplete');
+type Parsed = { value: unknown; end: number } | typeof INCOMPLETE;
+
+/** Index of the next CRLF from `pos`, or -1. */
+function lineEnd(buf: Buffer, pos: number): number {
+  const i = buf.indexOf(13, pos);
+  return i >= 0 && i + 1 < buf.length ? i : -1;
+}
+
+/** An integer written in ASCII between `from` and `to` (exclusive). */
+function int(buf: Buffer, from: number, to: number): number {
+  let n = 0;
+  let neg = false;
+  let i = from;
+  if (buf[i] === 45) {
+    neg = true;
+    i++;
+  }
+  for (; i < to; i++) n = n * 10 + (buf[i]! - 48);
+  return neg ? -n : n;
+}
+
+/** One RESP2 reply starting at `pos`. */
+export function parseReply(buf: Buffer, pos: number): Parsed {
+  if (pos >= buf.length) return INCOMPLETE;
+  const type = buf[pos]!;
+  const le = lineEnd(buf, pos + 1);
+  if (le < 0) return INCOMPLETE;
+  switch (type) {
+    case 58: // ':'
+      return { value: int(buf, pos + 1, le), end: le + 2 };
+    case 43: // '+'
+      return { value: buf.toString('utf8', pos + 1, le), end: le + 2 };
+    case 45: // '-'
+      return { value: new RedisError(buf.toString('utf8', pos + 1, le)), end: le + 2 };
+    case 36: {
+      // '$'
+      const len = int(buf, pos + 1, le);
+      if (len < 0) return { value: null, end: le + 2 };
+      const start = le + 2;
+      if (start + len + 2 > buf.length) return INCOMPLETE;
+      return { value: buf.toString('utf8', start, start + len), end: start + len + 2 };
+    }
+    case 42: {
+      // '*'
+      const n = int(buf, pos + 1, le);
+      if (n < 0) return { value: null, end: le + 2 };
+      const out: unknown[] = new Array(n);
+      let p = le + 2;
+      for (let i = 0; i < n; i++) {
+        const r = parseReply(buf, p);
+        if (r === INCOMPLETE) return INCOMPLETE;
+        out[i] = r.value;
+        p = r.end;
+      }
+      return { value: out, end: p };
+    }
+    default:
+      throw new RedisError(`unexpected RESP type byte ${type}`);
+  }
+}
