@@ -5,7 +5,7 @@ import { boundedString, description, metadata, obj } from '../../http/validate.j
 export const TARGET_KINDS = ['firehose', 'kinesis', 'cloudwatch_logs', 'datadog', 'azure_logs_ingestion'] as const;
 export type TargetKind = (typeof TARGET_KINDS)[number];
 
-export const DATADOG_SITES = ['datadoghq.com', 'us3.datadoghq.com', 'us5.datadoghq.com', 'datadoghq.eu', 'ap1.datadoghq.com', 'ap2.datadoghq.com', 'ddog-gov.com'] as const;
+export const DATADOG_SITES = ['datadoghq.com', 'us3.datadoghq.com', 'us5.datadoghq.com', 'datadoghq.eu', 'ap1.datadoghq.com', 'ap2.datadoghq.com', 'ddog-gov.com', 'us2.ddog-gov.com', 'uk1.datadoghq.com'] as const;
 export const DEFAULT_DATADOG_SITE = 'datadoghq.com';
 
 // ---------------------------------------------------------------------------------------------
