@@ -19,6 +19,7 @@ import type { RateLimiter } from './pipeline/types.js';
 import { edgeSecureContextOptions, mutualTlsCaPems, mutualTlsStage, pipelineStageFactories } from './modules/index.js';
 import { createSecureContext, type SecureContext, type TLSSocket } from 'node:tls';
 import { LocalSlidingWindowLimiter, RedisSlidingWindowLimiter } from './ratelimit/index.js';
+import { createTrafficEvents } from './events/index.js';
 
 const log = createLogger('ingress');
 
@@ -61,7 +62,20 @@ async function main(): Promise<void> {
     maxStreamsPerTunnel: env.MAX_STREAMS_PER_TUNNEL,
     maxQueuedPerTunnel: env.MAX_QUEUED_PER_TUNNEL,
   });
-  const handler = new PublicHandler({ registry, forwarder, metrics, log });
+  // Traffic events for subscribed accounts, on a Redis connection of their own.
+  const events = env.EVENTS_REDIS_URL
+    ? createTrafficEvents({
+        url: env.EVENTS_REDIS_URL,
+        prefix: env.EVENTS_PREFIX,
+        maxQueued: env.EVENTS_MAX_QUEUED,
+        flushMs: env.EVENTS_FLUSH_MS,
+        metrics: metrics.events,
+        log: log.child({ component: 'events' }),
+      })
+    : undefined;
+  if (events) metrics.events.setQueueProbe(() => events.queue.held);
+  else log.info('neither EVENTS_REDIS_URL nor REDIS_URL is set: traffic events are off');
+  const handler = new PublicHandler({ registry, forwarder, metrics, log, events });
 
   // The rate-limit action counts in Redis per ingress server (RATE_LIMIT_SERVER_ID); without Redis,
   // in memory per process. Either way a slow or failed store never blocks a request (fail open).
@@ -218,6 +232,7 @@ async function main(): Promise<void> {
     edgeTls = buildEdgeTls(cfg);
     for (const e of table.routeErrors) log.error({ route: e.routeId, err: e.message }, 'route configuration not applicable; the route answers 503 until it is fixed');
     handler.setTable(table);
+    events?.setConfig(cfg);
     metrics.resetCaches();
     registry.setRemote(client.remoteTunnels.values());
     remoteChanged();
@@ -285,6 +300,8 @@ async function main(): Promise<void> {
     await publicClosed;
     await agentServer.close();
     forwarder.close();
+    // Every request and connection has ended: publish the events they left, within a bound.
+    await events?.close(Math.min(5_000, Math.max(500, env.DRAIN_TIMEOUT_MS)));
     await client.stop();
     await limiter.close?.();
     internal.closeAllConnections();

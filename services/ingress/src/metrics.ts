@@ -23,6 +23,24 @@ export function createIngressMetrics(nodeId: string) {
   const hops = new Counter({ name: 'warren_ingress_hops_total', help: 'Requests carried to another node that holds the tunnel', registers: [registry] });
   const upgrades = new Counter({ name: 'warren_ingress_upgrades_total', help: 'Upgrade (WebSocket) requests by result', labelNames: ['result'] as const, registers: [registry] });
 
+  // Traffic events (events/traffic-events.ts). Counters count event records: one per event and destination.
+  const eventsEmitted = new Counter({ name: 'warren_ingress_events_emitted_total', help: 'Traffic event records (one per event and destination) appended to a destination buffer in Redis', registers: [registry] });
+  const eventsDropped = new Counter({
+    name: 'warren_ingress_events_dropped_total',
+    help: 'Traffic event records (one per event and destination) not delivered to a destination buffer: queue_full (the in-memory queue was full), redis_error (the publish failed), buffer_full (the destination buffer was full; sent to its overflow/dead letters), shutdown (still queued when the drain timed out)',
+    labelNames: ['reason'] as const,
+    registers: [registry],
+  });
+  let eventQueueProbe: () => number = () => 0;
+  new Gauge({
+    name: 'warren_ingress_event_queue',
+    help: 'Traffic events held in memory (queued or being published)',
+    registers: [registry],
+    collect() {
+      this.set(eventQueueProbe());
+    },
+  });
+
   const reqChildren = new Map<string, ReturnType<typeof requests.labels>>();
   const durChildren = new Map<string, ReturnType<typeof duration.labels>>();
   return {
@@ -31,6 +49,14 @@ export function createIngressMetrics(nodeId: string) {
     tunnels,
     hops,
     upgrades,
+    events: {
+      emitted: eventsEmitted,
+      dropped: eventsDropped,
+      /** Where the `warren_ingress_event_queue` gauge reads its value at scrape time. */
+      setQueueProbe(fn: () => number): void {
+        eventQueueProbe = fn;
+      },
+    },
     /** One finished request. */
     observe(edge: string, route: string, status: number, seconds: number): void {
       const k = `${edge}|${route}|${status}`;

@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { createCertificate, type DataPlaneConfig } from '@warren/shared';
 import { startTestApi, type Account, type TestApi } from '../../../../test/support/api.js';
@@ -231,6 +231,76 @@ describe('config push', () => {
     // It resumed with a delta from its version rather than a snapshot.
     expect(await metricValue(back.registry, 'warren_ingress_config_applies_total', { kind: 'delta', result: 'ok' })).toBeGreaterThanOrEqual(1);
     expect(await metricValue(back.registry, 'warren_ingress_config_applies_total', { kind: 'snapshot', result: 'ok' })).toBeUndefined();
+  });
+
+  it('ships event subscriptions with traffic types (types and destination kinds only) in snapshots and deltas', async () => {
+    const secret = 'dd-key-never-pushed-7f3a';
+    const d1 = await post('/event_destinations', { target: { datadog: { api_key: secret } } });
+    const d2 = await post('/event_destinations', { target: { datadog: { api_key: secret, ddsite: 'datadoghq.eu' } } });
+    const a = await post('/event_subscriptions', { sources: [{ type: 'ip_policy_created.v0' }, { type: 'http_request_complete.v0' }], destination_ids: [d1.id] });
+    const b = await post('/event_subscriptions', { sources: [{ type: 'ip_policy_created.v0' }], destination_ids: [d2.id] });
+    const noDest = await post('/event_subscriptions', { sources: [{ type: 'http_request_complete.v0' }] });
+
+    const node = await started();
+    let cfg = await until(node, (c) => c.eventSubscriptions.has(a.id));
+    expect(cfg.eventSubscriptions.get(a.id)).toEqual({ id: a.id, accountId: acct.accountId, types: ['http_request_complete.v0'], destinations: [{ id: d1.id, kind: 'datadog' }] });
+    // Audit-only subscriptions and subscriptions without destinations are not part of the data plane.
+    expect(cfg.eventSubscriptions.has(b.id)).toBe(false);
+    expect(cfg.eventSubscriptions.has(noDest.id)).toBe(false);
+    expect(JSON.stringify([...cfg.eventSubscriptions.values()])).not.toContain(secret);
+
+    // A source added through the sources endpoint brings b in.
+    await post(`/event_subscriptions/${b.id}/sources`, { type: 'tcp_connection_closed.v0' });
+    cfg = await until(node, (c) => c.eventSubscriptions.has(b.id));
+    expect(cfg.eventSubscriptions.get(b.id)).toMatchObject({ types: ['tcp_connection_closed.v0'], destinations: [{ id: d2.id, kind: 'datadog' }] });
+    // Destinations replaced by a PATCH.
+    await patch(`/event_subscriptions/${a.id}`, { destination_ids: [d2.id, d1.id] });
+    await until(node, (c) => c.eventSubscriptions.get(a.id)?.destinations.map((d) => d.id).join() === `${d2.id},${d1.id}`);
+    // Its last traffic source removed: a delete for the node; added back: an upsert.
+    await del(`/event_subscriptions/${a.id}/sources/http_request_complete.v0`);
+    await until(node, (c) => !c.eventSubscriptions.has(a.id));
+    await post(`/event_subscriptions/${a.id}/sources`, { type: 'http_request_complete.v0' });
+    await until(node, (c) => c.eventSubscriptions.get(a.id)?.types.join() === 'http_request_complete.v0');
+    // Sources replaced by a PATCH, audit only: gone.
+    await patch(`/event_subscriptions/${b.id}`, { sources: [{ type: 'api_key_created.v0' }] });
+    await until(node, (c) => !c.eventSubscriptions.has(b.id));
+    // Destinations cleared, then the subscription deleted.
+    await patch(`/event_subscriptions/${noDest.id}`, { destination_ids: [d1.id] });
+    await until(node, (c) => c.eventSubscriptions.has(noDest.id));
+    await patch(`/event_subscriptions/${noDest.id}`, { destination_ids: [] });
+    await until(node, (c) => !c.eventSubscriptions.has(noDest.id));
+    await del(`/event_subscriptions/${a.id}`);
+    cfg = await until(node, (c) => !c.eventSubscriptions.has(a.id));
+    expect(cfg.eventSubscriptions.size).toBe(0);
+    await del(`/event_subscriptions/${b.id}`);
+    await del(`/event_subscriptions/${noDest.id}`);
+  });
+
+  it('loads a persisted config of format 1 (before event subscriptions), then takes a snapshot instead of a delta', async () => {
+    const d = await post('/event_destinations', { target: { datadog: { api_key: 'k' } } });
+    const s = await post('/event_subscriptions', { sources: [{ type: 'http_request_complete.v0' }], destination_ids: [d.id] });
+    const first = await started();
+    await until(first, (c) => c.eventSubscriptions.has(s.id));
+    await first.client.stop();
+    // What an older node wrote: format 1, no eventSubscriptions.
+    const file = path.join(first.stateDir, 'config.json');
+    const stored = JSON.parse(await readFile(file, 'utf8'));
+    expect(stored.format).toBe(2);
+    expect(stored.entities.eventSubscriptions).toHaveLength(1);
+    delete stored.entities.eventSubscriptions;
+    await writeFile(file, JSON.stringify({ ...stored, format: 1 }));
+
+    const again = await newNode([target], { stateDir: first.stateDir, nodeId: first.nodeId });
+    const fromDisk = new Promise<DataPlaneConfig>((r) => again.client.once('config', (c) => r(c)));
+    await again.client.start();
+    const loaded = await fromDisk;
+    expect(loaded.version).toBe(stored.version);
+    expect(loaded.eventSubscriptions.size).toBe(0);
+    await until(again, (c) => c.eventSubscriptions.has(s.id));
+    expect(await metricValue(again.registry, 'warren_ingress_config_applies_total', { kind: 'snapshot', result: 'ok' })).toBe(1);
+    await again.client.stop();
+    expect(JSON.parse(await readFile(file, 'utf8')).format).toBe(2);
+    await del(`/event_subscriptions/${s.id}`);
   });
 
   it('refuses nodes without the right token when one is set', async () => {

@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import type { DpDeletedIds, DpEntityLists } from '../../../shared/src/proto/index.js';
 import { dataplaneRepo as repo } from './dataplane.repo.js';
-import { changedIds, toDpBackend, toDpCertificateAuthority, toDpCredential, toDpEdge, toDpIpPolicy, toDpRoute } from './dataplane.js';
+import { changedIds, toDpBackend, toDpCertificateAuthority, toDpCredential, toDpEdge, toDpEventSubscription, toDpIpPolicy, toDpRoute } from './dataplane.js';
 
 /** Entities of the data-plane configuration, by kind. */
 export type ConfigEntities = DpEntityLists;
@@ -68,6 +68,7 @@ export function readSnapshot(pool: pg.Pool, opts: ReaderOptions = {}): Promise<S
     const ipPolicies = await repo.ipPolicies(q);
     const cas = await repo.certificateAuthorities(q);
     const credentials = await repo.credentials(q);
+    const eventSubscriptions = await repo.eventSubscriptions(q);
     return {
       version: head.version,
       epoch: head.epoch,
@@ -79,6 +80,7 @@ export function readSnapshot(pool: pg.Pool, opts: ReaderOptions = {}): Promise<S
         ipPolicies: ipPolicies.map(toDpIpPolicy),
         certificateAuthorities: cas.map(toDpCertificateAuthority),
         credentials: credentials.map(toDpCredential),
+        eventSubscriptions: eventSubscriptions.map(toDpEventSubscription),
       },
     };
   });
@@ -100,13 +102,14 @@ export function readDelta(pool: pg.Pool, fromVersion: number, opts: ReaderOption
     if (rows.length !== head.version - fromVersion) return null;
     const ids = changedIds(rows);
     const credentialIds = new Set([...ids.credentials, ...(await repo.credentialIdsOfAccounts(q, [...ids.accounts]))]);
-    const [edges, routes, backends, ipPolicies, cas, credentials] = [
+    const [edges, routes, backends, ipPolicies, cas, credentials, eventSubscriptions] = [
       await repo.edges(q, [...ids.edges]),
       await repo.routes(q, [...ids.routes]),
       await repo.backends(q, [...ids.backends]),
       await repo.ipPolicies(q, [...ids.ipPolicies]),
       await repo.certificateAuthorities(q, [...ids.certificateAuthorities]),
       await repo.credentials(q, [...credentialIds]),
+      await repo.eventSubscriptions(q, [...ids.eventSubscriptions]),
     ];
     const gone = (wanted: Iterable<string>, found: { id: string }[]) => {
       const have = new Set(found.map((f) => f.id));
@@ -122,6 +125,7 @@ export function readDelta(pool: pg.Pool, fromVersion: number, opts: ReaderOption
         ipPolicies: ipPolicies.map(toDpIpPolicy),
         certificateAuthorities: cas.map(toDpCertificateAuthority),
         credentials: credentials.map(toDpCredential),
+        eventSubscriptions: eventSubscriptions.map(toDpEventSubscription),
       },
       deletes: {
         edges: gone(ids.edges, edges),
@@ -130,6 +134,8 @@ export function readDelta(pool: pg.Pool, fromVersion: number, opts: ReaderOption
         ipPolicies: gone(ids.ipPolicies, ipPolicies),
         certificateAuthorities: gone(ids.certificateAuthorities, cas),
         credentials: gone(credentialIds, credentials),
+        // Deleted, or no longer holding a traffic type and a destination.
+        eventSubscriptions: gone(ids.eventSubscriptions, eventSubscriptions),
       },
     };
   });

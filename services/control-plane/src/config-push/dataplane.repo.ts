@@ -63,6 +63,15 @@ export interface CredentialDpRow {
   acl: string[];
 }
 
+export interface EventSubscriptionDpRow {
+  id: string;
+  account_id: string;
+  /** Its traffic event types, in position order. */
+  types: string[];
+  /** Its destinations in position order, with their target kind. */
+  destinations: { id: string; kind: string }[];
+}
+
 const EDGES = `SELECT e.id, e.account_id, e.hostports, e.mutual_tls, e.tls_termination,
   COALESCE((SELECT array_agg(c.ca_id ORDER BY c.position) FROM https_edge_certificate_authorities c WHERE c.edge_id = e.id), '{}') AS ca_ids
   FROM https_edges e`;
@@ -75,6 +84,18 @@ const IP_POLICIES = `SELECT p.id, p.account_id,
 const CAS = 'SELECT c.id, c.account_id, c.ca_pem FROM certificate_authorities c';
 // Credentials of disabled accounts are not part of the data plane: agents cannot use them.
 const CREDENTIALS = 'SELECT c.id, c.account_id, c.token_hash, c.acl FROM credentials c JOIN accounts a ON a.id = c.account_id AND NOT a.disabled';
+
+// Event subscriptions as the data plane needs them: traffic event types and destinations (id and
+// target kind, never the target settings). Only those with a traffic type and a destination: a
+// subscription that has neither is absent, so a delta sends it as a delete.
+const TRAFFIC_TYPES = `'http_request_complete.v0', 'tcp_connection_closed.v0'`;
+const EVENT_SUBSCRIPTIONS = `SELECT s.id, s.account_id,
+  ARRAY(SELECT src.type FROM event_subscription_sources src WHERE src.subscription_id = s.id AND src.type IN (${TRAFFIC_TYPES}) ORDER BY src.position) AS types,
+  COALESCE((SELECT jsonb_agg(jsonb_build_object('id', d.destination_id, 'kind', ed.target_kind) ORDER BY d.position)
+              FROM event_subscription_destinations d JOIN event_destinations ed ON ed.id = d.destination_id WHERE d.subscription_id = s.id), '[]'::jsonb) AS destinations
+  FROM event_subscriptions s
+  WHERE EXISTS (SELECT 1 FROM event_subscription_sources src WHERE src.subscription_id = s.id AND src.type IN (${TRAFFIC_TYPES}))
+    AND EXISTS (SELECT 1 FROM event_subscription_destinations d WHERE d.subscription_id = s.id)`;
 
 async function all<T>(q: Queryable, sql: string, order: string): Promise<T[]> {
   return (await q.query(`${sql} ORDER BY ${order}`)).rows as T[];
@@ -115,4 +136,9 @@ export const dataplaneRepo = {
   ipPolicies: (q: Queryable, ids?: string[]) => (ids ? byIds<IpPolicyDpRow>(q, IP_POLICIES, 'p', ids) : all<IpPolicyDpRow>(q, IP_POLICIES, 'p.id')),
   certificateAuthorities: (q: Queryable, ids?: string[]) => (ids ? byIds<CaDpRow>(q, CAS, 'c', ids) : all<CaDpRow>(q, CAS, 'c.id')),
   credentials: (q: Queryable, ids?: string[]) => (ids ? byIds<CredentialDpRow>(q, CREDENTIALS, 'c', ids) : all<CredentialDpRow>(q, CREDENTIALS, 'c.id')),
+  async eventSubscriptions(q: Queryable, ids?: string[]): Promise<EventSubscriptionDpRow[]> {
+    if (!ids) return all<EventSubscriptionDpRow>(q, EVENT_SUBSCRIPTIONS, 's.id');
+    if (ids.length === 0) return [];
+    return (await q.query(`${EVENT_SUBSCRIPTIONS} AND s.id = ANY($1::text[])`, [ids])).rows as EventSubscriptionDpRow[];
+  },
 };

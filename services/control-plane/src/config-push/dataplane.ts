@@ -1,5 +1,19 @@
-import { decodeTrafficPolicy, validateTrafficPolicy, type DpBackend, type DpCertificateAuthority, type DpCredential, type DpEdge, type DpIpPolicy, type DpRoute } from '@warren/shared';
-import type { BackendDpRow, CaDpRow, CredentialDpRow, EdgeDpRow, IpPolicyDpRow, OutboxRefRow, RouteDpRow } from './dataplane.repo.js';
+import {
+  EVENT_TARGET_KINDS,
+  decodeTrafficPolicy,
+  isTrafficEventType,
+  validateTrafficPolicy,
+  type DpBackend,
+  type DpCertificateAuthority,
+  type DpCredential,
+  type DpEdge,
+  type DpEventSubscription,
+  type DpIpPolicy,
+  type DpRoute,
+  type EventTargetKind,
+  type TrafficEventType,
+} from '@warren/shared';
+import type { BackendDpRow, CaDpRow, CredentialDpRow, EdgeDpRow, EventSubscriptionDpRow, IpPolicyDpRow, OutboxRefRow, RouteDpRow } from './dataplane.repo.js';
 
 /** Pure mapping from stored rows to the data-plane types, and from outbox rows to what changed. */
 
@@ -71,6 +85,18 @@ export function toDpCredential(r: CredentialDpRow): DpCredential {
   return { id: r.id, accountId: r.account_id, tokenHash: r.token_hash, acl: r.acl };
 }
 
+const TARGET_KINDS: ReadonlySet<string> = new Set(EVENT_TARGET_KINDS);
+
+/** A subscription's traffic side: its traffic event types and its destinations (id and kind only). */
+export function toDpEventSubscription(r: EventSubscriptionDpRow): DpEventSubscription {
+  return {
+    id: r.id,
+    accountId: r.account_id,
+    types: r.types.filter(isTrafficEventType) as TrafficEventType[],
+    destinations: r.destinations.filter((d) => TARGET_KINDS.has(d.kind)).map((d) => ({ id: d.id, kind: d.kind as EventTargetKind })),
+  };
+}
+
 /** Ids of the entities an outbox range touched, by kind (accounts: their credentials change). */
 export interface ChangedIds {
   edges: Set<string>;
@@ -80,16 +106,20 @@ export interface ChangedIds {
   certificateAuthorities: Set<string>;
   credentials: Set<string>;
   accounts: Set<string>;
+  eventSubscriptions: Set<string>;
 }
 
 /**
  * Maps outbox rows to the data-plane entities they touch. Event stems are those the services
  * write (`<stem>_<created|updated|deleted>.v0`); stems with no data-plane form (reserved
- * addresses, API keys, event destinations and subscriptions) touch nothing, but their versions
- * still advance the nodes' applied version.
+ * addresses, API keys, event destinations) touch nothing, but their versions still advance the
+ * nodes' applied version. Event subscriptions are reloaded on any of their rows: the source
+ * endpoints (`/event_subscriptions/{id}/sources`) write `event_subscription_updated` too. An
+ * event destination's change needs no reload: its kind, the only part the data plane holds,
+ * never changes, and it cannot be deleted while a subscription names it.
  */
 export function changedIds(rows: OutboxRefRow[]): ChangedIds {
-  const c: ChangedIds = { edges: new Set(), routes: new Set(), backends: new Set(), ipPolicies: new Set(), certificateAuthorities: new Set(), credentials: new Set(), accounts: new Set() };
+  const c: ChangedIds = { edges: new Set(), routes: new Set(), backends: new Set(), ipPolicies: new Set(), certificateAuthorities: new Set(), credentials: new Set(), accounts: new Set(), eventSubscriptions: new Set() };
   for (const r of rows) {
     switch (r.resource_type) {
       case 'https_edge':
@@ -115,6 +145,9 @@ export function changedIds(rows: OutboxRefRow[]): ChangedIds {
         break;
       case 'account':
         c.accounts.add(r.resource_id);
+        break;
+      case 'event_subscription':
+        c.eventSubscriptions.add(r.resource_id);
         break;
       default:
         break;

@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import type { DpCredential, DpEdge, DpRoute } from '@warren/shared';
+import type { DpCredential, DpEdge, DpEventSubscription, DpRoute } from '@warren/shared';
 import type { DpDeletedIds, DpEntityLists } from '../../../shared/src/proto/index.js';
 import { applyDelta, buildConfig, checkConfig, ConfigError, toLists } from './config-state.js';
 
-const none = (): DpEntityLists => ({ edges: [], routes: [], backends: [], ipPolicies: [], certificateAuthorities: [], credentials: [] });
-const noDeletes = (): DpDeletedIds => ({ edges: [], routes: [], backends: [], ipPolicies: [], certificateAuthorities: [], credentials: [] });
+const none = (): DpEntityLists => ({ edges: [], routes: [], backends: [], ipPolicies: [], certificateAuthorities: [], credentials: [], eventSubscriptions: [] });
+const noDeletes = (): DpDeletedIds => ({ edges: [], routes: [], backends: [], ipPolicies: [], certificateAuthorities: [], credentials: [], eventSubscriptions: [] });
 
 const edge = (id: string, hostports = [`${id}.example.com:443`], cas: string[] = []): DpEdge => ({
   id,
@@ -57,6 +57,22 @@ describe('buildConfig / applyDelta', () => {
     expect([...next.credentialsByTokenHash.keys()]).toEqual(['h1b']);
     expect(next.credentialsByTokenHash.get('h1b')!.id).toBe('c1');
     expect(prev.credentialsByTokenHash.size).toBe(2);
+  });
+
+  it('applies event subscriptions like other entities; a snapshot persisted without them builds an empty map', () => {
+    const sub = (id: string, destId: string): DpEventSubscription => ({ id, accountId: 'ac_1', types: ['http_request_complete.v0'], destinations: [{ id: destId, kind: 'datadog' }] });
+    const prev = buildConfig(1, { ...none(), eventSubscriptions: [sub('esb_1', 'ed_1'), sub('esb_2', 'ed_2')] });
+    expect(prev.eventSubscriptions.get('esb_1')!.destinations[0]!.id).toBe('ed_1');
+    const next = applyDelta(prev, 2, { ...none(), eventSubscriptions: [sub('esb_1', 'ed_3')] }, { ...noDeletes(), eventSubscriptions: ['esb_2', 'esb_unknown'] });
+    expect([...next.eventSubscriptions.keys()]).toEqual(['esb_1']);
+    expect(next.eventSubscriptions.get('esb_1')!.destinations[0]!.id).toBe('ed_3');
+    expect(prev.eventSubscriptions.size).toBe(2);
+    // Unchanged subscriptions keep their map (the traffic-event index is rebuilt only on change).
+    expect(applyDelta(next, 3, { ...none(), edges: [edge('e1')] }, noDeletes()).eventSubscriptions).toBe(next.eventSubscriptions);
+    expect(toLists(next).eventSubscriptions).toEqual([sub('esb_1', 'ed_3')]);
+    const { eventSubscriptions: _, ...old } = none();
+    expect(buildConfig(1, old as DpEntityLists).eventSubscriptions.size).toBe(0);
+    expect(() => checkConfig(buildConfig(1, { ...none(), eventSubscriptions: [{ ...sub('esb_1', 'ed_1'), accountId: '' }] }))).toThrow(/event subscription "esb_1": missing id or account/);
   });
 
   it('drops the routes of a deleted edge even if their deletes are missing', () => {

@@ -16,7 +16,7 @@ function freezeAll<T extends object>(items: T[]): T[] {
   return items;
 }
 
-/** A config from a snapshot. */
+/** A config from a snapshot. `eventSubscriptions` may be missing (a config persisted before they existed). */
 export function buildConfig(version: number, e: DpEntityLists): DataPlaneConfig {
   const credentials = new Map(freezeAll(e.credentials).map((c) => [c.id, c]));
   return Object.freeze({
@@ -28,6 +28,7 @@ export function buildConfig(version: number, e: DpEntityLists): DataPlaneConfig 
     certificateAuthorities: new Map(freezeAll(e.certificateAuthorities).map((x) => [x.id, x])),
     credentials,
     credentialsByTokenHash: new Map([...credentials.values()].map((c) => [c.tokenHash, c])),
+    eventSubscriptions: new Map(freezeAll(e.eventSubscriptions ?? []).map((x) => [x.id, x])),
   });
 }
 
@@ -71,6 +72,7 @@ export function applyDelta(prev: DataPlaneConfig, version: number, upserts: DpEn
     certificateAuthorities: patched(prev.certificateAuthorities, upserts.certificateAuthorities, deletes.certificateAuthorities),
     credentials,
     credentialsByTokenHash: byHash,
+    eventSubscriptions: patched(prev.eventSubscriptions, upserts.eventSubscriptions, deletes.eventSubscriptions),
   });
 }
 
@@ -103,6 +105,10 @@ export function checkConfig(cfg: DataPlaneConfig): void {
     for (const p of r.ipPolicyIds) if (!cfg.ipPolicies.has(p)) add(`route ${id}: unknown IP policy ${p}`);
   }
   for (const [id, p] of cfg.ipPolicies) if (!id || p.id !== id) add(`IP policy ${JSON.stringify(id)}: missing id`);
+  for (const [id, s] of cfg.eventSubscriptions) {
+    if (!id || s.id !== id || !s.accountId) add(`event subscription ${JSON.stringify(id)}: missing id or account`);
+    for (const d of s.destinations) if (!d.id) add(`event subscription ${id}: destination without id`);
+  }
   for (const [id, b] of cfg.backends) if (!id || b.id !== id) add(`backend ${JSON.stringify(id)}: missing id`);
   for (const [id, c] of cfg.certificateAuthorities) if (!id || c.id !== id) add(`certificate authority ${JSON.stringify(id)}: missing id`);
   const hashes = new Set<string>();
@@ -123,5 +129,6 @@ export function toLists(cfg: DataPlaneConfig): DpEntityLists {
     ipPolicies: [...cfg.ipPolicies.values()],
     certificateAuthorities: [...cfg.certificateAuthorities.values()],
     credentials: [...cfg.credentials.values()],
+    eventSubscriptions: [...cfg.eventSubscriptions.values()],
   };
 }

@@ -92,7 +92,7 @@ async function setup(over: Partial<ControlPlaneClientOptions> = {}) {
 }
 
 const welcome = (keepaliveIntervalMs = 1_000): ControlMessage => ({ welcome: { replicaId: 'fake', leaseMs: 10_000, keepaliveIntervalMs, epoch: 'e1' } });
-const none = () => ({ edges: [], routes: [], backends: [], ipPolicies: [], certificateAuthorities: [], credentials: [] });
+const none = () => ({ edges: [], routes: [], backends: [], ipPolicies: [], certificateAuthorities: [], credentials: [], eventSubscriptions: [] });
 const edge = (id: string) => ({ id, accountId: 'ac_1', hostports: [`${id}.example.com:443`], mutualTls: null, tlsTermination: null });
 const route = (id: string, edgeId: string, match = '/') => ({ id, accountId: 'ac_1', edgeId, matchType: 'path_prefix' as const, match, modules: {}, backendId: null, ipPolicyIds: [], trafficPolicy: null });
 const snapshot = (version: number, resources: Resources, remoteTunnels: DpTunnel[] = []): ControlMessage => ({ snapshot: { version, epoch: 'e1', resources, remoteTunnels: remoteTunnels.map(tunnelToProto), committedAtUnixMs: Date.now() }, headVersion: version });
@@ -146,7 +146,7 @@ describe('ControlPlaneClient', () => {
     call.send(snapshot(4, resourcesToProto({ ...none(), edges: [edge('e1')], routes: [route('r1', 'e1')] })));
     expect((await call.next('ack')).ack!.version).toBe(4);
     const onDisk = JSON.parse(await readFile(path.join(stateDir, 'config.json'), 'utf8'));
-    expect(onDisk).toMatchObject({ format: 1, epoch: 'e1', version: 4 });
+    expect(onDisk).toMatchObject({ format: 2, epoch: 'e1', version: 4 });
     expect(onDisk.entities.routes[0].id).toBe('r1');
     expect(c.config!.version).toBe(4);
   });

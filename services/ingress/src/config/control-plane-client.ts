@@ -19,7 +19,7 @@ import {
 import { Backoff } from '@warren/shared';
 import { applyDelta, buildConfig, checkConfig } from './config-state.js';
 import { createConfigClientMetrics, type ConfigClientMetrics } from './metrics.js';
-import { StateStore } from './state-store.js';
+import { CONFIG_FORMAT, StateStore } from './state-store.js';
 
 export type ReportedTunnel = Omit<DpTunnel, 'nodeId' | 'nodeAddress'>;
 
@@ -535,9 +535,12 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
         checkConfig(cfg);
         for (const v of this.validators) v(cfg);
         this.current = cfg;
-        this.epoch = stored.epoch;
+        // A file older than CONFIG_FORMAT lacks entities added since (event subscriptions) that a
+        // delta from its version would not bring: no epoch in hello makes the control plane send
+        // a snapshot. The config from disk is served meanwhile.
+        this.epoch = stored.format < CONFIG_FORMAT ? '' : stored.epoch;
         this.updateVersionMetrics();
-        this.log.info({ version: cfg.version, saved_at: stored.savedAt }, 'serving the last good config from disk');
+        this.log.info({ version: cfg.version, saved_at: stored.savedAt, format: stored.format }, 'serving the last good config from disk');
         this.emitSafely('config', cfg, null);
       }
     } catch (err) {

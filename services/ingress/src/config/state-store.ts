@@ -5,7 +5,14 @@ import type { DataPlaneConfig, DpTunnel } from '@warren/shared';
 import type { DpEntityLists } from '../../../shared/src/proto/index.js';
 import { toLists } from './config-state.js';
 
-const FORMAT = 1;
+/**
+ * Format of the config file. 2 added `entities.eventSubscriptions`; a format-1 file still loads
+ * (without subscriptions), and the client then asks the control plane for a snapshot rather
+ * than a delta, which would not carry the subscriptions that existed before.
+ */
+export const CONFIG_FORMAT = 2;
+const CONFIG_FORMATS_READ: ReadonlySet<number> = new Set([1, 2]);
+const TUNNELS_FORMAT = 1;
 export const CONFIG_FILE = 'config.json';
 export const TUNNELS_FILE = 'remote-tunnels.json';
 
@@ -102,11 +109,11 @@ export class StateStore {
 
   constructor(readonly dir: string) {
     this.configWriter = new LatestWriter(({ cfg, epoch }) => {
-      const stored: StoredConfig = { format: FORMAT, epoch, version: cfg.version, savedAt: new Date().toISOString(), entities: toLists(cfg) };
+      const stored: StoredConfig = { format: CONFIG_FORMAT, epoch, version: cfg.version, savedAt: new Date().toISOString(), entities: toLists(cfg) };
       return writeFileAtomic(path.join(this.dir, CONFIG_FILE), JSON.stringify(stored));
     });
     this.tunnelsWriter = new LatestWriter((tunnels) => {
-      const stored: StoredTunnels = { format: FORMAT, savedAt: new Date().toISOString(), tunnels };
+      const stored: StoredTunnels = { format: TUNNELS_FORMAT, savedAt: new Date().toISOString(), tunnels };
       return writeFileAtomic(path.join(this.dir, TUNNELS_FILE), JSON.stringify(stored));
     });
   }
@@ -128,8 +135,10 @@ export class StateStore {
     const raw = await readOptional(path.join(this.dir, CONFIG_FILE));
     if (raw === null) return null;
     const v = JSON.parse(raw) as StoredConfig;
-    if (v?.format !== FORMAT || typeof v.version !== 'number' || typeof v.epoch !== 'string' || typeof v.entities !== 'object' || v.entities === null)
-      throw new Error(`${CONFIG_FILE}: not a config file of format ${FORMAT}`);
+    if (!CONFIG_FORMATS_READ.has(v?.format) || typeof v.version !== 'number' || typeof v.epoch !== 'string' || typeof v.entities !== 'object' || v.entities === null)
+      throw new Error(`${CONFIG_FILE}: not a config file of format ${[...CONFIG_FORMATS_READ].join(' or ')}`);
+    // Format 1 predates event subscriptions.
+    if (!Array.isArray(v.entities.eventSubscriptions)) v.entities.eventSubscriptions = [];
     return v;
   }
 
@@ -137,7 +146,7 @@ export class StateStore {
     const raw = await readOptional(path.join(this.dir, TUNNELS_FILE));
     if (raw === null) return [];
     const v = JSON.parse(raw) as StoredTunnels;
-    if (v?.format !== FORMAT || !Array.isArray(v.tunnels)) throw new Error(`${TUNNELS_FILE}: not a tunnels file of format ${FORMAT}`);
+    if (v?.format !== TUNNELS_FORMAT || !Array.isArray(v.tunnels)) throw new Error(`${TUNNELS_FILE}: not a tunnels file of format ${TUNNELS_FORMAT}`);
     return v.tunnels;
   }
 }

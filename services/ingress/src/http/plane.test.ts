@@ -65,6 +65,7 @@ const cfg: DataPlaneConfig = {
   certificateAuthorities: new Map(),
   credentials: new Map(),
   credentialsByTokenHash: new Map(),
+  eventSubscriptions: new Map(),
 };
 
 async function node(nodeId: string, compile?: PipelineCompiler) {

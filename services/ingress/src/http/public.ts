@@ -9,6 +9,8 @@ import { WebSocketHandshakeError, acceptWebSocketAsTcp, isWebSocketTcpConverter 
 import { RoutingTable, type CompiledRoute } from './routing.js';
 import { readBody } from '../pipeline/runner.js';
 import type { Outcome, RequestState } from '../pipeline/types.js';
+import { HTTP_REQUEST_COMPLETE, HttpRequestTracker, TCP_CONNECTION_CLOSED, trackTcpConnection, type TrafficEvents } from '../events/index.js';
+import type { DestinationRef } from '@warren/shared';
 
 const HOSTNAME = /^[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*\.?$/;
 
@@ -62,6 +64,8 @@ interface Resolved {
   detail?: string;
   edge: string;
   route: string;
+  /** The account the request is for (the edge's, or the Bind endpoint tunnel's); '' when none. */
+  account: string;
   /** Picks another target, for a retry; null when there is none. */
   next: (exclude: ReadonlySet<string>) => TunnelTarget | null;
   edgeType: '0' | '3';
@@ -74,6 +78,8 @@ export interface PublicHandlerOptions {
   forwarder: Forwarder;
   metrics: IngressMetrics;
   log: Logger;
+  /** Traffic events; absent when the node has no event Redis. */
+  events?: TrafficEvents;
 }
 
 /**
@@ -101,8 +107,15 @@ export class PublicHandler {
       const started = performance.now();
       const r = this.resolve(req, defaultPort);
       const record = (status: number) => this.opts.metrics.observe(r.edge, r.route, status, (performance.now() - started) / 1000);
+      // Traffic events: one lookup, and nothing more unless the account subscribes.
+      let track: HttpRequestTracker | null = null;
+      const events = this.opts.events;
+      if (events !== undefined && r.account !== '') {
+        const dests = events.destinations(r.account, HTTP_REQUEST_COMPLETE);
+        if (dests.length > 0) track = this.trackHttp(events, dests, req, res, r, defaultPort, started);
+      }
       if (r.cr) {
-        this.withPipeline(req, res, r, r.cr, scheme, started).then(record, (err: unknown) => {
+        this.withPipeline(req, res, r, r.cr, scheme, started, track).then(record, (err: unknown) => {
           this.opts.log.error({ err, route: r.route }, 'route pipeline failed');
           sendError(req, res, 7004, 'the route failed to process the request');
           record(res.statusCode);
@@ -118,7 +131,12 @@ export class PublicHandler {
       const info: RequestInfo = { scheme, clientAddr, edgeType: r.edgeType };
       if (r.target.kind === 'remote') this.opts.metrics.hops.inc();
       const headers = publicRequestHeaders(req.rawHeaders, ipOf(req.socket.remoteAddress ?? ''), scheme, false);
-      this.opts.forwarder.forward(req, res, r.target, info, headers, r.next).then(record, (err: unknown) => {
+      let next = r.next;
+      if (track) {
+        track.tunnelId = r.target.tunnel.id;
+        next = track.picking(next);
+      }
+      this.opts.forwarder.forward(req, res, r.target, info, headers, next).then(record, (err: unknown) => {
         this.opts.log.error({ err }, 'forward crashed');
         sendError(req, res, 7004);
         record(res.statusCode);
@@ -151,8 +169,23 @@ export class PublicHandler {
     };
   }
 
+  /** Starts observing a request for its `http_request_complete.v0` event (the account subscribes). */
+  private trackHttp(events: TrafficEvents, dests: readonly DestinationRef[], req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, defaultPort: number, started: number): HttpRequestTracker {
+    const hp = parseHost(req.headers.host, defaultPort);
+    return new HttpRequestTracker(events, req, res, started, {
+      accountId: r.account,
+      dests,
+      edgeId: r.edgeType === '3' && r.edge ? r.edge : null,
+      routeId: r.route || null,
+      clientIp: ipOf(req.socket.remoteAddress ?? ''),
+      serverName: hp?.host ?? '',
+      serverPort: hp?.port ?? defaultPort,
+      path: r.path ?? pathOf(req.url),
+    });
+  }
+
   /** A request on a route with modules or a traffic policy: its stages, then the tunnel. */
-  private async withPipeline(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, scheme: 'http' | 'https', started: number): Promise<number> {
+  private async withPipeline(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, scheme: 'http' | 'https', started: number, track: HttpRequestTracker | null): Promise<number> {
     const pipeline = cr.pipeline!;
     const clientIp = ipOf(req.socket.remoteAddress ?? '');
     const state: RequestState = {
@@ -168,6 +201,7 @@ export class PublicHandler {
       vars: {},
       startedAt: started,
     };
+    if (track) track.state = state;
     if (pipeline.needsBody) {
       state.body = await readBody(req);
       if (!state.body) {
@@ -181,7 +215,8 @@ export class PublicHandler {
       sendError(req, res, 7002);
       return 502;
     }
-    const target = r.next(EMPTY_SET);
+    const next = track ? track.picking(r.next) : r.next;
+    const target = next(EMPTY_SET);
     if (!target) {
       sendError(req, res, 7003, `no tunnel is online for backend ${cr.backend.id}`);
       pipeline.onResult(state, 'error');
@@ -189,7 +224,7 @@ export class PublicHandler {
     }
     if (target.kind === 'remote') this.opts.metrics.hops.inc();
     const info: RequestInfo = { scheme, clientAddr: `${req.socket.remoteAddress ?? '0.0.0.0'}:${req.socket.remotePort ?? 0}`, edgeType: r.edgeType };
-    return this.opts.forwarder.forward(req, res, target, info, state.headers, r.next, { pipeline, state });
+    return this.opts.forwarder.forward(req, res, target, info, state.headers, next, { pipeline, state });
   }
 
   /** An upgrade on a route with a pipeline: the request stages (no body), then the tunnel. */
@@ -228,6 +263,24 @@ export class PublicHandler {
         return;
       }
       splice(ws, upstream);
+      // After splice: the byte counters' 'data' listeners must not start the flow before the pipes exist.
+      const events = this.opts.events;
+      if (events !== undefined) {
+        const dests = events.destinations(cr.route.accountId, TCP_CONNECTION_CLOSED);
+        if (dests.length > 0) {
+          trackTcpConnection(events, ws, upstream, {
+            accountId: cr.route.accountId,
+            dests,
+            edgeId: cr.edge.id,
+            routeId: cr.route.id,
+            tunnelId: target.tunnel.id,
+            clientIp,
+            serverAddr: ipOf(req.socket.localAddress ?? ''),
+            serverPort: parseHost(req.headers.host, scheme === 'https' ? 443 : 80)?.port ?? (scheme === 'https' ? 443 : 80),
+            started: state.startedAt,
+          });
+        }
+      }
       return;
     }
     await this.opts.forwarder.upgrade(req, socket, head, target, info, state.headers);
@@ -235,30 +288,31 @@ export class PublicHandler {
 
   private resolve(req: http.IncomingMessage, defaultPort: number): Resolved {
     const table = this.table;
-    if (!table) return { target: null, error: 7008, edge: '', route: '', next: NONE, edgeType: '3' };
+    if (!table) return { target: null, error: 7008, edge: '', route: '', account: '', next: NONE, edgeType: '3' };
     const hp = parseHost(req.headers.host, defaultPort);
-    if (!hp) return { target: null, error: 7007, edge: '', route: '', next: NONE, edgeType: '3' };
+    if (!hp) return { target: null, error: 7007, edge: '', route: '', account: '', next: NONE, edgeType: '3' };
     const registry = this.opts.registry;
     const ce = table.edgeFor(hp.host, hp.port, defaultPort);
     if (ce) {
       const path = pathOf(req.url);
       const cr = RoutingTable.routeFor(ce, hp.host, path);
       const edge = ce.edge.id;
-      if (!cr) return { target: null, error: 7001, edge, route: '', next: NONE, edgeType: '3' };
+      const account = ce.edge.accountId;
+      if (!cr) return { target: null, error: 7001, edge, route: '', account, next: NONE, edgeType: '3' };
       const route = cr.route.id;
       const backend = cr.backend;
-      if (cr.pipeline) return { target: null, error: null, cr, host: hp.host, path, edge, route, next: backend ? (x) => registry.pickForBackend(backend.id, backend.accountId, backend.labels, x) : NONE, edgeType: '3' };
-      if (!backend) return { target: null, error: 7002, edge, route, next: NONE, edgeType: '3' };
+      if (cr.pipeline) return { target: null, error: null, cr, host: hp.host, path, edge, route, account, next: backend ? (x) => registry.pickForBackend(backend.id, backend.accountId, backend.labels, x) : NONE, edgeType: '3' };
+      if (!backend) return { target: null, error: 7002, edge, route, account, path, next: NONE, edgeType: '3' };
       const next = (exclude: ReadonlySet<string>) => registry.pickForBackend(backend.id, backend.accountId, backend.labels, exclude);
       const target = next(EMPTY_SET);
       return target
-        ? { target, error: null, edge, route, next, edgeType: '3' }
-        : { target: null, error: 7003, detail: `no tunnel is online for backend ${backend.id}`, edge, route, next, edgeType: '3' };
+        ? { target, error: null, edge, route, account, path, next, edgeType: '3' }
+        : { target: null, error: 7003, detail: `no tunnel is online for backend ${backend.id}`, edge, route, account, path, next, edgeType: '3' };
     }
     const next = (exclude: ReadonlySet<string>) => registry.pickForHost(hp.host, exclude);
     const target = next(EMPTY_SET);
-    if (!target) return { target: null, error: 7000, detail: `no endpoint is configured for ${hp.host}`, edge: '', route: '', next: NONE, edgeType: '0' };
-    return { target, error: null, edge: 'endpoint', route: '', next, edgeType: '0' };
+    if (!target) return { target: null, error: 7000, detail: `no endpoint is configured for ${hp.host}`, edge: '', route: '', account: '', next: NONE, edgeType: '0' };
+    return { target, error: null, edge: 'endpoint', route: '', account: target.tunnel.accountId, next, edgeType: '0' };
   }
 }
 

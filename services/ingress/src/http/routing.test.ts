@@ -14,6 +14,7 @@ function config(edges: DpEdge[], routes: DpRoute[], backends: DpBackend[] = []):
     certificateAuthorities: new Map(),
     credentials: new Map(),
     credentialsByTokenHash: new Map(),
+    eventSubscriptions: new Map(),
   };
 }
 const edge = (id: string, hostports: string[]): DpEdge => ({ id, accountId: 'ac_1', hostports, mutualTls: null, tlsTermination: null });

@@ -39,6 +39,7 @@ export function makeConfig(opts: { ipPolicies?: DpIpPolicy[]; certificateAuthori
     certificateAuthorities: new Map((opts.certificateAuthorities ?? []).map((c) => [c.id, c])),
     credentials: new Map(),
     credentialsByTokenHash: new Map(),
+    eventSubscriptions: new Map(),
   };
 }
 

@@ -1,3 +1,5 @@
+import type { DestinationRef } from '../events/types.js';
+
 /**
  * The data-plane view of the configuration: what the control plane pushes to every ingress node
  * over gRPC (proto/warren/config/v1/config.proto) and what the ingress routes by. Plain JSON-safe
@@ -72,6 +74,29 @@ export interface DpCredential {
   acl: string[];
 }
 
+/** Traffic event types: produced by the ingress nodes (wire-conventions.md §11). */
+export const TRAFFIC_EVENT_TYPES = ['http_request_complete.v0', 'tcp_connection_closed.v0'] as const;
+export type TrafficEventType = (typeof TRAFFIC_EVENT_TYPES)[number];
+
+export function isTrafficEventType(s: string): s is TrafficEventType {
+  return s === 'http_request_complete.v0' || s === 'tcp_connection_closed.v0';
+}
+
+/**
+ * An event subscription as the data plane sees it: only its traffic event types (audit events
+ * are produced by the control plane) and its destinations (id and target kind; never target
+ * settings or secrets). Subscriptions without a traffic type or without a destination are not
+ * part of the data plane.
+ */
+export interface DpEventSubscription {
+  id: string; // esb_...
+  accountId: string;
+  /** Traffic event types, in the subscription's order, at least one. */
+  types: TrafficEventType[];
+  /** Destinations in the subscription's order, at least one. */
+  destinations: DestinationRef[];
+}
+
 /** One applied configuration. Immutable once applied: a change builds a new one. */
 export interface DataPlaneConfig {
   /** The control plane's config version this state corresponds to (monotonic, commit order). */
@@ -84,6 +109,8 @@ export interface DataPlaneConfig {
   credentials: ReadonlyMap<string, DpCredential>;
   /** Same credentials keyed by `tokenHash`. */
   credentialsByTokenHash: ReadonlyMap<string, DpCredential>;
+  /** Event subscriptions with traffic event types, by id. */
+  eventSubscriptions: ReadonlyMap<string, DpEventSubscription>;
 }
 
 /** An agent session as an ingress node reports it (becomes a `tunnel_sessions` row). */

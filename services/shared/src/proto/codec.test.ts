@@ -48,8 +48,16 @@ describe('warren.config.v1 codec', () => {
       ipPolicies: [{ id: 'ipp_1', accountId: 'ac_1', rules: [{ id: 'ipr_1', cidr: '10.0.0.0/8', action: 'deny' as const }] }],
       certificateAuthorities: [{ id: 'ca_1', accountId: 'ac_1', caPem: '-----BEGIN CERTIFICATE-----\n' }],
       credentials: [{ id: 'cr_1', accountId: 'ac_1', tokenHash: 'ab'.repeat(32), acl: ['bind:*'] }],
+      eventSubscriptions: [
+        {
+          id: 'esb_1',
+          accountId: 'ac_1',
+          types: ['tcp_connection_closed.v0' as const, 'http_request_complete.v0' as const],
+          destinations: [{ id: 'ed_1', kind: 'datadog' as const }, { id: 'ed_2', kind: 'kinesis' as const }],
+        },
+      ],
     };
-    const deletes = { edges: ['e'], routes: ['r'], backends: [], ipPolicies: ['p'], certificateAuthorities: [], credentials: ['c'] };
+    const deletes = { edges: ['e'], routes: ['r'], backends: [], ipPolicies: ['p'], certificateAuthorities: [], credentials: ['c'], eventSubscriptions: ['esb_9'] };
     const buf = codec.encodeControl({ delta: { fromVersion: 4, version: 9, epoch: 'x', upserts: resourcesToProto(lists), deletes: deletesToProto(deletes), committedAtUnixMs: 1_700_000_000_123 }, headVersion: 10 });
     const back = codec.decodeControl(buf);
     expect(back.msg).toBe('delta');
@@ -64,7 +72,7 @@ describe('warren.config.v1 codec', () => {
 
   it('refuses malformed values instead of passing them on', () => {
     const codec = configStreamCodec();
-    const bad = codec.decodeControl(codec.encodeControl({ snapshot: { resources: resourcesToProto({ edges: [], routes: [route], backends: [], ipPolicies: [], certificateAuthorities: [], credentials: [] }) } }));
+    const bad = codec.decodeControl(codec.encodeControl({ snapshot: { resources: resourcesToProto({ edges: [], routes: [route], backends: [], ipPolicies: [], certificateAuthorities: [], credentials: [], eventSubscriptions: [] }) } }));
     bad.snapshot!.resources!.routes[0]!.modulesJson = '{not json';
     expect(() => resourcesFromProto(bad.snapshot!.resources)).toThrow(CodecError);
     bad.snapshot!.resources!.routes[0]!.modulesJson = '[]';
@@ -72,6 +80,18 @@ describe('warren.config.v1 codec', () => {
     bad.snapshot!.resources!.routes[0]!.modulesJson = '{}';
     bad.snapshot!.resources!.routes[0]!.matchType = 'regex';
     expect(() => resourcesFromProto(bad.snapshot!.resources)).toThrow(/match_type/);
+  });
+
+  it('keeps event types and destination kinds it does not know out of a subscription, and refuses malformed ones', () => {
+    const codec = configStreamCodec();
+    const sub = { id: 'esb_1', accountId: 'ac_1', types: ['http_request_complete.v0', 'udp_datagram.v9', 'ip_policy_created.v0'], destinations: [{ id: 'ed_1', kind: 'datadog' }, { id: 'ed_2', kind: 'pigeon' }] };
+    const m = codec.decodeControl(codec.encodeControl({ snapshot: { resources: { eventSubscriptions: [sub] } } }));
+    expect(resourcesFromProto(m.snapshot!.resources).eventSubscriptions).toEqual([{ id: 'esb_1', accountId: 'ac_1', types: ['http_request_complete.v0'], destinations: [{ id: 'ed_1', kind: 'datadog' }] }]);
+    // A message older than the field (or a control plane without it) carries none.
+    expect(resourcesFromProto(codec.decodeControl(codec.encodeControl({ snapshot: { resources: {} } })).snapshot!.resources).eventSubscriptions).toEqual([]);
+    expect(deletesFromProto(null).eventSubscriptions).toEqual([]);
+    m.snapshot!.resources!.eventSubscriptions[0]!.destinations = 'x' as never;
+    expect(() => resourcesFromProto(m.snapshot!.resources)).toThrow(/destinations is not a list/);
   });
 
   it('committed generated types match the proto (bash proto/gen.sh)', () => {

@@ -4,7 +4,8 @@
  * `fromProto` functions never trust the wire: a field of the wrong type or JSON that does not
  * parse throws `CodecError`, which the ingress turns into a NACK.
  */
-import type { DpAgentSession, DpBackend, DpCertificateAuthority, DpCredential, DpEdge, DpIpPolicy, DpRoute, DpTunnel } from '../dataplane/types.js';
+import { isTrafficEventType, type DpAgentSession, type DpBackend, type DpCertificateAuthority, type DpCredential, type DpEdge, type DpEventSubscription, type DpIpPolicy, type DpRoute, type DpTunnel, type TrafficEventType } from '../dataplane/types.js';
+import { EVENT_TARGET_KINDS, type DestinationRef, type EventTargetKind } from '../events/types.js';
 import type { AgentSession, AgentSession__Output } from './generated/warren/config/v1/AgentSession.js';
 import type { Backend, Backend__Output } from './generated/warren/config/v1/Backend.js';
 import type { CertificateAuthority, CertificateAuthority__Output } from './generated/warren/config/v1/CertificateAuthority.js';
@@ -15,6 +16,7 @@ import type { Route, Route__Output } from './generated/warren/config/v1/Route.js
 import type { Tunnel, Tunnel__Output } from './generated/warren/config/v1/Tunnel.js';
 import type { Resources, Resources__Output } from './generated/warren/config/v1/Resources.js';
 import type { Deletes, Deletes__Output } from './generated/warren/config/v1/Deletes.js';
+import type { EventSubscription, EventSubscription__Output } from './generated/warren/config/v1/EventSubscription.js';
 
 export class CodecError extends Error {
   override name = 'CodecError';
@@ -137,6 +139,29 @@ export function credentialFromProto(m: Credential__Output): DpCredential {
   return { id: str(m.id, 'credential.id'), accountId: str(m.accountId, 'credential.account_id'), tokenHash: str(m.tokenHash, 'credential.token_hash'), acl: strs(m.acl, 'credential.acl') };
 }
 
+export function eventSubscriptionToProto(e: DpEventSubscription): EventSubscription {
+  return { id: e.id, accountId: e.accountId, types: e.types, destinations: e.destinations.map((d) => ({ id: d.id, kind: d.kind })) };
+}
+
+const TARGET_KINDS: ReadonlySet<string> = new Set(EVENT_TARGET_KINDS);
+
+/**
+ * Event types and destination kinds this version does not know (a newer control plane) are left
+ * out rather than refused: the node emits what it can, and the rest of the config still applies.
+ */
+export function eventSubscriptionFromProto(m: EventSubscription__Output): DpEventSubscription {
+  const id = str(m.id, 'event_subscription.id');
+  if (!Array.isArray(m.destinations)) throw new CodecError(`event subscription ${id}: destinations is not a list`);
+  const types = strs(m.types, `event subscription ${id}: types`).filter(isTrafficEventType) as TrafficEventType[];
+  const destinations: DestinationRef[] = [];
+  for (const d of m.destinations) {
+    const destId = str(d?.id, `event subscription ${id}: destination id`);
+    const kind = str(d?.kind, `event subscription ${id}: destination kind`);
+    if (TARGET_KINDS.has(kind)) destinations.push({ id: destId, kind: kind as EventTargetKind });
+  }
+  return { id, accountId: str(m.accountId, 'event_subscription.account_id'), types, destinations };
+}
+
 /** Config entities by kind, as lists (a snapshot, or a delta's upserts). */
 export interface DpEntityLists {
   edges: DpEdge[];
@@ -145,6 +170,7 @@ export interface DpEntityLists {
   ipPolicies: DpIpPolicy[];
   certificateAuthorities: DpCertificateAuthority[];
   credentials: DpCredential[];
+  eventSubscriptions: DpEventSubscription[];
 }
 
 /** Ids by kind (a delta's deletes). */
@@ -155,6 +181,7 @@ export interface DpDeletedIds {
   ipPolicies: string[];
   certificateAuthorities: string[];
   credentials: string[];
+  eventSubscriptions: string[];
 }
 
 export function resourcesToProto(e: DpEntityLists): Resources {
@@ -165,6 +192,7 @@ export function resourcesToProto(e: DpEntityLists): Resources {
     ipPolicies: e.ipPolicies.map(ipPolicyToProto),
     certificateAuthorities: e.certificateAuthorities.map(certificateAuthorityToProto),
     credentials: e.credentials.map(credentialToProto),
+    eventSubscriptions: e.eventSubscriptions.map(eventSubscriptionToProto),
   };
 }
 
@@ -182,6 +210,7 @@ export function resourcesFromProto(m: Resources__Output | null | undefined): DpE
     ipPolicies: list(m?.ipPolicies, 'ip_policies').map(ipPolicyFromProto),
     certificateAuthorities: list(m?.certificateAuthorities, 'certificate_authorities').map(certificateAuthorityFromProto),
     credentials: list(m?.credentials, 'credentials').map(credentialFromProto),
+    eventSubscriptions: list(m?.eventSubscriptions, 'event_subscriptions').map(eventSubscriptionFromProto),
   };
 }
 
@@ -193,6 +222,7 @@ export function deletesToProto(d: DpDeletedIds): Deletes {
     ipPolicyIds: d.ipPolicies,
     certificateAuthorityIds: d.certificateAuthorities,
     credentialIds: d.credentials,
+    eventSubscriptionIds: d.eventSubscriptions,
   };
 }
 
@@ -204,6 +234,7 @@ export function deletesFromProto(m: Deletes__Output | null | undefined): DpDelet
     ipPolicies: strs(m?.ipPolicyIds ?? [], 'deletes.ip_policy_ids'),
     certificateAuthorities: strs(m?.certificateAuthorityIds ?? [], 'deletes.certificate_authority_ids'),
     credentials: strs(m?.credentialIds ?? [], 'deletes.credential_ids'),
+    eventSubscriptions: strs(m?.eventSubscriptionIds ?? [], 'deletes.event_subscription_ids'),
   };
 }
 

@@ -12,6 +12,8 @@ import type { Credential as _warren_config_v1_Credential, Credential__Output as 
 import type { Deletes as _warren_config_v1_Deletes, Deletes__Output as _warren_config_v1_Deletes__Output } from './warren/config/v1/Deletes.js';
 import type { Delta as _warren_config_v1_Delta, Delta__Output as _warren_config_v1_Delta__Output } from './warren/config/v1/Delta.js';
 import type { Edge as _warren_config_v1_Edge, Edge__Output as _warren_config_v1_Edge__Output } from './warren/config/v1/Edge.js';
+import type { EventDestinationRef as _warren_config_v1_EventDestinationRef, EventDestinationRef__Output as _warren_config_v1_EventDestinationRef__Output } from './warren/config/v1/EventDestinationRef.js';
+import type { EventSubscription as _warren_config_v1_EventSubscription, EventSubscription__Output as _warren_config_v1_EventSubscription__Output } from './warren/config/v1/EventSubscription.js';
 import type { FullSync as _warren_config_v1_FullSync, FullSync__Output as _warren_config_v1_FullSync__Output } from './warren/config/v1/FullSync.js';
 import type { Heartbeat as _warren_config_v1_Heartbeat, Heartbeat__Output as _warren_config_v1_Heartbeat__Output } from './warren/config/v1/Heartbeat.js';
 import type { Hello as _warren_config_v1_Hello, Hello__Output as _warren_config_v1_Hello__Output } from './warren/config/v1/Hello.js';
@@ -53,6 +55,8 @@ export interface ProtoGrpcType {
         Deletes: MessageTypeDefinition<_warren_config_v1_Deletes, _warren_config_v1_Deletes__Output>
         Delta: MessageTypeDefinition<_warren_config_v1_Delta, _warren_config_v1_Delta__Output>
         Edge: MessageTypeDefinition<_warren_config_v1_Edge, _warren_config_v1_Edge__Output>
+        EventDestinationRef: MessageTypeDefinition<_warren_config_v1_EventDestinationRef, _warren_config_v1_EventDestinationRef__Output>
+        EventSubscription: MessageTypeDefinition<_warren_config_v1_EventSubscription, _warren_config_v1_EventSubscription__Output>
         FullSync: MessageTypeDefinition<_warren_config_v1_FullSync, _warren_config_v1_FullSync__Output>
         Heartbeat: MessageTypeDefinition<_warren_config_v1_Heartbeat, _warren_config_v1_Heartbeat__Output>
         Hello: MessageTypeDefinition<_warren_config_v1_Hello, _warren_config_v1_Hello__Output>

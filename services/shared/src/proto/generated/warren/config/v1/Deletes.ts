@@ -9,6 +9,7 @@ export interface Deletes {
   'ipPolicyIds'?: (string)[];
   'certificateAuthorityIds'?: (string)[];
   'credentialIds'?: (string)[];
+  'eventSubscriptionIds'?: (string)[];
 }
 
 export interface Deletes__Output {
@@ -18,4 +19,5 @@ export interface Deletes__Output {
   'ipPolicyIds': (string)[];
   'certificateAuthorityIds': (string)[];
   'credentialIds': (string)[];
+  'eventSubscriptionIds': (string)[];
 }

@@ -7,6 +7,7 @@ import type { Backend as _warren_config_v1_Backend, Backend__Output as _warren_c
 import type { IpPolicy as _warren_config_v1_IpPolicy, IpPolicy__Output as _warren_config_v1_IpPolicy__Output } from '../../../warren/config/v1/IpPolicy.js';
 import type { CertificateAuthority as _warren_config_v1_CertificateAuthority, CertificateAuthority__Output as _warren_config_v1_CertificateAuthority__Output } from '../../../warren/config/v1/CertificateAuthority.js';
 import type { Credential as _warren_config_v1_Credential, Credential__Output as _warren_config_v1_Credential__Output } from '../../../warren/config/v1/Credential.js';
+import type { EventSubscription as _warren_config_v1_EventSubscription, EventSubscription__Output as _warren_config_v1_EventSubscription__Output } from '../../../warren/config/v1/EventSubscription.js';
 
 export interface Resources {
   'edges'?: (_warren_config_v1_Edge)[];
@@ -15,6 +16,7 @@ export interface Resources {
   'ipPolicies'?: (_warren_config_v1_IpPolicy)[];
   'certificateAuthorities'?: (_warren_config_v1_CertificateAuthority)[];
   'credentials'?: (_warren_config_v1_Credential)[];
+  'eventSubscriptions'?: (_warren_config_v1_EventSubscription)[];
 }
 
 export interface Resources__Output {
@@ -24,4 +26,5 @@ export interface Resources__Output {
   'ipPolicies': (_warren_config_v1_IpPolicy__Output)[];
   'certificateAuthorities': (_warren_config_v1_CertificateAuthority__Output)[];
   'credentials': (_warren_config_v1_Credential__Output)[];
+  'eventSubscriptions': (_warren_config_v1_EventSubscription__Output)[];
 }
