@@ -218,6 +218,33 @@ describe('event destinations', () => {
     expect((await a.call('DELETE', `/event_destinations/${d.id}`)).status).toBe(204);
   });
 
+  it('never lets a subscription keep a deleted destination: DELETE racing a subscription POST/PATCH is 204+400 or 409+2xx', async () => {
+    const s = (await a.call('POST', '/event_subscriptions', {})).body;
+    for (let i = 0; i < 8; i++) {
+      const d = (await create(a, { target: { datadog: { api_key: 'k' } } })).body;
+      const use =
+        i % 2 === 0
+          ? a.call('POST', '/event_subscriptions', { sources: [{ type: 'ip_policy_created.v0' }], destination_ids: [d.id] })
+          : a.call('PATCH', `/event_subscriptions/${s.id}`, { destination_ids: [d.id] });
+      const [del, sub] = await Promise.all([a.call('DELETE', `/event_destinations/${d.id}`), use]);
+      if (del.status === 204) {
+        expect(sub.status).toBe(400);
+        expect(sub.body).toMatchObject({ error_code: 'ERR_WARREN_3002', status_code: 400, details: { field: 'destination_ids[0]', resource_id: d.id } });
+      } else {
+        expect(del.status).toBe(409);
+        expect(del.body).toMatchObject({ error_code: 'ERR_WARREN_4100', status_code: 409, details: { resource_id: d.id } });
+        expect(del.body.details.operation_id).toMatch(/^op_/);
+        expect([200, 201]).toContain(sub.status);
+        // Free it again for the next round.
+        if (sub.status === 201) expect((await a.call('DELETE', `/event_subscriptions/${sub.body.id}`)).status).toBe(204);
+        else expect((await a.call('PATCH', `/event_subscriptions/${s.id}`, { destination_ids: [] })).status).toBe(200);
+        expect((await a.call('DELETE', `/event_destinations/${d.id}`)).status).toBe(204);
+      }
+    }
+    const { rows } = await api.db.query('SELECT count(*)::int AS n FROM event_subscription_destinations sd LEFT JOIN event_destinations d ON d.id = sd.destination_id WHERE d.id IS NULL');
+    expect(rows[0].n).toBe(0);
+  });
+
   it('writes outbox rows, and none for a PATCH that changes nothing', async () => {
     const d = (await create(a, { description: 'x', target: { datadog: { api_key: 'k' } } })).body;
     await a.call('PATCH', `/event_destinations/${d.id}`, { id: d.id });

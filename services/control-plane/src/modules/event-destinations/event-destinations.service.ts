@@ -9,6 +9,9 @@ import { eventDestinationsRepo as repo, type EventDestinationRow } from './event
 import type { EventDestination, EventDestinationCreate, EventDestinationUpdate } from './event-destinations.schema.js';
 import { kindOf, redact, sameJson, toStored } from './event-destinations.target.js';
 
+/** NOTIFY channel: an unchanged PATCH of an event destination (payload: its id); see the worker's relay. */
+export const DESTINATION_RESUME_CHANNEL = 'warren_event_destination_resume';
+
 export const EVENT_DESTINATIONS = 'event_destinations';
 const EVENT = 'event_destination';
 
@@ -69,8 +72,12 @@ export function createEventDestinationsService(deps: { db: Db }) {
           target = toStored(input.target, before.target);
         }
         const next = { description: input.description ?? before.description, metadata: input.metadata ?? before.metadata, target };
-        if (next.description === before.description && next.metadata === before.metadata && sameJson(next.target, before.target))
+        if (next.description === before.description && next.metadata === before.metadata && sameJson(next.target, before.target)) {
+          // No change and no event, but a PATCH still resumes a destination the worker paused
+          // (say after the customer fixed IAM on their side): the workers LISTEN for this.
+          await q.query('SELECT pg_notify($1, $2)', [DESTINATION_RESUME_CHANNEL, id]);
           return toEventDestination(before, ctx.baseUrl);
+        }
         const row = (await repo.update(q, ctx.auth.accountId, id, next))!;
         const out = toEventDestination(row, ctx.baseUrl);
         await audit(q, ctx, EVENT, 'updated', out);
