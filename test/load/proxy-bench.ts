@@ -22,7 +22,7 @@
  * Reports medians (min–max), the ratios c0/a, c0/b0, b0/a, c/c0, c/b0, and Redis script calls per
  * request (INFO commandstats). BENCH_CASES=c0,c runs only those; BENCH_POLICY replaces the rate-limit
  * policy of case c (e.g. one whose expression never holds, to time the pipeline alone);
- * BENCH_INGRESS_ENV (JSON) adds ingress variables, e.g. '{"RATE_LIMIT_TRANSPORT":"ioredis"}'.
+ * BENCH_OPEN_LOOP=1 runs the open loop with BENCH_CASES too; BENCH_INGRESS_ENV (JSON) adds ingress variables, e.g. '{"RATE_LIMIT_TRANSPORT":"ioredis"}'.
  * Writes test/load/results/proxy.json.
  */
 import http from 'node:http';
@@ -242,7 +242,7 @@ async function main(): Promise<void> {
 
     // Open loop at 50 % and 80 % of the rate-limit case's max: the latency the check adds.
     const openLoopResults: Record<string, unknown> = {};
-    if (summary.c && summary.c0 && !process.env.BENCH_CASES) {
+    if (summary.c && summary.c0 && (!process.env.BENCH_CASES || process.env.BENCH_OPEN_LOOP === '1')) {
       for (const share of [0.5, 0.8]) {
         const rate = Math.round(summary.c.rps_median * share);
         for (const [name, host] of [['c0', HOST], ['c', RL_HOST]] as const) {

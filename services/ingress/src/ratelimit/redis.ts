@@ -75,6 +75,8 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
   private readonly clock: (() => number) | undefined;
   private loggedError = false;
   private readonly digests = new Map<string, string>();
+  /** The pipe's encoded command per (capacity, window, key): the hot path sends it as is. */
+  private readonly commands = new Map<string, string>();
 
   constructor(opts: RedisLimiterOptions) {
     if (!opts.serverId) throw new Error('RedisSlidingWindowLimiter needs a serverId');
@@ -143,8 +145,17 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
     const started = performance.now();
     if (this.pipe) {
       const pipe = this.pipe;
+      let cmd: string | undefined;
+      if (now === '') {
+        const ck = `${capacity}|${windowSeconds}|${key}`;
+        cmd = this.commands.get(ck);
+        if (cmd === undefined) {
+          if (this.commands.size >= DIGEST_CACHE_MAX) this.commands.clear();
+          this.commands.set(ck, (cmd = pipe.encode(rkey, [String(capacity), String(windowMs), now])));
+        }
+      } else cmd = pipe.encode(rkey, [String(capacity), String(windowMs), now]);
       return new Promise<RateLimitResult>((resolve) => {
-        pipe.call(rkey, [String(capacity), String(windowMs), now], (err, reply) => {
+        pipe.callEncoded(cmd, (err, reply) => {
           resolve(err ? this.failed(err, digest, capacity, windowSeconds) : this.decide(reply as ScriptReply, capacity, windowMs, started));
         });
       });

@@ -87,6 +87,8 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
   private out = '';
   private flushScheduled = false;
   private input: Buffer | null = null;
+  /** Scratch space of the integer-array fast path. */
+  private readonly ints: number[] = [];
   private ticker: NodeJS.Timeout | null = null;
   private reconnectTimer: NodeJS.Timeout | null = null;
   /** Prefix of every EVALSHA command: `*<n>\r\n$7\r\nEVALSHA\r\n$40\r\n<sha>\r\n$1\r\n1\r\n`. */
@@ -116,10 +118,20 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
    * Redis error, {@link PipeTimeout} or {@link PipeUnavailable}.
    */
   call(key: string, args: readonly string[], cb: ReplyCallback): void {
-    if (this.status !== 'ready') return cb(new PipeUnavailable('Redis is not connected'), null);
-    if (this.inFlight >= this.maxInFlight) return cb(new PipeUnavailable(`more than ${this.maxInFlight} calls waiting for Redis`), null);
+    this.callEncoded(this.encode(key, args), cb);
+  }
+
+  /** The EVALSHA command for `key` and `args`, for callers that send the same one repeatedly. */
+  encode(key: string, args: readonly string[]): string {
     let cmd = this.evalPrefix + bulk(key);
     for (let i = 0; i < this.argCount; i++) cmd += bulk(args[i] ?? '');
+    return cmd;
+  }
+
+  /** {@link call} with a command made by {@link encode}. */
+  callEncoded(cmd: string, cb: ReplyCallback): void {
+    if (this.status !== 'ready') return cb(new PipeUnavailable('Redis is not connected'), null);
+    if (this.inFlight >= this.maxInFlight) return cb(new PipeUnavailable(`more than ${this.maxInFlight} calls waiting for Redis`), null);
     this.fifo.push({ cb, deadline: performance.now() + this.timeoutMs });
     this.send(cmd);
   }
@@ -243,10 +255,17 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
   }
 
   private onData(chunk: Buffer): void {
-    let buf = this.input ? Buffer.concat([this.input, chunk]) : chunk;
+    const buf = this.input ? Buffer.concat([this.input, chunk]) : chunk;
     let pos = 0;
     try {
       for (;;) {
+        // Fast path: the script's reply, an array of integers, parsed without intermediate objects.
+        const end = buf[pos] === 42 ? intArrayEnd(buf, pos, this.ints) : -1;
+        if (end > 0) {
+          pos = end;
+          this.deliver(this.ints.slice());
+          continue;
+        }
         const r = parseReply(buf, pos);
         if (r === INCOMPLETE) break;
         pos = r.end;
@@ -258,7 +277,6 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
     }
     this.input = pos < buf.length ? buf.subarray(pos) : null;
     if (this.input && this.input.length > 64 * 1024 * 1024) this.socket?.destroy(new Error('reply too large'));
-    buf = null as never;
   }
 
   private deliver(value: unknown): void {
@@ -313,6 +331,42 @@ function int(buf: Buffer, from: number, to: number): number {
   }
   for (; i < to; i++) n = n * 10 + (buf[i]! - 48);
   return neg ? -n : n;
+}
+
+/**
+ * If `buf` holds, from `pos`, a complete array whose elements are all integers (`*n` then `:i`
+ * lines), fills `out` with them and returns the position after it; otherwise -1 (not that shape,
+ * or incomplete: the general parser decides).
+ */
+function intArrayEnd(buf: Buffer, pos: number, out: number[]): number {
+  let p = pos + 1;
+  let n = 0;
+  let c: number;
+  while (p < buf.length && (c = buf[p]!) !== 13) {
+    if (c < 48 || c > 57) return -1; // '-1' (nil array) and anything odd: general parser
+    n = n * 10 + (c - 48);
+    p++;
+  }
+  p += 2;
+  out.length = n;
+  for (let i = 0; i < n; i++) {
+    if (p >= buf.length || buf[p] !== 58) return -1;
+    p++;
+    let neg = false;
+    if (buf[p] === 45) {
+      neg = true;
+      p++;
+    }
+    let v = 0;
+    while (p < buf.length && (c = buf[p]!) !== 13) {
+      v = v * 10 + (c - 48);
+      p++;
+    }
+    if (p + 1 >= buf.length) return -1;
+    out[i] = neg ? -v : v;
+    p += 2;
+  }
+  return p <= buf.length ? p : -1;
 }
 
 /** One RESP2 reply starting at `pos`. */
