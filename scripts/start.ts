@@ -19,7 +19,7 @@ async function main(): Promise<void> {
   const db = await resolveDatabase({ startEmbedded: true });
   say(`postgres: ${db.source === 'embedded' ? `embedded (data in ${DATA_DIR}/postgres)` : db.source === 'local' ? 'local server on 127.0.0.1:5432, database warren' : 'DATABASE_URL'}`);
   const redis = await resolveRedis();
-  if ('error' in redis) say(`redis: ${redis.error}. (Nothing needs Redis yet; the rate-limit action and the worker will.)`);
+  if ('error' in redis) say(`redis: ${redis.error}. Without Redis, rate limits are counted in memory per process and no events are delivered (no worker).`);
   else say(`redis: ${redis.source === 'spawned' ? `redis-server started on ${redis.url}` : redis.url}`);
 
   const pool = createPool(db.url, 2);
@@ -94,6 +94,13 @@ async function main(): Promise<void> {
     ),
   );
   for (const n of ingressPorts) say(`${n.id}: http://127.0.0.1:${n.http}  https://127.0.0.1:${n.https}  agents on localhost:${n.agent}  metrics http://127.0.0.1:${n.internal}/metrics`);
+
+  // The event delivery worker (outbox relay + BullMQ deliveries) needs Redis.
+  if (!('error' in redis)) {
+    const workerPort = process.env.WORKER_METRICS_PORT ?? '9200';
+    await run('worker', 'services/worker/src/main.ts', { METRICS_PORT: workerPort });
+    say(`worker: delivering events (metrics http://127.0.0.1:${workerPort}/metrics)`);
+  }
 
   if (process.env.WARREN_DEMO !== '0') {
     const demo = await ensureDemo(DATA_DIR, apiBase, async () => {
