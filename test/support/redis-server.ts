@@ -23,6 +23,8 @@ export interface RedisServer {
   restart(): Promise<void>;
   /** Starts again after stop()/kill(). */
   start(): Promise<void>;
+  /** Kills the server for good and removes its data directory. */
+  dispose(): Promise<void>;
 }
 
 const live = new Set<ChildProcess>();
@@ -100,9 +102,14 @@ export async function startRedisServer(o: { persist?: boolean; bin?: string } = 
       await server.stop();
       await launch();
     },
+    async dispose() {
+      await server.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    },
   };
   await launch();
-  // The data directory (tiny) goes when the test process exits.
+  // Callers dispose(); as a fallback the data directory goes when the process exits (vitest's
+  // forked workers may not run this hook, hence dispose()).
   process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
   return server;
 }

@@ -54,7 +54,7 @@ export function createWorkerMetrics() {
     registers: [registry],
     async collect() {
       this.reset();
-      const rows = (await sources.jobCounts?.().catch(() => [])) ?? [];
+      const rows = (await scrapeRead(sources.jobCounts?.(), [])) ?? [];
       for (const { kind: k, counts } of rows) for (const [state, n] of Object.entries(counts)) this.labels(k, state).set(n);
     },
   });
@@ -65,7 +65,7 @@ export function createWorkerMetrics() {
     registers: [registry],
     async collect() {
       this.reset();
-      const rows = (await sources.bufferSizes?.().catch(() => [])) ?? [];
+      const rows = (await scrapeRead(sources.bufferSizes?.(), [])) ?? [];
       for (const { kind: k, events } of rows) this.labels(k).set(events);
     },
   });
@@ -74,7 +74,7 @@ export function createWorkerMetrics() {
     help: 'Paused event destinations',
     registers: [registry],
     async collect() {
-      const n = await sources.pausedCount?.().catch(() => undefined);
+      const n = await scrapeRead(sources.pausedCount?.(), undefined);
       if (n !== undefined) this.set(n);
     },
   });
@@ -95,3 +95,20 @@ export function createWorkerMetrics() {
 }
 
 export type WorkerMetrics = ReturnType<typeof createWorkerMetrics>;
+
+/** A scrape must answer even while Redis or Postgres does not: reads give up after this long. */
+const SCRAPE_READ_TIMEOUT_MS = 1000;
+
+/** `read`'s value, or `fallback` when it fails or takes longer than SCRAPE_READ_TIMEOUT_MS. */
+async function scrapeRead<T, F>(read: Promise<T> | undefined, fallback: F): Promise<T | F> {
+  if (!read) return fallback;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<F>((resolve) => {
+    timer = setTimeout(() => resolve(fallback), SCRAPE_READ_TIMEOUT_MS);
+  });
+  try {
+    return await Promise.race([read.catch(() => fallback), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

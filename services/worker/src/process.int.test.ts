@@ -1,3 +1,4 @@
+import { deleteKeys } from '../../../test/support/redis-keys.js';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import pg from 'pg';
@@ -40,12 +41,7 @@ afterAll(async () => {
   await producer?.close();
   producerConn?.disconnect();
   if (redis) {
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length) await redis.del(...keys);
-    } while (cursor !== '0');
+    await deleteKeys(redis, `${prefix}:*`);
     redis.disconnect();
   }
   await dd?.close();

@@ -39,7 +39,7 @@ afterAll(async () => {
   await worker?.stop('SIGKILL').catch(() => {});
   await producer?.close();
   producerConn?.disconnect();
-  await server?.kill();
+  await server?.dispose();
   await dd?.close();
   await pool?.end();
   await db?.drop();

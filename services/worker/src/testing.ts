@@ -1,3 +1,4 @@
+import { deleteKeys } from '../../../test/support/redis-keys.js';
 import { randomBytes } from 'node:crypto';
 import { inject } from 'vitest';
 import pg from 'pg';
@@ -156,12 +157,7 @@ export async function startHarness(opts: Partial<DeliveryServiceOptions> & { cre
     },
     async close() {
       await service.stop(5_000).catch(() => {});
-      let cursor = '0';
-      do {
-        const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-        cursor = next;
-        if (keys.length) await redis.del(...keys);
-      } while (cursor !== '0');
+      await deleteKeys(redis, `${prefix}:*`);
       redis.disconnect();
       await pool.end();
       await db.drop();

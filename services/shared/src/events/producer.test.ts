@@ -1,3 +1,4 @@
+import { deleteKeys } from '../../../../test/support/redis-keys.js';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Redis } from 'ioredis';
@@ -8,21 +9,12 @@ import { TARGET_QUEUES, bufferKey, overflowKey, type FlushJobData } from './type
 const prefix = `warren_test_${inject('runId')}_${randomBytes(3).toString('hex')}`;
 let redis: Redis;
 
-async function deleteKeys(): Promise<void> {
-  let cursor = '0';
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length) await redis.del(...keys);
-  } while (cursor !== '0');
-}
-
 beforeAll(async () => {
   redis = new Redis(inject('redisUrl'), { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: true });
   await redis.connect();
 });
 afterAll(async () => {
-  await deleteKeys();
+  await deleteKeys(redis, `${prefix}:*`);
   redis.disconnect();
 });
 

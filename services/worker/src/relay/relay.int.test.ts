@@ -1,3 +1,4 @@
+import { deleteKeys } from '../../../../test/support/redis-keys.js';
 import { randomBytes } from 'node:crypto';
 import { spawn, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
@@ -36,14 +37,7 @@ afterEach(async () => {
 });
 
 afterAll(async () => {
-  for (const prefix of prefixes) {
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length) await redis.del(...keys);
-    } while (cursor !== '0');
-  }
+  for (const prefix of prefixes) await deleteKeys(redis, `${prefix}:*`);
   redis.disconnect();
   await api.close();
 });

@@ -3,7 +3,7 @@ import zlib from 'node:zlib';
 import { azureSchema, parseStored } from './config.js';
 import { HttpFailure, createAgents, httpRequest, type HttpAnswer } from './http.js';
 import type { EventRecord, LoadedDestination, SendOutcome, Target, TargetEnv, TargetLimits } from './types.js';
-import { Secrets, errorText, memoByBody, precheck, retryAfterMs, timeoutOf, unknownFor5xx, utf8Length } from './util.js';
+import { Secrets, errorText, httpOutcome, memoByBody, precheck, retryAfterMs, timeoutOf, utf8Length } from './util.js';
 
 const gzip = promisify(zlib.gzip);
 
@@ -167,22 +167,10 @@ export function createAzureTarget(dest: LoadedDestination, env: TargetEnv): Targ
 
   function classify(ans: HttpAnswer, count: number, usedToken: string): SendOutcome {
     const s = ans.status;
-    if (s >= 200 && s < 300) return { kind: 'done', retry: [], dead: [] };
-    const text = `${what}: ${describe(ans)}`;
-    if (s === 400) return count === 1 ? { kind: 'done', retry: [], dead: [{ index: 0, reason: text }] } : { kind: 'rejected', reason: text };
-    if (s === 401) {
-      if (cached?.token === usedToken) cached = undefined;
-      return { kind: 'auth', reason: text };
-    }
-    if (s === 403 || s === 404) return { kind: 'auth', reason: text };
-    if (s === 413) return { kind: 'too_large', reason: text };
-    if (s === 429) {
-      const after = retryAfterMs(ans.headers['retry-after']);
-      return { kind: 'throttled', reason: text, ...(after !== undefined ? { retryAfterMs: after } : {}) };
-    }
-    if (s === 408) return { kind: 'retry', reason: text, unknownOutcome: false };
-    if (s >= 500) return { kind: 'retry', reason: text, unknownOutcome: unknownFor5xx(s) };
-    return { kind: 'rejected', reason: text };
+    const text = s >= 200 && s < 300 ? '' : `${what}: ${describe(ans)}`;
+    // A refused token is not used again.
+    if (s === 401 && cached?.token === usedToken) cached = undefined;
+    return httpOutcome(s, text, count, retryAfterMs(ans.headers['retry-after']));
   }
 
   return {

@@ -4,7 +4,7 @@ import zlib from 'node:zlib';
 import { datadogSchema, parseStored } from './config.js';
 import { HttpFailure, createAgents, httpRequest, type HttpAnswer } from './http.js';
 import type { EventRecord, LoadedDestination, SendOutcome, Target, TargetEnv, TargetLimits } from './types.js';
-import { Secrets, errorText, memoByBody, precheck, retryAfterMs, timeoutOf, unknownFor5xx, utf8Length } from './util.js';
+import { Secrets, errorText, httpOutcome, memoByBody, precheck, retryAfterMs, timeoutOf, utf8Length } from './util.js';
 
 const gzip = promisify(zlib.gzip);
 
@@ -47,17 +47,7 @@ export function createDatadogTarget(dest: LoadedDestination, env: TargetEnv): Ta
     const s = ans.status;
     const detail = secrets.scrub(ans.body.toString('utf8', 0, 300).replace(/\s+/g, ' ').trim());
     const text = `${what}: HTTP ${s}${detail ? ` ${detail}` : ''}`;
-    if (s >= 200 && s < 300) return { kind: 'done', retry: [], dead: [] };
-    if (s === 400) return count === 1 ? { kind: 'done', retry: [], dead: [{ index: 0, reason: text }] } : { kind: 'rejected', reason: text };
-    if (s === 401 || s === 403 || s === 404) return { kind: 'auth', reason: text };
-    if (s === 413) return { kind: 'too_large', reason: text };
-    if (s === 429) {
-      const after = retryAfterMs(ans.headers['x-ratelimit-reset']) ?? retryAfterMs(ans.headers['retry-after']);
-      return { kind: 'throttled', reason: text, ...(after !== undefined ? { retryAfterMs: after } : {}) };
-    }
-    if (s === 408) return { kind: 'retry', reason: text, unknownOutcome: false };
-    if (s >= 500) return { kind: 'retry', reason: text, unknownOutcome: unknownFor5xx(s) };
-    return { kind: 'rejected', reason: text };
+    return httpOutcome(s, text, count, retryAfterMs(ans.headers['x-ratelimit-reset']) ?? retryAfterMs(ans.headers['retry-after']));
   }
 
   return {

@@ -148,3 +148,20 @@ export function memoByBody(fn: (r: EventRecord) => string): (r: EventRecord) => 
     return out;
   };
 }
+
+/**
+ * The outcome of an HTTP intake's answer (Datadog, Azure; event-delivery.md §1): 2xx done; 400
+ * dead for a one-record batch, else the batch is rejected; 401/403/404 auth (wrong key, role, site,
+ * DCR or stream); 413 too large; 429 throttled (after `retryAfter`); 408 and 5xx retried.
+ */
+export function httpOutcome(status: number, text: string, count: number, retryAfter: number | undefined): SendOutcome {
+  const s = status;
+  if (s >= 200 && s < 300) return { kind: 'done', retry: [], dead: [] };
+  if (s === 400) return count === 1 ? { kind: 'done', retry: [], dead: [{ index: 0, reason: text }] } : { kind: 'rejected', reason: text };
+  if (s === 401 || s === 403 || s === 404) return { kind: 'auth', reason: text };
+  if (s === 413) return { kind: 'too_large', reason: text };
+  if (s === 429) return { kind: 'throttled', reason: text, ...(retryAfter !== undefined ? { retryAfterMs: retryAfter } : {}) };
+  if (s === 408) return { kind: 'retry', reason: text, unknownOutcome: false };
+  if (s >= 500) return { kind: 'retry', reason: text, unknownOutcome: unknownFor5xx(s) };
+  return { kind: 'rejected', reason: text };
+}
