@@ -62,7 +62,7 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
       /** Traffic events held in memory at most (queued or being published); beyond it they are dropped and counted. */
       EVENTS_MAX_QUEUED: envInt(10_000, 1, 10_000_000),
       /** Longest wait before queued traffic events are published (ms); 500 queued publish at once. */
-      EVENTS_FLUSH_MS: envInt(50, 1, 60_000),
+      EVENTS_FLUSH_MS: envInt(20, 1, 60_000),
       /** Drain limit on SIGTERM (ms). */
       DRAIN_TIMEOUT_MS: envInt(10_000, 0),
     },

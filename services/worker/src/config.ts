@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { DEFAULT_EVENT_PREFIX, EnvError, envInt, parseEnv } from '@warren/shared';
+import { DEFAULT_EVENT_PREFIX, DEFAULT_LINGER_MS, EnvError, envInt, parseEnv } from '@warren/shared';
 
 /** Default waits between attempts of a failing batch (event-delivery.md §2.4): 11 attempts over ~24 h. */
 export const DEFAULT_RETRY_SCHEDULE_MS = [5_000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000, 7_200_000, 14_400_000, 28_800_000, 28_800_000];
@@ -24,6 +24,8 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env) {
       REDIS_URL: z.string().min(1),
       /** Key prefix of the event buffers and BullMQ queues (must match the producers'). */
       EVENTS_PREFIX: z.string().regex(/^[A-Za-z0-9_.-]+$/).default(DEFAULT_EVENT_PREFIX),
+      /** Wait before the flush job of a quiet destination runs, so its events go in one call (audit events; ms). */
+      EVENTS_LINGER_MS: envInt(DEFAULT_LINGER_MS, 0, 60_000),
       /** Concurrent flush jobs per target queue. */
       WORKER_CONCURRENCY: envInt(50, 1, 10_000),
       METRICS_HOST: z.string().default('127.0.0.1'),

@@ -37,6 +37,10 @@ describe('flush job', () => {
     expect(await bufferLength(h, d)).toBe(0);
     const m = await h.service.metrics.registry.getSingleMetricAsString('warren_events_delivered_total');
     expect(m).toContain('kind="datadog"} 1250');
+    // Completed jobs (kept an hour) hold no event bodies.
+    const completed = await h.service.queue('datadog').getCompleted(0, 1000);
+    expect(completed.length).toBeGreaterThan(0);
+    for (const j of completed) expect(j.data.pending ?? []).toEqual([]);
   });
 
   it('partial failure: resends only the failed records', async () => {

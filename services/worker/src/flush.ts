@@ -266,6 +266,9 @@ export class FlushProcessor {
       this.d.metrics.retried(dest.kind, round.rest.length);
       throw new Error(stop.reason);
     }
+    // Everything claimed was delivered (or dead-lettered): a completed job keeps no event bodies
+    // in Redis (completed jobs are kept for an hour).
+    if (job.data.pending?.length) await job.updateData({ destId });
     const more = await this.finish(job, dest.kind);
     return { delivered, more };
   };

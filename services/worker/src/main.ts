@@ -35,6 +35,7 @@ async function main(): Promise<void> {
     pool,
     redisUrl: config.REDIS_URL,
     prefix: config.EVENTS_PREFIX,
+    lingerMs: config.EVENTS_LINGER_MS,
     concurrency: config.WORKER_CONCURRENCY,
     retryScheduleMs: config.retryScheduleMs,
     pauseProbeMs: config.PAUSE_PROBE_MS,
