@@ -27,7 +27,7 @@
  *    metadata. Then the producer alone → sink at each rate of BENCH_LAT_RATE (default 1,000/s
  *    and half of the measured 1-destination delivery rate) for BENCH_LAT_SECONDS (10): latency =
  *    sink receipt − publish() resolved, matched by event id. Both include the producer linger
- *    (DEFAULT_LINGER_MS, 50 ms; BENCH_LAT_LINGER_MS sets the bench producer's for the second part).
+ *    (DEFAULT_LINGER_MS, 10 ms; BENCH_LAT_LINGER_MS sets the bench producer's for the second part).
  *
  * This process (the producer, the PATCH client) pins itself to core 0 and the sink runs there;
  * the worker runs alone on core 1 (BENCH_PIN=0 turns pinning off). Redis (REDIS_URL) and Postgres
@@ -1047,7 +1047,7 @@ async function main(): Promise<void> {
   if (e2e) {
     const r = e2e.patch_response_to_sink_ms;
     const s = e2e.patch_sent_to_sink_ms;
-    console.log(`\nend to end, PATCH /ip_policies → ip_policy_updated.v0 at the sink, ${e2e.rate_per_s}/s for ${e2e.seconds} s (linger 50 ms included)`);
+    console.log(`\nend to end, PATCH /ip_policies → ip_policy_updated.v0 at the sink, ${e2e.rate_per_s}/s for ${e2e.seconds} s (worker linger ${DEFAULT_LINGER_MS} ms included)`);
     console.log(`  PATCH response → sink: p50 ${fmt(r.p50, 1)} ms  p90 ${fmt(r.p90, 1)}  p99 ${fmt(r.p99, 1)}  max ${fmt(r.max, 1)}`);
     console.log(`  PATCH sent     → sink: p50 ${fmt(s.p50, 1)} ms  p90 ${fmt(s.p90, 1)}  p99 ${fmt(s.p99, 1)}  max ${fmt(s.max, 1)}`);
     console.log(`  PATCH itself: p50 ${fmt(e2e.patch_request_ms.p50, 1)} ms  p99 ${fmt(e2e.patch_request_ms.p99, 1)}; ${e2e.delivered}/${e2e.patches} delivered, ${e2e.missing} missing, ${e2e.duplicates} duplicates, ${e2e.patch_errors} PATCH errors; ${e2e.sink_requests} sink requests`);

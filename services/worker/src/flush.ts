@@ -211,16 +211,21 @@ export class FlushProcessor {
     }
     const target = this.d.targets.get(dest);
     let pending = job.data.pending ?? [];
+    // The parsed records of a fresh claim (parsed once, to size it): the round reuses them.
+    let claimedRecords: Array<EventRecord | null> | undefined;
     let rounds = 0;
     let delivered = 0;
     for (;;) {
       if (pending.length === 0) {
         if (rounds >= this.d.maxBatchesPerJob || this.stopping) break;
-        pending = await this.claim(job, target);
+        const claimed = await this.claim(job, target);
+        pending = claimed.bodies;
+        claimedRecords = claimed.records;
         if (pending.length === 0) break;
       }
       rounds++;
-      const round = await this.round(job, dest, target, pending, signal);
+      const round = await this.round(job, dest, target, pending, signal, claimedRecords);
+      claimedRecords = undefined;
       delivered += round.delivered;
       if (round.delivered > 0) await this.d.store.recordSuccess(dest).catch((err: unknown) => this.d.log.warn({ err, dest: destId }, 'recording a success failed'));
       if (round.rest.length === 0) {
@@ -274,31 +279,32 @@ export class FlushProcessor {
   };
 
   /** Claims one call's worth from the head of the buffer (job data first, then LTRIM). */
-  private async claim(job: Job<FlushJobData>, target: Target): Promise<string[]> {
+  private async claim(job: Job<FlushJobData>, target: Target): Promise<{ bodies: string[]; records: Array<EventRecord | null> }> {
     const destId = job.data.destId;
     const items = await this.d.redis.lrange(this.buf(destId), 0, target.limits.maxRecords - 1);
-    if (items.length === 0) return [];
-    let n = 0;
+    if (items.length === 0) return { bodies: [], records: [] };
+    const records: Array<EventRecord | null> = [];
     let bytes = 0;
     for (const body of items) {
       const rec = toRecord(body);
       const size = rec ? target.recordBytes(rec) : 0;
-      if (n > 0 && bytes + size > target.limits.maxBatchBytes) break;
+      if (records.length > 0 && bytes + size > target.limits.maxBatchBytes) break;
       bytes += Math.min(size, target.limits.maxBatchBytes);
-      n++;
+      records.push(rec);
     }
-    const claimed = n === items.length ? items : items.slice(0, n);
+    const claimed = records.length === items.length ? items : items.slice(0, records.length);
     await job.updateData({ destId, pending: claimed });
     await this.d.redis.ltrim(this.buf(destId), claimed.length, -1);
-    return claimed;
+    return { bodies: claimed, records };
   }
 
   /** Sends `pending` (one claim, or what a previous attempt left), call by call. */
-  private async round(job: Job<FlushJobData>, dest: DestinationState, target: Target, pending: string[], signal?: AbortSignal): Promise<RoundResult> {
+  private async round(job: Job<FlushJobData>, dest: DestinationState, target: Target, pending: string[], signal?: AbortSignal, parsed?: Array<EventRecord | null>): Promise<RoundResult> {
     const records: EventRecord[] = [];
     const invalid: EventRecord[] = [];
-    for (const body of pending) {
-      const r = toRecord(body);
+    for (let i = 0; i < pending.length; i++) {
+      const body = pending[i]!;
+      const r = parsed ? parsed[i]! : toRecord(body);
       if (r) records.push(r);
       else invalid.push({ eventId: '', body, timestamp: Date.now() });
     }
