@@ -55,6 +55,7 @@ async function main(): Promise<void> {
     databaseUrl: config.DATABASE_URL,
     log,
     registry: metrics.registry,
+    baseUrl,
     grpc: {
       host: config.GRPC_HOST ?? config.HOST,
       port: config.GRPC_PORT ?? DEFAULT_GRPC_PORT,

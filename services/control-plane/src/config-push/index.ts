@@ -20,6 +20,8 @@ export interface ConfigPushOptions {
   log: Logger;
   registry: client.Registry;
   grpc: Omit<GrpcServerOptions, 'log'>;
+  /** `PUBLIC_BASE_URL`: the uris in agent session events (`agent_session_start.v0`/`_stop.v0`) are built on it, as the API's. */
+  baseUrl: string;
   /** Lease of agent sessions; nodes renew it every `keepaliveIntervalMs`. */
   leaseMs?: number;
   keepaliveIntervalMs?: number;
@@ -98,7 +100,7 @@ export async function startConfigPush(opts: ConfigPushOptions): Promise<ConfigPu
     if (sweeping) return;
     sweeping = true;
     presenceRepo
-      .sweep(opts.db.pool)
+      .sweep(opts.db.pool, opts.baseUrl)
       .then((r) => {
         if (r.sessions > 0) {
           metrics.sweptSessions.inc(r.sessions);
@@ -117,6 +119,7 @@ export async function startConfigPush(opts: ConfigPushOptions): Promise<ConfigPu
     log,
     metrics,
     replicaId,
+    baseUrl: opts.baseUrl,
     leaseMs,
     keepaliveIntervalMs,
     helloTimeoutMs: opts.helloTimeoutMs ?? 10_000,

@@ -1,6 +1,6 @@
 import type { DpAgentSession, Logger } from '@warren/shared';
 import type { Db } from '../db/pool.js';
-import { notifyPresence, presenceRepo as repo, type NodeRef, type ReportedTunnel } from './presence.repo.js';
+import { notifyPresence, presenceRepo as repo, writeSessionEvents, type NodeRef, type ReportedTunnel } from './presence.repo.js';
 
 /** Most sessions and tunnels one node may report (a bound on the mirror below). */
 export const MAX_PRESENCE_PER_NODE = 100_000;
@@ -15,17 +15,28 @@ const isFk = (err: unknown) => (err as { code?: string }).code === '23503';
  * The mirror lets the control plane repair the rows by itself: when a keep-alive renews fewer
  * rows than were written (the sweeper removed them while the database was unreachable, or
  * anything else deleted them), the missing ones are inserted again.
+ *
+ * Audit events (`agent_session_start.v0` / `_stop.v0`), written in the transaction of the
+ * change: a start when a session's row is inserted by `sessionUp` or `fullSync` (not when a
+ * node takes over a session that reconnected through it, nor for a repair), a stop when this
+ * node's report removes the row (`sessionDown`, or `fullSync` for sessions gone while the
+ * stream was down). The sweeper and credential deletion write the stops of the rows they
+ * remove; a row the repair brings back after that gets no second stop from this node.
  */
 export class NodePresence {
   private readonly sessions = new Map<string, DpAgentSession>();
   private readonly tunnels = new Map<string, ReportedTunnel>();
   /** Sessions whose rows this node holds, as far as we know. */
   private held = new Set<string>();
+  /** Sessions the repair wrote back after their row was removed (and their stop event written). */
+  private stopped = new Set<string>();
 
   constructor(
     private readonly db: Db,
     private readonly node: NodeRef,
     private readonly log: Logger,
+    /** `PUBLIC_BASE_URL`, for the uris in session events. */
+    private readonly baseUrl: string,
   ) {}
 
   get sessionCount(): number {
@@ -41,21 +52,32 @@ export class NodePresence {
     this.tunnels.clear();
     for (const s of sessions.slice(0, MAX_PRESENCE_PER_NODE)) this.sessions.set(s.id, s);
     for (const t of tunnels.slice(0, MAX_PRESENCE_PER_NODE)) this.tunnels.set(t.id, t);
-    await this.retryOnFk(() =>
+    const { written, inserted } = await this.retryOnFk(() =>
       this.db.tx(async (q) => {
-        const written = await repo.writeSessions(q, this.node, [...this.sessions.values()]);
-        const removed = await repo.deleteOthers(q, this.node.id, written, [...this.tunnels.keys()]);
+        const w = await repo.writeSessions(q, this.node, [...this.sessions.values()]);
+        const removed = await repo.deleteOthers(q, this.node.id, w.written, [...this.tunnels.keys()]);
         const changed = await repo.writeTunnels(q, this.node, [...this.tunnels.values()]);
-        await notifyPresence(q, this.node.id, changed, removed);
-        this.held = new Set(written);
+        await notifyPresence(q, this.node.id, changed, removed.tunnels);
+        await writeSessionEvents(q, this.baseUrl, { start: w.inserted, stop: removed.sessions.filter((r) => !this.stopped.has(r.id)) });
+        return w;
       }),
     );
+    this.held = new Set(written);
+    const started = new Set(inserted.map((r) => r.id));
+    this.stopped = new Set([...this.stopped].filter((id) => this.held.has(id) && !started.has(id)));
   }
 
   async sessionUp(s: DpAgentSession): Promise<void> {
     if (!this.sessions.has(s.id) && this.sessions.size >= MAX_PRESENCE_PER_NODE) return;
     this.sessions.set(s.id, s);
-    const written = await this.retryOnFk(() => repo.writeSessions(this.db.pool, this.node, [s]));
+    const { written, inserted } = await this.retryOnFk(() =>
+      this.db.tx(async (q) => {
+        const w = await repo.writeSessions(q, this.node, [s]);
+        if (w.inserted.length > 0) await writeSessionEvents(q, this.baseUrl, { start: w.inserted });
+        return w;
+      }),
+    );
+    if (inserted.length > 0) this.stopped.delete(s.id);
     if (written.length > 0) this.held.add(s.id);
     else this.log.debug({ session: s.id }, 'session not recorded: unknown credential or account');
   }
@@ -63,10 +85,12 @@ export class NodePresence {
   async sessionDown(id: string): Promise<void> {
     this.sessions.delete(id);
     this.held.delete(id);
+    const stopped = this.stopped.delete(id);
     for (const [tid, t] of this.tunnels) if (t.sessionId === id) this.tunnels.delete(tid);
     await this.db.tx(async (q) => {
       const removed = await repo.deleteSession(q, this.node.id, id);
-      await notifyPresence(q, this.node.id, [], removed);
+      await notifyPresence(q, this.node.id, [], removed.tunnels);
+      if (!stopped && removed.sessions.length > 0) await writeSessionEvents(q, this.baseUrl, { stop: removed.sessions });
     });
   }
 
@@ -95,14 +119,17 @@ export class NodePresence {
     const renewed = await repo.renew(this.db.pool, this.node.id, this.node.leaseMs);
     if (renewed >= this.held.size) return;
     this.log.warn({ node: this.node.id, renewed, expected: this.held.size }, 'presence rows missing; writing them again');
-    await this.retryOnFk(() =>
+    const rewritten = await this.retryOnFk(() =>
       this.db.tx(async (q) => {
-        await repo.writeSessions(q, this.node, [...this.sessions.values()], 'insertMissing');
+        // No start events: these sessions never ended for their agents.
+        const { written } = await repo.writeSessions(q, this.node, [...this.sessions.values()], 'insertMissing');
         const inserted = await repo.writeTunnels(q, this.node, [...this.tunnels.values()], 'insertMissing');
         await notifyPresence(q, this.node.id, inserted, []);
         this.held = new Set(await repo.sessionIdsOf(q, this.node.id));
+        return written;
       }),
     );
+    for (const id of rewritten) this.stopped.add(id);
   }
 
   /** A credential or account deleted between the existence check and the insert: try again (then it is skipped). */

@@ -25,6 +25,8 @@ export interface NodeStreamDeps {
   log: Logger;
   metrics: ConfigPushMetrics;
   replicaId: string;
+  /** `PUBLIC_BASE_URL`, for the uris in agent session events. */
+  baseUrl: string;
   leaseMs: number;
   keepaliveIntervalMs: number;
   /** A node must say hello within this time. */
@@ -241,7 +243,7 @@ export class NodeStream {
     this.nodeId = nodeId;
     this.nodeAddress = address;
     this.log = this.log.child({ node: nodeId });
-    this.presence = new NodePresence(this.deps.db, { id: nodeId, address, leaseMs: this.deps.leaseMs }, this.log);
+    this.presence = new NodePresence(this.deps.db, { id: nodeId, address, leaseMs: this.deps.leaseMs }, this.log, this.deps.baseUrl);
     this.onAttach(this);
     this.log.info({ address, applied_version: Number(h.appliedVersion), agent: h.agent }, 'ingress node connected');
     await ingressNodesRepo.connected(this.deps.db.pool, {

@@ -1,6 +1,8 @@
 import type pg from 'pg';
 import type { DpAgentSession, DpTunnel } from '@warren/shared';
 import type { Queryable } from '../db/pool.js';
+import { agentPrincipal, writeOutboxEvents } from '../events/outbox.js';
+import { SESSION_COLS, toSession, type SessionRow } from '../modules/tunnels/tunnels.http.js';
 
 /** NOTIFY channel of tunnel presence changes (payload: `PresenceNotice` JSON). */
 export const TUNNELS_CHANNEL = 'warren_tunnels';
@@ -94,6 +96,52 @@ const tunnelJson = (t: ReportedTunnel) => ({
   started_at: timestamp(t.startedAt),
 });
 
+/** A session row written or removed: its last state as the API shows it, and what its event's principal needs. */
+export interface SessionEventRow extends SessionRow {
+  account_id: string;
+  credential_description: string | null;
+}
+
+/** `stmt` (an INSERT or DELETE of `tunnel_sessions` RETURNING `SESSION_RETURNING`) with each row's credential description. */
+const SESSION_RETURNING = `${SESSION_COLS}, account_id`;
+const withCredential = (stmt: string) =>
+  `WITH w AS (${stmt}) SELECT w.*, c.description AS credential_description FROM w LEFT JOIN credentials c ON c.id = w.credential_id`;
+
+/**
+ * The `agent_session_start.v0` / `agent_session_stop.v0` audit events of these sessions
+ * (wire-conventions.md §11): object = the session as `GET /tunnel_sessions/{id}` returns it (for
+ * a stop, its last state), principal = the session's credential (source `Agent`). Written only
+ * for accounts subscribed to the event type, so an agent connecting never moves the config
+ * version of an account that does not listen (see `writeOutboxEvents`). One statement; as every
+ * outbox write, the transaction's last one, in the transaction that makes the change.
+ */
+export async function writeSessionEvents(q: Queryable, baseUrl: string, changes: { start?: SessionEventRow[]; stop?: SessionEventRow[] }): Promise<void> {
+  const event = (kind: 'start' | 'stop') => (r: SessionEventRow) => ({
+    accountId: r.account_id,
+    eventType: `agent_session_${kind}.v0`,
+    resourceType: 'agent_session',
+    resourceId: r.id,
+    object: toSession(r, baseUrl),
+    principal: r.credential_id ? agentPrincipal(r.credential_id, r.credential_description ?? '', baseUrl) : null,
+  });
+  await writeOutboxEvents(q, [...(changes.start ?? []).map(event('start')), ...(changes.stop ?? []).map(event('stop'))], { onlySubscribed: true });
+}
+
+/** Sessions and tunnels removed: the tunnel ids (to announce) and the sessions' last state (for their stop events). */
+export interface Removed {
+  tunnels: string[];
+  sessions: SessionEventRow[];
+}
+
+/** Deletes these sessions, locked by the caller, and their tunnels. Returns the tunnels removed by node, and the sessions. */
+async function removeSessions(q: Queryable, ids: string[]): Promise<{ tunnels: Map<string, string[]>; sessions: SessionEventRow[] }> {
+  const { rows } = await q.query<{ id: string; ingress_node: string }>('DELETE FROM tunnels WHERE tunnel_session_id = ANY($1::text[]) RETURNING id, ingress_node', [ids]);
+  const { rows: sessions } = await q.query<SessionEventRow>(withCredential(`DELETE FROM tunnel_sessions WHERE id = ANY($1::text[]) RETURNING ${SESSION_RETURNING}`), [ids]);
+  const byNode = new Map<string, string[]>();
+  for (const r of rows) (byNode.get(r.ingress_node) ?? byNode.set(r.ingress_node, []).get(r.ingress_node)!).push(r.id);
+  return { tunnels: byNode, sessions };
+}
+
 export interface NodeRef {
   id: string;
   address: string;
@@ -115,26 +163,33 @@ export const presenceRepo = {
    * reconnected through this node); `insertMissing` only re-inserts rows that are gone (a repair,
    * which must not take a session back from a node that took it over). A session whose
    * credential is not (or no longer) one of its account's is skipped: the ingress is about to end
-   * it. Returns the ids written.
+   * it. Returns the ids written, and the rows that are new (not taken over nor updated): only
+   * those start a session.
    */
-  async writeSessions(q: Queryable, n: NodeRef, sessions: DpAgentSession[], mode: 'upsert' | 'insertMissing' = 'upsert'): Promise<string[]> {
-    if (sessions.length === 0) return [];
+  async writeSessions(
+    q: Queryable,
+    n: NodeRef,
+    sessions: DpAgentSession[],
+    mode: 'upsert' | 'insertMissing' = 'upsert',
+  ): Promise<{ written: string[]; inserted: SessionEventRow[] }> {
+    if (sessions.length === 0) return { written: [], inserted: [] };
     const onConflict =
       mode === 'upsert'
         ? `DO UPDATE SET agent_version = excluded.agent_version, ip = excluded.ip, metadata = excluded.metadata, os = excluded.os,
              ingress_node = excluded.ingress_node, lease_expires_at = excluded.lease_expires_at
            WHERE tunnel_sessions.account_id = excluded.account_id`
         : 'DO NOTHING';
-    const { rows } = await q.query<{ id: string }>(
-      `INSERT INTO tunnel_sessions (id, account_id, credential_id, agent_version, ip, metadata, os, ingress_node, lease_expires_at, started_at)
+    // xmax = 0: the row was inserted, not updated by ON CONFLICT (which leaves the locking xid).
+    const { rows } = await q.query<SessionEventRow & { inserted: boolean }>(
+      withCredential(`INSERT INTO tunnel_sessions (id, account_id, credential_id, agent_version, ip, metadata, os, ingress_node, lease_expires_at, started_at)
        SELECT x.id, x.account_id, x.credential_id, x.agent_version, x.ip, x.metadata, x.os, $2, now() + make_interval(secs => $3::float8 / 1000), x.started_at
          FROM jsonb_to_recordset($1::jsonb) AS x(id text, account_id text, credential_id text, agent_version text, ip text, metadata text, os text, started_at timestamptz)
         WHERE EXISTS (SELECT 1 FROM credentials c WHERE c.id = x.credential_id AND c.account_id = x.account_id)
        ON CONFLICT (id) ${onConflict}
-       RETURNING id`,
+       RETURNING ${SESSION_RETURNING}, (xmax = 0) AS inserted`),
       [JSON.stringify(sessions.map(sessionJson)), n.id, n.leaseMs],
     );
-    return rows.map((r) => r.id);
+    return { written: rows.map((r) => r.id), inserted: rows.filter((r) => r.inserted) };
   },
 
   /**
@@ -175,11 +230,14 @@ export const presenceRepo = {
     return rows.map((r) => r.id);
   },
 
-  /** Removes a session of node `n` and its tunnels; returns the tunnel ids removed. */
-  async deleteSession(q: Queryable, nodeId: string, sessionId: string): Promise<string[]> {
+  /** Removes a session of node `n` and its tunnels (nothing when another node took it over). */
+  async deleteSession(q: Queryable, nodeId: string, sessionId: string): Promise<Removed> {
     const { rows } = await q.query<{ id: string }>('DELETE FROM tunnels WHERE tunnel_session_id = $1 AND ingress_node = $2 RETURNING id', [sessionId, nodeId]);
-    await q.query('DELETE FROM tunnel_sessions WHERE id = $1 AND ingress_node = $2', [sessionId, nodeId]);
-    return rows.map((r) => r.id);
+    const { rows: sessions } = await q.query<SessionEventRow>(
+      withCredential(`DELETE FROM tunnel_sessions WHERE id = $1 AND ingress_node = $2 RETURNING ${SESSION_RETURNING}`),
+      [sessionId, nodeId],
+    );
+    return { tunnels: rows.map((r) => r.id), sessions };
   },
 
   async deleteTunnel(q: Queryable, nodeId: string, tunnelId: string): Promise<string[]> {
@@ -187,16 +245,34 @@ export const presenceRepo = {
     return rows.map((r) => r.id);
   },
 
-  /** Removes node `nodeId`'s sessions and tunnels other than those listed; returns the tunnel ids removed. */
-  async deleteOthers(q: Queryable, nodeId: string, keepSessions: string[], keepTunnels: string[]): Promise<string[]> {
+  /** Removes node `nodeId`'s sessions and tunnels other than those listed. */
+  async deleteOthers(q: Queryable, nodeId: string, keepSessions: string[], keepTunnels: string[]): Promise<Removed> {
     const { rows } = await q.query<{ id: string }>(
       `DELETE FROM tunnels t WHERE (t.ingress_node = $1 AND t.id <> ALL($3::text[]))
           OR t.tunnel_session_id IN (SELECT id FROM tunnel_sessions WHERE ingress_node = $1 AND id <> ALL($2::text[]))
        RETURNING t.id`,
       [nodeId, keepSessions, keepTunnels],
     );
-    await q.query('DELETE FROM tunnel_sessions WHERE ingress_node = $1 AND id <> ALL($2::text[])', [nodeId, keepSessions]);
-    return rows.map((r) => r.id);
+    const { rows: sessions } = await q.query<SessionEventRow>(
+      withCredential(`DELETE FROM tunnel_sessions WHERE ingress_node = $1 AND id <> ALL($2::text[]) RETURNING ${SESSION_RETURNING}`),
+      [nodeId, keepSessions],
+    );
+    return { tunnels: rows.map((r) => r.id), sessions };
+  },
+
+  /**
+   * Removes the sessions of a credential that is being deleted (its row locked by the caller, so
+   * no session of it can be written meanwhile) and their tunnels, announcing the tunnels; returns
+   * the sessions' last state, for their stop events. The FK cascade would remove them too, but
+   * silently.
+   */
+  async deleteSessionsOfCredential(q: Queryable, credentialId: string): Promise<SessionEventRow[]> {
+    // Locked first, as the sweeper does: a session it is removing is waited for, then skipped.
+    const { rows: locked } = await q.query<{ id: string }>('SELECT id FROM tunnel_sessions WHERE credential_id = $1 FOR UPDATE', [credentialId]);
+    if (locked.length === 0) return [];
+    const { tunnels, sessions } = await removeSessions(q, locked.map((s) => s.id));
+    for (const [node, tunnelIds] of tunnels) await notifyPresence(q, node, [], tunnelIds);
+    return sessions;
   },
 
   /** Renews the lease of every session of the node; returns how many rows it renewed. */
@@ -209,9 +285,9 @@ export const presenceRepo = {
    * Deletes sessions whose lease expired, and their tunnels, in one transaction. Sessions are
    * locked first (SKIP LOCKED), so of several replicas sweeping at once each row is removed and
    * announced by exactly one, and a keep-alive cannot renew a session whose tunnels are going.
-   * Returns the removed tunnels by node.
+   * Writes the sessions' stop events (uris built on `baseUrl`). Returns the removed tunnels by node.
    */
-  async sweep(pool: pg.Pool, limit = 1000): Promise<{ sessions: number; tunnels: Map<string, string[]> }> {
+  async sweep(pool: pg.Pool, baseUrl: string, limit = 1000): Promise<{ sessions: number; tunnels: Map<string, string[]> }> {
     // The common case, nothing expired, costs one indexed probe and no transaction.
     const { rowCount } = await pool.query('SELECT 1 FROM tunnel_sessions WHERE lease_expires_at <= now() LIMIT 1');
     if (!rowCount) return { sessions: 0, tunnels: new Map() };
@@ -222,13 +298,12 @@ export const presenceRepo = {
         'SELECT id FROM tunnel_sessions WHERE lease_expires_at <= now() ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED',
         [limit],
       );
-      const byNode = new Map<string, string[]>();
+      let byNode = new Map<string, string[]>();
       if (sessions.length > 0) {
-        const ids = sessions.map((s) => s.id);
-        const { rows } = await client.query<{ id: string; ingress_node: string }>('DELETE FROM tunnels WHERE tunnel_session_id = ANY($1::text[]) RETURNING id, ingress_node', [ids]);
-        await client.query('DELETE FROM tunnel_sessions WHERE id = ANY($1::text[])', [ids]);
-        for (const r of rows) (byNode.get(r.ingress_node) ?? byNode.set(r.ingress_node, []).get(r.ingress_node)!).push(r.id);
+        const removed = await removeSessions(client, sessions.map((s) => s.id));
+        byNode = removed.tunnels;
         for (const [node, tunnelIds] of byNode) await notifyPresence(client, node, [], tunnelIds);
+        await writeSessionEvents(client, baseUrl, { stop: removed.sessions });
       }
       await client.query('COMMIT');
       return { sessions: sessions.length, tunnels: byNode };

@@ -20,6 +20,8 @@ export async function startTestPush(db: Db, over: Partial<ConfigPushOptions> = {
     log: createLogger('config-push-test', process.env.TEST_LOG_LEVEL ?? 'silent'),
     registry,
     grpc: { host: '127.0.0.1', port: 0 },
+    // Pass the test API's base URL to get event uris as the API's.
+    baseUrl: 'http://127.0.0.1',
     listenerBackoff: { initialMs: 20, maxMs: 200 },
     ...FAST,
     ...over,

@@ -18,6 +18,19 @@ export interface OutboxChange {
 /** NOTIFY channel of committed config versions (payload: the version, a hint only). */
 export const CONFIG_CHANNEL = 'warren_config';
 
+/** One outbox row, with its full event type (`writeOutbox` builds it from a stem and a kind). */
+export interface OutboxEvent {
+  accountId: string;
+  /** e.g. `agent_session_start.v0`. */
+  eventType: string;
+  /** e.g. `agent_session`; the config feed maps the types it knows to data-plane entities and ignores the rest. */
+  resourceType: string;
+  resourceId: string;
+  /** The resource as the API returns it (secrets already ""); for deletes, its last state. */
+  object: unknown;
+  principal: Principal | null;
+}
+
 /**
  * Writes one outbox row: the config change and its audit event. Must be called with the
  * client of the transaction that makes the change, so the two commit or vanish together, and as
@@ -31,12 +44,54 @@ export const CONFIG_CHANNEL = 'warren_config';
  * only for the insert and the COMMIT. Returns the version.
  */
 export async function writeOutbox(q: Queryable, c: OutboxChange): Promise<number> {
-  const { rows } = await q.query<{ version: number }>(
+  const [version] = await writeOutboxEvents(q, [
+    { accountId: c.accountId, eventType: `${c.eventStem}_${c.kind}.v0`, resourceType: c.eventStem, resourceId: c.resourceId, object: c.object, principal: c.principal },
+  ]);
+  return version!;
+}
+
+/**
+ * Writes outbox rows in one statement, in the order given; same rules as `writeOutbox` (the
+ * transaction's last statement). Returns the versions of the rows written.
+ *
+ * `onlySubscribed`: a row is written only when its account has a subscription whose sources list
+ * its event type, decided in the same statement. For events with no config behind them (agent
+ * sessions): without a subscriber nothing is inserted, so the config counter is neither locked
+ * nor moved and no config version is pushed to the nodes. (A subscription created later does not
+ * get the events from before it: nor would the relay have sent them to it.)
+ */
+export async function writeOutboxEvents(q: Queryable, events: OutboxEvent[], opts: { onlySubscribed?: boolean } = {}): Promise<number[]> {
+  if (events.length === 0) return [];
+  const rows = events.map((e, n) => ({
+    n,
+    event_id: newId('ev'),
+    account_id: e.accountId,
+    event_type: e.eventType,
+    resource_type: e.resourceType,
+    resource_id: e.resourceId,
+    object: e.object,
+    principal: e.principal,
+  }));
+  const subscribed = opts.onlySubscribed
+    ? `WHERE EXISTS (SELECT 1 FROM event_subscriptions es JOIN event_subscription_sources src ON src.subscription_id = es.id
+                      WHERE es.account_id = x.account_id AND src.type = x.event_type)`
+    : '';
+  // A JSON null principal becomes SQL NULL.
+  const { rows: out } = await q.query<{ version: number }>(
     `INSERT INTO outbox (event_id, account_id, event_type, resource_type, resource_id, object, principal)
-     VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING version`,
-    [newId('ev'), c.accountId, `${c.eventStem}_${c.kind}.v0`, c.eventStem, c.resourceId, JSON.stringify(c.object), c.principal ? JSON.stringify(c.principal) : null],
+     SELECT x.event_id, x.account_id, x.event_type, x.resource_type, x.resource_id, x.object, x.principal
+       FROM jsonb_to_recordset($1::jsonb) AS x(n int, event_id text, account_id text, event_type text, resource_type text, resource_id text, object jsonb, principal jsonb)
+     ${subscribed}
+      ORDER BY x.n
+     RETURNING version`,
+    [JSON.stringify(rows)],
   );
-  return rows[0]!.version;
+  return out.map((r) => r.version);
+}
+
+/** The principal of an agent's doing (wire-conventions.md §11): its credential, described by the credential's description. */
+export function agentPrincipal(credentialId: string, credentialDescription: string, baseUrl: string): Principal {
+  return { id: credentialId, subject: credentialDescription, source: 'Agent', credential: { id: credentialId, uri: `${baseUrl}/credentials/${credentialId}` } };
 }
 
 /**

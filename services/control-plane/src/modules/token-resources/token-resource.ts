@@ -26,8 +26,12 @@ export interface TokenResourceSpec {
   newToken: () => string;
   /** Credentials carry `acl`; API keys do not. */
   acl: boolean;
-  /** Runs inside the delete transaction before the row goes (e.g. "not the last key"). */
-  beforeDelete?: (q: Queryable, accountId: string, id: string) => Promise<void>;
+  /**
+   * Runs inside the delete transaction before the row goes (e.g. "not the last key"). What it
+   * returns runs after the row is gone, just before the audit row: for outbox rows of its own,
+   * which must come last (see `writeOutbox`).
+   */
+  beforeDelete?: (q: Queryable, ctx: RequestContext, id: string) => Promise<void | ((q: Queryable) => Promise<void>)>;
   afterDelete?: (id: string) => void;
 }
 
@@ -130,8 +134,9 @@ export function registerTokenResource(routes: ApiRoutes, db: Db, spec: TokenReso
       DELETE: async (req) => {
         await db.tx(async (q) => {
           const before = await get(q, req.ctx, req.params.id!, true);
-          await spec.beforeDelete?.(q, req.ctx.auth.accountId, before.id);
+          const beforeAudit = await spec.beforeDelete?.(q, req.ctx, before.id);
           await q.query(`DELETE FROM ${spec.table} WHERE account_id = $1 AND id = $2`, [req.ctx.auth.accountId, before.id]);
+          if (beforeAudit) await beforeAudit(q);
           await auditRow(q, req.ctx, 'deleted', before);
         });
         spec.afterDelete?.(req.params.id!);
@@ -147,8 +152,8 @@ export function registerTokenResource(routes: ApiRoutes, db: Db, spec: TokenReso
 }
 
 /** Refuses to delete the account's last API key (409 4102): the account would be locked out. */
-export async function notLastApiKey(q: Queryable, accountId: string, _id: string): Promise<void> {
+export async function notLastApiKey(q: Queryable, ctx: RequestContext, _id: string): Promise<void> {
   // Lock the account's keys so two concurrent deletes cannot both pass the check.
-  const { rows } = await q.query<{ id: string }>('SELECT id FROM api_keys WHERE account_id = $1 FOR UPDATE', [accountId]);
+  const { rows } = await q.query<{ id: string }>('SELECT id FROM api_keys WHERE account_id = $1 FOR UPDATE', [ctx.auth.accountId]);
   if (rows.length <= 1) throw new AppError(4102);
 }

@@ -21,7 +21,8 @@ interface TunnelRow {
   forwards_to: string;
   backend_ids: string[];
 }
-interface SessionRow {
+/** A `tunnel_sessions` row as `toSession` needs it (columns `SESSION_COLS`). */
+export interface SessionRow {
   id: string;
   agent_version: string;
   credential_id: string | null;
@@ -34,7 +35,7 @@ interface SessionRow {
 
 const TUNNEL_COLS = `id, public_url, started_at, metadata, proto, region, tunnel_session_id, labels, forwards_to,
   ARRAY(SELECT b.id FROM tunnel_group_backends b WHERE b.account_id = t.account_id AND t.labels <> '{}'::jsonb AND t.labels @> b.labels ORDER BY b.id) AS backend_ids`;
-const SESSION_COLS = 'id, agent_version, credential_id, ip, metadata, os, region, started_at';
+export const SESSION_COLS = 'id, agent_version, credential_id, ip, metadata, os, region, started_at';
 const LIVE = ' AND tunnel_session_id IN (SELECT id FROM tunnel_sessions WHERE lease_expires_at > now())';
 const LIVE_SESSION = ' AND lease_expires_at > now()';
 
@@ -53,7 +54,8 @@ function toTunnel(r: TunnelRow, baseUrl: string): Tunnel {
   };
 }
 
-function toSession(r: SessionRow, baseUrl: string): TunnelSession {
+/** A session as the API returns it; the `agent_session_*` events carry the same (config-push/presence.repo.ts). */
+export function toSession(r: SessionRow, baseUrl: string): TunnelSession {
   return {
     id: r.id,
     uri: `${baseUrl}/tunnel_sessions/${r.id}`,
