@@ -52,6 +52,7 @@ import { DEFAULT_LINGER_MS, TARGET_QUEUES, bufferKey, type DestinationRef } from
 import { EventProducer } from '../../services/shared/src/events/producer.js';
 import { REPO_ROOT, startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
+import { deleteKeys as deleteMatching } from '../support/redis-keys.js';
 import { benchDatabase, cpuMicros, fmt, log, machine, percentile } from './support.js';
 import type { SinkRecord, SinkStats } from './events-sink.js';
 
@@ -229,16 +230,7 @@ async function startWorker(o: { prefix: string; concurrency: number; databaseUrl
 // Created in main() (the --noop-worker child needs none).
 let admin: Redis;
 
-async function deleteKeys(match: string): Promise<number> {
-  let cursor = '0';
-  let n = 0;
-  do {
-    const [next, keys] = await admin.scan(cursor, 'MATCH', match, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length) n += await admin.unlink(...keys);
-  } while (cursor !== '0');
-  return n;
-}
+const deleteKeys = (match: string): Promise<number> => deleteMatching(admin, match);
 
 async function producerConnection(): Promise<Redis> {
   const c = new Redis(REDIS_URL, { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: true });
