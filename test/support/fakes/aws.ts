@@ -1,6 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type http from 'node:http';
-import { FakeListener, FaultQueue, mediaType, readBody, resetConnection } from './http.js';
+import { FakeListener, FaultQueue, mediaType, playFault, readBody, resetConnection } from './http.js';
 import { verifySigV4, type SigV4FailureKind, type SigV4Identity } from './sigv4.js';
 
 /**
@@ -569,17 +569,8 @@ export async function startAwsFake(o: AwsFakeOptions): Promise<AwsFake> {
     if (!auth.ok) return answer(authError(auth.kind, auth.message, sts, authStatus));
 
     // Scripted fault.
-    let fault = faults.take(op);
-    if (fault) entry.fault = fault.kind;
-    if (fault?.kind === 'slow') {
-      await listener.sleep(fault.ms);
-      fault = undefined;
-    }
-    if (fault?.kind === 'reset') {
-      entry.error = 'reset';
-      resetConnection(req);
-      return;
-    }
+    const fault = await playFault(faults, op, entry, listener, req);
+    if (fault === 'reset') return;
     if (fault?.kind === 'throttle') return answer(throttleReply(op));
     if (fault?.kind === 'status') {
       const code = fault.code ?? defaultFaultCode(op, fault.status);

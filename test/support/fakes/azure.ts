@@ -2,7 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import type http from 'node:http';
 import { gunzipSync } from 'node:zlib';
 import { createCertificate, type SelfSigned } from '../../../services/shared/src/tls/certificates.js';
-import { FakeListener, FaultQueue, mediaType, readBody, resetConnection } from './http.js';
+import { FakeListener, FaultQueue, mediaType, playFault, readBody, resetConnection } from './http.js';
 
 /**
  * Azure Monitor fake over **HTTPS** (docs/event-delivery.md §1 and §4): one local `node:https`
@@ -132,24 +132,8 @@ export async function startAzureFake(o: { tenantId: string; clientId: string; cl
       entry.error = code;
       send(status, { error: { code, message } }, headers);
     };
-    /** Takes the next scripted fault; `slow` waits here and then lets the call proceed normally. */
-    const takeFault = async (what: 'token' | 'ingest'): Promise<AzureFault | undefined> => {
-      const fault = faults.take(what);
-      if (!fault) return undefined;
-      entry.fault = fault.kind;
-      if (fault.kind === 'slow') {
-        await listener.sleep(fault.ms);
-        return undefined;
-      }
-      return fault;
-    };
-    /** Answers (or drops) the call for `status` and `reset`; true when it did. */
+    /** Answers the call for a `status` fault; true when it did. */
     const answerFault = (fault: AzureFault, rest: boolean): boolean => {
-      if (fault.kind === 'reset') {
-        entry.error = 'reset';
-        resetConnection(req);
-        return true;
-      }
       if (fault.kind === 'status') {
         const headers: Record<string, string> = {};
         if (fault.status === 429 || fault.retryAfterSeconds !== undefined) headers['retry-after'] = String(fault.retryAfterSeconds ?? 1);
@@ -205,8 +189,8 @@ export async function startAzureFake(o: { tenantId: string; clientId: string; cl
       const scope = form.get('scope') ?? '';
       const call = { tenant, clientId, scope, ok: false };
       tokenCalls.push(call);
-      const fault = await takeFault('token');
-      if (fault && answerFault(fault, false)) return;
+      const fault = await playFault(faults, 'token', entry, listener, req);
+      if (fault === 'reset' || (fault && answerFault(fault, false))) return;
       if (mediaType(req.headers['content-type']) !== 'application/x-www-form-urlencoded') return aadError(400, 'invalid_request', "AADSTS900144: The request body must contain the following parameter: 'grant_type'.");
       if (tenant !== o.tenantId) return aadError(400, 'invalid_tenant', `AADSTS90002: Tenant '${tenant}' not found.`);
       if (form.get('grant_type') !== 'client_credentials') return aadError(400, 'unsupported_grant_type', `AADSTS70003: The app requested an unsupported grant type '${form.get('grant_type') ?? ''}'.`);
@@ -257,8 +241,8 @@ export async function startAzureFake(o: { tenantId: string; clientId: string; cl
           // answered below
         }
       }
-      const fault = await takeFault('ingest');
-      if (fault && answerFault(fault, true)) return;
+      const fault = await playFault(faults, 'ingest', entry, listener, req);
+      if (fault === 'reset' || (fault && answerFault(fault, true))) return;
 
       if (mediaType(req.headers['content-type']) !== 'application/json') return restError(400, 'InvalidContentType', `Content-Type must be application/json, got '${req.headers['content-type'] ?? ''}'.`);
       if (!gzip) return restError(400, 'InvalidContentEncoding', 'Content-Encoding: gzip is required.');

@@ -1,6 +1,6 @@
 import type http from 'node:http';
 import { gunzipSync } from 'node:zlib';
-import { FakeListener, FaultQueue, mediaType, readBody, resetConnection } from './http.js';
+import { FakeListener, FaultQueue, mediaType, playFault, readBody, resetConnection } from './http.js';
 
 /**
  * Datadog logs intake fake: a local `node:http` receiver on 127.0.0.1 (port 0) for
@@ -118,17 +118,8 @@ export async function startDatadogFake(o: { apiKeys: string[] }): Promise<Datado
       }
     }
 
-    let fault = faults.take('intake');
-    if (fault) entry.fault = fault.kind;
-    if (fault?.kind === 'slow') {
-      await listener.sleep(fault.ms);
-      fault = undefined;
-    }
-    if (fault?.kind === 'reset') {
-      entry.error = 'reset';
-      resetConnection(req);
-      return;
-    }
+    const fault = await playFault(faults, 'intake', entry, listener, req);
+    if (fault === 'reset') return;
     if (fault?.kind === 'status') {
       const headers: Record<string, string> = {};
       if (fault.status === 429) {

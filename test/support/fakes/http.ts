@@ -140,6 +140,33 @@ export class FaultQueue<K, F> {
   }
 }
 
+/**
+ * Takes the next scripted fault for `key` and plays the kinds every fake shares: `slow` waits, then
+ * the call proceeds normally (undefined); `reset` drops the connection unanswered ('reset').
+ * Anything else is returned for the fake to answer. The fault's kind is noted on `entry`.
+ */
+export async function playFault<K, F extends { kind: string; ms?: number }>(
+  faults: FaultQueue<K, F>,
+  key: K,
+  entry: { fault?: string; error?: string },
+  listener: FakeListener,
+  req: http.IncomingMessage,
+): Promise<F | 'reset' | undefined> {
+  const fault = faults.take(key);
+  if (!fault) return undefined;
+  entry.fault = fault.kind;
+  if (fault.kind === 'slow') {
+    await listener.sleep(fault.ms ?? 0);
+    return undefined;
+  }
+  if (fault.kind === 'reset') {
+    entry.error = 'reset';
+    resetConnection(req);
+    return 'reset';
+  }
+  return fault;
+}
+
 /** `application/json; charset=utf-8` → `application/json`. */
 export function mediaType(header: string | undefined): string {
   return (header ?? '').split(';')[0]!.trim().toLowerCase();

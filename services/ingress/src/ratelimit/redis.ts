@@ -48,8 +48,15 @@ type WithCommand = Redis & { [COMMAND](key: string, capacity: number, windowMs: 
 
 class StoreTimeout extends Error {}
 
-/** Digests of recent bucket keys (a hot key is hashed once, not per request); cleared when full. */
-const DIGEST_CACHE_MAX = 10_000;
+/** Recent buckets kept by {@link RedisSlidingWindowLimiter.bucket}; cleared when full. */
+const BUCKET_CACHE_MAX = 10_000;
+
+interface Bucket {
+  digest: string;
+  rkey: string;
+  /** The pipe's EVALSHA for this bucket on Redis' clock. */
+  cmd: string | undefined;
+}
 
 /**
  * The `rate-limit` action's limiter: a sliding-window counter in Redis, one atomic script and one
@@ -74,9 +81,7 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
   private readonly breaker: CircuitBreaker;
   private readonly clock: (() => number) | undefined;
   private loggedError = false;
-  private readonly digests = new Map<string, string>();
-  /** The pipe's encoded command per (capacity, window, key): the hot path sends it as is. */
-  private readonly commands = new Map<string, string>();
+  private readonly buckets = new Map<string, Bucket>();
 
   constructor(opts: RedisLimiterOptions) {
     if (!opts.serverId) throw new Error('RedisSlidingWindowLimiter needs a serverId');
@@ -136,31 +141,39 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
 
   hit(key: string, capacity: number, windowSeconds: number): Promise<RateLimitResult> {
     checkArgs(capacity, windowSeconds);
-    const digest = this.digest(key);
-    if (this.status !== 'ready') return this.fallBack('unavailable', 'Redis is not connected', digest, capacity, windowSeconds);
-    if (!this.breaker.allow()) return this.fallBack('circuit_open', 'Redis failed repeatedly; retrying it shortly', digest, capacity, windowSeconds);
+    const b = this.bucket(key, capacity, windowSeconds);
+    if (this.status !== 'ready') return this.fallBack('unavailable', 'Redis is not connected', b.digest, capacity, windowSeconds);
+    if (!this.breaker.allow()) return this.fallBack('circuit_open', 'Redis failed repeatedly; retrying it shortly', b.digest, capacity, windowSeconds);
     const windowMs = windowSeconds * 1000;
-    const rkey = redisKey(this.serverId, windowSeconds, digest);
     const now = this.clock ? String(this.clock()) : '';
     const started = performance.now();
     if (this.pipe) {
       const pipe = this.pipe;
-      let cmd: string | undefined;
-      if (now === '') {
-        const ck = `${capacity}|${windowSeconds}|${key}`;
-        cmd = this.commands.get(ck);
-        if (cmd === undefined) {
-          if (this.commands.size >= DIGEST_CACHE_MAX) this.commands.clear();
-          this.commands.set(ck, (cmd = pipe.encode(rkey, [String(capacity), String(windowMs), now])));
-        }
-      } else cmd = pipe.encode(rkey, [String(capacity), String(windowMs), now]);
+      const cmd = now === '' ? b.cmd! : pipe.encode(b.rkey, [String(capacity), String(windowMs), now]);
       return new Promise<RateLimitResult>((resolve) => {
         pipe.callEncoded(cmd, (err, reply) => {
-          resolve(err ? this.failed(err, digest, capacity, windowSeconds) : this.decide(reply as ScriptReply, capacity, windowMs, started));
+          resolve(err ? this.failed(err, b.digest, capacity, windowSeconds) : this.decide(reply as ScriptReply, capacity, windowMs, started));
         });
       });
     }
-    return this.hitIoredis(rkey, now, digest, capacity, windowSeconds, started);
+    return this.hitIoredis(b.rkey, now, b.digest, capacity, windowSeconds, started);
+  }
+
+  /**
+   * What one bucket needs on every request, made once: the key's digest, its Redis key and (pipe)
+   * the encoded command. A hot key is hashed and encoded once, not per request.
+   */
+  private bucket(key: string, capacity: number, windowSeconds: number): Bucket {
+    const ck = `${capacity}|${windowSeconds}|${key}`;
+    let b = this.buckets.get(ck);
+    if (b === undefined) {
+      if (this.buckets.size >= BUCKET_CACHE_MAX) this.buckets.clear();
+      const digest = digestKey(key);
+      const rkey = redisKey(this.serverId, windowSeconds, digest);
+      b = { digest, rkey, cmd: this.pipe?.encode(rkey, [String(capacity), String(windowSeconds * 1000), '']) };
+      this.buckets.set(ck, b);
+    }
+    return b;
   }
 
   private async hitIoredis(rkey: string, now: string, digest: string, capacity: number, windowSeconds: number, started: number): Promise<RateLimitResult> {
@@ -180,16 +193,6 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
       clearTimeout(timer);
     }
     return this.decide(reply, capacity, windowMs, started);
-  }
-
-  private digest(key: string): string {
-    let d = this.digests.get(key);
-    if (d === undefined) {
-      if (this.digests.size >= DIGEST_CACHE_MAX) this.digests.clear();
-      d = digestKey(key);
-      this.digests.set(key, d);
-    }
-    return d;
   }
 
   private decide(reply: ScriptReply, capacity: number, windowMs: number, started: number): RateLimitResult {

@@ -1,11 +1,8 @@
-import { promisify } from 'node:util';
-import zlib from 'node:zlib';
 import { azureSchema, parseStored } from './config.js';
-import { HttpFailure, createAgents, httpRequest, type HttpAnswer } from './http.js';
+import { HttpFailure, createAgents, httpRequest, postGzipJsonArray, type HttpAnswer } from './http.js';
 import type { EventRecord, LoadedDestination, SendOutcome, Target, TargetEnv, TargetLimits } from './types.js';
-import { Secrets, errorText, httpOutcome, memoByBody, precheck, retryAfterMs, timeoutOf, utf8Length } from './util.js';
+import { Secrets, errorText, httpOutcome, ofSubset, memoByBody, precheck, retryAfterMs, timeoutOf, utf8Length } from './util.js';
 
-const gzip = promisify(zlib.gzip);
 
 /**
  * Azure Monitor Logs Ingestion API with plain HTTP (no Azure SDK: its upload() chunks, runs
@@ -185,28 +182,9 @@ export function createAzureTarget(dest: LoadedDestination, env: TargetEnv): Targ
       if (signal?.aborted) return { kind: 'retry', reason: `${what}: aborted`, unknownOutcome: false };
       const t = await token(signal);
       if ('outcome' in t) return t.outcome;
-      const body = await gzip(Buffer.from(`[${keep.map((i) => rowJson(records[i]!)).join(',')}]`, 'utf8'));
-      let ans: HttpAnswer;
-      try {
-        ans = await httpRequest({
-          url: uploadUrl,
-          method: 'POST',
-          headers: { authorization: `Bearer ${t.token}`, 'content-type': 'application/json', 'content-encoding': 'gzip' },
-          body,
-          agents,
-          timeoutMs,
-          ...(signal ? { signal } : {}),
-        });
-      } catch (err) {
-        if (err instanceof HttpFailure) {
-          const why = err.callerAborted ? 'aborted' : err.timedOut ? `no answer within ${timeoutMs} ms` : err.message;
-          return { kind: 'retry', reason: secrets.scrub(`${what}: ${why}`), unknownOutcome: err.unknownOutcome };
-        }
-        return { kind: 'retry', reason: secrets.scrub(`${what}: ${errorText(err)}`), unknownOutcome: false };
-      }
-      const o = classify(ans, keep.length, t.token);
-      if (o.kind !== 'done') return o;
-      return { kind: 'done', retry: [], dead: [...dead, ...o.dead.map((d) => ({ index: keep[d.index]!, reason: d.reason }))].sort((a, b) => a.index - b.index) };
+      const ans = await postGzipJsonArray({ url: uploadUrl, headers: { authorization: `Bearer ${t.token}` }, entries: keep.map((i) => rowJson(records[i]!)), agents, timeoutMs, ...(signal ? { signal } : {}), what, secrets });
+      if ('outcome' in ans) return ans.outcome;
+      return ofSubset(classify(ans, keep.length, t.token), keep, dead);
     },
     close() {
       agents.destroy();

@@ -1,12 +1,9 @@
 import os from 'node:os';
-import { promisify } from 'node:util';
-import zlib from 'node:zlib';
 import { datadogSchema, parseStored } from './config.js';
-import { HttpFailure, createAgents, httpRequest, type HttpAnswer } from './http.js';
+import { createAgents, postGzipJsonArray, type HttpAnswer } from './http.js';
 import type { EventRecord, LoadedDestination, SendOutcome, Target, TargetEnv, TargetLimits } from './types.js';
-import { Secrets, errorText, httpOutcome, memoByBody, precheck, retryAfterMs, timeoutOf, utf8Length } from './util.js';
+import { Secrets, httpOutcome, ofSubset, memoByBody, precheck, retryAfterMs, timeoutOf, utf8Length } from './util.js';
 
-const gzip = promisify(zlib.gzip);
 
 /**
  * Datadog logs intake v2: POST <base>/api/v2/logs, DD-API-KEY, gzip body = JSON array of
@@ -59,29 +56,9 @@ export function createDatadogTarget(dest: LoadedDestination, env: TargetEnv): Ta
       if ('outcome' in pre) return pre.outcome;
       const { keep, dead } = pre;
       if (keep.length === 0) return { kind: 'done', retry: [], dead };
-      const body = await gzip(Buffer.from(`[${keep.map((i) => entryJson(records[i]!)).join(',')}]`, 'utf8'));
-      let ans: HttpAnswer;
-      try {
-        ans = await httpRequest({
-          url,
-          method: 'POST',
-          headers: { 'dd-api-key': cfg.api_key, 'content-type': 'application/json', 'content-encoding': 'gzip', accept: 'application/json' },
-          body,
-          agents,
-          timeoutMs,
-          ...(signal ? { signal } : {}),
-        });
-      } catch (err) {
-        if (err instanceof HttpFailure) {
-          const why = err.callerAborted ? 'aborted' : err.timedOut ? `no answer within ${timeoutMs} ms` : err.message;
-          return { kind: 'retry', reason: secrets.scrub(`${what}: ${why}`), unknownOutcome: err.unknownOutcome };
-        }
-        return { kind: 'retry', reason: secrets.scrub(`${what}: ${errorText(err)}`), unknownOutcome: false };
-      }
-      const o = classify(ans, keep.length);
-      if (o.kind !== 'done') return o;
-      // map the subset's indices back to the caller's
-      return { kind: 'done', retry: [], dead: [...dead, ...o.dead.map((d) => ({ index: keep[d.index]!, reason: d.reason }))].sort((a, b) => a.index - b.index) };
+      const ans = await postGzipJsonArray({ url, headers: { 'dd-api-key': cfg.api_key, accept: 'application/json' }, entries: keep.map((i) => entryJson(records[i]!)), agents, timeoutMs, ...(signal ? { signal } : {}), what, secrets });
+      if ('outcome' in ans) return ans.outcome;
+      return ofSubset(classify(ans, keep.length), keep, dead);
     },
     close() {
       agents.destroy();

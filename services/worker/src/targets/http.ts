@@ -2,7 +2,12 @@ import http from 'node:http';
 import https from 'node:https';
 import tls from 'node:tls';
 import type { IncomingHttpHeaders } from 'node:http';
-import { deadline, neverConnected } from './util.js';
+import { promisify } from 'node:util';
+import zlib from 'node:zlib';
+import type { SendOutcome } from './types.js';
+import { deadline, errorText, neverConnected, type Secrets } from './util.js';
+
+const gzip = promisify(zlib.gzip);
 
 /**
  * A small HTTP/1.1 client on node:http(s) for Datadog and Azure, instead of `fetch`:
@@ -117,4 +122,39 @@ export function httpRequest(opts: {
     });
     req.end(body);
   });
+}
+
+/**
+ * POSTs `entries` (JSON texts) as one gzipped JSON array, the body HTTP intakes take (Datadog,
+ * Azure). No answer (timeout, reset, refused, aborted) becomes a `retry` outcome, with
+ * `unknownOutcome` when the request may have been processed; the reason never holds a secret.
+ */
+export async function postGzipJsonArray(o: {
+  url: URL;
+  headers: Record<string, string>;
+  entries: string[];
+  agents: Agents;
+  timeoutMs: number;
+  signal?: AbortSignal;
+  what: string;
+  secrets: Secrets;
+}): Promise<HttpAnswer | { outcome: SendOutcome }> {
+  const body = await gzip(Buffer.from(`[${o.entries.join(',')}]`, 'utf8'));
+  try {
+    return await httpRequest({
+      url: o.url,
+      method: 'POST',
+      headers: { ...o.headers, 'content-type': 'application/json', 'content-encoding': 'gzip' },
+      body,
+      agents: o.agents,
+      timeoutMs: o.timeoutMs,
+      ...(o.signal ? { signal: o.signal } : {}),
+    });
+  } catch (err) {
+    if (err instanceof HttpFailure) {
+      const why = err.callerAborted ? 'aborted' : err.timedOut ? `no answer within ${o.timeoutMs} ms` : err.message;
+      return { outcome: { kind: 'retry', reason: o.secrets.scrub(`${o.what}: ${why}`), unknownOutcome: err.unknownOutcome } };
+    }
+    return { outcome: { kind: 'retry', reason: o.secrets.scrub(`${o.what}: ${errorText(err)}`), unknownOutcome: false } };
+  }
 }

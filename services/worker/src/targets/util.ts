@@ -165,3 +165,12 @@ export function httpOutcome(status: number, text: string, count: number, retryAf
   if (s >= 500) return { kind: 'retry', reason: text, unknownOutcome: unknownFor5xx(s) };
   return { kind: 'rejected', reason: text };
 }
+
+/**
+ * The outcome of a call that sent only the records at `keep` (the others already `dead` before
+ * the call): a `done` outcome's indices are mapped back to the caller's, in order.
+ */
+export function ofSubset(o: SendOutcome, keep: number[], dead: Dead): SendOutcome {
+  if (o.kind !== 'done') return o;
+  return { kind: 'done', retry: o.retry.map((i) => keep[i]!), dead: [...dead, ...o.dead.map((d) => ({ index: keep[d.index]!, reason: d.reason }))].sort((a, b) => a.index - b.index) };
+}
