@@ -49,6 +49,11 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
       /** Longest wait for Redis per decision before the in-memory fallback decides (ms). */
       RATE_LIMIT_TIMEOUT_MS: envInt(50, 1, 5_000),
       /**
+       * Capacities up to this keep an exact sliding log in Redis (≤ capacity entries per key);
+       * larger ones the two-counter estimate. 0: the estimate everywhere.
+       */
+      RATE_LIMIT_EXACT_MAX: envInt(10_000, 0, 100_000),
+      /**
        * How the limiter reaches Redis: `pipe` (a lean pipelined connection for its one script) or
        * `ioredis` (the measured comparison; see README, "Benchmarks").
        */

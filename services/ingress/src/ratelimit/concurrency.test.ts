@@ -6,7 +6,8 @@ import { deleteServerKeys } from './testing.js';
 
 /**
  * Atomicity and scope, on Redis' own clock (TIME): the processes of one ingress server share a
- * bucket and together admit exactly L; different servers count apart.
+ * bucket and together admit exactly L; different servers count apart. In both modes: `exact`
+ * (capacities ≤ exactMax, the default 10,000: the sliding log) and `counter` (exactMax 0).
  */
 const tag = `${inject('runId')}-${randomBytes(3).toString('hex')}`;
 const serverA = `t-conc-a-${tag}`;
@@ -15,8 +16,9 @@ let admin: Redis;
 const limiters: RedisSlidingWindowLimiter[] = [];
 
 type Transport = 'pipe' | 'ioredis' | 'ioredis+autopipelining';
+type Mode = 'exact' | 'counter';
 
-function limiter(serverId: string, transport: Transport = 'pipe'): RedisSlidingWindowLimiter {
+function limiter(serverId: string, transport: Transport = 'pipe', mode: Mode = 'exact'): RedisSlidingWindowLimiter {
   // A URL, so each instance owns a separate connection, like separate processes.
   const l = new RedisSlidingWindowLimiter({
     redis: inject('redisUrl'),
@@ -24,6 +26,7 @@ function limiter(serverId: string, transport: Transport = 'pipe'): RedisSlidingW
     transport: transport === 'pipe' ? 'pipe' : 'ioredis',
     autoPipelining: transport === 'ioredis+autopipelining',
     timeoutMs: 5_000,
+    exactMax: mode === 'exact' ? undefined : 0,
   });
   limiters.push(l);
   return l;
@@ -66,42 +69,45 @@ afterAll(async () => {
 
 describe('RedisSlidingWindowLimiter, several processes', () => {
   it.each([
-    [100, 'pipe'],
-    [10_000, 'pipe'],
-    [10_000, 'ioredis'],
-    [10_000, 'ioredis+autopipelining'],
-  ] as Array<[number, Transport]>)('three instances of one server, 200 concurrent requests each, one key: exactly L = %i admitted (transport %s)', async (L, transport) => {
+    [100, 'pipe', 'exact'],
+    [10_000, 'pipe', 'exact'],
+    [10_000, 'ioredis', 'exact'],
+    [10_000, 'ioredis+autopipelining', 'exact'],
+    [100, 'pipe', 'counter'],
+    [10_000, 'pipe', 'counter'],
+    [10_000, 'ioredis', 'counter'],
+  ] as Array<[number, Transport, Mode]>)('three instances of one server, 200 concurrent requests each, one key: exactly L = %i admitted (transport %s, %s mode)', async (L, transport, mode) => {
     const W = 600;
-    const ls = [limiter(serverA, transport), limiter(serverA, transport), limiter(serverA, transport)];
+    const ls = [limiter(serverA, transport, mode), limiter(serverA, transport, mode), limiter(serverA, transport, mode)];
     await Promise.all(ls.map((l) => l.ready()));
     await roomInWindow(W, 10_000);
-    const key = `hot-${L}-${transport}`;
+    const key = `hot-${L}-${transport}-${mode}`;
     const perWorker = Math.ceil((1.5 * L) / 600) + 1;
     const results = await Promise.all(ls.map((l) => hammer(l, key, L, W, 200, perWorker)));
     const admitted = results.reduce((a, r) => a + r.admitted, 0);
-    console.log(`3 × 200 concurrent, L=${L}: ${3 * 200 * perWorker} requests, ${admitted} admitted (${results.map((r) => r.admitted).join(' + ')})`);
+    console.log(`[${mode}] 3 × 200 concurrent, L=${L} (${transport}): ${3 * 200 * perWorker} requests, ${admitted} admitted (${results.map((r) => r.admitted).join(' + ')})`);
     expect(results.every((r) => r.errors === 0)).toBe(true);
     expect(admitted).toBe(L);
   }, 60_000);
 
-  it('two servers count apart: each admits L on the same key', async () => {
+  it.each(['exact', 'counter'] as Mode[])('two servers count apart: each admits L on the same key (%s mode)', async (mode) => {
     const L = 50;
     const W = 600;
-    const a = limiter(serverA);
-    const b = limiter(serverB);
+    const a = limiter(serverA, 'pipe', mode);
+    const b = limiter(serverB, 'pipe', mode);
     await Promise.all([a.ready(), b.ready()]);
     await roomInWindow(W, 10_000);
-    const [ra, rb] = await Promise.all([hammer(a, 'shared-key', L, W, 20, 10), hammer(b, 'shared-key', L, W, 20, 10)]);
+    const [ra, rb] = await Promise.all([hammer(a, `shared-key-${mode}`, L, W, 20, 10), hammer(b, `shared-key-${mode}`, L, W, 20, 10)]);
     expect(ra.admitted).toBe(L);
     expect(rb.admitted).toBe(L);
   });
 
-  it("on Redis' own clock, a probe at exactly +Retry-After is admitted (W = 1 s)", async () => {
-    const l = limiter(serverA);
+  it.each(['exact', 'counter'] as Mode[])("on Redis' own clock, a probe at exactly +Retry-After is admitted (W = 1 s, %s mode)", async (mode) => {
+    const l = limiter(serverA, 'pipe', mode);
     await l.ready();
     let probes = 0;
     for (let round = 0; round < 3; round++) {
-      const key = `probe-${round}`;
+      const key = `probe-${round}-${mode}`;
       let r = await l.hit(key, 3, 1);
       while (!r.limited) r = await l.hit(key, 3, 1);
       expect(r.retryAfterSeconds).toBeGreaterThanOrEqual(1);

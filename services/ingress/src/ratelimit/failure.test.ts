@@ -139,17 +139,20 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'unavailable' })).toBeGreaterThanOrEqual(4);
   }, 15_000);
 
-  it('a Redis error reply (script cannot run) falls back with the error message, and never rejects', async () => {
+  it.each([
+    ['log', 10],
+    ['counter', 20_000],
+  ] as const)('a Redis error reply (script cannot run, %s mode) falls back with the error message, and never rejects', async (mode, capacity) => {
     // A client given by the caller: used as is, not closed by the limiter.
     const client = new Redis(inject('redisUrl'), { enableOfflineQueue: false });
     closers.push(async () => void (await client.quit()));
     const l = new RedisSlidingWindowLimiter({ redis: client, serverId, breaker: { threshold: 100 } });
     await l.ready();
-    // A key of the wrong type makes HMGET fail inside the script.
+    // A key of the wrong type makes LINDEX or HMGET fail inside the script.
     const { digestKey, redisKey } = await import('./keys.js');
-    const rk = redisKey(serverId, 60, digestKey('wrongtype'));
+    const rk = redisKey(serverId, 60, digestKey(`wrongtype-${mode}`), mode);
     await admin.set(rk, 'x', 'EX', 60);
-    const r = await l.hit('wrongtype', 10, 60);
+    const r = await l.hit(`wrongtype-${mode}`, capacity, 60);
     expect(r.limited).toBe(false);
     expect(r.error?.message).toMatch(/Redis error: .*WRONGTYPE/);
     await l.close();

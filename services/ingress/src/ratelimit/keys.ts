@@ -10,17 +10,26 @@ export function digestKey(key: string): string {
   return createHash('sha1').update(key).digest('base64url');
 }
 
+/** Which structure a bucket keeps in Redis (script.ts): the exact sliding log, or the two-counter estimate. */
+export type BucketMode = 'log' | 'counter';
+
 /**
- * The Redis key of one bucket: `warren:rl:<serverId>:<windowSeconds>:<digest>`. The server id
- * scopes capacity to one ingress server (its processes share keys, other servers never do); the
- * window length is part of the key because the window index depends on it. The last two
- * segments never contain ':', so keys of different server ids cannot collide.
+ * The Redis key of one bucket: `warren:rl:<serverId>:<windowSeconds>:<digest>` for the counter
+ * (a hash), `warren:rl:<serverId>:<windowSeconds>:L:<digest>` for the exact log (a list). The
+ * server id scopes capacity to one ingress server (its processes share keys, other servers never
+ * do); the window length is part of the key because the window index depends on it; the mode is,
+ * because the two structures have different Redis types, so a capacity change across the exact
+ * threshold moves a bucket to a fresh key instead of meeting WRONGTYPE. Read from the right, a
+ * key is unambiguous: the digest and the mode mark never contain ':', and the segment before the
+ * digest is either all digits (the window: counter) or `L` (log, preceded by the window), so keys
+ * of different server ids or modes cannot collide. Counter keys are the ones of the versions
+ * before the log existed, so their buckets carry over an upgrade.
  */
-export function redisKey(serverId: string, windowSeconds: number, digest: string): string {
-  return `warren:rl:${serverId}:${windowSeconds}:${digest}`;
+export function redisKey(serverId: string, windowSeconds: number, digest: string, mode: BucketMode): string {
+  return mode === 'log' ? `warren:rl:${serverId}:${windowSeconds}:L:${digest}` : `warren:rl:${serverId}:${windowSeconds}:${digest}`;
 }
 
-/** The SCAN pattern matching every key of one server (tests and cleanup). */
+/** The SCAN pattern matching every key of one server, of both modes (tests and cleanup). */
 export function redisKeyPattern(serverId: string): string {
   return `warren:rl:${serverId.replace(/[*?[\]\\]/g, '\\$&')}:*`;
 }

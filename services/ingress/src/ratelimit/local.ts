@@ -22,6 +22,10 @@ const monotonicNow = (): number => Math.floor(performance.timeOrigin + performan
  * buckets of ~100 bytes each (keys are digested), evicted least recently used; a bucket idle for
  * two windows holds nothing that still counts, so evicting it loses nothing, and evicting an
  * active one under pressure only forgets counts (fails open).
+ *
+ * It is the two-counter estimate for every capacity, also for buckets that Redis keeps as an
+ * exact log (capacity ≤ `exactMax`): during a Redis outage decisions are approximate (besides
+ * being per process), the price of keeping this fallback at a fixed size per bucket.
  */
 export class LocalSlidingWindowLimiter implements RateLimiter {
   private readonly buckets = new Map<string, WindowState>();

@@ -32,6 +32,13 @@ export interface RedisLimiterOptions {
   /** ioredis auto-pipelining on an owned ioredis client (transport `ioredis` only; default off). */
   autoPipelining?: boolean;
   /**
+   * Buckets of capacity up to this keep an exact sliding log in Redis (≤ L entries of ~10 bytes
+   * per key): decisions agree with an exact log, the rolling count never exceeds L. Larger
+   * capacities keep the two-counter estimate (constant size, approximate). 0 turns the log off.
+   * Default 10,000 (`RATE_LIMIT_EXACT_MAX`).
+   */
+  exactMax?: number;
+  /**
    * Tests only: milliseconds since the epoch (integer) passed into the script instead of Redis'
    * own `TIME`, so window boundaries can be tested without waiting for them. Leave unset in
    * production: then the clocks of the ingress processes play no part.
@@ -43,8 +50,14 @@ export const STORE_ERROR_CODE = 'ERR_WARREN_RATE_LIMIT_STORE';
 
 /** The script as a custom ioredis command: EVALSHA, with EVAL once per connection and after NOSCRIPT. */
 const COMMAND = 'warrenSlidingWindow';
-type ScriptReply = [admitted: number, prev: number, cur: number, elapsed: number, ahead: number];
-type WithCommand = Redis & { [COMMAND](key: string, capacity: number, windowMs: number, now: string): Promise<ScriptReply> };
+/** Counter mode: [admitted, P, C, e, ahead]; log mode: [admitted, ms until admitted, 0, 0, 0] (script.ts). */
+type ScriptReply = [admitted: number, a: number, b: number, c: number, d: number];
+type WithCommand = Redis & { [COMMAND](key: string, capacity: number, windowMs: number, now: string, mode: ModeArg): Promise<ScriptReply> };
+/** ARGV[4] of the script. */
+type ModeArg = '1' | '0';
+
+/** Default of {@link RedisLimiterOptions.exactMax}. */
+export const DEFAULT_EXACT_MAX = 10_000;
 
 class StoreTimeout extends Error {}
 
@@ -54,19 +67,24 @@ const BUCKET_CACHE_MAX = 10_000;
 interface Bucket {
   digest: string;
   rkey: string;
+  /** The script's ARGV[4]: '1' for the exact log (capacity ≤ exactMax), '0' for the counter. */
+  mode: ModeArg;
   /** The pipe's EVALSHA for this bucket on Redis' clock. */
   cmd: string | undefined;
 }
 
 /**
- * The `rate-limit` action's limiter: a sliding-window counter in Redis, one atomic script and one
- * round trip per request, scoped to one ingress server (see script.ts and window.ts).
+ * The `rate-limit` action's limiter: a sliding window in Redis, one atomic script and one round
+ * trip per request, scoped to one ingress server (see script.ts and window.ts). Buckets of
+ * capacity up to `exactMax` keep an exact sliding log (a list of the last L admission times);
+ * larger ones the two-counter estimate (a hash of two counts). Each mode has its own key.
  *
  * Fail-open: when Redis errs, is not connected, or answers later than `timeoutMs`, the local
  * in-memory limiter decides and the result carries `error` (ERR_WARREN_RATE_LIMIT_STORE). A
  * circuit breaker keeps a dead Redis from costing the timeout on every request, and probes it so
  * the limiter recovers by itself. A request whose answer came too late may still have been
- * counted in Redis; that only errs on the strict side.
+ * counted in Redis; that only errs on the strict side. The local limiter is the counter whatever
+ * the mode: during an outage decisions are approximate (and per process).
  */
 export class RedisSlidingWindowLimiter implements RateLimiter {
   /** The ioredis client (transport `ioredis`, or a client passed in); null with the pipe. */
@@ -80,6 +98,7 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
   private readonly log: Logger | undefined;
   private readonly breaker: CircuitBreaker;
   private readonly clock: (() => number) | undefined;
+  private readonly exactMax: number;
   private loggedError = false;
   private readonly buckets = new Map<string, Bucket>();
 
@@ -88,6 +107,8 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
     this.serverId = opts.serverId;
     this.timeoutMs = opts.timeoutMs ?? 50;
     this.clock = opts.clock;
+    this.exactMax = opts.exactMax ?? DEFAULT_EXACT_MAX;
+    if (!Number.isSafeInteger(this.exactMax) || this.exactMax < 0) throw new RangeError(`exactMax must be a non-negative integer, got ${opts.exactMax}`);
     this.fallback = opts.fallback ?? new LocalSlidingWindowLimiter(opts.clock ? { clock: opts.clock } : {});
     this.metrics = createRateLimitMetrics(opts.registry);
     this.log = opts.log;
@@ -105,7 +126,7 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
     };
     if (typeof opts.redis === 'string' && (opts.transport ?? 'pipe') === 'pipe') {
       this.client = null;
-      this.pipe = new ScriptPipe({ url: opts.redis, script: SLIDING_WINDOW_LUA, argCount: 3, timeoutMs: this.timeoutMs });
+      this.pipe = new ScriptPipe({ url: opts.redis, script: SLIDING_WINDOW_LUA, argCount: 4, timeoutMs: this.timeoutMs });
       this.pipe.on('error', onError);
       this.pipe.on('ready', onReady);
       return;
@@ -149,19 +170,21 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
     const started = performance.now();
     if (this.pipe) {
       const pipe = this.pipe;
-      const cmd = now === '' ? b.cmd! : pipe.encode(b.rkey, [String(capacity), String(windowMs), now]);
+      const cmd = now === '' ? b.cmd! : pipe.encode(b.rkey, [String(capacity), String(windowMs), now, b.mode]);
       return new Promise<RateLimitResult>((resolve) => {
         pipe.callEncoded(cmd, (err, reply) => {
           resolve(err ? this.failed(err, b.digest, capacity, windowSeconds) : this.decide(reply as ScriptReply, capacity, windowMs, started));
         });
       });
     }
-    return this.hitIoredis(b.rkey, now, b.digest, capacity, windowSeconds, started);
+    return this.hitIoredis(b, now, capacity, windowSeconds, started);
   }
 
   /**
-   * What one bucket needs on every request, made once: the key's digest, its Redis key and (pipe)
-   * the encoded command. A hot key is hashed and encoded once, not per request.
+   * What one bucket needs on every request, made once: the key's digest, its mode (capacity ≤
+   * exactMax: the log), its Redis key and (pipe) the encoded command. A hot key is hashed and
+   * encoded once, not per request. The capacity is part of the cache key, so a capacity change
+   * picks the other mode (and key) with its first request.
    */
   private bucket(key: string, capacity: number, windowSeconds: number): Bucket {
     const ck = `${capacity}|${windowSeconds}|${key}`;
@@ -169,26 +192,28 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
     if (b === undefined) {
       if (this.buckets.size >= BUCKET_CACHE_MAX) this.buckets.clear();
       const digest = digestKey(key);
-      const rkey = redisKey(this.serverId, windowSeconds, digest);
-      b = { digest, rkey, cmd: this.pipe?.encode(rkey, [String(capacity), String(windowSeconds * 1000), '']) };
+      const log = capacity <= this.exactMax;
+      const mode: ModeArg = log ? '1' : '0';
+      const rkey = redisKey(this.serverId, windowSeconds, digest, log ? 'log' : 'counter');
+      b = { digest, rkey, mode, cmd: this.pipe?.encode(rkey, [String(capacity), String(windowSeconds * 1000), '', mode]) };
       this.buckets.set(ck, b);
     }
     return b;
   }
 
-  private async hitIoredis(rkey: string, now: string, digest: string, capacity: number, windowSeconds: number, started: number): Promise<RateLimitResult> {
+  private async hitIoredis(b: Bucket, now: string, capacity: number, windowSeconds: number, started: number): Promise<RateLimitResult> {
     const windowMs = windowSeconds * 1000;
     let timer: NodeJS.Timeout | undefined;
     let reply: ScriptReply;
     try {
-      const call = (this.client as unknown as WithCommand)[COMMAND](rkey, capacity, windowMs, now);
+      const call = (this.client as unknown as WithCommand)[COMMAND](b.rkey, capacity, windowMs, now, b.mode);
       const timeout = new Promise<never>((_, reject) => {
         timer = setTimeout(() => reject(new StoreTimeout()), this.timeoutMs);
       });
       // race() subscribes to both, so a late rejection of `call` is handled, never unhandled.
       reply = await Promise.race([call, timeout]);
     } catch (err) {
-      return this.failed(err as Error, digest, capacity, windowSeconds);
+      return this.failed(err as Error, b.digest, capacity, windowSeconds);
     } finally {
       clearTimeout(timer);
     }
@@ -198,12 +223,14 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
   private decide(reply: ScriptReply, capacity: number, windowMs: number, started: number): RateLimitResult {
     if (this.breaker.success()) this.log?.info({ serverId: this.serverId }, 'rate-limit store: Redis answering again');
     this.metrics.redisLatency((performance.now() - started) / 1000);
-    const [admitted, prev, cur, elapsed, ahead] = reply;
-    if (admitted === 1) {
+    if (reply[0] === 1) {
       this.metrics.decision(false);
       return ADMITTED;
     }
     this.metrics.decision(true);
+    // The mode follows from the capacity exactly as in bucket(), which chose the command.
+    if (capacity <= this.exactMax) return { limited: true, retryAfterSeconds: retryAfterSeconds(Number(reply[1])) };
+    const [, prev, cur, elapsed, ahead] = reply;
     const view = { window: 0, prev: Number(prev), cur: Number(cur), elapsed: Number(elapsed), ahead: Number(ahead) };
     return { limited: true, retryAfterSeconds: retryAfterSeconds(retryAfterMs(view, capacity, windowMs)) };
   }

@@ -93,6 +93,48 @@ describe('ScriptPipe against Redis', () => {
     server.close();
   });
 
+  it('parses integer-array replies with negative and large values, through the fast path and the general parser, in any split', async () => {
+    // The limiter's replies are non-negative, but the pipe must not depend on it.
+    const replies = [
+      '*5\r\n:1\r\n:0\r\n:59999\r\n:0\r\n:0\r\n',
+      '*5\r\n:0\r\n:-42\r\n:-1\r\n:1795601847123\r\n:-9007199254740991\r\n',
+      '*0\r\n',
+      // Not all integers: the fast path gives up and the general parser delivers the array as sent.
+      '*2\r\n:-7\r\n$2\r\n12\r\n',
+    ];
+    const expected: unknown[] = [[1, 0, 59999, 0, 0], [0, -42, -1, 1795601847123, -9007199254740991], [], [-7, '12']];
+    for (const chunk of [1, 3, 1000]) {
+      let evals = 0;
+      const server = net.createServer((sock) => {
+        sock.on('data', async (d) => {
+          // SCRIPT LOAD, then one EVALSHA per data event (the calls are made one at a time).
+          const text = d.toString();
+          if (text.includes('SCRIPT')) return void sock.write('$40\r\n' + 'a'.repeat(40) + '\r\n');
+          const wire = Buffer.from(replies[evals++ % replies.length]!);
+          for (let i = 0; i < wire.length; i += chunk) {
+            sock.write(wire.subarray(i, i + chunk));
+            await new Promise((r) => setImmediate(r));
+          }
+        });
+      });
+      await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+      const p = new ScriptPipe({ url: `redis://127.0.0.1:${(server.address() as net.AddressInfo).port}`, script: SCRIPT, argCount: 2, timeoutMs: 2000 });
+      pipes.push(p);
+      await new Promise<void>((r) => p.once('ready', () => r()));
+      for (const want of expected) expect(await call(p, 'k', ['1', ''])).toEqual(want);
+      p.close();
+      server.close();
+    }
+  });
+
+  it('negative integers from real Redis come back intact', async () => {
+    const p = new ScriptPipe({ url: inject('redisUrl'), script: SCRIPT, argCount: 2, timeoutMs: 2000 });
+    pipes.push(p);
+    await new Promise<void>((r) => p.once('ready', () => r()));
+    expect(await call(p, 'k', ['-5', 'x'])).toEqual([-4, 1, 0]);
+    expect(await call(p, 'k', ['-1', ''])).toEqual([0, 1, 1]);
+  });
+
   it('refuses calls while not connected, and beyond maxInFlight', async () => {
     const p = new ScriptPipe({ url: 'redis://127.0.0.1:1', script: SCRIPT, argCount: 2, timeoutMs: 50 });
     pipes.push(p);

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { digestKey, redisKey, redisKeyPattern } from './keys.js';
 import { LocalSlidingWindowLimiter } from './local.js';
 import { fakeClock, seededRandom } from './testing.js';
-import { admits, retryAfterMs, retryAfterSeconds, viewAt, type WindowView } from './window.js';
+import { admits, logAdmits, logRecord, logRetryAfterMs, retryAfterMs, retryAfterSeconds, viewAt, type WindowView } from './window.js';
 
 const W = 60_000;
 const view = (prev: number, cur: number, elapsed: number): WindowView => ({ window: 10, prev, cur, elapsed, ahead: 0 });
@@ -85,13 +85,69 @@ describe('window math', () => {
   });
 });
 
+describe('exact log', () => {
+  it('admits iff fewer than L admissions lie in (now − W, now], waits exactly until the L-th most recent leaves, keeps L entries', () => {
+    const rnd = seededRandom(5);
+    for (let run = 0; run < 100; run++) {
+      const L = 1 + Math.floor(rnd() * 20);
+      const w = [1000, 60_000][run % 2]!;
+      const log: number[] = [];
+      // Every admission, independently of the log: the brute-force oracle.
+      const all: number[] = [];
+      const inWindow = (now: number) => all.filter((a) => a > now - w && a <= now).length;
+      let t = 0;
+      for (let i = 0; i < 300; i++) {
+        t += Math.floor(rnd() * ((3 * w) / L));
+        const ok = logAdmits(log, t, L, w);
+        expect(ok).toBe(inWindow(t) < L);
+        const d = logRetryAfterMs(log, t, L, w);
+        if (ok) {
+          expect(d).toBe(0);
+          logRecord(log, t, L);
+          all.push(t);
+        } else {
+          // With nothing admitted meanwhile: admitted at +d, not at +d − 1.
+          expect(d).toBeGreaterThan(0);
+          expect(inWindow(t + d)).toBeLessThan(L);
+          expect(inWindow(t + d - 1)).toBe(L);
+          expect(logAdmits(log, t + d, L, w)).toBe(true);
+          expect(logAdmits(log, t + d - 1, L, w)).toBe(false);
+        }
+        expect(log.length).toBeLessThanOrEqual(L);
+        expect(log).toEqual(all.slice(-L).reverse());
+      }
+    }
+  });
+
+  it('a clock stepping back pushes the head time again (sorted, the strict reading); a lower capacity reads the L-th entry', () => {
+    const log: number[] = [];
+    logRecord(log, 5000, 3);
+    logRecord(log, 4000, 3);
+    expect(log).toEqual([5000, 5000]);
+    expect(logAdmits(log, 4000, 2, W)).toBe(false);
+    expect(logRetryAfterMs(log, 4000, 2, W)).toBe(W + 1000);
+    // Capacity 3 → 1: the newest entry decides; a record trims to the new capacity.
+    logRecord(log, 6000, 3);
+    expect(log).toEqual([6000, 5000, 5000]);
+    expect(logRetryAfterMs(log, 7000, 1, W)).toBe(W - 1000);
+    logRecord(log, 6000 + W, 1);
+    expect(log).toEqual([6000 + W]);
+  });
+});
+
 describe('bucket keys', () => {
   it('digests arbitrary keys to 27 characters and scopes them by server and window', () => {
     const long = 'h'.repeat(100_000);
     expect(digestKey(long)).toMatch(/^[A-Za-z0-9_-]{27}$/);
     expect(digestKey('a')).not.toBe(digestKey('b'));
-    expect(redisKey('srv-1', 60, digestKey('a'))).toBe(`warren:rl:srv-1:60:${digestKey('a')}`);
+    expect(redisKey('srv-1', 60, digestKey('a'), 'counter')).toBe(`warren:rl:srv-1:60:${digestKey('a')}`);
+    expect(redisKey('srv-1', 60, digestKey('a'), 'log')).toBe(`warren:rl:srv-1:60:L:${digestKey('a')}`);
     expect(redisKeyPattern('a*b')).toBe('warren:rl:a\\*b:*');
+    // The pattern covers both modes; no key of one server id and mode is a key of another.
+    for (const mode of ['counter', 'log'] as const) expect(redisKey('srv-1', 60, digestKey('a'), mode).startsWith(redisKeyPattern('srv-1').slice(0, -1))).toBe(true);
+    const keys = new Set<string>();
+    for (const server of ['a', 'a:60', 'a:60:L', 'a:L', '60']) for (const w of [1, 60]) for (const mode of ['counter', 'log'] as const) keys.add(redisKey(server, w, digestKey('k'), mode));
+    expect(keys.size).toBe(5 * 2 * 2);
   });
 });
 

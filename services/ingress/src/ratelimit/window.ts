@@ -1,5 +1,6 @@
 /**
- * The sliding-window counter (Cloudflare's "two fixed windows" estimate), as pure functions.
+ * The sliding-window counter (Cloudflare's "two fixed windows" estimate), as pure functions; the
+ * exact sliding log used below the limiter's `exactMax` follows further down (`logAdmits`).
  *
  * Time is cut into fixed windows of W ms aligned to the epoch: window k covers [k·W, (k+1)·W).
  * A bucket keeps two counts: P, the requests admitted in the previous window k−1, and C, those
@@ -19,8 +20,13 @@
  *
  * so it is exact in IEEE doubles (and in Redis' Lua 5.1, whose numbers are doubles) while the
  * products stay below 2^53 ≈ 9·10^15: e.g. counts up to 10^8 with W = 24 h. The Lua script in
- * script.ts makes the same decision with the same expression; these functions are its reference
- * (unit-tested) and the implementation of the in-memory limiter.
+ * script.ts makes the same decision with the same expression in its counter branch; these
+ * functions are its reference (unit-tested) and the implementation of the in-memory limiter.
+ *
+ * The estimate is not exact: under steady traffic over the limit it disagrees with an exact log
+ * on about a fifth of the decisions (test/load/ratelimit-accuracy-sim.ts), which is why buckets
+ * of capacity up to `exactMax` keep the exact log instead. It stays for larger capacities, where
+ * a log would cost memory and time proportional to L per key.
  */
 
 /** The stored state of one bucket: the window index of `cur` and the two counts. */
@@ -95,6 +101,48 @@ function untilAdmitted(v: WindowView, capacity: number, windowMs: number): numbe
   // Smallest integer e′ with c·(W − e′) ≤ (L−1)·W  ⇔  e′ ≥ W − (L−1)·W/c.
   const e2 = W - Math.floor(((L - 1) * W) / c);
   return W - e + e2;
+}
+
+/**
+ * The exact sliding log (script.ts' log mode, for capacities up to the limiter's `exactMax`), as
+ * pure functions over one bucket's log: the admission times (ms) of its most recent admitted
+ * requests, newest first, at most L of them. They are the reference of the script's log branch
+ * (the tests' oracle) the way the functions above are of its counter branch.
+ *
+ * A request at `now` is admitted iff fewer than L admissions lie in the rolling window
+ * (now − W, now]. The log is sorted, so that is: it holds fewer than L entries, or its L-th entry
+ * o (index L−1, the L-th most recent admission) is ≤ now − W. Keeping L entries is enough: a
+ * decision reads only the L-th, and an older entry can never become the L-th again since entries
+ * are only added at the head. (After a capacity increase the dropped ones would have counted: the
+ * log then errs once on the lenient side, by at most the increase.) Denied requests are not
+ * recorded, as in the counter.
+ *
+ * Unlike the counter this is exact: the rolling count never exceeds L, whatever the traffic, and
+ * a client over the limit is admitted again at exactly o + W.
+ */
+export function logAdmits(log: readonly number[], nowMs: number, capacity: number, windowMs: number): boolean {
+  const o = log[capacity - 1];
+  return o === undefined || o <= nowMs - windowMs;
+}
+
+/**
+ * Milliseconds from `now` until a request would be admitted, if no other request is admitted
+ * meanwhile (0 when one would be admitted now): d = o + W − now, the exact smallest d with
+ * o ≤ now + d − W, so never early.
+ */
+export function logRetryAfterMs(log: readonly number[], nowMs: number, capacity: number, windowMs: number): number {
+  const o = log[capacity - 1];
+  return o === undefined ? 0 : Math.max(0, o + windowMs - nowMs);
+}
+
+/**
+ * Records an admission at `now` in `log` (in place): pushes `now` at the head (or the head's time
+ * again if the clock stepped back below it, so the log stays sorted) and keeps the newest L.
+ */
+export function logRecord(log: number[], nowMs: number, capacity: number): void {
+  const head = log[0];
+  log.unshift(head !== undefined && head > nowMs ? head : nowMs);
+  if (log.length > capacity) log.length = capacity;
 }
 
 /** The Retry-After value: whole seconds, rounded up, at least 1. */
