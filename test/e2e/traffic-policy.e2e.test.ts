@@ -162,6 +162,46 @@ outbound:
     const ok = await request(a.http, '/deny/ok');
     expect([ok.status, ok.headers['x-upstream']]).toEqual([200, undefined]);
   });
+
+  it('matches() runs RE2: denies by pattern, never backtracks, and refuses a non-RE2 pattern with a 400', async () => {
+    const bad = await api('POST', `/edges/https/${edgeId}/routes`, {
+      match_type: 'path_prefix',
+      match: '/rx-bad',
+      backend: { enabled: true, backend_id: backendId },
+      traffic_policy: { value: `inbound:\n  - expressions: ["req.path.matches('^/(?=admin)')"]\n    actions: [{type: deny}]\n` },
+    });
+    expect(bad.status).toBe(400);
+    expect(JSON.stringify(bad.body)).toMatch(/inbound\[0\]\.expressions\[0\].*matches\(\): invalid RE2 pattern/);
+
+    await route('/rx', {
+      traffic_policy: {
+        value: `inbound:
+  - expressions: ["req.path.matches('^/rx/admin(/|$)')"]
+    actions:
+      - type: deny
+        config: { status_code: 403 }
+  - expressions: ["matches(req.path, '^/rx/(a+)+$')"]
+    actions:
+      - type: custom-response
+        config: { status_code: 200, body: "all a" }
+`,
+      },
+    });
+    for (const n of [a, b]) {
+      expect((await request(n.http, '/rx/admin')).status).toBe(403);
+      expect((await request(n.http, '/rx/admin/users')).status).toBe(403);
+      const other = await request(n.http, '/rx/administrator');
+      expect([other.status, other.json().url]).toEqual([200, '/rx/administrator']);
+      // With a backtracking engine this path would hang the ingress.
+      const evil = `/rx/${'a'.repeat(4000)}!`;
+      const t = Date.now();
+      const redos = await request(n.http, evil);
+      expect([redos.status, redos.json().url]).toEqual([200, evil]);
+      expect(Date.now() - t).toBeLessThan(2000);
+      const allA = await request(n.http, `/rx/${'a'.repeat(4000)}`);
+      expect([allA.status, allA.raw.toString()]).toEqual([200, 'all a']);
+    }
+  });
 });
 
 describe('route modules on live traffic', () => {

@@ -103,7 +103,15 @@ outbound:
 });
 
 describe('CEL regular expressions', () => {
-  it('refuses matches(), which would run backtracking regular expressions on the shared ingress', () => {
-    expect(() => parseTrafficPolicy('inbound:\n  - expressions: ["req.path.matches(\'^/(a+)+$\')"]\n    actions: [{type: deny}]\n')).toThrow(/matches\(\) is not supported/);
+  // matches() runs RE2 (linear time); more in regex.test.ts.
+  it('accepts matches() with an RE2 pattern, including one that would backtrack in JavaScript', () => {
+    const p = parseTrafficPolicy('inbound:\n  - expressions: ["req.path.matches(\'^/(a+)+$\')", "matches(req.url, \'(?i)/ADMIN\')"]\n    actions: [{type: deny}]\n');
+    expect(p.inbound[0]!.expressions).toHaveLength(2);
+  });
+
+  it('refuses a pattern RE2 does not accept, naming the expression', () => {
+    const err = fails('inbound:\n  - expressions: ["req.path.matches(\'^/(?=admin)\')"]\n    actions: [{type: deny}]\n');
+    expect(err.path).toBe('inbound[0].expressions[0]');
+    expect(err.reason).toMatch(/^matches\(\): invalid RE2 pattern: invalid or unsupported Perl syntax/);
   });
 });

@@ -14,10 +14,14 @@
  * - `time.now` (timestamp).
  * Macros: `getReqHeader(name)`, `getResHeader(name)` (outbound) → list of values,
  * case-insensitive, `[]` when absent; `getQueryParam(name)` → list of values.
+ * `s.matches(re)` / `matches(s, re)` (strings and `req.url`) run RE2, not the library's
+ * backtracking JavaScript `RegExp`: see `matchesMacro`.
  */
 import { Environment, type ParseResult } from '@marcbachmann/cel-js';
 import { CelActionResults, CelActions, CelConn, CelRateLimit, CelRateLimitError, CelRequest, CelResponse, CelTime, CelUrl } from './cel-vars.js';
+import { cachedRegex, compileRegex, MAX_POLICY_REGEX_PROGRAM_SIZE, RegexError, regexSearch } from './regex.js';
 import type { PolicyDirection } from './types.js';
+import type { RE2JS } from 're2js';
 
 /** A compiled expression: call with an activation (`{req, conn, actions, time[, res]}`). */
 export type CelProgram = ParseResult;
@@ -35,10 +39,18 @@ interface MacroChecker {
   check(node: unknown, ctx: unknown): { name: string; kind: string };
   registry: { getListType(t: unknown): unknown };
   stringType: unknown;
+  boolType: unknown;
   createError(code: string, message: string, node: unknown): Error;
 }
 interface MacroEvaluator {
   run(node: unknown, ctx: unknown): unknown;
+  createError(code: string, message: string, node: unknown): Error;
+}
+/** The parsed call a macro expander receives (cel-js AST nodes: `op`, `args`, `start`, …). */
+interface MacroCall {
+  ast: unknown;
+  args: { op: string; args: unknown }[];
+  receiver: unknown;
 }
 interface MacroCtx {
   getValue(name: string): unknown;
@@ -58,6 +70,102 @@ function lookupMacro(fn: string, read: (ctx: MacroCtx, key: string) => string[])
       return typeof key === 'string' ? read(ctx, key) : [];
     },
   });
+}
+
+/** The error code a refused `matches()` pattern carries (compile and evaluation time). */
+const REGEX_ERROR = 'invalid_regular_expression';
+
+/** What is left of the current policy's regexp budget (see `withPolicyRegexBudget`). */
+let policyBudget: { left: number; total: number } | null = null;
+
+/**
+ * Runs `fn` (which compiles one policy's expressions, synchronously) with one budget for the
+ * total program size of its literal `matches()` patterns: past it, the expression that tips it
+ * over does not compile. Without this wrapper (the ingress recompiling saved policies) there is
+ * no policy-wide limit.
+ */
+export function withPolicyRegexBudget<T>(fn: () => T, total = MAX_POLICY_REGEX_PROGRAM_SIZE): T {
+  const outer = policyBudget;
+  policyBudget = { left: total, total };
+  try {
+    return fn();
+  } finally {
+    policyBudget = outer;
+  }
+}
+
+/**
+ * `matches()` through RE2. cel-js implements CEL's `string.matches(string)` with JavaScript's
+ * backtracking `RegExp` and refuses a second `string.matches` overload, so the call is taken over
+ * as a macro instead: macros are looked up while parsing by name, receiver-or-not and argument
+ * count only, so `URL.matches(ast)` (a receiver type that does not overlap the built-in
+ * `string.matches`) expands every `x.matches(re)` call, and `matches(ast, ast)` every global
+ * one. The macro type-checks the operands itself (string or `req.url`, and a string pattern), so
+ * the built-in is never reached; `assertRe2Matches` checks that at start-up. A literal pattern
+ * is compiled here, once per parse (a policy); a computed one at evaluation, through a cache.
+ */
+function matchesMacro(receiverForm: boolean) {
+  return ({ ast, args, receiver }: MacroCall) => {
+    const subject = receiverForm ? receiver : args[0];
+    const pattern = receiverForm ? args[0]! : args[1]!;
+    let literal: RE2JS | undefined;
+    let literalError: string | undefined;
+    if (pattern.op === 'value' && typeof pattern.args === 'string') {
+      try {
+        literal = compileRegex(pattern.args);
+        if (policyBudget && (policyBudget.left -= literal.programSize()) < 0) {
+          literal = undefined;
+          literalError = `matches(): the policy's patterns are too large together (more than ${policyBudget.total} RE2 instructions)`;
+        }
+      } catch (err) {
+        if (!(err instanceof RegexError)) throw err;
+        literalError = `matches(): ${err.message}`;
+      }
+    }
+    return {
+      typeCheck(checker: MacroChecker, _macro: unknown, ctx: unknown) {
+        const st = checker.check(subject, ctx);
+        const pt = checker.check(pattern, ctx);
+        const subjectOk = st.kind === 'dyn' || st.name === 'string' || st.name === 'URL';
+        if (!subjectOk || !(pt.kind === 'dyn' || pt.name === 'string')) {
+          const sig = receiverForm ? `${st.name}.matches(${pt.name})` : `matches(${st.name}, ${pt.name})`;
+          throw checker.createError('no_matching_overload', `found no matching overload for '${sig}'`, ast);
+        }
+        if (literalError) throw checker.createError(REGEX_ERROR, literalError, pattern);
+        return checker.boolType;
+      },
+      evaluate(ev: MacroEvaluator, _macro: unknown, ctx: unknown): boolean {
+        const s = ev.run(subject, ctx);
+        const text = typeof s === 'string' ? s : s instanceof CelUrl ? s.toString() : undefined;
+        if (text === undefined) throw ev.createError('no_matching_overload', `matches() needs a string, got ${s === null ? 'null' : typeof s}`, ast);
+        let re = literal;
+        if (!re) {
+          const p = ev.run(pattern, ctx);
+          if (typeof p !== 'string') throw ev.createError('no_matching_overload', `matches() needs a string pattern, got ${p === null ? 'null' : typeof p}`, pattern);
+          try {
+            re = cachedRegex(p);
+          } catch (err) {
+            if (err instanceof RegexError) throw ev.createError(REGEX_ERROR, `matches(): ${err.message}`, pattern);
+            throw err;
+          }
+        }
+        return regexSearch(re, text);
+      },
+    };
+  };
+}
+
+/**
+ * Start-up check that `matches()` reaches `matchesMacro` in both forms (a cel-js upgrade that
+ * changed how macros are found would otherwise silently bring back backtracking regexps).
+ */
+function assertRe2Matches(env: Environment): void {
+  for (const src of [`'a'.matches('(?=a)')`, `matches('a', '(?=a)')`, `req.url.matches('(?=a)')`]) {
+    const checked = env.parse(src).check();
+    if (checked.valid || (checked.error as { code?: string } | undefined)?.code !== REGEX_ERROR) {
+      throw new Error(`traffic policy CEL: matches() does not run through RE2 (${src}); refusing to start`);
+    }
+  }
 }
 
 function baseEnvironment(): Environment {
@@ -98,6 +206,8 @@ function baseEnvironment(): Environment {
     'getQueryParam(ast): list<string>',
     lookupMacro('getQueryParam', (ctx, k) => (ctx.getValue('req') as CelRequest | undefined)?.url.query_params.get(k) ?? []),
   );
+  env.registerFunction('URL.matches(ast): bool', matchesMacro(true));
+  env.registerFunction('matches(ast, ast): bool', matchesMacro(false));
   return env;
 }
 
@@ -112,6 +222,8 @@ function buildEnvironments(): Record<PolicyDirection, Environment> {
     'getResHeader(ast): list<string>',
     lookupMacro('getResHeader', (ctx, k) => (ctx.getValue('res') as CelResponse | undefined)?.header(k) ?? []),
   );
+  assertRe2Matches(inbound);
+  assertRe2Matches(outbound);
   return { inbound, outbound };
 }
 
@@ -133,10 +245,6 @@ function describe(err: unknown): string {
  * (`wantBool`); a header-value interpolation may be of any type. Throws `CelCompileError`.
  */
 export function compileExpression(direction: PolicyDirection, source: string, wantBool = true): CelProgram {
-  // CEL's matches() runs the library's JavaScript regular expressions, which backtrack: one
-  // tenant's pattern could stall every tenant's requests on the shared ingress. Until an RE2
-  // engine evaluates them, they are refused (prefix/suffix/contains cover most uses).
-  if (/\bmatches\s*\(/.test(source)) throw new CelCompileError('matches() is not supported (regular expressions could stall the shared ingress); use startsWith(), endsWith() or contains()');
   let program: CelProgram;
   try {
     program = env(direction).parse(source);
@@ -144,7 +252,11 @@ export function compileExpression(direction: PolicyDirection, source: string, wa
     throw new CelCompileError(`does not compile: ${describe(err)}`);
   }
   const checked = program.check();
-  if (!checked.valid) throw new CelCompileError(`does not compile: ${describe(checked.error)}`);
+  if (!checked.valid) {
+    // A refused matches() pattern says so itself ("matches(): invalid RE2 pattern: …").
+    if ((checked.error as { code?: string } | undefined)?.code === REGEX_ERROR) throw new CelCompileError(describe(checked.error));
+    throw new CelCompileError(`does not compile: ${describe(checked.error)}`);
+  }
   if (wantBool && checked.type !== 'bool' && checked.type !== 'dyn') throw new CelCompileError(`must evaluate to a bool, but its type is ${checked.type}`);
   return program;
 }

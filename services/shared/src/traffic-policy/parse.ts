@@ -1,6 +1,6 @@
 import { parseDocument } from 'yaml';
 import { parseDurationNs } from './duration.js';
-import { CelCompileError, compileExpression, parseTemplate } from './cel.js';
+import { CelCompileError, compileExpression, parseTemplate, withPolicyRegexBudget } from './cel.js';
 import type { BucketKeyElement, PolicyAction, PolicyDirection, PolicyRule, RateLimitConfig, TrafficPolicy } from './types.js';
 
 /** Largest accepted document, in UTF-8 bytes (wire-conventions.md §13). */
@@ -286,9 +286,12 @@ function parseRule(v: unknown, path: string, direction: PolicyDirection): Policy
 export function validateTrafficPolicy(doc: unknown): TrafficPolicy {
   const top = expectObj(doc, '', 'the traffic policy');
   noUnknownKeys(top, '', ['inbound', 'outbound']);
-  const inbound = expectList(top.inbound, 'inbound', true).map((r, i) => parseRule(r, at('inbound', i), 'inbound'));
-  const outbound = expectList(top.outbound, 'outbound', true).map((r, i) => parseRule(r, at('outbound', i), 'outbound'));
-  return { inbound, outbound };
+  // One budget for all the policy's matches() patterns (cel.ts).
+  return withPolicyRegexBudget(() => {
+    const inbound = expectList(top.inbound, 'inbound', true).map((r, i) => parseRule(r, at('inbound', i), 'inbound'));
+    const outbound = expectList(top.outbound, 'outbound', true).map((r, i) => parseRule(r, at('outbound', i), 'outbound'));
+    return { inbound, outbound };
+  });
 }
 
 /**
