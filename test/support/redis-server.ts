@@ -14,6 +14,8 @@ import { freePort } from './processes.js';
 export interface RedisServer {
   url: string;
   port: number;
+  /** `unix://<socket>` when started with `unixSocket: true`, else undefined. */
+  unixUrl: string | undefined;
   pid(): number | undefined;
   /** SIGTERM and wait (Redis writes its AOF on the way out). */
   stop(): Promise<void>;
@@ -41,7 +43,7 @@ function reachable(port: number): Promise<boolean> {
   });
 }
 
-export async function startRedisServer(o: { persist?: boolean; bin?: string } = {}): Promise<RedisServer> {
+export async function startRedisServer(o: { persist?: boolean; bin?: string; unixSocket?: boolean } = {}): Promise<RedisServer> {
   if (!hook) {
     hook = true;
     process.once('exit', () => {
@@ -52,6 +54,8 @@ export async function startRedisServer(o: { persist?: boolean; bin?: string } = 
   const dir = mkdtempSync(path.join(os.tmpdir(), 'warren-redis-'));
   const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--dir', dir, '--daemonize', 'no', '--maxmemory-policy', 'noeviction'];
   args.push(...(o.persist ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no']));
+  const socket = o.unixSocket ? path.join(dir, 'redis.sock') : undefined;
+  if (socket) args.push('--unixsocket', socket, '--unixsocketperm', '700');
   let child: ChildProcess | undefined;
   let output = '';
 
@@ -79,6 +83,7 @@ export async function startRedisServer(o: { persist?: boolean; bin?: string } = 
   const server: RedisServer = {
     url: `redis://127.0.0.1:${port}`,
     port,
+    unixUrl: socket ? `unix://${socket}` : undefined,
     pid: () => child?.pid,
     async stop() {
       if (!child) return;

@@ -42,6 +42,14 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
       /** Redis for the rate-limit action; without it the limiter counts in memory (per process). */
       REDIS_URL: z.string().optional(),
       /**
+       * The rate limiter's own Redis, default REDIS_URL: e.g. unix:///run/redis/redis.sock for a
+       * Redis beside this ingress server (capacity is per server, so its counts need nothing shared).
+       */
+      RATE_LIMIT_REDIS_URL: z
+        .string()
+        .refine((v) => /^(redis|rediss|unix):\/\//.test(v), 'must be a redis://, rediss:// or unix:// URL')
+        .optional(),
+      /**
        * The "ingress server" whose capacity a rate limit applies to (spec: per ingress server).
        * Processes with the same id share counts; default NODE_ID.
        */
@@ -81,6 +89,7 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
     STATE_DIR: env.STATE_DIR ?? `.data/ingress/${nodeId}`,
     CONTROL_PLANE_TARGETS: env.CONTROL_PLANE_GRPC.split(',').map((s) => s.trim()).filter(Boolean),
     EVENTS_REDIS_URL: env.EVENTS_REDIS_URL || env.REDIS_URL || undefined,
+    RATE_LIMIT_REDIS_URL: env.RATE_LIMIT_REDIS_URL || env.REDIS_URL || undefined,
   };
 }
 

@@ -79,10 +79,10 @@ async function main(): Promise<void> {
 
   // The rate-limit action counts in Redis per ingress server (RATE_LIMIT_SERVER_ID); without Redis,
   // in memory per process. Either way a slow or failed store never blocks a request (fail open).
-  const limiter: RateLimiter & { close?: () => Promise<void> } = env.REDIS_URL
-    ? new RedisSlidingWindowLimiter({ redis: env.REDIS_URL, serverId: env.RATE_LIMIT_SERVER_ID, timeoutMs: env.RATE_LIMIT_TIMEOUT_MS, exactMax: env.RATE_LIMIT_EXACT_MAX, transport: env.RATE_LIMIT_TRANSPORT, autoPipelining: env.RATE_LIMIT_AUTO_PIPELINING, registry: metrics.registry, log: log.child({ component: 'ratelimit' }) })
+  const limiter: RateLimiter & { close?: () => Promise<void> } = env.RATE_LIMIT_REDIS_URL
+    ? new RedisSlidingWindowLimiter({ redis: env.RATE_LIMIT_REDIS_URL, serverId: env.RATE_LIMIT_SERVER_ID, timeoutMs: env.RATE_LIMIT_TIMEOUT_MS, exactMax: env.RATE_LIMIT_EXACT_MAX, transport: env.RATE_LIMIT_TRANSPORT, autoPipelining: env.RATE_LIMIT_AUTO_PIPELINING, registry: metrics.registry, log: log.child({ component: 'ratelimit' }) })
     : new LocalSlidingWindowLimiter({});
-  if (!env.REDIS_URL) log.warn('REDIS_URL is not set: rate limits are counted in memory by each process');
+  if (!env.RATE_LIMIT_REDIS_URL) log.warn('neither RATE_LIMIT_REDIS_URL nor REDIS_URL is set: rate limits are counted in memory by each process');
   // The edge's mutual TLS first, then the route's modules and policy in their one order.
   const compilePipeline = createPipelineCompiler(
     [(_route, edge, config) => mutualTlsStage(edge, config), ...pipelineStageFactories],

@@ -1,3 +1,4 @@
+import net from 'node:net';
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
@@ -7,7 +8,7 @@ import { digestKey, redisKey } from './keys.js';
 import { LocalSlidingWindowLimiter } from './local.js';
 import { createRateLimitMetrics, type FallbackReason, type RateLimitMetrics } from './metrics.js';
 import { SLIDING_WINDOW_LUA } from './script.js';
-import { PipeTimeout, PipeUnavailable, ScriptPipe } from './script-pipe.js';
+import { PipeTimeout, PipeUnavailable, redisEndpoint, ScriptPipe } from './script-pipe.js';
 import { checkArgs, retryAfterMs, retryAfterSeconds } from './window.js';
 
 export interface RedisLimiterOptions {
@@ -261,7 +262,15 @@ const ADMITTED: RateLimitResult = Object.freeze({ limited: false, retryAfterSeco
 
 /** An owned client tuned to fail fast: no offline queue, one retry, reconnects backing off to 1 s. */
 function createClient(url: string, autoPipelining: boolean): Redis {
-  return new Redis(url, {
+  const ep = redisEndpoint(url);
+  const where = ep.path
+    ? { path: ep.path }
+    : { host: ep.host, port: ep.port, ...(ep.tls ? { tls: { servername: net.isIP(ep.host) ? undefined : ep.host } } : {}) };
+  return new Redis({
+    ...where,
+    ...(ep.user ? { username: ep.user } : {}),
+    ...(ep.password ? { password: ep.password } : {}),
+    db: Number(ep.db || 0),
     enableOfflineQueue: false,
     maxRetriesPerRequest: 1,
     connectTimeout: 1000,

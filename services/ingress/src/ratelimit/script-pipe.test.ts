@@ -1,7 +1,9 @@
 import net from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { command, parseReply, ScriptPipe } from './script-pipe.js';
+import { startRedisServer, type RedisServer } from '../../../../test/support/redis-server.js';
+import { RedisSlidingWindowLimiter } from './redis.js';
+import { command, parseReply, redisEndpoint, ScriptPipe } from './script-pipe.js';
 
 const SCRIPT = `return {tonumber(ARGV[1]) + 1, #KEYS[1], ARGV[2] == '' and 1 or 0}`;
 
@@ -145,5 +147,45 @@ describe('ScriptPipe against Redis', () => {
     await new Promise<void>((r) => q.once('ready', () => r()));
     const results = await Promise.allSettled([call(q, 'a', ['1', '']), call(q, 'b', ['1', '']), call(q, 'c', ['1', ''])]);
     expect(results.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled', 'rejected']);
+  });
+});
+
+describe('Redis URLs and Unix sockets', () => {
+  it('parses redis://, rediss:// and unix:// URLs, and refuses others with a clear message', () => {
+    expect(redisEndpoint('redis://u:p%40ss@10.0.0.5:6380/2')).toEqual({ host: '10.0.0.5', port: 6380, tls: false, path: undefined, user: 'u', password: 'p@ss', db: '2' });
+    expect(redisEndpoint('rediss://[::1]')).toMatchObject({ host: '::1', port: 6379, tls: true });
+    expect(redisEndpoint('unix:///run/redis/redis.sock?db=3')).toEqual({ host: '', port: 0, tls: false, path: '/run/redis/redis.sock', user: '', password: '', db: '3' });
+    expect(redisEndpoint('unix:///tmp/r.sock?username=u&password=s%26cret')).toMatchObject({ path: '/tmp/r.sock', user: 'u', password: 's&cret', db: '' });
+    expect(() => redisEndpoint('http://x')).toThrow(/unsupported Redis URL scheme http:/);
+    expect(() => redisEndpoint('unix:///')).toThrow(/needs a socket path/);
+    expect(() => redisEndpoint('localhost:6379')).toThrow(/unsupported Redis URL scheme|not a Redis URL/);
+  });
+
+  let server: RedisServer;
+  beforeAll(async () => {
+    server = await startRedisServer({ unixSocket: true });
+  }, 20_000);
+  afterAll(async () => {
+    await server?.dispose();
+  });
+
+  it('the pipe and the limiter (both transports) decide over a unix:// socket, database chosen by ?db=', async () => {
+    const p = new ScriptPipe({ url: `${server.unixUrl!}?db=2`, script: SCRIPT, argCount: 2, timeoutMs: 2000 });
+    await new Promise<void>((r) => p.once('ready', () => r()));
+    expect(await call(p, 'k', ['41', ''])).toEqual([42, 1, 1]);
+    p.close();
+    for (const transport of ['pipe', 'ioredis'] as const) {
+      const limiter = new RedisSlidingWindowLimiter({ redis: `${server.unixUrl!}?db=2`, serverId: `unix-${transport}`, transport, timeoutMs: 2000 });
+      await limiter.ready();
+      expect(await limiter.hit('k', 2, 60)).toEqual({ limited: false, retryAfterSeconds: 0 });
+      expect(await limiter.hit('k', 2, 60)).toEqual({ limited: false, retryAfterSeconds: 0 });
+      const third = await limiter.hit('k', 2, 60);
+      expect(third.limited).toBe(true);
+      expect(third.error).toBeUndefined();
+      await limiter.close();
+    }
+    const admin = new Redis({ path: server.unixUrl!.slice('unix://'.length), db: 2 });
+    expect((await admin.keys('warren:rl:unix-*')).length).toBe(2);
+    await admin.quit();
   });
 });

@@ -30,7 +30,10 @@ export type ScriptReply = number[];
 export type ReplyCallback = (err: Error | null, reply: ScriptReply | null) => void;
 
 export interface ScriptPipeOptions {
-  /** redis://[user:password@]host[:port][/db] or rediss:// for TLS. */
+  /**
+   * redis://[user:password@]host[:port][/db], rediss:// for TLS, or
+   * unix:///path/to/redis.sock[?db=N&password=P] for a Redis on the same host (see {@link redisEndpoint}).
+   */
   url: string;
   /** The Lua source; it is loaded with SCRIPT LOAD on every (re)connect. */
   script: string;
@@ -49,6 +52,52 @@ export class PipeTimeout extends Error {
   }
 }
 export class PipeUnavailable extends Error {}
+
+/** Where a Redis URL points: a TCP host and port (TLS or not) or a Unix socket path, with credentials and database. */
+export interface RedisEndpoint {
+  host: string;
+  port: number;
+  tls: boolean;
+  /** Unix socket path (unix:// URLs); host and port are then unused. */
+  path: string | undefined;
+  user: string;
+  password: string;
+  /** Database number as text; '' or '0' for the default. */
+  db: string;
+}
+
+/**
+ * Parses `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS) and
+ * `unix:///path/to/redis.sock[?db=N&username=U&password=P]` (redis-py's form). A Unix
+ * socket suits a Redis beside the ingress server, the natural home of the limiter's counts
+ * (capacity is per server): it skips the TCP stack on both sides. Throws on anything else.
+ */
+export function redisEndpoint(url: string): RedisEndpoint {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new Error(`not a Redis URL: expected redis://host:port, rediss://host:port or unix:///path/to/redis.sock`);
+  }
+  const user = decodeURIComponent(u.username);
+  const password = decodeURIComponent(u.password);
+  if (u.protocol === 'unix:') {
+    const path = decodeURIComponent(u.pathname);
+    if (!path || path === '/') throw new Error('a unix:// Redis URL needs a socket path, e.g. unix:///run/redis/redis.sock');
+    const q = u.searchParams;
+    return { host: '', port: 0, tls: false, path, user: q.get('username') ?? user, password: q.get('password') ?? password, db: q.get('db') ?? '' };
+  }
+  if (u.protocol !== 'redis:' && u.protocol !== 'rediss:') throw new Error(`unsupported Redis URL scheme ${u.protocol} (redis:, rediss: or unix:)`);
+  return {
+    host: u.hostname.replace(/^\[|\]$/g, '') || '127.0.0.1',
+    port: Number(u.port || 6379),
+    tls: u.protocol === 'rediss:',
+    path: undefined,
+    user,
+    password,
+    db: u.pathname.replace(/^\//, '') || (u.searchParams.get('db') ?? ''),
+  };
+}
 
 interface Pending {
   cb: ReplyCallback | null; // null once answered early (timeout) or for internal commands
@@ -75,7 +124,7 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
   status: Status = 'connecting';
   readonly sha: string;
   private socket: net.Socket | tls.TLSSocket | null = null;
-  private readonly url: URL;
+  private readonly endpoint: RedisEndpoint;
   private readonly timeoutMs: number;
   private readonly maxInFlight: number;
   private readonly connectTimeoutMs: number;
@@ -97,7 +146,7 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
 
   constructor(private readonly opts: ScriptPipeOptions & { argCount: number }) {
     super();
-    this.url = new URL(opts.url);
+    this.endpoint = redisEndpoint(opts.url);
     this.timeoutMs = opts.timeoutMs;
     this.maxInFlight = opts.maxInFlight ?? 20_000;
     this.connectTimeoutMs = opts.connectTimeoutMs ?? 1000;
@@ -166,17 +215,19 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
   private connect(): void {
     if (this.status === 'closed') return;
     this.status = 'connecting';
-    const port = Number(this.url.port || 6379);
-    const host = this.url.hostname.replace(/^\[|\]$/g, '') || '127.0.0.1';
-    const sock =
-      this.url.protocol === 'rediss:'
-        ? tls.connect({ host, port, servername: net.isIP(host) ? undefined : host })
-        : net.connect({ host, port });
+    const ep = this.endpoint;
+    const sock = ep.path
+      ? net.connect({ path: ep.path })
+      : ep.tls
+        ? tls.connect({ host: ep.host, port: ep.port, servername: net.isIP(ep.host) ? undefined : ep.host })
+        : net.connect({ host: ep.host, port: ep.port });
     this.socket = sock;
-    sock.setNoDelay(true);
-    sock.setKeepAlive(true, 10_000);
+    if (!ep.path) {
+      sock.setNoDelay(true);
+      sock.setKeepAlive(true, 10_000);
+    }
     sock.setTimeout(this.connectTimeoutMs, () => sock.destroy(new Error(`connect timeout after ${this.connectTimeoutMs} ms`)));
-    sock.once(this.url.protocol === 'rediss:' ? 'secureConnect' : 'connect', () => {
+    sock.once(ep.tls ? 'secureConnect' : 'connect', () => {
       sock.setTimeout(0);
       this.handshake();
     });
@@ -189,9 +240,7 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
 
   /** AUTH, SELECT and SCRIPT LOAD; ready once the script is loaded. */
   private handshake(): void {
-    const user = decodeURIComponent(this.url.username);
-    const pass = decodeURIComponent(this.url.password);
-    const db = this.url.pathname.replace(/^\//, '');
+    const { user, password: pass, db } = this.endpoint;
     const fail = (what: string) => (err: Error | null) => {
       if (err) this.socket?.destroy(new Error(`${what}: ${err.message}`));
     };
