@@ -22,7 +22,8 @@
  * Reports medians (min–max), the ratios c0/a, c0/b0, b0/a, c/c0, c/b0, and Redis script calls per
  * request (INFO commandstats). BENCH_CASES=c0,c runs only those; BENCH_POLICY replaces the rate-limit
  * policy of case c (e.g. one whose expression never holds, to time the pipeline alone);
- * BENCH_OPEN_LOOP=1 runs the open loop with BENCH_CASES too; BENCH_INGRESS_ENV (JSON) adds ingress variables, e.g. '{"RATE_LIMIT_TRANSPORT":"ioredis"}'.
+ * BENCH_OPEN_LOOP=1 runs the open loop with BENCH_CASES too; BENCH_REDIS=unix|tcp|system picks the
+ * limiter's Redis (see REDIS_MODE; default unix); BENCH_INGRESS_ENV (JSON) adds ingress variables, e.g. '{"RATE_LIMIT_TRANSPORT":"ioredis"}'.
  * Writes test/load/results/proxy.json.
  */
 import http from 'node:http';
@@ -34,8 +35,8 @@ import { fileURLToPath } from 'node:url';
 import { freePort, startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
 import { cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
-import { benchDatabase, cpuMicros, fmt, log, machine } from './support.js';
-import { openLoop } from './open-loop.js';
+import { benchDatabase, cpuMicros, cpuSplit, fmt, log, machine } from './support.js';
+import { openLoop, type OpenLoopResult } from './open-loop.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const DURATION = Number(process.env.BENCH_DURATION ?? 15);
@@ -48,9 +49,18 @@ const RL_POLICY = JSON.stringify({
   inbound: [{ actions: [{ type: 'rate-limit', config: { name: 'bench', algorithm: 'sliding_window', capacity: 2_000_000_000, rate: '60s', bucket_key: ['req.host', "req.headers['x-client']"] } }] }],
 });
 
+/**
+ * The Redis of the rate-limit case (BENCH_REDIS): `unix` (default) a redis-server of its own on
+ * core 1 reached over a Unix socket, the deployment the README recommends for the limiter (one
+ * Redis per ingress server, beside it); `tcp` the same server over loopback TCP; `system` the
+ * machine's Redis on 6379 (shared with anything else running, e.g. tests).
+ */
+const REDIS_MODE = (process.env.BENCH_REDIS ?? 'unix') as 'unix' | 'tcp' | 'system';
+let redisCliArgs = ['-p', '6379'];
+
 /** Redis `INFO commandstats` calls of EVAL + EVALSHA. */
 function redisScriptCalls(): number {
-  const out = execFileSync('redis-cli', ['-p', '6379', 'INFO', 'commandstats'], { encoding: 'utf8' });
+  const out = execFileSync('redis-cli', [...redisCliArgs, 'INFO', 'commandstats'], { encoding: 'utf8' });
   let n = 0;
   for (const m of out.matchAll(/cmdstat_(evalsha|eval):calls=(\d+)/g)) n += Number(m[2]);
   return n;
@@ -169,7 +179,24 @@ async function main(): Promise<void> {
     const tls = await ensureLocalTls(path.join(dir, 'tls'));
     const grpcPort = await freePort();
     cp = await startControlPlane({ databaseUrl: db.url, env: { GRPC_PORT: String(grpcPort), WARREN_NODE_TOKEN: nodeToken } });
-    const ingressEnv = { TLS_CERT_FILE: path.join(dir, 'tls', 'cert.pem'), TLS_KEY_FILE: path.join(dir, 'tls', 'key.pem'), LOG_LEVEL: 'warn', REDIS_URL: 'redis://127.0.0.1:6379', RATE_LIMIT_SERVER_ID: `bench-${randomBytes(3).toString('hex')}`, ...(JSON.parse(process.env.BENCH_INGRESS_ENV ?? '{}') as Record<string, string>) };
+    let rateLimitRedis = 'redis://127.0.0.1:6379';
+    if (REDIS_MODE !== 'system') {
+      const port = await freePort();
+      const sock = path.join(dir, 'redis.sock');
+      const child = spawn('taskset', ['-c', '1', 'redis-server', '--port', String(port), '--bind', '127.0.0.1', '--unixsocket', sock, '--unixsocketperm', '700', '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' });
+      children.push(child);
+      redisCliArgs = REDIS_MODE === 'unix' ? ['-s', sock] : ['-p', String(port)];
+      await waitFor('bench redis-server', () => {
+        try {
+          return execFileSync('redis-cli', [...redisCliArgs, 'PING'], { encoding: 'utf8' }).trim() === 'PONG';
+        } catch {
+          return false;
+        }
+      });
+      rateLimitRedis = REDIS_MODE === 'unix' ? `unix://${sock}` : `redis://127.0.0.1:${port}`;
+    }
+    log(`rate-limit Redis: ${REDIS_MODE} (${rateLimitRedis})`);
+    const ingressEnv = { TLS_CERT_FILE: path.join(dir, 'tls', 'cert.pem'), TLS_KEY_FILE: path.join(dir, 'tls', 'key.pem'), LOG_LEVEL: 'warn', REDIS_URL: 'redis://127.0.0.1:6379', RATE_LIMIT_REDIS_URL: rateLimitRedis, RATE_LIMIT_SERVER_ID: `bench-${randomBytes(3).toString('hex')}`, ...(JSON.parse(process.env.BENCH_INGRESS_ENV ?? '{}') as Record<string, string>) };
     a = await startIngress({ nodeId: 'bench-a', controlPlane: [`127.0.0.1:${grpcPort}`], nodeToken, env: ingressEnv });
     b = await startIngress({ nodeId: 'bench-b', controlPlane: [`127.0.0.1:${grpcPort}`], nodeToken, env: ingressEnv });
     const api = async (method: string, p: string, body?: unknown) => {
@@ -193,7 +220,7 @@ async function main(): Promise<void> {
       http.get({ host: '127.0.0.1', port: n.http, path: '/', headers: { host } }, (res) => { res.resume(); resolve(res.statusCode === 200); }).on('error', () => resolve(false));
     }), 15_000);
     // Redis belongs to the rate-limit case's system under test: core 1 with the ingress.
-    const redisPid = Number(execFileSync('redis-cli', ['-p', '6379', 'INFO', 'server'], { encoding: 'utf8' }).match(/process_id:(\d+)/)?.[1]);
+    const redisPid = Number(execFileSync('redis-cli', [...redisCliArgs, 'INFO', 'server'], { encoding: 'utf8' }).match(/process_id:(\d+)/)?.[1]);
     if (redisPid) pin(redisPid, 1);
     pin(a.pid, 1);
     pin(b.pid, 1);
@@ -216,10 +243,13 @@ async function main(): Promise<void> {
         wrk(c.port, WARMUP, c.host, c.script);
         const pids = c.cpuPids();
         const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpuMicros(pid) ?? 0]));
+        const splitBefore = pids.ingress ? cpuSplit(pids.ingress) : undefined;
         const scriptsBefore = redisScriptCalls();
         const r = wrk(c.port, DURATION, c.host, c.script);
         const redisCallsPerReq = (redisScriptCalls() - scriptsBefore) / r.requests;
         const cpu = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, ((cpuMicros(pid) ?? 0) - before[k]!) / r.requests]));
+        const splitAfter = pids.ingress ? cpuSplit(pids.ingress) : undefined;
+        if (splitBefore && splitAfter) log(`  ingress user ${fmt((splitAfter.user - splitBefore.user) / r.requests, 1)} sys ${fmt((splitAfter.sys - splitBefore.sys) / r.requests, 1)} µs/req`);
         const rss = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, rssMiB(pid)]));
         (runs[c.name] ??= []).push({ ...r, cpu_us_per_req: cpu, rss_mib: rss, redis_script_calls_per_req: redisCallsPerReq });
         log(`round ${round} ${c.name}: ${fmt(r.rps)} req/s p50 ${fmt(r.p50, 2)} ms p99 ${fmt(r.p99, 2)} ms non2xx ${r.non2xx} errors ${r.socketErrors} cpu µs/req ${JSON.stringify(Object.fromEntries(Object.entries(cpu).map(([k, v]) => [k, Math.round(v)])))} rss MiB ${JSON.stringify(rss)} redis scripts/req ${redisCallsPerReq.toFixed(3)}`);
@@ -239,21 +269,35 @@ async function main(): Promise<void> {
       }),
     ) as Record<string, { rps_median: number; p99_ms_median: number; rps_cv: number }>;
     const ratio = (x: string, y: string) => (summary[x] && summary[y] ? summary[x]!.rps_median / summary[y]!.rps_median : NaN);
+    // c/c0 per round (the two ran back to back), then the median: drift of the box between rounds cancels.
+    const perRound = runs.c && runs.c0 ? runs.c.map((r, i) => r.rps / runs.c0![i]!.rps) : [];
+    if (perRound.length) log(`c/c0 per round: ${perRound.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRound), 2)}`);
 
     // Open loop at 50 % and 80 % of the rate-limit case's max: the latency the check adds.
     const openLoopResults: Record<string, unknown> = {};
     if (summary.c && summary.c0 && (!process.env.BENCH_CASES || process.env.BENCH_OPEN_LOOP === '1')) {
+      // Interleaved rounds (c0, c, c0, c …) at each share; medians of p50/p99 and of the per-round
+      // differences c − c0, which cancel what the box was doing during that round.
+      const OL_ROUNDS = Number(process.env.BENCH_OPEN_LOOP_ROUNDS ?? 3);
+      const OL_RATE = process.env.BENCH_OPEN_LOOP_RATE ? Number(process.env.BENCH_OPEN_LOOP_RATE) : undefined;
       for (const share of [0.5, 0.8]) {
-        const rate = Math.round(summary.c.rps_median * share);
-        for (const [name, host] of [['c0', HOST], ['c', RL_HOST]] as const) {
-          await openLoop({ url: `http://127.0.0.1:${a.http}/`, headers: { host, 'x-client': 'hot' }, rate, durationS: WARMUP });
-          const r = await openLoop({ url: `http://127.0.0.1:${a.http}/`, headers: { host, 'x-client': 'hot' }, rate, durationS: DURATION });
-          openLoopResults[`${name}@${share * 100}%`] = r;
-          const m = await (await fetch(`${a.internalUrl}/metrics`)).text();
-          const fallbacks = [...m.matchAll(/^warren_ingress_ratelimit_fallback_total\{[^}]*\} (\d+)/gm)].reduce((n, x) => n + Number(x[1]), 0);
-          if (fallbacks > 0) log(`rate-limit fallbacks so far on ingress A: ${fallbacks}`);
-          log(`open loop ${name} @ ${rate}/s: p50 ${fmt(r.p50, 2)} ms p99 ${fmt(r.p99, 2)} ms non2xx ${r.non2xx} errors ${r.errors}`);
+        const rate = Math.round((OL_RATE ?? summary.c.rps_median) * share);
+        const rounds: Record<'c0' | 'c', OpenLoopResult[]> = { c0: [], c: [] };
+        for (let round = 1; round <= OL_ROUNDS; round++) {
+          for (const [name, host] of [['c0', HOST], ['c', RL_HOST]] as const) {
+            await openLoop({ url: `http://127.0.0.1:${a.http}/`, headers: { host, 'x-client': 'hot' }, rate, durationS: Math.min(WARMUP, 3) });
+            const r = await openLoop({ url: `http://127.0.0.1:${a.http}/`, headers: { host, 'x-client': 'hot' }, rate, durationS: DURATION });
+            rounds[name].push(r);
+            log(`open loop round ${round} ${name} @ ${rate}/s: p50 ${fmt(r.p50, 2)} ms p99 ${fmt(r.p99, 2)} ms non2xx ${r.non2xx} errors ${r.errors}`);
+          }
         }
+        const m = await (await fetch(`${a.internalUrl}/metrics`)).text();
+        const fallbacks = [...m.matchAll(/^warren_ingress_ratelimit_fallback_total\{[^}]*\} (\d+)/gm)].reduce((n, x) => n + Number(x[1]), 0);
+        if (fallbacks > 0) log(`rate-limit fallbacks so far on ingress A: ${fallbacks}`);
+        const med = (name: 'c0' | 'c', k: 'p50' | 'p99') => median(rounds[name].map((r) => r[k]));
+        const diff = (k: 'p50' | 'p99') => median(rounds.c.map((r, i) => r[k] - rounds.c0[i]![k]));
+        openLoopResults[`${share * 100}%`] = { rate, rounds, c0: { p50: med('c0', 'p50'), p99: med('c0', 'p99') }, c: { p50: med('c', 'p50'), p99: med('c', 'p99') }, added_p50_ms: diff('p50'), added_p99_ms: diff('p99') };
+        log(`open loop @ ${share * 100}% (${rate}/s), medians of ${OL_ROUNDS}: c0 p50 ${fmt(med('c0', 'p50'), 2)} p99 ${fmt(med('c0', 'p99'), 2)} ms; c p50 ${fmt(med('c', 'p50'), 2)} p99 ${fmt(med('c', 'p99'), 2)} ms; added (median of per-round differences) p50 ${fmt(diff('p50'), 2)} ms, p99 ${fmt(diff('p99'), 2)} ms`);
       }
     }
     const result = {
@@ -262,7 +306,7 @@ async function main(): Promise<void> {
       machine: machine(),
       method: { rounds: ROUNDS, warmup_s: WARMUP, duration_s: DURATION, connections: CONNECTIONS, generator: 'wrk -t1 (core 0)', upstream: 'nginx return 200 "ok" (core 0)', sut_core: 1, agent_core: 0 },
       summary,
-      ratios: { 'c0/a': ratio('c0', 'a'), 'c0/b0': ratio('c0', 'b0'), 'b0/a': ratio('b0', 'a'), 'c/c0': ratio('c', 'c0'), 'c/b0': ratio('c', 'b0'), 'c10k/c0': ratio('c10k', 'c0'), 'hop/c0': ratio('hop', 'c0') },
+      ratios: { 'c/c0 per-round median': perRound.length ? median(perRound) : NaN, 'c0/a': ratio('c0', 'a'), 'c0/b0': ratio('c0', 'b0'), 'b0/a': ratio('b0', 'a'), 'c/c0': ratio('c', 'c0'), 'c/b0': ratio('c', 'b0'), 'c10k/c0': ratio('c10k', 'c0'), 'hop/c0': ratio('hop', 'c0') },
       open_loop: openLoopResults,
       runs,
     };
@@ -274,7 +318,8 @@ async function main(): Promise<void> {
     console.log(`  (written to ${RESULTS})`);
   } finally {
     try {
-      const redisPid = Number(execFileSync('redis-cli', ['-p', '6379', 'INFO', 'server'], { encoding: 'utf8' }).match(/process_id:(\d+)/)?.[1]);
+      // The machine's Redis was pinned to core 1 for the run: give it both cores back.
+      const redisPid = REDIS_MODE === 'system' ? Number(execFileSync('redis-cli', ['-p', '6379', 'INFO', 'server'], { encoding: 'utf8' }).match(/process_id:(\d+)/)?.[1]) : 0;
       if (redisPid) execFileSync('taskset', ['-a', '-pc', '0-1', String(redisPid)], { stdio: 'ignore' });
     } catch {
       /* best effort */

@@ -28,10 +28,16 @@ const CLK_TCK = (() => {
 
 /** utime + stime of a process, in microseconds (Linux /proc). */
 export function cpuMicros(pid: number): number | undefined {
+  const s = cpuSplit(pid);
+  return s && s.user + s.sys;
+}
+
+/** CPU time of a process split into user and kernel (system) µs, from /proc/<pid>/stat. */
+export function cpuSplit(pid: number): { user: number; sys: number } | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return ((Number(fields[11]) + Number(fields[12])) * 1e6) / CLK_TCK;
+    return { user: (Number(fields[11]) * 1e6) / CLK_TCK, sys: (Number(fields[12]) * 1e6) / CLK_TCK };
   } catch {
     return undefined;
   }

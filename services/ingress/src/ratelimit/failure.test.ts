@@ -48,6 +48,9 @@ afterAll(async () => {
   await admin.quit();
 });
 
+/** "At once": no wait on Redis. Loose enough for a loaded CI machine; a wait on Redis would take ≥ 50 ms. */
+const FAST_MS = 30;
+
 describe('RedisSlidingWindowLimiter when Redis fails', () => {
   it('Redis not reachable (closed port): the local limiter decides at once, with the error set and counted', async () => {
     const registry = new Registry();
@@ -58,7 +61,7 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     expect(results.map((r) => r.limited)).toEqual([false, false, false, true, true]);
     for (const r of results) {
       expect(r.error).toEqual({ code: STORE_ERROR_CODE, message: expect.stringMatching(/rate-limit store unavailable \(Redis is not connected\)/) });
-      expect(r.ms).toBeLessThan(10);
+      expect(r.ms).toBeLessThan(FAST_MS);
     }
     expect(results[3]!.retryAfterSeconds).toBeGreaterThanOrEqual(1);
     expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'unavailable' })).toBe(5);
@@ -83,12 +86,13 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
       expect(r.limited).toBe(false);
       expect(r.error).toEqual({ code: STORE_ERROR_CODE, message: expect.stringMatching(/did not answer within 50 ms/) });
       expect(r.ms).toBeGreaterThanOrEqual(49);
-      expect(r.ms).toBeLessThan(50 + 30);
+      // The bound is loose for loaded CI machines (two suites at once); the figure is in the log.
+      expect(r.ms).toBeLessThan(50 + 100);
     }
     // Three timeouts opened the circuit: no more waiting on Redis.
     const fast = await timed(l.hit('k', 1000, 60));
     expect(fast.error?.message).toMatch(/failed repeatedly/);
-    expect(fast.ms).toBeLessThan(10);
+    expect(fast.ms).toBeLessThan(FAST_MS);
     expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'timeout' })).toBe(3);
     expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'circuit_open' })).toBe(1);
 
@@ -96,7 +100,7 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     await new Promise((r) => setTimeout(r, 1050));
     const probe = await timed(l.hit('k', 1000, 60));
     expect(probe.error?.message).toMatch(/did not answer/);
-    expect((await timed(l.hit('k', 1000, 60))).ms).toBeLessThan(10);
+    expect((await timed(l.hit('k', 1000, 60))).ms).toBeLessThan(FAST_MS);
 
     proxy.resume();
     const recovery = await until(async () => !(await l.hit('k', 1000, 60)).error, 3000);
@@ -126,7 +130,7 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     expect(during.map((r) => r.limited)).toEqual([false, false, true, true]);
     for (const r of during) {
       expect(r.error?.code).toBe(STORE_ERROR_CODE);
-      expect(r.ms).toBeLessThan(10);
+      expect(r.ms).toBeLessThan(FAST_MS);
     }
 
     proxy.up();
