@@ -23,60 +23,64 @@ import { logAdmits, logRecord } from '../../services/ingress/src/ratelimit/windo
  * ≤ L entries of ~10 bytes per key. That memory, L per key, is why the counter stays above the
  * threshold: at the benchmark's capacity of 2e9 (or 10k keys × L = 1e6) a log is not an option.
  */
-function run(L: number, S: number, seed: number): { max: number; disagreement: number } {
+/** A limiter under test: decides at `t` (ms) and records an admission. */
+interface Decider {
+  admits(t: number): boolean;
+  record(t: number): void;
+}
+
+/**
+ * Poisson arrivals at 1.5 × L/W for 5.5 windows through `d`; each decision compared with an exact
+ * sliding log of the requests `d` admitted.
+ */
+function simulate(L: number, seed: number, d: Decider): { max: number; disagreement: number } {
   const W = 60_000;
-  const slot = W / S;
   const random = seededRandom(seed);
   const rate = (1.5 * L) / W;
   const admitted: number[] = [];
-  const counts = new Map<number, number>();
   let lo = 0;
   let differ = 0;
   let n = 0;
   for (let t = 0; t < 5.5 * W; ) {
     t += -Math.log(1 - random()) / rate;
     const ti = Math.floor(t);
-    const j = Math.floor(ti / slot);
-    let estimate = 0;
-    for (let k = j - S + 1; k <= j; k++) estimate += counts.get(k) ?? 0;
-    estimate += (counts.get(j - S) ?? 0) * (((j - S + 1) * slot - (ti - W)) / slot);
-    const admit = estimate + 1 <= L;
+    const admit = d.admits(ti);
     while (lo < admitted.length && admitted[lo]! <= ti - W) lo++;
     const exact = admitted.length - lo < L;
     n++;
     if (admit !== exact) differ++;
     if (admit) {
       admitted.push(ti);
-      counts.set(j, (counts.get(j) ?? 0) + 1);
+      d.record(ti);
     }
   }
   return { max: maxRolling(admitted, W), disagreement: differ / n };
 }
 
+/** S slots per window: the slots fully inside (t − W, t] plus the oldest slot's overlapping fraction. */
+function run(L: number, S: number, seed: number): { max: number; disagreement: number } {
+  const W = 60_000;
+  const slot = W / S;
+  const counts = new Map<number, number>();
+  return simulate(L, seed, {
+    admits(ti) {
+      const j = Math.floor(ti / slot);
+      let estimate = 0;
+      for (let k = j - S + 1; k <= j; k++) estimate += counts.get(k) ?? 0;
+      estimate += (counts.get(j - S) ?? 0) * (((j - S + 1) * slot - (ti - W)) / slot);
+      return estimate + 1 <= L;
+    },
+    record(ti) {
+      const j = Math.floor(ti / slot);
+      counts.set(j, (counts.get(j) ?? 0) + 1);
+    },
+  });
+}
+
 /** The same traffic through the limiter's exact log (L ≤ exactMax). */
 function runLog(L: number, seed: number): { max: number; disagreement: number } {
-  const W = 60_000;
-  const random = seededRandom(seed);
-  const rate = (1.5 * L) / W;
   const log: number[] = [];
-  const admitted: number[] = [];
-  let lo = 0;
-  let differ = 0;
-  let n = 0;
-  for (let t = 0; t < 5.5 * W; ) {
-    t += -Math.log(1 - random()) / rate;
-    const ti = Math.floor(t);
-    const admit = logAdmits(log, ti, L, W);
-    while (lo < admitted.length && admitted[lo]! <= ti - W) lo++;
-    const exact = admitted.length - lo < L;
-    n++;
-    if (admit !== exact) differ++;
-    if (admit) {
-      admitted.push(ti);
-      logRecord(log, ti, L);
-    }
-  }
-  return { max: maxRolling(admitted, W), disagreement: differ / n };
+  return simulate(L, seed, { admits: (ti) => logAdmits(log, ti, L, 60_000), record: (ti) => logRecord(log, ti, L) });
 }
 
 function maxRolling(admitted: number[], W: number): number {
