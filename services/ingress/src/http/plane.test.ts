@@ -71,7 +71,8 @@ const cfg: DataPlaneConfig = {
 async function node(nodeId: string, compile?: PipelineCompiler) {
   const registry = new TunnelRegistry(nodeId);
   const metrics = createIngressMetrics(nodeId);
-  const forwarder = new Forwarder({ registry, hopToken: 'secret', log, upstreamTimeoutMs: 500, maxStreamsPerTunnel: 8, maxQueuedPerTunnel: 100 });
+  // 3 s: room for the 8 MB upload on a loaded CI machine (two suites at once); /slow never answers.
+  const forwarder = new Forwarder({ registry, hopToken: 'secret', log, upstreamTimeoutMs: 3000, maxStreamsPerTunnel: 8, maxQueuedPerTunnel: 100 });
   const handler = new PublicHandler({ registry, forwarder, metrics, log });
   handler.setTable(new RoutingTable(cfg, compile));
   const pub = http.createServer(handler.handler('http'));
