@@ -174,7 +174,7 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
       const cmd = now === '' ? b.cmd! : pipe.encode(b.rkey, [String(capacity), String(windowMs), now, b.mode]);
       return new Promise<RateLimitResult>((resolve) => {
         pipe.callEncoded(cmd, (err, reply) => {
-          resolve(err ? this.failed(err, b.digest, capacity, windowSeconds) : this.decide(reply as ScriptReply, capacity, windowMs, started));
+          resolve(err ? this.failed(err, b.digest, capacity, windowSeconds) : this.decide(reply as ScriptReply, b.mode, capacity, windowMs, started));
         });
       });
     }
@@ -218,10 +218,10 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
     } finally {
       clearTimeout(timer);
     }
-    return this.decide(reply, capacity, windowMs, started);
+    return this.decide(reply, b.mode, capacity, windowMs, started);
   }
 
-  private decide(reply: ScriptReply, capacity: number, windowMs: number, started: number): RateLimitResult {
+  private decide(reply: ScriptReply, mode: ModeArg, capacity: number, windowMs: number, started: number): RateLimitResult {
     if (this.breaker.success()) this.log?.info({ serverId: this.serverId }, 'rate-limit store: Redis answering again');
     this.metrics.redisLatency((performance.now() - started) / 1000);
     if (reply[0] === 1) {
@@ -229,8 +229,8 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
       return ADMITTED;
     }
     this.metrics.decision(true);
-    // The mode follows from the capacity exactly as in bucket(), which chose the command.
-    if (capacity <= this.exactMax) return { limited: true, retryAfterSeconds: retryAfterSeconds(Number(reply[1])) };
+    // Log mode answers the wait itself (reply[1], ms); the counter's view is turned into one here.
+    if (mode === '1') return { limited: true, retryAfterSeconds: retryAfterSeconds(Number(reply[1])) };
     const [, prev, cur, elapsed, ahead] = reply;
     const view = { window: 0, prev: Number(prev), cur: Number(cur), elapsed: Number(elapsed), ahead: Number(ahead) };
     return { limited: true, retryAfterSeconds: retryAfterSeconds(retryAfterMs(view, capacity, windowMs)) };
