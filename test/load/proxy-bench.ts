@@ -24,6 +24,7 @@
  * policy of case c (e.g. one whose expression never holds, to time the pipeline alone);
  * BENCH_OPEN_LOOP=1 runs the open loop with BENCH_CASES too; BENCH_REDIS=unix|tcp|system picks the
  * limiter's Redis (see REDIS_MODE; default unix); BENCH_INGRESS_ENV (JSON) adds ingress variables, e.g. '{"RATE_LIMIT_TRANSPORT":"ioredis"}'.
+ * BENCH_HOLD=1 sets everything up, prints the pids and ports, and waits for SIGINT (for profiling).
  * Writes test/load/results/proxy.json.
  */
 import http from 'node:http';
@@ -226,6 +227,15 @@ async function main(): Promise<void> {
     pin(b.pid, 1);
     pin(agent.pid, 0);
     pin(cp.pid, 0);
+    if (process.env.BENCH_HOLD === '1') {
+      // Profiling aid: keep the set-up running (pinned as for the cases) until SIGINT or SIGTERM.
+      log(`holding: ingress A pid ${a.pid} http ${a.http} (hosts ${HOST}, ${RL_HOST}); agent pid ${agent.pid}; nginx proxy ${proxy.port}; upstream ${upstream.port}; redis ${redisCliArgs.join(' ')}`);
+      await new Promise<void>((resolve) => {
+        process.once('SIGINT', resolve);
+        process.once('SIGTERM', resolve);
+      });
+      return;
+    }
 
     const cases: Array<{ name: string; port: number; host?: string; script?: string; cpuPids: () => Record<string, number> }> = [
       { name: 'a', port: upstream.port, cpuPids: () => ({}) },

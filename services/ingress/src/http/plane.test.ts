@@ -30,6 +30,18 @@ function listen(server: net.Server): Promise<number> {
 const upstreamConnections = { count: 0 };
 let upstreamPort = 0;
 let slowPort = 0;
+/** An upstream that answers with exact bytes (per path), for the client's edge cases. */
+let rawPort = 0;
+const rawConnections = { count: 0, closed: 0 };
+const RAW_ANSWERS: Record<string, string> = {
+  '/raw/close': 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok',
+  '/raw/chunked': 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Kind: chunked\r\n\r\n3\r\nabc\r\n4;ext=1\r\ndefg\r\n0\r\nX-Trailer: t\r\n\r\n',
+  '/raw/early': 'HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfinal',
+  '/raw/garbage': 'THIS IS NOT HTTP\r\n\r\n',
+  '/raw/head': 'HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nX-Kind: head\r\n\r\n',
+  '/raw/nocontent': 'HTTP/1.1 204 No Content\r\nX-Kind: empty\r\n\r\n',
+  '/raw/hopbyhop': 'HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Private\r\nX-Private: secret\r\nKeep-Alive: timeout=77\r\nX-Warren-Tunnel: spoof\r\nX-Public: 1\r\nContent-Length: 2\r\n\r\nok',
+};
 
 function fakeTunnel(id: string, labels: Record<string, string>, port: () => number, extra: Partial<LocalTunnel> = {}): LocalTunnel {
   return {
@@ -53,6 +65,7 @@ const cfg: DataPlaneConfig = {
     ['r_slow', { id: 'r_slow', accountId: 'ac_1', edgeId: 'edghts_1', matchType: 'path_prefix', match: '/slow', modules: {}, backendId: 'bkdtg_slow', ipPolicyIds: [], trafficPolicy: null }],
     ['r_none', { id: 'r_none', accountId: 'ac_1', edgeId: 'edghts_1', matchType: 'path_prefix', match: '/none', modules: {}, backendId: 'bkdtg_none', ipPolicyIds: [], trafficPolicy: null }],
     ['r_remote', { id: 'r_remote', accountId: 'ac_1', edgeId: 'edghts_1', matchType: 'path_prefix', match: '/remote', modules: {}, backendId: 'bkdtg_remote', ipPolicyIds: [], trafficPolicy: null }],
+    ['r_raw', { id: 'r_raw', accountId: 'ac_1', edgeId: 'edghts_1', matchType: 'path_prefix', match: '/raw', modules: {}, backendId: 'bkdtg_raw', ipPolicyIds: [], trafficPolicy: null }],
     ['r_nob', { id: 'r_nob', accountId: 'ac_1', edgeId: 'edghts_1', matchType: 'exact_path', match: '/nobackend', modules: {}, backendId: null, ipPolicyIds: [], trafficPolicy: null }],
   ]),
   backends: new Map([
@@ -60,6 +73,7 @@ const cfg: DataPlaneConfig = {
     ['bkdtg_slow', { id: 'bkdtg_slow', accountId: 'ac_1', labels: { app: 'slow' } }],
     ['bkdtg_none', { id: 'bkdtg_none', accountId: 'ac_1', labels: { app: 'none' } }],
     ['bkdtg_remote', { id: 'bkdtg_remote', accountId: 'ac_1', labels: { app: 'far' } }],
+    ['bkdtg_raw', { id: 'bkdtg_raw', accountId: 'ac_1', labels: { app: 'raw' } }],
   ]),
   ipPolicies: new Map(),
   certificateAuthorities: new Map(),
@@ -159,6 +173,38 @@ beforeAll(async () => {
     socket.pipe(socket);
   });
   upstreamPort = await listen(upstream);
+  const raw = net.createServer((sock) => {
+    rawConnections.count++;
+    sock.on('close', () => rawConnections.closed++);
+    sock.on('error', () => {});
+    let buf = '';
+    sock.on('data', (c: Buffer) => {
+      buf += c.toString('latin1');
+      for (let end = buf.indexOf('\r\n\r\n'); end !== -1; end = buf.indexOf('\r\n\r\n')) {
+        const head = buf.slice(0, end);
+        buf = buf.slice(end + 4);
+        const path = head.split(' ')[1] ?? '/';
+        if (path === '/raw/eof') {
+          sock.destroy();
+          return;
+        }
+        if (path === '/raw/endless') {
+          // A body that never ends, as fast as the reader takes it.
+          sock.write('HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\r\n');
+          const chunk = Buffer.alloc(64 * 1024, 1);
+          const pump = () => {
+            while (!sock.destroyed && sock.write(chunk));
+          };
+          sock.on('drain', pump);
+          pump();
+          return;
+        }
+        sock.write(RAW_ANSWERS[path] ?? 'HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n');
+        if (path === '/raw/close') sock.end();
+      }
+    });
+  });
+  rawPort = await listen(raw);
   const slow = http.createServer(() => {
     /* never answers */
   });
@@ -168,6 +214,7 @@ beforeAll(async () => {
     upstream.close();
     slow.closeAllConnections();
     slow.close();
+    raw.close();
   });
   a = await node('node-a');
   b = await node('node-b');
@@ -176,6 +223,7 @@ beforeAll(async () => {
   c.registry.addLocal(fakeTunnel('tn_up', { app: 'up', env: 'x' }, () => upstreamPort));
   a.registry.addLocal(fakeTunnel('tn_slow', { app: 'slow' }, () => slowPort));
   a.registry.addLocal(fakeTunnel('tn_far', { app: 'far' }, () => upstreamPort));
+  a.registry.addLocal(fakeTunnel('tn_raw', { app: 'raw' }, () => rawPort));
   const far: DpTunnel = { ...fakeTunnel('tn_far', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` };
   b.registry.addRemote(far);
 });
@@ -231,6 +279,62 @@ describe('ingress HTTP plane', () => {
     expect(offline.headers['content-type']).toContain('text/html');
     const badHost = await get(a.port, '/', { host: 'a b' });
     expect(badHost.status).toBe(400);
+  });
+
+  it('passes on what an upstream answers, byte-exact cases of the keep-alive client', async () => {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    // Connection: close from the upstream: answered, and the next request gets a new stream.
+    for (let i = 0; i < 3; i++) {
+      const r = await get(a.port, '/raw/close', { agent });
+      expect([r.status, r.body.toString()]).toEqual([200, 'ok']);
+    }
+    const chunked = await get(a.port, '/raw/chunked', { agent });
+    expect([chunked.status, chunked.body.toString(), chunked.headers['x-kind']]).toEqual([200, 'abcdefg', 'chunked']);
+    // 1xx interim answers are not passed on; the final one is.
+    const early = await get(a.port, '/raw/early', { agent });
+    expect([early.status, early.body.toString()]).toEqual([200, 'final']);
+    // HEAD: the Content-Length is the GET's, no body follows, and the stream stays usable.
+    const head = await get(a.port, '/raw/head', { agent, method: 'HEAD' });
+    expect([head.status, head.headers['content-length'], head.headers['x-kind'], head.body.length]).toEqual([200, '1234', 'head', 0]);
+    const empty = await get(a.port, '/raw/nocontent', { agent });
+    expect([empty.status, empty.headers['x-kind'], empty.body.length]).toEqual([204, 'empty', 0]);
+    // Hop-by-hop headers (and those the Connection header lists) stay between us and the upstream.
+    const hop = await get(a.port, '/raw/hopbyhop', { agent });
+    expect(hop.headers['x-public']).toBe('1');
+    expect(hop.headers['x-private']).toBeUndefined();
+    expect(hop.headers['keep-alive']).not.toBe('timeout=77');
+    expect(hop.headers['x-warren-tunnel']).toBeUndefined();
+    agent.destroy();
+  });
+
+  it('answers 502 for an upstream that is not HTTP or hangs up without an answer', async () => {
+    const garbage = await get(a.port, '/raw/garbage');
+    expect([garbage.status, garbage.headers['warren-error-code']]).toEqual([502, 'ERR_WARREN_7004']);
+    const eof = await get(a.port, '/raw/eof');
+    expect([eof.status, eof.headers['warren-error-code']]).toEqual([502, 'ERR_WARREN_7004']);
+    // The tunnel still serves afterwards.
+    expect((await get(a.port, '/raw/close')).status).toBe(200);
+  });
+
+  it('stops the upstream when the client goes away in the middle of an endless body', async () => {
+    const closedBefore = rawConnections.closed;
+    await new Promise<void>((resolve, reject) => {
+      const req = http.get({ port: a.port, host: '127.0.0.1', path: '/raw/endless', agent: false, headers: { host: 'app.test' } }, (res) => {
+        let n = 0;
+        res.on('data', (c: Buffer) => {
+          n += c.length;
+          if (n > 1024 * 1024) {
+            req.destroy();
+            resolve();
+          }
+        });
+      });
+      req.on('error', () => {});
+      setTimeout(() => reject(new Error('no body arrived')), 5000);
+    });
+    const deadline = Date.now() + 5000;
+    while (rawConnections.closed === closedBefore && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    expect(rawConnections.closed).toBeGreaterThan(closedBefore);
   });
 
   it('answers 504 when the upstream does not answer in time', async () => {

@@ -1,6 +1,7 @@
 import http from 'node:http';
 import net from 'node:net';
-import type { Duplex } from 'node:stream';
+import { Readable, type Duplex } from 'node:stream';
+import { Pool, type Dispatcher } from 'undici';
 import type { Logger } from '@warren/shared';
 import type { ErrorCode } from '@warren/shared';
 import type { LocalTunnel, ProxyHeaderInit, TunnelStream } from '../agents/server.js';
@@ -112,6 +113,13 @@ function responseHeaders(raw: string[]): string[] {
   return out;
 }
 
+/** {@link responseHeaders} of undici's raw header buffers (latin1, as Node's own parser decodes them). */
+function responseHeadersFrom(raw: Buffer[]): string[] {
+  const strs = new Array<string>(raw.length);
+  for (let i = 0; i < raw.length; i++) strs[i] = raw[i]!.toString('latin1');
+  return responseHeaders(strs);
+}
+
 function requestHead(method: string, url: string, headers: string[]): string {
   let head = `${method} ${url} HTTP/1.1\r\n`;
   for (let i = 0; i < headers.length; i += 2) head += `${headers[i]}: ${headers[i + 1]}\r\n`;
@@ -149,45 +157,75 @@ export interface ForwarderOptions {
   maxQueuedPerTunnel: number;
 }
 
+/** The origin undici is told for a tunnel's pool: never resolved (the pool's connector opens streams). */
+const TUNNEL_ORIGIN = 'http://tunnel.warren.invalid';
+/** Header of a stream opened when no request is being dispatched (a pool reconnecting later). */
+const DEFAULT_STREAM_HEADER: ProxyHeaderInit = { clientAddr: '0.0.0.0:0', proto: 'http', edgeType: '3' };
 /**
- * Carries HTTP requests and upgrades to tunnels: on this node through a pooled, keep-alive HTTP
- * client whose sockets are the agent's proxy streams (one stream per upstream connection, reused
- * across requests like any keep-alive connection), or to the node that holds the tunnel over a
- * keep-alive hop connection.
+ * The proxy-stream header for a stream the pool opens while a request is being dispatched: set
+ * around `pool.dispatch`, which opens a new stream (if it needs one) synchronously.
+ */
+let dispatchingHeader: ProxyHeaderInit | null = null;
+
+interface TunnelPool {
+  pool: Pool;
+  /** Requests dispatched and not yet answered (running or queued in the pool). */
+  inFlight: number;
+}
+
+/**
+ * Carries HTTP requests and upgrades to tunnels: on this node through a pooled, keep-alive HTTP/1.1
+ * client (undici) whose connections are the agent's proxy streams (one stream per upstream
+ * connection, reused across requests like any keep-alive connection), or to the node that holds
+ * the tunnel over a keep-alive hop connection.
  */
 export class Forwarder {
-  private readonly agents = new Map<string, { agent: http.Agent; inFlight: number }>();
+  private readonly pools = new Map<string, TunnelPool>();
   private readonly hopAgent = new http.Agent({ keepAlive: true, maxSockets: 512, maxFreeSockets: 128, scheduling: 'lifo' });
 
   constructor(private readonly opts: ForwarderOptions) {}
 
   /** Drops the connection pool of a tunnel that went away. */
   release(tunnelId: string): void {
-    const a = this.agents.get(tunnelId);
-    if (a) {
-      this.agents.delete(tunnelId);
-      a.agent.destroy();
+    const p = this.pools.get(tunnelId);
+    if (p) {
+      this.pools.delete(tunnelId);
+      p.pool.destroy().catch(() => {});
     }
   }
 
   close(): void {
-    for (const id of [...this.agents.keys()]) this.release(id);
+    for (const id of [...this.pools.keys()]) this.release(id);
     this.hopAgent.destroy();
   }
 
-  private poolFor(tunnel: LocalTunnel) {
-    let p = this.agents.get(tunnel.id);
+  private poolFor(tunnel: LocalTunnel): TunnelPool {
+    let p = this.pools.get(tunnel.id);
     if (!p) {
-      const agent = new http.Agent({ keepAlive: true, maxSockets: this.opts.maxStreamsPerTunnel, maxFreeSockets: 64, scheduling: 'lifo' });
-      // Each pooled "socket" is a proxy stream opened on the agent's session. The synchronous form
-      // matters: http.Agent counts a socket against maxSockets only once createConnection has
-      // returned it, so the callback form would let a burst open more streams than allowed.
-      (agent as unknown as { createConnection: unknown }).createConnection = (o: { clientAddr?: string; scheme?: 'http' | 'https'; edgeType?: '0' | '3' }) => {
-        const header: ProxyHeaderInit = { clientAddr: o.clientAddr ?? '0.0.0.0:0', proto: o.scheme ?? 'http', edgeType: o.edgeType ?? '3' };
-        return tunnel.openStreamSync!(header);
-      };
-      p = { agent, inFlight: 0 };
-      this.agents.set(tunnel.id, p);
+      const pool = new Pool(TUNNEL_ORIGIN, {
+        connections: this.opts.maxStreamsPerTunnel,
+        pipelining: 1,
+        // The upstream's answer must start within the timeout; a body may stream for as long as it likes.
+        headersTimeout: this.opts.upstreamTimeoutMs,
+        bodyTimeout: 0,
+        keepAliveTimeout: 60_000,
+        keepAliveMaxTimeout: 600_000,
+        // Each connection is a proxy stream opened on the agent's session. It is opened at once (so
+        // that it carries the header of the request being dispatched); undici is told on a
+        // microtask, as its connector contract wants an asynchronous answer.
+        connect: (_o, cb) => {
+          let stream: TunnelStream;
+          try {
+            stream = tunnel.openStreamSync ? tunnel.openStreamSync(dispatchingHeader ?? DEFAULT_STREAM_HEADER) : (() => { throw new Error('the tunnel cannot open streams synchronously'); })();
+          } catch (err) {
+            queueMicrotask(() => cb(err as Error, null));
+            return;
+          }
+          queueMicrotask(() => cb(null, stream as unknown as net.Socket));
+        },
+      });
+      p = { pool, inFlight: 0 };
+      this.pools.set(tunnel.id, p);
     }
     return p;
   }
@@ -254,13 +292,24 @@ export class Forwarder {
   }
 
   private viaLocal(req: http.IncomingMessage, res: http.ServerResponse, tunnel: LocalTunnel, info: RequestInfo, headers: string[], hooks?: ForwardHooks): Promise<number> {
-    const pool = this.poolFor(tunnel);
-    if (pool.inFlight >= this.opts.maxStreamsPerTunnel + this.opts.maxQueuedPerTunnel) {
+    const p = this.poolFor(tunnel);
+    if (p.inFlight >= this.opts.maxStreamsPerTunnel + this.opts.maxQueuedPerTunnel) {
       return Promise.reject(new ForwardError(7006, `more than ${this.opts.maxQueuedPerTunnel} requests are waiting for tunnel ${tunnel.id}`, true));
     }
-    pool.inFlight++;
-    const opts = { agent: pool.agent, method: req.method, path: req.url, headers, setHost: false, clientAddr: info.clientAddr, scheme: info.scheme, edgeType: info.edgeType };
-    return this.exchange(req, res, opts as http.RequestOptions, () => pool.inFlight--, true, hooks);
+    return new Promise<number>((resolve, reject) => {
+      const x = new TunnelExchange(req, res, p, hooks, this.opts.log, resolve, reject);
+      const body = hooks?.state.body ?? (hasBody(req) ? req : null);
+      p.inFlight++;
+      dispatchingHeader = { clientAddr: info.clientAddr, proto: info.scheme, edgeType: info.edgeType };
+      try {
+        p.pool.dispatch({ path: req.url ?? '/', method: req.method ?? 'GET', headers, body }, x);
+      } catch (err) {
+        // undici refused the request itself (a request target it cannot send, …).
+        x.onError(err as Error);
+      } finally {
+        dispatchingHeader = null;
+      }
+    });
   }
 
   private viaHop(req: http.IncomingMessage, res: http.ServerResponse, tunnelId: string, nodeAddress: string, info: RequestInfo, headers: string[], hooks?: ForwardHooks): Promise<number> {
@@ -276,21 +325,20 @@ export class Forwarder {
       headers: hopHeaders as unknown as http.OutgoingHttpHeaders,
       setHost: false,
     };
-    return this.exchange(req, res, opts, undefined, false, hooks);
+    return this.exchangeHop(req, res, opts, hooks);
   }
 
   /**
-   * One request/response exchange. Rejects (before anything was sent to the client) with a
+   * One request/response exchange with the node holding the tunnel. Rejects (before anything was sent to the client) with a
    * ForwardError; resolves with the status once the response has been passed on.
    */
-  private exchange(req: http.IncomingMessage, res: http.ServerResponse, opts: http.RequestOptions, done: (() => void) | undefined, local: boolean, hooks?: ForwardHooks): Promise<number> {
+  private exchangeHop(req: http.IncomingMessage, res: http.ServerResponse, opts: http.RequestOptions, hooks?: ForwardHooks): Promise<number> {
     return new Promise<number>((resolve, reject) => {
       let settled = false;
       const finish = (fn: () => void) => {
         if (settled) return;
         settled = true;
         clearTimeout(timer);
-        done?.();
         fn();
       };
       const preq = http.request(opts);
@@ -300,7 +348,7 @@ export class Forwarder {
       let sent = false;
       preq.on('response', (pres) => {
         clearTimeout(timer);
-        if (!local && pres.headers[HOP.miss] && !sent) {
+        if (pres.headers[HOP.miss] && !sent) {
           pres.resume();
           finish(() => reject(new ForwardError(7003, 'the tunnel has moved or gone', true)));
           return;
@@ -323,28 +371,7 @@ export class Forwarder {
           pres.pipe(res);
           return;
         }
-        hooks.pipeline.onResponse(hooks.state, status, responseHeaders(pres.rawHeaders)).then(
-          (d) => {
-            if (isOutcome(d)) {
-              pres.resume();
-              const body = d.body ?? '';
-              res.writeHead(d.status, { 'content-length': Buffer.byteLength(body), ...d.headers });
-              res.end(req.method === 'HEAD' ? undefined : body);
-              return;
-            }
-            const decision = d!;
-            res.writeHead(decision.status, decision.status === status ? pres.statusMessage : undefined, decision.headers as unknown as http.OutgoingHttpHeaders);
-            let body: import('node:stream').Readable = pres;
-            for (const t of decision.transforms) body = body.pipe(t);
-            body.on('error', () => res.destroy());
-            body.pipe(res);
-          },
-          (err: unknown) => {
-            this.opts.log.error({ err }, 'response stages failed');
-            pres.resume();
-            res.destroy();
-          },
-        );
+        deliver(req, res, status, pres.statusMessage, responseHeaders(pres.rawHeaders), pres, hooks, this.opts.log);
       });
       preq.on('error', (err: Error & { code?: string }) => {
         if (sent) {
@@ -355,7 +382,7 @@ export class Forwarder {
         if (err instanceof ForwardError) finish(() => reject(err));
         else if (err.code === 'STREAM_CAP') finish(() => reject(new ForwardError(7006, 'the agent session has no free stream', true)));
         else if (err.code === 'SESSION_CLOSED' || err.code === 'ECONNREFUSED' || err.code === 'EHOSTUNREACH' || (err.code === 'ECONNRESET' && preq.reusedSocket))
-          finish(() => reject(new ForwardError(7004, local ? 'the agent session closed' : `the ingress node holding the tunnel is unreachable (${err.code})`, true)));
+          finish(() => reject(new ForwardError(7004, `the ingress node holding the tunnel is unreachable (${err.code})`, true)));
         else finish(() => reject(new ForwardError(7004, `the tunnel failed: ${err.message}`)));
       });
       // The client went away before the response: stop the upstream request too.
@@ -467,6 +494,163 @@ export class Forwarder {
     }
     await this.upgrade(req, socket, head, { kind: 'local', tunnel }, info, hopRequestHeaders(req.rawHeaders));
   }
+}
+
+/** Does the public request carry a body (RFC 9112 §6.3)? */
+function hasBody(req: http.IncomingMessage): boolean {
+  const cl = req.headers['content-length'];
+  return req.headers['transfer-encoding'] !== undefined || (cl !== undefined && cl !== '0');
+}
+
+/** An undici error code → the ForwardError for a request whose response has not started. */
+function forwardErrorOf(err: Error & { code?: string }): ForwardError {
+  if (err instanceof ForwardError) return err;
+  switch (err.code) {
+    case 'STREAM_CAP':
+      return new ForwardError(7006, 'the agent session has no free stream', true);
+    case 'SESSION_CLOSED':
+      return new ForwardError(7004, 'the agent session closed', true);
+    case 'UND_ERR_HEADERS_TIMEOUT':
+      return new ForwardError(7005, 'no response from the upstream within the upstream timeout');
+    // A kept-alive stream closed under the request (the upstream dropped its idle connection):
+    // nothing was answered, so a replayable request may go again.
+    case 'UND_ERR_SOCKET':
+    case 'ECONNRESET':
+      return new ForwardError(7004, `the tunnel failed: ${err.message}`, true);
+    default:
+      return new ForwardError(7004, `the tunnel failed: ${err.message}`);
+  }
+}
+
+/**
+ * One request/response exchange over a tunnel's pool, as an undici dispatch handler (the lean
+ * path: no ClientRequest or IncomingMessage, the response bytes go straight to the client). Rejects
+ * with a ForwardError while nothing was sent to the client; resolves with the status sent once the
+ * response is over (499 when the client went away).
+ */
+class TunnelExchange implements Dispatcher.DispatchHandler {
+  private abortFn: ((err?: Error) => void) | null = null;
+  private resumeFn: (() => void) | null = null;
+  /** The response has started towards the client (or to the response stages). */
+  private sent = false;
+  private settled = false;
+  /** Fed by onData when the response goes through the response stages. */
+  private body: Readable | null = null;
+  private status = 502;
+
+  constructor(
+    private readonly req: http.IncomingMessage,
+    private readonly res: http.ServerResponse,
+    private readonly pool: TunnelPool,
+    private readonly hooks: ForwardHooks | undefined,
+    private readonly log: Logger,
+    private readonly resolve: (status: number) => void,
+    private readonly reject: (err: ForwardError) => void,
+  ) {
+    res.on('close', this.onClientClose);
+  }
+
+  private readonly onClientClose = (): void => {
+    if (!this.res.writableFinished) {
+      // The client went away: stop the upstream request (or the rest of its body) too.
+      this.abortFn?.(new Error('the client went away'));
+      this.body?.destroy();
+      this.finish(499, null);
+      return;
+    }
+    this.finish(this.res.statusCode ?? this.status, null);
+  };
+
+  private readonly onDrain = (): void => {
+    this.resumeFn?.();
+  };
+
+  private finish(status: number, err: ForwardError | null): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.pool.inFlight--;
+    if (err) this.reject(err);
+    else this.resolve(status);
+  }
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.abortFn = abort;
+    if (this.res.destroyed) abort(new Error('the client went away'));
+  }
+
+  onHeaders(status: number, rawHeaders: Buffer[], resume: () => void, statusText: string): boolean {
+    if (status < 200) return true; // 1xx: informational, the final answer follows
+    this.sent = true;
+    this.status = status;
+    this.resumeFn = resume;
+    const res = this.res;
+    const hooks = this.hooks;
+    if (hooks) hooks.pipeline.onResult(hooks.state, status);
+    if (!hooks?.pipeline.hasResponseStages) {
+      res.writeHead(status, statusText || undefined, responseHeadersFrom(rawHeaders) as unknown as http.OutgoingHttpHeaders);
+      return true;
+    }
+    this.body = new Readable({ read: () => this.resumeFn?.() });
+    deliver(this.req, res, status, statusText, responseHeadersFrom(rawHeaders), this.body, hooks, this.log);
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    if (this.body) return this.body.push(chunk);
+    if (this.res.write(chunk)) return true;
+    this.res.once('drain', this.onDrain);
+    return false;
+  }
+
+  onComplete(): void {
+    if (this.body) this.body.push(null);
+    else this.res.end();
+  }
+
+  onError(err: Error): void {
+    if (this.settled) return;
+    if (this.sent) {
+      // The response broke off after it started: the client sees the connection cut.
+      this.body?.destroy(err);
+      this.res.destroy();
+      this.finish(499, null);
+      return;
+    }
+    if (this.res.destroyed) {
+      this.finish(499, null);
+      return;
+    }
+    this.finish(0, forwardErrorOf(err));
+  }
+}
+
+/**
+ * Passes a response that goes through the route's response stages (headers edited, body
+ * transformed, or replaced by a stage's own answer) on to the client.
+ */
+function deliver(req: http.IncomingMessage, res: http.ServerResponse, status: number, statusMessage: string | undefined, headers: string[], body: Readable, hooks: ForwardHooks, log: Logger): void {
+  hooks.pipeline.onResponse(hooks.state, status, headers).then(
+    (d) => {
+      if (isOutcome(d)) {
+        body.resume();
+        const text = d.body ?? '';
+        res.writeHead(d.status, { 'content-length': Buffer.byteLength(text), ...d.headers });
+        res.end(req.method === 'HEAD' ? undefined : text);
+        return;
+      }
+      const decision = d!;
+      res.writeHead(decision.status, decision.status === status ? statusMessage || undefined : undefined, decision.headers as unknown as http.OutgoingHttpHeaders);
+      let out: Readable = body;
+      for (const t of decision.transforms) out = out.pipe(t);
+      out.on('error', () => res.destroy());
+      out.pipe(res);
+    },
+    (err: unknown) => {
+      log.error({ err }, 'response stages failed');
+      body.resume();
+      res.destroy();
+    },
+  );
 }
 
 /** Pipes two byte streams into each other until either side ends or fails. */
