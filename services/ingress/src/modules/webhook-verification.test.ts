@@ -1,4 +1,5 @@
 import { createHash, createHmac, generateKeyPairSync, sign } from 'node:crypto';
+import { gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import type { Outcome } from '../pipeline/types.js';
 import { createWebhookVerificationStage, SUPPORTED_WEBHOOK_PROVIDERS } from './webhook-verification.js';
@@ -11,6 +12,7 @@ const factory = createWebhookVerificationStage({ now: () => NOW, snsCertificateF
 const hmac = (alg: string, key: string | Buffer, data: string | Buffer) => createHmac(alg, key).update(data);
 
 interface Req {
+  method?: string;
   headers?: string[];
   body?: string;
   url?: string;
@@ -21,7 +23,7 @@ interface Req {
 async function run(provider: string, secret: string, r: Req): Promise<Outcome> {
   const stage = stageFor(factory, { webhook_verification: { enabled: true, provider, secret } })!;
   expect(stage.needsBody).toBe(true);
-  const state = makeState({ method: 'POST', url: r.url ?? '/hook', scheme: r.scheme ?? 'https', headers: ['Host', r.host ?? 'hooks.example.test', ...(r.headers ?? [])], body: r.body ?? '' });
+  const state = makeState({ method: r.method ?? 'POST', url: r.url ?? '/hook', scheme: r.scheme ?? 'https', headers: ['Host', r.host ?? 'hooks.example.test', ...(r.headers ?? [])], body: r.body ?? '' });
   return stage.onRequest!(state);
 }
 
@@ -43,7 +45,7 @@ describe('webhook_verification', () => {
   it('is absent when missing or disabled; refuses unsupported providers and missing secrets', () => {
     expect(stageFor(factory, {})).toBeNull();
     expect(stageFor(factory, { webhook_verification: { enabled: false, provider: 'github', secret: 's' } })).toBeNull();
-    expect(() => stageFor(factory, { webhook_verification: { enabled: true, provider: 'mailchimp', secret: 's' } })).toThrow(/not supported/);
+    expect(() => stageFor(factory, { webhook_verification: { enabled: true, provider: 'vmware', secret: 's' } })).toThrow(/not supported/);
     expect(() => stageFor(factory, { webhook_verification: { enabled: true, provider: 'github', secret: '' } })).toThrow(/secret/);
     expect(stageFor(factory, { webhook_verification: { enabled: true, provider: 'GitHub', secret: 's' } })).not.toBeNull();
     expect(SUPPORTED_WEBHOOK_PROVIDERS).toContain('sns');
@@ -184,6 +186,245 @@ describe('webhook_verification', () => {
       await expectOk('zendesk', 'zd', { body, headers: ['X-Zendesk-Webhook-Signature', sig, 'X-Zendesk-Webhook-Signature-Timestamp', ts] });
       const old = new Date(NOW - 3_600_000).toISOString();
       await expectDenied('zendesk', 'zd', { body, headers: ['X-Zendesk-Webhook-Signature', hmac('sha256', 'zd', old + body).digest('base64'), 'X-Zendesk-Webhook-Signature-Timestamp', old] }, /5 minutes/);
+    });
+  });
+
+  describe('body-HMAC providers (each signed as its documentation shows; sources beside PROVIDERS)', () => {
+    const cases: Array<{ provider: string; header: string; sign: (secret: string, b: string) => string }> = [
+      // aftership.com/docs/tracking/webhook/webhook-signature
+      { provider: 'aftership', header: 'aftership-hmac-sha256', sign: (s, b) => hmac('sha256', s, b).digest('base64') },
+      // docs.alchemy.com Notify API FAQ, "How do I validate the webhook event?"
+      { provider: 'alchemy', header: 'X-Alchemy-Signature', sign: (s, b) => hmac('sha256', s, b).digest('hex') },
+      // aps.autodesk.com/en/docs/webhooks/v1/tutorials/how-to-verify-payload-signature
+      { provider: 'autodesk', header: 'x-adsk-signature', sign: (s, b) => `sha1hash=${hmac('sha1', s, b).digest('hex')}` },
+      // help.bolt.com/developers/webhooks/hook-verification
+      { provider: 'bolt', header: 'X-Bolt-Hmac-Sha256', sign: (s, b) => hmac('sha256', s, b).digest('base64') },
+      // castle/castle-ruby lib/castle/webhooks/verify.rb
+      { provider: 'castle', header: 'X-Castle-Signature', sign: (s, b) => hmac('sha256', s, b).digest('base64') },
+      // Maxio/Chargify webhook signature (hex HMAC-SHA256 of the body with the shared key)
+      { provider: 'chargify', header: 'X-Chargify-Webhook-Signature-Hmac-Sha-256', sign: (s, b) => hmac('sha256', s, b).digest('hex') },
+      // circleci.com/docs/webhooks: circleci-signature: v1=<hex>
+      { provider: 'circleci', header: 'circleci-signature', sign: (s, b) => `v1=${hmac('sha256', s, b).digest('hex')}` },
+      // clearbit/clearbit-ruby lib/clearbit/webhook_signature.rb
+      { provider: 'clearbit', header: 'X-Request-Signature', sign: (s, b) => `sha1=${hmac('sha1', s, b).digest('hex')}` },
+      // coinbase/coinbase-commerce-node lib/Webhook.js
+      { provider: 'coinbase', header: 'X-CC-Webhook-Signature', sign: (s, b) => hmac('sha256', s, b).digest('hex') },
+      // developer.atlassian.com, Jira webhooks with a secret: X-Hub-Signature: sha256=<hex>
+      { provider: 'jira', header: 'X-Hub-Signature', sign: (s, b) => `sha256=${hmac('sha256', s, b).digest('hex')}` },
+      // docs.moderntreasury.com, verifying webhook signatures
+      { provider: 'modern_treasury', header: 'X-Signature', sign: (s, b) => hmac('sha256', s, b).digest('hex') },
+      // mongodb.com/docs/atlas/tutorial/webhook-integration: base64 HMAC-SHA-1 of the body
+      { provider: 'mongodb', header: 'X-MMS-Signature', sign: (s, b) => hmac('sha1', s, b).digest('base64') },
+      // pusher/pusher-http-go Webhook (X-Pusher-Signature, hex HMAC-SHA256 with the app secret)
+      { provider: 'pusher', header: 'X-Pusher-Signature', sign: (s, b) => hmac('sha256', s, b).digest('hex') },
+      // help.sonatype.com/repomanager3/integrations/webhooks/working-with-hmac-payloads
+      { provider: 'sonatype', header: 'X-Nexus-Webhook-Signature', sign: (s, b) => hmac('sha1', s, b).digest('hex') },
+      // developer.webex.com/docs/webhooks, X-Spark-Signature (HMAC-SHA1)
+      { provider: 'webex', header: 'X-Spark-Signature', sign: (s, b) => hmac('sha1', s, b).digest('hex') },
+      // docs.connect.worldline-solutions.com/documentation/webhooks: X-GCS-Signature
+      { provider: 'worldline', header: 'X-GCS-Signature', sign: (s, b) => hmac('sha256', s, b).digest('base64') },
+      // developers.facebook.com/docs/graph-api/webhooks/getting-started, "Validate payloads"
+      ...['facebook_graph_api', 'facebook_messenger', 'instagram', 'whatsapp'].map((provider) => ({
+        provider,
+        header: 'X-Hub-Signature-256',
+        sign: (s: string, b: string) => `sha256=${hmac('sha256', s, b).digest('hex')}`,
+      })),
+      // www.dropbox.com/developers/reference/webhooks
+      { provider: 'dropbox', header: 'X-Dropbox-Signature', sign: (s, b) => hmac('sha256', s, b).digest('hex') },
+      // developer.x.com Account Activity API, "Securing webhooks"
+      { provider: 'twitter', header: 'x-twitter-webhooks-signature', sign: (s, b) => `sha256=${hmac('sha256', s, b).digest('base64')}` },
+    ];
+    for (const c of cases) {
+      it(c.provider, async () => {
+        await expectOk(c.provider, 'sekret', { body, headers: [c.header, c.sign('sekret', body)] });
+        await expectDenied(c.provider, 'sekret', { body, headers: [c.header, c.sign('wrong', body)] }, /does not match|must start/);
+        await expectDenied(c.provider, 'sekret', { body: `${body}x`, headers: [c.header, c.sign('sekret', body)] }, /does not match/);
+        await expectDenied(c.provider, 'sekret', { body }, /missing/);
+        expect(SUPPORTED_WEBHOOK_PROVIDERS).toContain(c.provider);
+      });
+    }
+  });
+
+  describe('timestamped providers', () => {
+    const old = String(NOW / 1000 - 301);
+
+    it('tiktok: TikTok-Signature t=,s= over t.body (developers.tiktok.com/doc/webhooks-verification)', async () => {
+      const sig = (t: string, b = body) => `t=${t},s=${hmac('sha256', 'tt-secret', `${t}.${b}`).digest('hex')}`;
+      await expectOk('tiktok', 'tt-secret', { body, headers: ['TikTok-Signature', sig(nowS)] });
+      await expectDenied('tiktok', 'tt-secret', { body: '{}', headers: ['TikTok-Signature', sig(nowS)] }, /does not match/);
+      await expectDenied('tiktok', 'tt-secret', { body, headers: ['TikTok-Signature', sig(old)] }, /5 minutes/);
+      await expectDenied('tiktok', 'tt-secret', { body }, /missing/);
+    });
+
+    it('buildkite: X-Buildkite-Signature timestamp=,signature= over ts.body, or X-Buildkite-Token (buildkite.com/docs/apis/webhooks)', async () => {
+      const sig = (t: string, b = body) => `timestamp=${t},signature=${hmac('sha256', 'bk-token', `${t}.${b}`).digest('hex')}`;
+      await expectOk('buildkite', 'bk-token', { body, headers: ['X-Buildkite-Signature', sig(nowS)] });
+      await expectDenied('buildkite', 'bk-token', { body: '{}', headers: ['X-Buildkite-Signature', sig(nowS)] }, /does not match/);
+      await expectDenied('buildkite', 'bk-token', { body, headers: ['X-Buildkite-Signature', sig(old)] }, /5 minutes/);
+      await expectDenied('buildkite', 'bk-token', { body }, /missing x-buildkite-signature/i);
+      await expectOk('buildkite', 'bk-token', { body, headers: ['X-Buildkite-Token', 'bk-token'] });
+      await expectDenied('buildkite', 'bk-token', { body, headers: ['X-Buildkite-Token', 'bk-other'] }, /does not match/);
+    });
+
+    it('frameio: X-Frameio-Signature v0= over v0:ts:body (developer.frame.io, verifying webhook signatures)', async () => {
+      const sig = (t: string, b = body) => `v0=${hmac('sha256', 'fio', `v0:${t}:${b}`).digest('hex')}`;
+      const h = (t: string, s = sig(t)) => ['X-Frameio-Signature', s, 'X-Frameio-Request-Timestamp', t];
+      await expectOk('frameio', 'fio', { body, headers: h(nowS) });
+      await expectDenied('frameio', 'fio', { body: '{}', headers: h(nowS) }, /does not match/);
+      await expectDenied('frameio', 'fio', { body, headers: h(old) }, /5 minutes/);
+      await expectDenied('frameio', 'fio', { body, headers: ['X-Frameio-Request-Timestamp', nowS] }, /missing/);
+    });
+
+    it('airship: X-UA-Signature hex over ts:body, gzip bodies signed as JSON (support.airship.com, Open Channel Signature Hash)', async () => {
+      const sig = (t: string, b = body) => hmac('sha256', 'ua-secret', `${t}:${b}`).digest('hex');
+      const h = (t: string, s = sig(t)) => ['X-UA-Signature', s, 'X-UA-Timestamp', t];
+      await expectOk('airship', 'ua-secret', { body, headers: h(nowS) });
+      await expectDenied('airship', 'ua-secret', { body: '{}', headers: h(nowS) }, /does not match/);
+      await expectDenied('airship', 'ua-secret', { body, headers: h(old) }, /5 minutes/);
+      await expectDenied('airship', 'ua-secret', { body, headers: ['X-UA-Timestamp', nowS] }, /missing/);
+      const stage = stageFor(factory, { webhook_verification: { enabled: true, provider: 'airship', secret: 'ua-secret' } })!;
+      const gz = makeState({ method: 'POST', url: '/push', headers: ['Host', 'hooks.example.test', 'Content-Encoding', 'gzip', ...h(nowS)], body: gzipSync(body) });
+      expect(await stage.onRequest!(gz)).toBeNull();
+    });
+
+    it('box: BOX-SIGNATURE-PRIMARY/SECONDARY base64 over body + BOX-DELIVERY-TIMESTAMP, 10 minutes (developer.box.com/guides/webhooks/v2/signatures-v2)', async () => {
+      const ts = (ms: number) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, '-00:00');
+      const sig = (key: string, t: string, b = body) => createHmac('sha256', key).update(b).update(t).digest('base64');
+      const h = (t: string, primary = sig('primary-key', t), secondary = sig('secondary-key', t)) => [
+        'BOX-SIGNATURE-PRIMARY', primary, 'BOX-SIGNATURE-SECONDARY', secondary, 'BOX-SIGNATURE-VERSION', '1', 'BOX-SIGNATURE-ALGORITHM', 'HmacSHA256', 'BOX-DELIVERY-TIMESTAMP', t,
+      ];
+      const t = ts(NOW - 60_000);
+      await expectOk('box', 'primary-key', { body, headers: h(t) });
+      await expectOk('box', 'secondary-key', { body, headers: h(t) });
+      await expectOk('box', 'primary-key', { body, headers: h(ts(NOW - 9 * 60_000)) });
+      await expectDenied('box', 'primary-key', { body: '{}', headers: h(t) }, /does not match/);
+      await expectDenied('box', 'primary-key', { body, headers: h(ts(NOW - 11 * 60_000)) }, /10 minutes/);
+      await expectDenied('box', 'primary-key', { body, headers: ['BOX-DELIVERY-TIMESTAMP', t] }, /missing/);
+    });
+
+    it('hubspot: X-HubSpot-Signature-v3 over method+uri+body+timestamp (developers.hubspot.com/docs/api/webhooks/validating-requests)', async () => {
+      const url = '/hubspot?portal=1&redirect=https%3A%2F%2Fx.test';
+      const signedUri = 'https://hooks.example.test/hubspot?portal=1&redirect=https://x.test';
+      const sig = (t: string, b = body) => hmac('sha256', 'hs-client-secret', `POST${signedUri}${b}${t}`).digest('base64');
+      const nowMs = String(NOW);
+      const h = (t: string, s = sig(t)) => ['X-HubSpot-Signature-v3', s, 'X-HubSpot-Request-Timestamp', t];
+      await expectOk('hubspot', 'hs-client-secret', { url, body, headers: h(nowMs) });
+      await expectDenied('hubspot', 'hs-client-secret', { url, body: '[]', headers: h(nowMs) }, /does not match/);
+      await expectDenied('hubspot', 'hs-client-secret', { url: '/other', body, headers: h(nowMs) }, /does not match/);
+      await expectDenied('hubspot', 'hs-client-secret', { url, body, headers: h(String(NOW - 301_000)) }, /5 minutes/);
+      await expectDenied('hubspot', 'hs-client-secret', { url, body, headers: ['X-HubSpot-Signature', 'abc', 'X-HubSpot-Request-Timestamp', nowMs] }, /missing X-HubSpot-Signature-v3/);
+    });
+
+    it('contentful: canonical method/path/signed headers/body, hex (@contentful/node-apps-toolkit verifyRequest)', async () => {
+      const ts = String(NOW - 1000);
+      // Built independently: the signed headers sorted, name:value joined by ';', signed-headers re-listed.
+      const signedList = 'content-type,x-contentful-signed-headers,x-contentful-timestamp,x-contentful-topic';
+      const canonical = (path: string, b: string, t = ts) =>
+        `POST\n${path}\ncontent-type:application/json;x-contentful-signed-headers:${signedList};x-contentful-timestamp:${t};x-contentful-topic:ContentManagement.Entry.publish\n${b}`;
+      const sig = (path: string, b = body, t = ts) => hmac('sha256', 'cf-secret', canonical(path, b, t)).digest('hex');
+      const h = (s: string, t = ts) => [
+        'Content-Type', 'application/json', 'X-Contentful-Topic', 'ContentManagement.Entry.publish', 'x-contentful-signed-headers', 'x-contentful-topic,content-type,x-contentful-signed-headers,x-contentful-timestamp', 'x-contentful-timestamp', t, 'x-contentful-signature', s, 'X-Unsigned', 'anything',
+      ];
+      await expectOk('contentful', 'cf-secret', { url: '/cf', body, headers: h(sig('/cf')) });
+      // The query is escaped (querystring.escape) and the whole path URI-encoded.
+      await expectOk('contentful', 'cf-secret', { url: '/cf?a=1&b=2', body, headers: h(sig('/cf?a%253D1%2526b%253D2')) });
+      await expectDenied('contentful', 'cf-secret', { url: '/cf', body: '{}', headers: h(sig('/cf')) }, /does not match/);
+      await expectDenied('contentful', 'cf-secret', { url: '/other', body, headers: h(sig('/cf')) }, /does not match/);
+      const old = String(NOW - 301_000);
+      await expectDenied('contentful', 'cf-secret', { url: '/cf', body, headers: h(sig('/cf', body, old), old) }, /5 minutes/);
+      await expectDenied('contentful', 'cf-secret', { url: '/cf', body, headers: ['x-contentful-timestamp', ts] }, /missing/);
+    });
+
+    it('mailgun: signature over timestamp+token in the JSON or form body (documentation.mailgun.com, Securing Webhooks)', async () => {
+      const sig = (t: string, token: string, key = 'mg-key') => hmac('sha256', key, t + token).digest('hex');
+      const json = (t: string, s = sig(t, 'tok123'), extra = {}) => JSON.stringify({ signature: { timestamp: t, token: 'tok123', signature: s, ...extra }, 'event-data': { event: 'delivered' } });
+      const jh = ['Content-Type', 'application/json'];
+      await expectOk('mailgun', 'mg-key', { body: json(nowS), headers: jh });
+      await expectOk('mailgun', 'mg-parent', { body: json(nowS, sig(nowS, 'tok123', 'mg-sub'), { 'parent-signature': sig(nowS, 'tok123', 'mg-parent') }), headers: jh });
+      await expectDenied('mailgun', 'mg-key', { body: json(nowS).replace('tok123', 'tok124'), headers: jh }, /does not match/);
+      await expectDenied('mailgun', 'mg-key', { body: json(old), headers: jh }, /5 minutes/);
+      await expectDenied('mailgun', 'mg-key', { body: JSON.stringify({ 'event-data': {} }), headers: jh }, /missing signature/);
+      const form = `timestamp=${nowS}&token=tok9&signature=${sig(nowS, 'tok9')}&recipient=a%40b.test`;
+      const fh = ['Content-Type', 'application/x-www-form-urlencoded'];
+      await expectOk('mailgun', 'mg-key', { body: form, headers: fh });
+      await expectDenied('mailgun', 'mg-key', { body: form.replace('tok9', 'tok8'), headers: fh }, /does not match/);
+    });
+  });
+
+  describe('request-shaped providers', () => {
+    it('mailchimp (Mandrill): X-Mandrill-Signature over URL + sorted fields; HEAD check answered (mailchimp.com/developer/transactional, Authenticating webhook requests)', async () => {
+      const events = '[{"event":"send","_id":"abc"}]';
+      const form = `mandrill_events=${encodeURIComponent(events)}`;
+      const sig = hmac('sha1', 'md-key', `https://hooks.example.test/mandrill?x=1mandrill_events${events}`).digest('base64');
+      const h = ['Content-Type', 'application/x-www-form-urlencoded', 'X-Mandrill-Signature', sig];
+      await expectOk('mailchimp', 'md-key', { url: '/mandrill?x=1', body: form, headers: h });
+      await expectDenied('mailchimp', 'md-key', { url: '/mandrill?x=1', body: form.replace('send', 'open'), headers: h }, /does not match/);
+      await expectDenied('mailchimp', 'md-key', { url: '/mandrill?x=2', body: form, headers: h }, /does not match/);
+      await expectDenied('mailchimp', 'md-key', { url: '/mandrill?x=1', body: form, headers: ['Content-Type', 'application/x-www-form-urlencoded'] }, /missing/);
+      const head = await run('mailchimp', 'md-key', { method: 'HEAD', url: '/mandrill' });
+      expect(head?.status).toBe(200);
+    });
+
+    it('docusign: X-DocuSign-Signature-<n>, one per HMAC key (docusign.com/blog/developers, manually authenticating HMAC signatures)', async () => {
+      const sig = (key: string, b = body) => hmac('sha256', key, b).digest('base64');
+      const h = ['X-DocuSign-Signature-1', sig('key-one'), 'X-DocuSign-Signature-2', sig('key-two')];
+      await expectOk('docusign', 'key-one', { body, headers: h });
+      await expectOk('docusign', 'key-two', { body, headers: h });
+      await expectDenied('docusign', 'key-three', { body, headers: h }, /does not match/);
+      await expectDenied('docusign', 'key-one', { body: '<xml/>', headers: h }, /does not match/);
+      await expectDenied('docusign', 'key-one', { body }, /missing/);
+    });
+
+    it('microsoft_teams: Authorization: HMAC <base64> keyed with the base64 security token (learn.microsoft.com, add outgoing webhook)', async () => {
+      const key = Buffer.from('teams-security-token-32-bytes!!!');
+      const secret = key.toString('base64');
+      const h = (b = body) => ['Authorization', `HMAC ${hmac('sha256', key, b).digest('base64')}`];
+      await expectOk('microsoft_teams', secret, { body, headers: h() });
+      await expectDenied('microsoft_teams', secret, { body: '{}', headers: h() }, /does not match/);
+      await expectDenied('microsoft_teams', secret, { body, headers: ['Authorization', 'Bearer x'] }, /HMAC/);
+      await expectDenied('microsoft_teams', secret, { body }, /missing Authorization/);
+      expect(() => stageFor(factory, { webhook_verification: { enabled: true, provider: 'microsoft_teams', secret: '!!!' } })).toThrow(/base64/);
+    });
+
+    it('brex: Standard Webhooks webhook-* headers, base64 secret without whsec_ (developer.brex.com/docs/webhooks)', async () => {
+      const key = Buffer.from('brex-signing-secret-bytes');
+      const sig = (ts: string, b = body) => `v1,${hmac('sha256', key, `msg_9.${ts}.${b}`).digest('base64')}`;
+      const h = (ts: string) => ['Webhook-Id', 'msg_9', 'Webhook-Timestamp', ts, 'Webhook-Signature', sig(ts)];
+      await expectOk('brex', key.toString('base64'), { body, headers: h(nowS) });
+      await expectDenied('brex', key.toString('base64'), { body: '{}', headers: h(nowS) }, /does not match/);
+      await expectDenied('brex', key.toString('base64'), { body, headers: h(String(NOW / 1000 - 600)) }, /5 minutes/);
+      await expectDenied('brex', key.toString('base64'), { body }, /missing/);
+    });
+  });
+
+  describe('handshakes answered by the ingress', () => {
+    it('dropbox: GET ?challenge= is echoed as text/plain, nosniff', async () => {
+      const out = await run('dropbox', 'app-secret', { method: 'GET', url: '/dbx?challenge=abc123' });
+      expect(out).toMatchObject({ status: 200, body: 'abc123' });
+      expect(out!.headers!['x-content-type-options']).toBe('nosniff');
+      await expectDenied('dropbox', 'app-secret', { method: 'GET', url: '/dbx' }, /missing/);
+    });
+
+    it('meta: GET hub.mode=subscribe echoes hub.challenge; other GETs still need a signature', async () => {
+      for (const provider of ['facebook_graph_api', 'facebook_messenger', 'instagram', 'whatsapp']) {
+        const out = await run(provider, 'app-secret', { method: 'GET', url: '/fb?hub.mode=subscribe&hub.challenge=1158201444&hub.verify_token=mytoken' });
+        expect(out).toMatchObject({ status: 200, body: '1158201444' });
+        await expectDenied(provider, 'app-secret', { method: 'GET', url: '/fb?hub.mode=unsubscribe&hub.challenge=1' }, /missing/);
+      }
+    });
+
+    it('twitter: GET ?crc_token= gets the HMAC response_token', async () => {
+      const out = await run('twitter', 'consumer-secret', { method: 'GET', url: '/x?crc_token=crc-abc' });
+      expect(out?.status).toBe(200);
+      const expected = `sha256=${hmac('sha256', 'consumer-secret', 'crc-abc').digest('base64')}`;
+      expect(JSON.parse(String(out!.body))).toEqual({ response_token: expected });
+      await expectDenied('twitter', 'consumer-secret', { method: 'POST', url: '/x?crc_token=crc-abc', body }, /missing/);
+      // The CRC answer must not be usable as an event signature: a body equal to a token is refused.
+      const oracle = await run('twitter', 'consumer-secret', { method: 'GET', url: '/x?crc_token=forged' });
+      const token = JSON.parse(String(oracle!.body)).response_token as string;
+      await expectDenied('twitter', 'consumer-secret', { body: 'forged', headers: ['x-twitter-webhooks-signature', token] }, /not an X event/);
+      // Tokens outside the alphabet (a JSON body, say) are not answered.
+      await expectDenied('twitter', 'consumer-secret', { method: 'GET', url: `/x?crc_token=${encodeURIComponent(body)}` }, /missing/);
     });
   });
 });

@@ -1,13 +1,24 @@
 import { createHash, createHmac, createPublicKey, timingSafeEqual, verify, type KeyObject } from 'node:crypto';
-import type { RequestState, RouteStage, StageFactory } from '../pipeline/types.js';
+import { escape as qsEscape } from 'node:querystring';
+import { gunzipSync } from 'node:zlib';
+import type { Outcome, RequestState, RouteStage, StageFactory } from '../pipeline/types.js';
 import { enabledModule, moduleError } from './common.js';
 import { SnsCertificateCache, verifySnsMessage, type CertificateFetcher } from './webhook-sns.js';
 
 /**
  * `webhook_verification`: `provider` + `secret`. The whole body is buffered (`needsBody`) and
  * the request's signature checked the way that provider signs; a missing or bad signature, or a
- * timestamp more than 5 minutes off, answers 403 (7102) naming the reason. Providers this ingress
- * cannot verify refuse the config (the factory throws) rather than pass traffic unverified.
+ * signed timestamp more than 5 minutes off (10 for Box, as Box documents), answers 403 (7102)
+ * naming the reason. Each provider's scheme (headers, signed bytes, algorithm, encoding) is
+ * described, with its source, beside its verifier below.
+ *
+ * Some providers probe the endpoint with an unsigned request before they send signed events
+ * (Dropbox's `?challenge=`, Meta's `hub.mode=subscribe`, X/Twitter's `crc_token`, Mandrill's
+ * HEAD). The ingress answers those itself (echoing the challenge, or computing the CRC response
+ * token with the secret) so that no unsigned request reaches the upstream; events are checked.
+ *
+ * Providers this ingress cannot verify refuse the config (the factory throws) rather than pass
+ * traffic unverified.
  */
 
 /** Signed timestamps may be this far from the ingress's clock, either way. */
@@ -21,8 +32,13 @@ interface VerifyContext {
   header(name: string): string | undefined;
 }
 
-/** null when verified, else the reason. */
-type Verifier = (c: VerifyContext) => string | null | Promise<string | null>;
+/** The ingress answers a provider's unsigned handshake itself (nothing is forwarded). */
+interface Answer {
+  answer: NonNullable<Outcome>;
+}
+
+/** null when verified, else the reason (or a handshake answer). */
+type Verifier = (c: VerifyContext) => string | null | Answer | Promise<string | null | Answer>;
 
 const hmac = (alg: string, key: string | Buffer, ...parts: Array<string | Buffer>): Buffer => {
   const h = createHmac(alg, key);
@@ -50,9 +66,15 @@ function matches(expected: Buffer, given: string, encoding: 'hex' | 'base64'): b
 }
 
 /** Unix-seconds timestamp within tolerance: null, or the reason. */
-function checkUnixSeconds(ts: string | undefined, nowMs: number): string | null {
+function checkUnixSeconds(ts: string | undefined, nowMs: number, toleranceMs = TIMESTAMP_TOLERANCE_MS): string | null {
   if (!ts || !/^\d{1,12}$/.test(ts)) return 'missing or malformed timestamp';
-  return Math.abs(nowMs - Number(ts) * 1000) > TIMESTAMP_TOLERANCE_MS ? 'the timestamp is more than 5 minutes off' : null;
+  return checkMs(Number(ts) * 1000, nowMs, toleranceMs);
+}
+
+/** A timestamp (ms since the epoch) within tolerance: null, or the reason. */
+function checkMs(atMs: number, nowMs: number, toleranceMs = TIMESTAMP_TOLERANCE_MS): string | null {
+  if (Number.isNaN(atMs)) return 'missing or malformed timestamp';
+  return Math.abs(nowMs - atMs) > toleranceMs ? `the timestamp is more than ${toleranceMs / 60_000} minutes off` : null;
 }
 
 /** Signature of the body alone, in `header`, optionally after a `prefix` such as `sha256=`. */
@@ -65,30 +87,50 @@ function bodyHmac(header: string, alg: string, encoding: 'hex' | 'base64', prefi
   };
 }
 
-/** `t=<unix>,v1=<hex>[,v1=…]` over `<t>.<body>` (Stripe, Mux, Calendly). */
-function timestampedV1(header: string): Verifier {
+/** The `key=value` pairs of a comma-separated header value, by key (repeated keys kept in order). */
+function commaPairs(value: string): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  for (const part of value.split(',')) {
+    const eq = part.indexOf('=');
+    if (eq < 0) continue;
+    const k = part.slice(0, eq).trim();
+    const list = out.get(k) ?? [];
+    list.push(part.slice(eq + 1).trim());
+    out.set(k, list);
+  }
+  return out;
+}
+
+/**
+ * `<tsKey>=<unix>,<sigKey>=<hex>[,<sigKey>=…]`, hex HMAC-SHA256 over `<ts>.<body>`: Stripe, Mux and
+ * Calendly (`t=`/`v1=`), TikTok (`t=`/`s=`), Buildkite (`timestamp=`/`signature=`).
+ */
+function timestampedHmac(header: string, tsKey = 't', sigKey = 'v1'): Verifier {
   return (c) => {
     const sig = c.header(header);
     if (!sig) return `missing ${header} header`;
-    let t: string | undefined;
-    const v1: string[] = [];
-    for (const part of sig.split(',')) {
-      const eq = part.indexOf('=');
-      if (eq < 0) continue;
-      const k = part.slice(0, eq).trim();
-      const v = part.slice(eq + 1).trim();
-      if (k === 't') t = v;
-      else if (k === 'v1') v1.push(v);
-    }
-    if (!t || v1.length === 0) return `${header} lacks t= or v1=`;
+    const pairs = commaPairs(sig);
+    const t = pairs.get(tsKey)?.[0];
+    const sigs = pairs.get(sigKey) ?? [];
+    if (!t || sigs.length === 0) return `${header} lacks ${tsKey}= or ${sigKey}=`;
     const stale = checkUnixSeconds(t, c.nowMs);
     if (stale) return stale;
     const expected = hmac('sha256', c.secret, t, '.', c.body);
-    return v1.some((v) => matches(expected, v, 'hex')) ? null : `${header} does not match`;
+    return sigs.some((v) => matches(expected, v, 'hex')) ? null : `${header} does not match`;
   };
 }
 
-/** `v0=<hex>` over `v0:<timestamp>:<body>` (Slack, Zoom). */
+/** `<version>=<hex>[,<version>=<hex>]` over the body, any one matching (PagerDuty v3 and CircleCI, `v1=`). */
+function versionedBodyHmac(header: string, version: string): Verifier {
+  return (c) => {
+    const sig = c.header(header);
+    if (!sig) return `missing ${header} header`;
+    const expected = hmac('sha256', c.secret, c.body);
+    return (commaPairs(sig).get(version) ?? []).some((v) => matches(expected, v, 'hex')) ? null : `${header} does not match`;
+  };
+}
+
+/** `v0=<hex>` over `v0:<timestamp>:<body>` (Slack, Zoom, Frame.io). */
 function v0(sigHeader: string, tsHeader: string): Verifier {
   return (c) => {
     const sig = c.header(sigHeader);
@@ -101,23 +143,59 @@ function v0(sigHeader: string, tsHeader: string): Verifier {
   };
 }
 
+/** The secret itself sent in `header` (compared by digest, constant time): GitLab, Buildkite's token mode. */
+function tokenHeader(header: string): Verifier {
+  return (c) => {
+    const token = c.header(header);
+    if (token === undefined) return `missing ${header} header`;
+    const d = (v: string) => createHash('sha256').update(v).digest();
+    return safeEqual(d(token), d(c.secret)) ? null : `${header} does not match`;
+  };
+}
+
+/** The request target (path and query) as the client sent it. */
+function requestTarget(s: RequestState): string {
+  const target = s.req.url ?? '/';
+  if (target.startsWith('/')) return target;
+  try {
+    const u = new URL(target);
+    return u.pathname + u.search;
+  } catch {
+    return '/';
+  }
+}
+
 /** The public URL of the request as the provider called it, and the variant with the port toggled. */
 function requestUrls(s: RequestState): string[] {
   const host = s.req.headers.host ?? s.host;
-  const target = s.req.url ?? '/';
-  const path = target.startsWith('/') ? target : (() => {
-    try {
-      const u = new URL(target);
-      return u.pathname + u.search;
-    } catch {
-      return '/';
-    }
-  })();
+  const path = requestTarget(s);
   const defaultPort = s.scheme === 'https' ? '443' : '80';
   const m = /^(.*?)(?::(\d+))?$/.exec(host)!;
   const bare = m[1]!;
   const other = m[2] ? bare : `${bare}:${defaultPort}`;
   return [`${s.scheme}://${host}${path}`, `${s.scheme}://${other}${path}`];
+}
+
+/** The request's query parameters. */
+function queryParams(s: RequestState): URLSearchParams {
+  const target = requestTarget(s);
+  const q = target.indexOf('?');
+  return new URLSearchParams(q < 0 ? '' : target.slice(q + 1));
+}
+
+const isForm = (c: VerifyContext) => (c.s.req.headers['content-type'] ?? '').toLowerCase().startsWith('application/x-www-form-urlencoded');
+
+/** Form fields sorted by name, each name followed by its values (sorted), no separators (Twilio, Mandrill). */
+function sortedFormFields(body: Buffer): string {
+  const params = new Map<string, Set<string>>();
+  for (const [k, v] of new URLSearchParams(body.toString('utf8'))) {
+    let set = params.get(k);
+    if (!set) params.set(k, (set = new Set()));
+    set.add(v);
+  }
+  let data = '';
+  for (const k of [...params.keys()].sort()) for (const v of [...params.get(k)!].sort()) data += k + v;
+  return data;
 }
 
 /** Twilio: base64 HMAC-SHA1 over the URL plus sorted form params, or over a URL carrying `bodySHA256`. */
@@ -130,18 +208,26 @@ const twilio: Verifier = (c) => {
     if (bodySha !== null) {
       const actual = createHash('sha256').update(c.body).digest('hex');
       if (!safeEqual(Buffer.from(actual), Buffer.from(bodySha.toLowerCase()))) return 'bodySHA256 does not match the body';
-    } else if ((c.s.req.headers['content-type'] ?? '').toLowerCase().startsWith('application/x-www-form-urlencoded')) {
-      const params = new Map<string, Set<string>>();
-      for (const [k, v] of new URLSearchParams(c.body.toString('utf8'))) {
-        let set = params.get(k);
-        if (!set) params.set(k, (set = new Set()));
-        set.add(v);
-      }
-      for (const k of [...params.keys()].sort()) for (const v of [...params.get(k)!].sort()) data += k + v;
+    } else if (isForm(c)) {
+      data += sortedFormFields(c.body);
     }
     if (matches(hmac('sha1', c.secret, data), sig, 'base64')) return null;
   }
   return 'X-Twilio-Signature does not match';
+};
+
+/**
+ * Mailchimp Transactional (Mandrill): `X-Mandrill-Signature`, base64 HMAC-SHA1 with the webhook
+ * key over the webhook URL followed by each POST field's name and value, sorted by name
+ * (mailchimp.com/developer/transactional/guides/track-respond-activity-webhooks, "Authenticating
+ * webhook requests"). Mandrill checks a new webhook URL with a HEAD request, answered here.
+ */
+const mandrill: Verifier = (c) => {
+  if (c.s.req.method === 'HEAD') return { answer: { status: 200, headers: { 'content-type': 'text/plain; charset=utf-8' }, body: '' } };
+  const sig = c.header('x-mandrill-signature');
+  if (!sig) return 'missing X-Mandrill-Signature header';
+  const fields = isForm(c) ? sortedFormFields(c.body) : '';
+  return requestUrls(c.s).some((url) => matches(hmac('sha1', c.secret, url, fields), sig, 'base64')) ? null : 'X-Mandrill-Signature does not match';
 };
 
 /** Square: base64 HMAC-SHA256 over the notification URL followed by the body. */
@@ -158,33 +244,16 @@ const zendesk: Verifier = (c) => {
   const ts = c.header('x-zendesk-webhook-signature-timestamp');
   const at = ts ? Date.parse(ts) : NaN;
   if (!ts || Number.isNaN(at)) return 'missing or malformed X-Zendesk-Webhook-Signature-Timestamp';
-  if (Math.abs(c.nowMs - at) > TIMESTAMP_TOLERANCE_MS) return 'the timestamp is more than 5 minutes off';
+  const stale = checkMs(at, c.nowMs);
+  if (stale) return stale;
   return matches(hmac('sha256', c.secret, ts, c.body), sig, 'base64') ? null : 'X-Zendesk-Webhook-Signature does not match';
-};
-
-/** PagerDuty v3: `X-PagerDuty-Signature: v1=<hex>[,v1=<hex>]` over the body. */
-const pagerduty: Verifier = (c) => {
-  const sig = c.header('x-pagerduty-signature');
-  if (!sig) return 'missing X-PagerDuty-Signature header';
-  const expected = hmac('sha256', c.secret, c.body);
-  const ok = sig.split(',').some((p) => {
-    const v = p.trim();
-    return v.startsWith('v1=') && matches(expected, v.slice(3), 'hex');
-  });
-  return ok ? null : 'X-PagerDuty-Signature does not match';
-};
-
-/** GitLab: the secret token itself in `X-Gitlab-Token` (compared by digest, constant time). */
-const gitlab: Verifier = (c) => {
-  const token = c.header('x-gitlab-token');
-  if (token === undefined) return 'missing X-Gitlab-Token header';
-  const d = (v: string) => createHash('sha256').update(v).digest();
-  return safeEqual(d(token), d(c.secret)) ? null : 'X-Gitlab-Token does not match';
 };
 
 /**
  * Svix and Standard Webhooks (`svix-*` or `webhook-*` headers): `v1,<base64>` signatures,
  * space-separated, HMAC-SHA256 with the base64 key after `whsec_` over `<id>.<timestamp>.<body>`.
+ * Clerk signs through Svix; Brex follows Standard Webhooks (`webhook-*`, its secret is the
+ * base64 key, with or without `whsec_`: developer.brex.com "Webhooks", verifying signatures).
  */
 function svix(secret: string): Verifier {
   const key = Buffer.from(secret.startsWith('whsec_') ? secret.slice(6) : secret, 'base64');
@@ -227,10 +296,301 @@ function sendgrid(secret: string): Verifier {
   };
 }
 
-/** Verifiers by provider (lower-case), built from the module's secret. */
+/** An in-ingress answer to a provider's unsigned handshake (plain text, never sniffed as HTML). */
+const textAnswer = (body: string): Answer => ({
+  answer: { status: 200, headers: { 'content-type': 'text/plain; charset=utf-8', 'x-content-type-options': 'nosniff' }, body },
+});
+
+/** A GET without a body: the shape of every handshake below (events are POSTs). */
+const isBodilessGet = (c: VerifyContext) => c.s.req.method === 'GET' && c.body.length === 0;
+
+/**
+ * Meta (Facebook Graph API, Messenger, Instagram, WhatsApp): `X-Hub-Signature-256: sha256=<hex>`,
+ * HMAC-SHA256 of the body with the app secret (developers.facebook.com/docs/graph-api/webhooks
+ * /getting-started, "Validate payloads"). The subscription check is a GET with
+ * `hub.mode=subscribe&hub.challenge=…&hub.verify_token=…`, answered here by echoing the challenge:
+ * a URL subscribed by another app still only passes events signed with this app's secret.
+ */
+function meta(): Verifier {
+  const events = bodyHmac('x-hub-signature-256', 'sha256', 'hex', 'sha256=');
+  return (c) => {
+    if (isBodilessGet(c)) {
+      const q = queryParams(c.s);
+      const challenge = q.get('hub.challenge');
+      if (q.get('hub.mode') === 'subscribe' && challenge) return textAnswer(challenge);
+    }
+    return events(c);
+  };
+}
+
+/**
+ * Dropbox: `X-Dropbox-Signature`, hex HMAC-SHA256 of the body with the app secret; a new webhook
+ * URI is verified by a GET `?challenge=…` that must be echoed (www.dropbox.com/developers/reference
+ * /webhooks), answered here.
+ */
+function dropbox(): Verifier {
+  const events = bodyHmac('x-dropbox-signature', 'sha256', 'hex');
+  return (c) => {
+    const challenge = isBodilessGet(c) ? queryParams(c.s).get('challenge') : null;
+    return challenge ? textAnswer(challenge) : events(c);
+  };
+}
+
+/** X's CRC tokens (random, base64-like); only these are answered. */
+const CRC_TOKEN_RE = /^[A-Za-z0-9+/=_-]{1,512}$/;
+
+/**
+ * X (Twitter) Account Activity: `X-Twitter-Webhooks-Signature: sha256=<base64>`, HMAC-SHA256 of the
+ * body with the consumer secret. The CRC check, a GET `?crc_token=…`, is answered here with
+ * `{"response_token":"sha256=<base64 HMAC-SHA256(consumer secret, crc_token)>"}`
+ * (developer.x.com, Account Activity API "Securing webhooks").
+ */
+function twitter(): Verifier {
+  const events = bodyHmac('x-twitter-webhooks-signature', 'sha256', 'base64', 'sha256=');
+  return (c) => {
+    const crc = isBodilessGet(c) ? queryParams(c.s).get('crc_token') : null;
+    if (!crc || !CRC_TOKEN_RE.test(crc)) {
+      // The CRC answer is the HMAC of a caller-chosen token with the key events are signed with:
+      // a body spelled only in the token alphabet (never an X event, which is JSON) could carry
+      // such an answer as its signature, so it is refused.
+      if (CRC_TOKEN_RE.test(c.body.toString('latin1'))) return 'the body is not an X event';
+      return events(c);
+    }
+    const token = `sha256=${hmac('sha256', c.secret, crc).toString('base64')}`;
+    return { answer: { status: 200, headers: { 'content-type': 'application/json; charset=utf-8' }, body: JSON.stringify({ response_token: token }) } };
+  };
+}
+
+/**
+ * Buildkite: `X-Buildkite-Signature: timestamp=<unix>,signature=<hex>`, HMAC-SHA256 with the
+ * webhook token over `<timestamp>.<body>`; or, when the webhook is set to send the token in clear,
+ * `X-Buildkite-Token` equal to it (buildkite.com/docs/apis/webhooks, "Webhook signature").
+ */
+function buildkite(): Verifier {
+  const signed = timestampedHmac('x-buildkite-signature', 'timestamp', 'signature');
+  const token = tokenHeader('x-buildkite-token');
+  return (c) => (c.header('x-buildkite-signature') === undefined && c.header('x-buildkite-token') !== undefined ? token(c) : signed(c));
+}
+
+/**
+ * Airship (Open Channels webhooks, "Signature Hash"): `X-UA-Signature`, hex HMAC-SHA256 with the
+ * secret over `<X-UA-Timestamp>:<body JSON>` (unix seconds); Airship may gzip the body, the
+ * signature is over the JSON (support.airship.com, "Implementing a Signature Hash and Validating
+ * an Open Channel Webhook").
+ */
+const airship: Verifier = (c) => {
+  const sig = c.header('x-ua-signature');
+  if (!sig) return 'missing X-UA-Signature header';
+  const ts = c.header('x-ua-timestamp');
+  const stale = checkUnixSeconds(ts, c.nowMs);
+  if (stale) return `X-UA-Timestamp: ${stale}`;
+  const bodies = [c.body];
+  if ((c.header('content-encoding') ?? '').trim().toLowerCase() === 'gzip') {
+    try {
+      bodies.push(gunzipSync(c.body, { maxOutputLength: 16 * 1024 * 1024 }));
+    } catch {
+      return 'the gzip body could not be decoded';
+    }
+  }
+  return bodies.some((b) => matches(hmac('sha256', c.secret, `${ts}:`, b), sig, 'hex')) ? null : 'X-UA-Signature does not match';
+};
+
+/** Box allows a delivery timestamp up to 10 minutes old (developer.box.com/guides/webhooks/v2/signatures-v2). */
+const BOX_TOLERANCE_MS = 10 * 60_000;
+
+/**
+ * Box: `BOX-SIGNATURE-PRIMARY` / `BOX-SIGNATURE-SECONDARY` (one per signature key, for rotation),
+ * base64 HMAC-SHA256 over the body followed by `BOX-DELIVERY-TIMESTAMP` (RFC 3339), no older than
+ * 10 minutes; `BOX-SIGNATURE-VERSION` 1, `BOX-SIGNATURE-ALGORITHM` HmacSHA256
+ * (developer.box.com/guides/webhooks/v2/signatures-v2). The secret is either key.
+ */
+const box: Verifier = (c) => {
+  const sigs = [c.header('box-signature-primary'), c.header('box-signature-secondary')].filter((v): v is string => !!v);
+  if (sigs.length === 0) return 'missing BOX-SIGNATURE-PRIMARY header';
+  const version = c.header('box-signature-version');
+  if (version !== undefined && version.trim() !== '1') return 'unsupported BOX-SIGNATURE-VERSION';
+  const alg = c.header('box-signature-algorithm');
+  if (alg !== undefined && alg.trim() !== 'HmacSHA256') return 'unsupported BOX-SIGNATURE-ALGORITHM';
+  const ts = c.header('box-delivery-timestamp');
+  const stale = checkMs(ts ? Date.parse(ts) : NaN, c.nowMs, BOX_TOLERANCE_MS);
+  if (stale) return `BOX-DELIVERY-TIMESTAMP: ${stale}`;
+  const expected = hmac('sha256', c.secret, c.body, ts!);
+  return sigs.some((s) => matches(expected, s, 'base64')) ? null : 'BOX-SIGNATURE-PRIMARY does not match';
+};
+
+/**
+ * DocuSign Connect: one `X-DocuSign-Signature-<n>` header per HMAC key configured (up to 100),
+ * each the base64 HMAC-SHA256 of the body (developers.docusign.com, Connect "HMAC security";
+ * docusign.com/blog/developers/manually-authenticating-hmac-signatures-docusign-connect-webhook-configurations).
+ */
+const docusign: Verifier = (c) => {
+  const expected = hmac('sha256', c.secret, c.body);
+  let seen = false;
+  for (let n = 1; n <= 100; n++) {
+    const sig = c.header(`x-docusign-signature-${n}`);
+    if (sig === undefined) continue;
+    seen = true;
+    if (matches(expected, sig, 'base64')) return null;
+  }
+  return seen ? 'X-DocuSign-Signature does not match' : 'missing X-DocuSign-Signature-1 header';
+};
+
+/**
+ * Contentful: `x-contentful-signature`, hex HMAC-SHA256 over `<METHOD>\n<path>\n<headers>\n<body>`,
+ * where the headers are those named in `x-contentful-signed-headers` (lower-case, trimmed, sorted
+ * by name, `name:value` joined by `;`, with `x-contentful-signed-headers` itself re-listed and
+ * `x-contentful-timestamp`, in ms) and the path is URI-encoded, its query escaped first
+ * (@contentful/node-apps-toolkit src/requests/verify-request.ts, sign-request.ts, utils.ts).
+ */
+const contentful: Verifier = (c) => {
+  const sig = c.header('x-contentful-signature');
+  const signed = c.header('x-contentful-signed-headers');
+  if (!sig || !signed) return 'missing x-contentful-signature or x-contentful-signed-headers header';
+  const ts = c.header('x-contentful-timestamp');
+  if (!ts || !/^\d{1,15}$/.test(ts.trim())) return 'missing or malformed x-contentful-timestamp';
+  const atMs = Number.parseInt(ts, 10);
+  const stale = checkMs(atMs, c.nowMs);
+  if (stale) return stale;
+  const headers = new Map<string, string>();
+  for (const raw of signed.split(',')) {
+    const name = raw.trim().toLowerCase();
+    const v = name ? c.header(name) : undefined;
+    if (v !== undefined) headers.set(name, v.trim());
+  }
+  const names = new Set([...headers.keys(), 'x-contentful-signed-headers', 'x-contentful-timestamp']);
+  const sorted = [...names].sort();
+  headers.set('x-contentful-timestamp', String(atMs));
+  headers.set('x-contentful-signed-headers', sorted.join(','));
+  const canonicalHeaders = sorted.map((k) => `${k}:${headers.get(k)}`).join(';');
+  const target = requestTarget(c.s);
+  const [pathname = '/', search] = target.split('?');
+  const paths = new Set([encodeURI(search ? `${pathname}?${qsEscape(search)}` : pathname), encodeURI(pathname)]);
+  const method = c.s.req.method ?? 'POST';
+  for (const path of paths) {
+    if (matches(hmac('sha256', c.secret, `${method}\n${path}\n${canonicalHeaders}\n`, c.body), sig, 'hex')) return null;
+  }
+  return 'x-contentful-signature does not match';
+};
+
+/** Characters HubSpot decodes in the request URI before signing (v3). */
+const HUBSPOT_DECODE: Record<string, string> = {
+  '%3A': ':', '%2F': '/', '%3F': '?', '%40': '@', '%21': '!', '%24': '$', '%27': "'", '%28': '(', '%29': ')', '%2A': '*', '%2C': ',', '%3B': ';',
+};
+
+/**
+ * HubSpot v3: `X-HubSpot-Signature-v3`, base64 HMAC-SHA256 with the app's client secret over
+ * `<METHOD><URI><body><X-HubSpot-Request-Timestamp>` (ms, at most 5 minutes old), the URI with a
+ * few percent-escapes decoded (developers.hubspot.com/docs/api/webhooks/validating-requests;
+ * @hubspot/api-client src/utils/signature.ts). The v1/v2 schemes (an unkeyed SHA-256 of
+ * secret + request, without a timestamp) are not accepted.
+ */
+const hubspot: Verifier = (c) => {
+  const sig = c.header('x-hubspot-signature-v3');
+  if (!sig) return 'missing X-HubSpot-Signature-v3 header';
+  const ts = c.header('x-hubspot-request-timestamp');
+  if (!ts || !/^\d{1,15}$/.test(ts)) return 'missing or malformed X-HubSpot-Request-Timestamp';
+  const stale = checkMs(Number(ts), c.nowMs);
+  if (stale) return stale;
+  const method = c.s.req.method ?? 'POST';
+  for (const url of requestUrls(c.s)) {
+    const decoded = url.replace(/%(3A|2F|3F|40|21|24|27|28|29|2A|2C|3B)/gi, (e) => HUBSPOT_DECODE[e.toUpperCase()]!);
+    for (const u of new Set([url, decoded])) {
+      if (matches(hmac('sha256', c.secret, method, u, c.body, ts), sig, 'base64')) return null;
+    }
+  }
+  return 'X-HubSpot-Signature-v3 does not match';
+};
+
+/**
+ * Mailgun: the body carries `timestamp`, `token` and `signature` (JSON webhooks under `signature`,
+ * form posts as fields); `signature` (or, for subaccounts, `parent-signature`) is the hex
+ * HMAC-SHA256 with the webhook signing key over `<timestamp><token>`
+ * (documentation.mailgun.com, "Securing Webhooks"). That signature does not cover the rest of the
+ * body, so the 5-minute timestamp window is what bounds a replay.
+ */
+const mailgun: Verifier = (c) => {
+  let ts: unknown;
+  let token: unknown;
+  const sigs: unknown[] = [];
+  const ct = (c.s.req.headers['content-type'] ?? '').toLowerCase();
+  if (ct.startsWith('application/json')) {
+    let sig: Record<string, unknown> | undefined;
+    try {
+      const parsed = JSON.parse(c.body.toString('utf8')) as { signature?: unknown };
+      if (parsed && typeof parsed.signature === 'object' && parsed.signature) sig = parsed.signature as Record<string, unknown>;
+    } catch {
+      return 'the JSON body could not be parsed';
+    }
+    if (!sig) return 'missing signature in the body';
+    ts = sig.timestamp;
+    token = sig.token;
+    sigs.push(sig.signature, sig['parent-signature']);
+  } else if (isForm(c)) {
+    const f = new URLSearchParams(c.body.toString('utf8'));
+    ts = f.get('timestamp') ?? undefined;
+    token = f.get('token') ?? undefined;
+    sigs.push(f.get('signature'));
+  } else {
+    return 'Mailgun webhooks must be JSON or form-encoded';
+  }
+  const given = sigs.filter((s): s is string => typeof s === 'string' && s.length > 0);
+  if (typeof token !== 'string' || given.length === 0) return 'missing signature, token or timestamp in the body';
+  const tsText = typeof ts === 'number' ? String(ts) : ts;
+  if (typeof tsText !== 'string') return 'missing or malformed timestamp';
+  const stale = checkUnixSeconds(tsText, c.nowMs);
+  if (stale) return stale;
+  const expected = hmac('sha256', c.secret, tsText, token);
+  return given.some((s) => matches(expected, s, 'hex')) ? null : 'the signature does not match';
+};
+
+/**
+ * Microsoft Teams outgoing webhooks: `Authorization: HMAC <base64>`, HMAC-SHA256 of the body keyed
+ * with the base64-decoded security token Teams shows when the webhook is created
+ * (learn.microsoft.com/microsoftteams/platform/webhooks-and-connectors/how-to/add-outgoing-webhook).
+ */
+function microsoftTeams(secret: string): Verifier {
+  const key = decode(secret, 'base64');
+  if (!key || key.length === 0) throw new Error('webhook_verification: the microsoft_teams secret must be the base64 security token');
+  return (c) => {
+    const auth = c.header('authorization');
+    if (!auth) return 'missing Authorization header';
+    const m = /^HMAC\s+(\S+)$/i.exec(auth.trim());
+    if (!m) return 'Authorization must be HMAC <signature>';
+    return matches(hmac('sha256', key, c.body), m[1]!, 'base64') ? null : 'Authorization does not match';
+  };
+}
+
+/**
+ * Verifiers by provider (lower-case), built from the module's secret. Body-HMAC providers, with
+ * their sources: AfterShip `aftership-hmac-sha256` base64 SHA-256 (aftership.com/docs/tracking
+ * /webhook/webhook-signature); Alchemy `X-Alchemy-Signature` hex SHA-256 (docs.alchemy.com,
+ * Notify API FAQ); Autodesk APS `x-adsk-signature: sha1hash=<hex>` SHA-1
+ * (aps.autodesk.com/en/docs/webhooks/v1/tutorials/how-to-verify-payload-signature); Bolt
+ * `X-Bolt-Hmac-Sha256` base64 SHA-256 (help.bolt.com/developers/webhooks/hook-verification;
+ * bolt/bolt-magento2 Hook helper); Castle `X-Castle-Signature` base64 SHA-256 with the API secret
+ * (castle/castle-ruby lib/castle/webhooks/verify.rb); Chargify/Maxio
+ * `X-Chargify-Webhook-Signature-Hmac-Sha-256` hex SHA-256 with the site's shared key; CircleCI
+ * `circleci-signature: v1=<hex>` SHA-256 (circleci.com/docs/webhooks); Clearbit
+ * `X-Request-Signature: sha1=<hex>` SHA-1 with the API key (clearbit/clearbit-ruby
+ * lib/clearbit/webhook_signature.rb); Coinbase Commerce `X-CC-Webhook-Signature` hex SHA-256
+ * (coinbase/coinbase-commerce-node lib/Webhook.js); Jira `X-Hub-Signature: sha256=<hex>`
+ * (developer.atlassian.com, Jira webhooks "Secure admin webhooks"); Modern Treasury `X-Signature`
+ * hex SHA-256 (docs.moderntreasury.com, "Verifying webhook signatures"); MongoDB Atlas
+ * `X-MMS-Signature` base64 SHA-1 (mongodb.com/docs/atlas/tutorial/webhook-integration); Pusher
+ * `X-Pusher-Signature` hex SHA-256 with the app secret (pusher/pusher-http-go Webhook); Sonatype
+ * Nexus `X-Nexus-Webhook-Signature` hex SHA-1 (help.sonatype.com/repomanager3/integrations
+ * /webhooks/working-with-hmac-payloads); Webex `X-Spark-Signature` hex SHA-1
+ * (developer.webex.com/docs/webhooks, "Handling requests from Webex"); Worldline (Connect /
+ * GlobalCollect) `X-GCS-Signature` base64 SHA-256 (docs.connect.worldline-solutions.com
+ * /documentation/webhooks; Ingenico Connect SDK WebhooksHelper). Frame.io signs like Slack
+ * (`X-Frameio-Signature: v0=…` over `v0:<X-Frameio-Request-Timestamp>:<body>`,
+ * developer.frame.io, "Verifying webhook signatures"); TikTok like Stripe with `t=`/`s=`
+ * (`TikTok-Signature`, developers.tiktok.com/doc/webhooks-verification).
+ */
 const PROVIDERS: Record<string, (secret: string) => Verifier> = {
   github: () => bodyHmac('x-hub-signature-256', 'sha256', 'hex', 'sha256='),
   bitbucket: () => bodyHmac('x-hub-signature', 'sha256', 'hex', 'sha256='),
+  jira: () => bodyHmac('x-hub-signature', 'sha256', 'hex', 'sha256='),
   intercom: () => bodyHmac('x-hub-signature', 'sha1', 'hex', 'sha1='),
   shopify: () => bodyHmac('x-shopify-hmac-sha256', 'sha256', 'base64'),
   heroku: () => bodyHmac('heroku-webhook-hmac-sha256', 'sha256', 'base64'),
@@ -240,18 +600,51 @@ const PROVIDERS: Record<string, (secret: string) => Verifier> = {
   sentry: () => bodyHmac('sentry-hook-signature', 'sha256', 'hex'),
   launch_darkly: () => bodyHmac('x-ld-signature', 'sha256', 'hex'),
   terraform: () => bodyHmac('x-tfe-notification-signature', 'sha512', 'hex'),
-  stripe: () => timestampedV1('stripe-signature'),
-  mux: () => timestampedV1('mux-signature'),
-  calendly: () => timestampedV1('calendly-webhook-signature'),
+  aftership: () => bodyHmac('aftership-hmac-sha256', 'sha256', 'base64'),
+  alchemy: () => bodyHmac('x-alchemy-signature', 'sha256', 'hex'),
+  autodesk: () => bodyHmac('x-adsk-signature', 'sha1', 'hex', 'sha1hash='),
+  bolt: () => bodyHmac('x-bolt-hmac-sha256', 'sha256', 'base64'),
+  castle: () => bodyHmac('x-castle-signature', 'sha256', 'base64'),
+  chargify: () => bodyHmac('x-chargify-webhook-signature-hmac-sha-256', 'sha256', 'hex'),
+  clearbit: () => bodyHmac('x-request-signature', 'sha1', 'hex', 'sha1='),
+  coinbase: () => bodyHmac('x-cc-webhook-signature', 'sha256', 'hex'),
+  modern_treasury: () => bodyHmac('x-signature', 'sha256', 'hex'),
+  mongodb: () => bodyHmac('x-mms-signature', 'sha1', 'base64'),
+  pusher: () => bodyHmac('x-pusher-signature', 'sha256', 'hex'),
+  sonatype: () => bodyHmac('x-nexus-webhook-signature', 'sha1', 'hex'),
+  webex: () => bodyHmac('x-spark-signature', 'sha1', 'hex'),
+  worldline: () => bodyHmac('x-gcs-signature', 'sha256', 'base64'),
+  stripe: () => timestampedHmac('stripe-signature'),
+  mux: () => timestampedHmac('mux-signature'),
+  calendly: () => timestampedHmac('calendly-webhook-signature'),
+  tiktok: () => timestampedHmac('tiktok-signature', 't', 's'),
+  buildkite,
   slack: () => v0('x-slack-signature', 'x-slack-request-timestamp'),
   zoom: () => v0('x-zm-signature', 'x-zm-request-timestamp'),
-  pagerduty: () => pagerduty,
-  gitlab: () => gitlab,
+  frameio: () => v0('x-frameio-signature', 'x-frameio-request-timestamp'),
+  pagerduty: () => versionedBodyHmac('x-pagerduty-signature', 'v1'),
+  circleci: () => versionedBodyHmac('circleci-signature', 'v1'),
+  gitlab: () => tokenHeader('x-gitlab-token'),
   twilio: () => twilio,
+  mailchimp: () => mandrill,
   square: () => square,
   zendesk: () => zendesk,
+  airship: () => airship,
+  box: () => box,
+  docusign: () => docusign,
+  contentful: () => contentful,
+  hubspot: () => hubspot,
+  mailgun: () => mailgun,
+  microsoft_teams: microsoftTeams,
+  facebook_graph_api: meta,
+  facebook_messenger: meta,
+  instagram: meta,
+  whatsapp: meta,
+  dropbox,
+  twitter,
   svix,
   clerk: svix,
+  brex: svix,
   sendgrid,
 };
 
@@ -303,13 +696,15 @@ export function createWebhookVerificationStage(opts: WebhookVerificationOptions 
             return Array.isArray(v) ? v[0] : v;
           },
         };
-        let reason: string | null;
+        let result: string | null | Answer;
         try {
-          reason = await verifier(c);
+          result = await verifier(c);
         } catch {
-          reason = 'the signature could not be checked';
+          result = 'the signature could not be checked';
         }
-        return reason === null ? null : moduleError(s, 7102, `webhook verification failed (${provider}): ${reason}`);
+        if (result === null) return null;
+        if (typeof result === 'object') return result.answer;
+        return moduleError(s, 7102, `webhook verification failed (${provider}): ${result}`);
       },
     };
   };
