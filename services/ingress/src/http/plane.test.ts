@@ -129,6 +129,7 @@ const testStage: StageFactory = (route) => {
     needsBody: true,
     onRequest: (s) => {
       if (s.req.headers['x-deny']) return { status: 451, headers: { 'x-why': 'test' }, body: 'denied by test' };
+      if (s.req.headers['x-throw']) throw new Error('stage failed');
       s.headers.push('X-Body-Seen', String(s.body?.length ?? -1));
       return null;
     },
@@ -382,6 +383,12 @@ describe('ingress HTTP plane', () => {
     const text = await a.metrics.registry.getSingleMetricAsString('warren_ingress_requests_total');
     expect(text).toMatch(/edge="edghts_1",route="r_api",status="200"/);
     expect(text).toMatch(/edge="",route="",status="404"/);
+  });
+
+  it('answers 502 (not a crash) when a request stage throws', async () => {
+    const r = await get(c.port, '/api/x', { headers: { 'x-throw': '1' } });
+    expect([r.status, r.headers['warren-error-code']]).toEqual([502, 'ERR_WARREN_7004']);
+    expect((await get(c.port, '/api/x')).status).toBe(200);
   });
 
   it('runs a route pipeline: request stages (with the buffered body), response stages, body transforms and results', async () => {

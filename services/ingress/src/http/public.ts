@@ -115,7 +115,13 @@ export class PublicHandler {
         if (dests.length > 0) track = this.trackHttp(events, dests, req, res, r, defaultPort, started);
       }
       if (r.cr) {
-        this.withPipeline(req, res, r, r.cr, scheme, started, track).then(record, (err: unknown) => {
+        let done: Promise<number>;
+        try {
+          done = this.withPipeline(req, res, r, r.cr, scheme, started, track);
+        } catch (err) {
+          done = Promise.reject(err as Error); // a stage that threw: the same 502 as one that rejected
+        }
+        done.then(record, (err: unknown) => {
           this.opts.log.error({ err, route: r.route }, 'route pipeline failed');
           sendError(req, res, 7004, 'the route failed to process the request');
           record(res.statusCode);
@@ -184,8 +190,11 @@ export class PublicHandler {
     });
   }
 
-  /** A request on a route with modules or a traffic policy: its stages, then the tunnel. */
-  private async withPipeline(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, scheme: 'http' | 'https', started: number, track: HttpRequestTracker | null): Promise<number> {
+  /**
+   * A request on a route with modules or a traffic policy: its stages, then the tunnel. Stays
+   * synchronous up to the forward unless the body must be buffered or a stage is asynchronous.
+   */
+  private withPipeline(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, scheme: 'http' | 'https', started: number, track: HttpRequestTracker | null): Promise<number> {
     const pipeline = cr.pipeline!;
     const clientIp = ipOf(req.socket.remoteAddress ?? '');
     const state: RequestState = {
@@ -203,27 +212,35 @@ export class PublicHandler {
     };
     if (track) track.state = state;
     if (pipeline.needsBody) {
-      state.body = await readBody(req);
-      if (!state.body) {
-        sendError(req, res, 7009);
-        return 413;
-      }
+      return readBody(req).then((body) => {
+        state.body = body;
+        if (!body) {
+          sendError(req, res, 7009);
+          return 413;
+        }
+        return this.afterRequestStages(req, res, r, cr, state, pipeline.onRequest(state), track);
+      });
     }
-    const out = await pipeline.onRequest(state);
-    if (out) return sendOutcome(req, res, out);
+    return this.afterRequestStages(req, res, r, cr, state, pipeline.onRequest(state), track);
+  }
+
+  private afterRequestStages(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, state: RequestState, out: Outcome | Promise<Outcome>, track: HttpRequestTracker | null): Promise<number> {
+    if (out instanceof Promise) return out.then((o) => this.afterRequestStages(req, res, r, cr, state, o, track));
+    if (out) return Promise.resolve(sendOutcome(req, res, out));
+    const pipeline = cr.pipeline!;
     if (!cr.backend) {
       sendError(req, res, 7002);
-      return 502;
+      return Promise.resolve(502);
     }
     const next = track ? track.picking(r.next) : r.next;
     const target = next(EMPTY_SET);
     if (!target) {
       sendError(req, res, 7003, `no tunnel is online for backend ${cr.backend.id}`);
       pipeline.onResult(state, 'error');
-      return 503;
+      return Promise.resolve(503);
     }
     if (target.kind === 'remote') this.opts.metrics.hops.inc();
-    const info: RequestInfo = { scheme, clientAddr: `${req.socket.remoteAddress ?? '0.0.0.0'}:${req.socket.remotePort ?? 0}`, edgeType: r.edgeType };
+    const info: RequestInfo = { scheme: state.scheme, clientAddr: `${req.socket.remoteAddress ?? '0.0.0.0'}:${req.socket.remotePort ?? 0}`, edgeType: r.edgeType };
     return this.opts.forwarder.forward(req, res, target, info, state.headers, next, { pipeline, state });
   }
 

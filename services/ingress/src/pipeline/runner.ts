@@ -37,10 +37,15 @@ export class RoutePipeline {
     return this.responseStages.length > 0 || this.transformStages.length > 0 || this.resultStages.length > 0;
   }
 
-  /** Runs the request stages in order; the first Outcome ends the request there. */
-  async onRequest(s: RequestState): Promise<Outcome> {
-    for (const stage of this.requestStages) {
-      const out = await stage.onRequest!(s);
+  /**
+   * Runs the request stages in order; the first Outcome ends the request there. Synchronous
+   * until a stage answers with a promise (a rate-limit check): no promise per request otherwise.
+   */
+  onRequest(s: RequestState, from = 0): Outcome | Promise<Outcome> {
+    const stages = this.requestStages;
+    for (let i = from; i < stages.length; i++) {
+      const out = stages[i]!.onRequest!(s);
+      if (out instanceof Promise) return i + 1 < stages.length ? out.then((o) => o ?? this.onRequest(s, i + 1)) : out;
       if (out) return out;
     }
     return null;

@@ -96,10 +96,8 @@ export class TrafficPolicyStage implements RouteStage {
       for (; j < actions.length; j++) {
         const a = actions[j]!;
         switch (a.kind) {
-          case 'rate-limit': {
-            const next = j + 1 < actions.length ? [i, j + 1] : [i + 1, 0];
-            return this.rateLimit(run, a).then((out) => out ?? this.runFrom(run, next[0]!, next[1]!));
-          }
+          case 'rate-limit':
+            return this.rateLimit(run, a, i, j);
           case 'respond':
             return respond(a);
           case 'add-headers':
@@ -177,28 +175,39 @@ export class TrafficPolicyStage implements RouteStage {
     return out;
   }
 
-  private async rateLimit(run: Run, a: CompiledRateLimit): Promise<Outcome> {
+  /** Asks the limiter; then a 429, or the rules go on after action `j` of rule `i`. */
+  private rateLimit(run: Run, a: CompiledRateLimit, i: number, j: number): Promise<Outcome> {
     const values = a.bucketKey.map((k) => (k.kind === 'host' ? run.act.s.host : k.kind === 'client_ip' ? run.act.s.clientIp : run.act.req.header(k.name).join(', ')));
     const shown = JSON.stringify(values);
     const key = a.prefix.length + shown.length <= MAX_PLAIN_KEY ? a.prefix + shown : `${a.prefix}#${createHash('sha256').update(shown).digest('base64url')}`;
     const vars = actionsOf(run.act.s).ngrok.rate_limit;
     vars.bucket_key = shown;
-    let result: RateLimitResult;
+    let hit: Promise<RateLimitResult>;
     try {
-      result = await this.deps.limiter.hit(key, a.capacity, a.rateSeconds);
+      hit = this.deps.limiter.hit(key, a.capacity, a.rateSeconds);
     } catch (err) {
-      // The limiter is meant to fail open by itself; if it throws anyway, so do we.
-      result = { limited: false, retryAfterSeconds: 0, error: { code: 'rate_limiter_failed', message: err instanceof Error ? err.message : String(err) } };
+      hit = Promise.reject(err as Error);
     }
+    return hit.then(
+      (result) => this.afterRateLimit(run, result, i, j),
+      // The limiter is meant to fail open by itself; if it throws anyway, so do we.
+      (err: unknown) => this.afterRateLimit(run, { limited: false, retryAfterSeconds: 0, error: { code: 'rate_limiter_failed', message: err instanceof Error ? err.message : String(err) } }, i, j),
+    );
+  }
+
+  private afterRateLimit(run: Run, result: RateLimitResult, i: number, j: number): Outcome | Promise<Outcome> {
+    const vars = actionsOf(run.act.s).ngrok.rate_limit;
     vars.limited = result.limited;
     vars.error.code = result.error?.code ?? '';
     vars.error.message = result.error?.message ?? '';
-    if (!result.limited) return null;
-    return {
-      status: 429,
-      headers: { 'retry-after': String(Math.max(1, Math.ceil(result.retryAfterSeconds))), 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' },
-      body: RATE_LIMITED_BODY,
-    };
+    if (result.limited) {
+      return {
+        status: 429,
+        headers: { 'retry-after': String(Math.max(1, Math.ceil(result.retryAfterSeconds))), 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' },
+        body: RATE_LIMITED_BODY,
+      };
+    }
+    return j + 1 < run.rules[i]!.actions.length ? this.runFrom(run, i, j + 1) : this.runFrom(run, i + 1, 0);
   }
 }
 
