@@ -11,6 +11,7 @@
  * (15) s measured with `wrk -t1 -c64 --latency`:
  *   a    direct: wrk → upstream
  *   b0   nginx reverse proxy (1 worker, upstream keepalive 64) → upstream
+ *   b    b0 with limit_req at a huge limit keyed by host + header (the check runs, nothing refused)
  *   c0   Warren: wrk → ingress A → our agent (muxado stream) → upstream
  *   c    c0 with the `rate-limit` action on (sliding_window, capacity 2e9, key = host + header,
  *        one hot key): one Redis script per request; Redis joins the system under test on core 1
@@ -19,7 +20,7 @@
  * The agent is the customer's side of a tunnel; it runs on core 0 with the upstream. CPU µs per
  * request is read from /proc for the proxy processes (nginx worker; ingress; agent).
  * Then an open loop at 50 % and 80 % of c's max rate for c0 and c (the latency the check adds).
- * Reports medians (min–max), the ratios c0/a, c0/b0, b0/a, c/c0, c/b0, and Redis script calls per
+ * Reports medians (min–max), the ratios c0/a, c0/b0, b0/a, c/c0, c/b0, c/b, and Redis script calls per
  * request (INFO commandstats). BENCH_CASES=c0,c runs only those; BENCH_POLICY replaces the rate-limit
  * policy of case c (e.g. one whose expression never holds, to time the pipeline alone);
  * BENCH_OPEN_LOOP=1 runs the open loop with BENCH_CASES too; BENCH_REDIS=unix|tcp|system picks the
@@ -119,7 +120,7 @@ function pin(pid: number, core: number): void {
   execFileSync('taskset', ['-a', '-pc', String(core), String(pid)], { stdio: 'ignore' });
 }
 
-function startNginx(dir: string, name: string, core: number, server: string, upstream?: number): Promise<{ child: ChildProcess; port: number; workerPid: () => number }> {
+function startNginx(dir: string, name: string, core: number, server: string, upstream?: number, httpExtra = ''): Promise<{ child: ChildProcess; port: number; workerPid: () => number }> {
   return (async () => {
     const port = await freePort();
     const conf = path.join(dir, `${name}.conf`);
@@ -137,6 +138,7 @@ http {
   fastcgi_temp_path ${dir}/${name}-fcgi; uwsgi_temp_path ${dir}/${name}-uwsgi; scgi_temp_path ${dir}/${name}-scgi;
   keepalive_requests 1000000;
   ${upstream ? `upstream up { server 127.0.0.1:${upstream}; keepalive 64; }` : ''}
+  ${httpExtra}
   server {
     listen 127.0.0.1:${port};
     ${server}
@@ -176,6 +178,10 @@ async function main(): Promise<void> {
     children.push(upstream.child);
     const proxy = await startNginx(dir, 'proxy', 1, `location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header Host $host; }`, upstream.port);
     children.push(proxy.child);
+    // (b): the same proxy with limit_req at a huge limit, keyed like case c (host + header): the
+    // check runs on every request, nothing is refused. A shared-memory leaky bucket, not Redis.
+    const limited = await startNginx(dir, 'limited', 1, `location / { limit_req zone=bench burst=1000000 nodelay; proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header Host $host; }`, upstream.port, 'limit_req_zone "$host$http_x_client" zone=bench:10m rate=1000000r/s;');
+    children.push(limited.child);
 
     const tls = await ensureLocalTls(path.join(dir, 'tls'));
     const grpcPort = await freePort();
@@ -240,6 +246,7 @@ async function main(): Promise<void> {
     const cases: Array<{ name: string; port: number; host?: string; script?: string; cpuPids: () => Record<string, number> }> = [
       { name: 'a', port: upstream.port, cpuPids: () => ({}) },
       { name: 'b0', port: proxy.port, cpuPids: () => ({ nginx: proxy.workerPid() }) },
+      { name: 'b', port: limited.port, cpuPids: () => ({ nginx: limited.workerPid() }) },
       { name: 'c0', port: a.http, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid }) },
       { name: 'c', port: a.http, host: RL_HOST, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid, ...(redisPid ? { redis: redisPid } : {}) }) },
       { name: 'c10k', port: a.http, host: RL_HOST, script: keysScript, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid, ...(redisPid ? { redis: redisPid } : {}) }) },
@@ -282,6 +289,8 @@ async function main(): Promise<void> {
     // c/c0 per round (the two ran back to back), then the median: drift of the box between rounds cancels.
     const perRound = runs.c && runs.c0 ? runs.c.map((r, i) => r.rps / runs.c0![i]!.rps) : [];
     if (perRound.length) log(`c/c0 per round: ${perRound.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRound), 2)}`);
+    const perRoundCb = runs.c && runs.b ? runs.c.map((r, i) => r.rps / runs.b![i]!.rps) : [];
+    if (perRoundCb.length) log(`c/b per round: ${perRoundCb.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundCb), 2)}`);
 
     // Open loop at 50 % and 80 % of the rate-limit case's max: the latency the check adds.
     const openLoopResults: Record<string, unknown> = {};
@@ -316,7 +325,7 @@ async function main(): Promise<void> {
       machine: machine(),
       method: { rounds: ROUNDS, warmup_s: WARMUP, duration_s: DURATION, connections: CONNECTIONS, generator: 'wrk -t1 (core 0)', upstream: 'nginx return 200 "ok" (core 0)', sut_core: 1, agent_core: 0 },
       summary,
-      ratios: { 'c/c0 per-round median': perRound.length ? median(perRound) : NaN, 'c0/a': ratio('c0', 'a'), 'c0/b0': ratio('c0', 'b0'), 'b0/a': ratio('b0', 'a'), 'c/c0': ratio('c', 'c0'), 'c/b0': ratio('c', 'b0'), 'c10k/c0': ratio('c10k', 'c0'), 'hop/c0': ratio('hop', 'c0') },
+      ratios: { 'c/c0 per-round median': perRound.length ? median(perRound) : NaN, 'c/b per-round median': perRoundCb.length ? median(perRoundCb) : NaN, 'c0/a': ratio('c0', 'a'), 'c0/b0': ratio('c0', 'b0'), 'b0/a': ratio('b0', 'a'), 'c/c0': ratio('c', 'c0'), 'c/b0': ratio('c', 'b0'), 'c/b': ratio('c', 'b'), 'b/b0': ratio('b', 'b0'), 'c10k/c0': ratio('c10k', 'c0'), 'hop/c0': ratio('hop', 'c0') },
       open_loop: openLoopResults,
       runs,
     };
