@@ -102,6 +102,8 @@ describe('route module validation', () => {
     expect(await expectOk('webhook_verification', { provider: 'SNS' })).toEqual({ enabled: true, provider: 'SNS', secret: '' });
     expect(await expectOk('webhook_verification', { provider: 'sendgrid', secret: SENDGRID_KEY })).toEqual({ enabled: true, provider: 'sendgrid', secret: '' });
     await expectOk('webhook_verification', { provider: 'Facebook_Graph_API', secret: 's' });
+    await expectOk('webhook_verification', { provider: 'svix', secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' });
+    await expectOk('webhook_verification', { provider: 'microsoft_teams', secret: 'c2VjdXJpdHktdG9rZW4=' });
     await expectCases([
       ['webhook_verification', { provider: 'myhooks', secret: 's' }, 'ERR_WARREN_2104', 'webhook_verification.provider'],
       ['webhook_verification', { secret: 's' }, 'ERR_WARREN_2103', 'webhook_verification.provider'],
@@ -111,6 +113,10 @@ describe('route module validation', () => {
       ['webhook_verification', { provider: 'sendgrid', secret: 'not-a-key' }, 'ERR_WARREN_6401', 'webhook_verification.secret'],
       ['webhook_verification', { provider: 'sendgrid', secret: RSA_KEY }, 'ERR_WARREN_6401', 'webhook_verification.secret'],
       ['webhook_verification', { provider: 'stripe', secret: 5 }, 'ERR_WARREN_2102', 'webhook_verification.secret'],
+      // Base64 keys the ingress decodes: refused here rather than a route the ingress answers 503 on.
+      ['webhook_verification', { provider: 'svix', secret: 'whsec_' }, 'ERR_WARREN_6401', 'webhook_verification.secret'],
+      ['webhook_verification', { provider: 'clerk', secret: 'not base64!' }, 'ERR_WARREN_6401', 'webhook_verification.secret'],
+      ['webhook_verification', { provider: 'microsoft_teams', secret: '%%%' }, 'ERR_WARREN_6401', 'webhook_verification.secret'],
     ]);
   });
 

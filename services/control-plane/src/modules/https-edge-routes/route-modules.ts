@@ -31,7 +31,7 @@ import {
   type OAuthProviderKind,
 } from './route-modules.schema.js';
 import { newSamlSigningKey, samlServiceUrls, type SamlSigningKey } from './saml.js';
-import { isBase64EcdsaPublicKey, SECRETLESS_PROVIDER } from './webhook-providers.js';
+import { base64SecretProblem, isBase64EcdsaPublicKey, SECRETLESS_PROVIDER } from './webhook-providers.js';
 
 /**
  * The 13 route modules: how a request shape becomes the stored form (jsonb in
@@ -158,6 +158,8 @@ function webhookBuild(input: z.output<typeof WebhookVerificationRequest>, prev: 
     if (!secret) throw new AppError(6401, `${field}: a secret is required for provider ${input.provider}`, { field });
     if (kind === 'sendgrid' && input.secret && !isBase64EcdsaPublicKey(secret))
       throw new AppError(6401, `${field}: the sendgrid secret must be the base64 ECDSA public verification key`, { field });
+    const problem = input.secret ? base64SecretProblem(kind, secret) : null;
+    if (problem) throw new AppError(6401, `${field}: ${problem}`, { field });
   }
   return { enabled: on(input.enabled), provider: input.provider, secret };
 }

@@ -31,3 +31,20 @@ export function isBase64EcdsaPublicKey(secret: string): boolean {
     return false;
   }
 }
+
+/**
+ * Providers whose secret is a base64 key (the ingress decodes it): Standard Webhooks / Svix
+ * (`whsec_<base64>`, the prefix optional) and Microsoft Teams' security token. Returns what is
+ * wrong with `secret` for `provider`, or null; checked when the route is saved, so a bad secret
+ * is a 400 here rather than a route the ingress cannot serve.
+ */
+export function base64SecretProblem(provider: string, secret: string): string | null {
+  const kind = provider.toLowerCase();
+  const b64 = (v: string) => v.length > 0 && /^[A-Za-z0-9+/_-]+={0,2}$/.test(v) && Buffer.from(v, 'base64').length > 0;
+  if (kind === 'svix' || kind === 'clerk' || kind === 'brex') {
+    const v = secret.startsWith('whsec_') ? secret.slice(6) : secret;
+    return b64(v) ? null : `the ${kind} secret must be the signing secret whsec_<base64>`;
+  }
+  if (kind === 'microsoft_teams') return b64(secret.trim()) ? null : 'the microsoft_teams secret must be the base64 security token';
+  return null;
+}
