@@ -317,6 +317,18 @@ describe('ingress HTTP plane', () => {
     expect((await get(a.port, '/raw/close')).status).toBe(200);
   });
 
+  it('answers 400 for a request target the tunnel client will not send (absolute-form, not http)', async () => {
+    const answer = await new Promise<string>((resolve, reject) => {
+      const sock = net.connect(a.port, '127.0.0.1', () => sock.end('GET ftp://app.test/raw/close HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n'));
+      let out = '';
+      sock.on('data', (c: Buffer) => (out += c.toString('latin1')));
+      sock.on('close', () => resolve(out));
+      sock.on('error', reject);
+    });
+    expect(answer).toMatch(/^HTTP\/1\.1 400 /);
+    expect(answer.toLowerCase()).toContain('warren-error-code: err_warren_7011');
+  });
+
   it('stops the upstream when the client goes away in the middle of an endless body', async () => {
     const closedBefore = rawConnections.closed;
     await new Promise<void>((resolve, reject) => {

@@ -510,6 +510,13 @@ function forwardErrorOf(err: Error & { code?: string }): ForwardError {
       return new ForwardError(7006, 'the agent session has no free stream', true);
     case 'SESSION_CLOSED':
       return new ForwardError(7004, 'the agent session closed', true);
+    // The pool was closed under a queued request (its tunnel went away): nothing was sent.
+    case 'UND_ERR_DESTROYED':
+    case 'UND_ERR_CLOSED':
+      return new ForwardError(7004, 'the tunnel went away', true);
+    // A request target or header the HTTP/1.1 client will not send (e.g. `OPTIONS *`).
+    case 'UND_ERR_INVALID_ARG':
+      return new ForwardError(7011, err.message);
     case 'UND_ERR_HEADERS_TIMEOUT':
       return new ForwardError(7005, 'no response from the upstream within the upstream timeout');
     // A kept-alive stream closed under the request (the upstream dropped its idle connection):
