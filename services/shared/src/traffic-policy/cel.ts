@@ -15,11 +15,16 @@
  * Macros: `getReqHeader(name)`, `getResHeader(name)` (outbound) → list of values,
  * case-insensitive, `[]` when absent; `getQueryParam(name)` → list of values.
  * `s.matches(re)` / `matches(s, re)` (strings and `req.url`) run RE2, not the library's
- * backtracking JavaScript `RegExp`: see `matchesMacro`.
+ * backtracking JavaScript `RegExp`: see `matchesMacro`; a string over `MAX_MATCH_INPUT`
+ * characters is not searched (an evaluation error).
+ *
+ * A saved policy's expressions are also costed (`cost.ts`): one whose worst case per request is
+ * too slow is refused.
  */
 import { Environment, type ParseResult } from '@marcbachmann/cel-js';
 import { CelActionResults, CelActions, CelConn, CelRateLimit, CelRateLimitError, CelRequest, CelResponse, CelTime, CelUrl } from './cel-vars.js';
-import { cachedRegex, compileRegex, MAX_POLICY_REGEX_PROGRAM_SIZE, RegexError, regexSearch } from './regex.js';
+import type { RegexCostInfo } from './cost.js';
+import { cachedRegex, compileRegex, MAX_MATCH_INPUT, MAX_POLICY_REGEX_PROGRAM_SIZE, RegexError, regexCostInfo, regexSearch, type DfaExploreBudget } from './regex.js';
 import type { PolicyDirection } from './types.js';
 import type { RE2JS } from 're2js';
 
@@ -103,6 +108,7 @@ export function withPolicyRegexBudget<T>(fn: () => T, total = MAX_POLICY_REGEX_P
  * one. The macro type-checks the operands itself (string or `req.url`, and a string pattern), so
  * the built-in is never reached; `assertRe2Matches` checks that at start-up. A literal pattern
  * is compiled here, once per parse (a policy); a computed one at evaluation, through a cache.
+ * A string over `MAX_MATCH_INPUT` characters is not searched: an evaluation error.
  */
 function matchesMacro(receiverForm: boolean) {
   return ({ ast, args, receiver }: MacroCall) => {
@@ -122,7 +128,13 @@ function matchesMacro(receiverForm: boolean) {
         literalError = `matches(): ${err.message}`;
       }
     }
+    // What the cost estimate (`cost.ts`) reads off this call, worked out only when it asks (the
+    // ingress compiling a saved policy never does); a computed pattern is costed as the largest
+    // one allowed.
+    let info: RegexCostInfo | undefined;
+    const regexCost = (budget: DfaExploreBudget, smallProgram: number): RegexCostInfo => (info ??= literal ? regexCostInfo(literal, budget, smallProgram) : {});
     return {
+      regexCost,
       typeCheck(checker: MacroChecker, _macro: unknown, ctx: unknown) {
         const st = checker.check(subject, ctx);
         const pt = checker.check(pattern, ctx);
@@ -149,6 +161,8 @@ function matchesMacro(receiverForm: boolean) {
             throw err;
           }
         }
+        // Past MAX_MATCH_INPUT characters: an evaluation error (the rule does not apply).
+        if (text.length > MAX_MATCH_INPUT) throw ev.createError('invalid_argument', `matches(): string too long to search (${text.length} characters, at most ${MAX_MATCH_INPUT})`, ast);
         return regexSearch(re, text);
       },
     };

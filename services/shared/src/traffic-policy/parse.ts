@@ -1,6 +1,7 @@
 import { parseDocument } from 'yaml';
 import { parseDurationNs } from './duration.js';
-import { CelCompileError, compileExpression, parseTemplate, withPolicyRegexBudget } from './cel.js';
+import { CelCompileError, compileExpression, parseTemplate, withPolicyRegexBudget, type CelProgram } from './cel.js';
+import { CostEstimateError, DFA_EXPLORE_STEPS, estimateCost, formatCost, MAX_EXPRESSION_COST, MAX_POLICY_COST, type PolicyHeaderGrowth } from './cost.js';
 import type { BucketKeyElement, PolicyAction, PolicyDirection, PolicyRule, RateLimitConfig, TrafficPolicy } from './types.js';
 
 /** Largest accepted document, in UTF-8 bytes (wire-conventions.md §13). */
@@ -52,6 +53,21 @@ export class TrafficPolicyError extends Error {
 }
 
 type Obj = Record<string, unknown>;
+
+/**
+ * What validating one policy gathers for the cost check (`checkCost`): every compiled
+ * expression with its path, and the headers the policy adds (later expressions see them).
+ */
+interface Gathered {
+  programs: { path: string; program: CelProgram; interpolation: boolean }[];
+  growth: PolicyHeaderGrowth;
+}
+
+/**
+ * Longest value an interpolated header can take: the ingress drops a longer result (see
+ * `interpolate` in the ingress policy engine).
+ */
+const MAX_INTERPOLATED_VALUE = 8192;
 
 const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 
@@ -159,8 +175,11 @@ function checkHeaderValue(value: unknown, path: string): string {
   return value;
 }
 
-/** A `headers` mapping of name → value; `interpolate` compiles `${expr}` parts of the values. */
-function parseHeaderMap(v: unknown, path: string, required: boolean, direction: PolicyDirection | null): Record<string, string> {
+/**
+ * A `headers` mapping of name → value. With `direction` (add-headers), the `${expr}` parts of
+ * the values are compiled, and the expressions and added headers recorded in `g`.
+ */
+function parseHeaderMap(v: unknown, path: string, required: boolean, direction: PolicyDirection | null, g: Gathered | null): Record<string, string> {
   if (v === undefined || v === null) {
     if (required) throw new TrafficPolicyError(path, 'is required');
     return {};
@@ -178,11 +197,22 @@ function parseHeaderMap(v: unknown, path: string, required: boolean, direction: 
     seen.add(lower);
     const value = checkHeaderValue(m[name], p);
     if (direction) {
+      let templated = false;
       try {
-        for (const part of parseTemplate(value)) if (typeof part !== 'string') compileExpression(direction, part.expr, false);
+        for (const part of parseTemplate(value)) {
+          if (typeof part === 'string') continue;
+          templated = true;
+          const program = compileExpression(direction, part.expr, false);
+          g?.programs.push({ path: p, program, interpolation: true });
+        }
       } catch (err) {
         if (err instanceof CelCompileError) throw new TrafficPolicyError(p, `\${…} ${err.reason}`);
         throw err;
+      }
+      if (g) {
+        // `name: value` and its CRLF.
+        g.growth.count++;
+        g.growth.bytes += name.length + 4 + (templated ? MAX_INTERPOLATED_VALUE : Buffer.byteLength(value, 'utf8'));
       }
     }
     out[name] = value;
@@ -196,7 +226,7 @@ function statusCode(v: unknown, path: string, min: number, max: number): number 
   return v;
 }
 
-function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: string, direction: PolicyDirection): PolicyAction {
+function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: string, direction: PolicyDirection, g: Gathered): PolicyAction {
   switch (type) {
     case 'rate-limit':
       return { type, config: parseRateLimitConfig(raw, path) };
@@ -217,12 +247,12 @@ function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: strin
         if (Buffer.byteLength(c.body, 'utf8') > HEADER_ACTION_LIMITS.bodyBytes) throw new TrafficPolicyError(at(path, 'body'), `is over ${HEADER_ACTION_LIMITS.bodyBytes} bytes`);
         body = c.body;
       }
-      return { type, config: { status_code, body, headers: parseHeaderMap(c.headers, at(path, 'headers'), false, null) } };
+      return { type, config: { status_code, body, headers: parseHeaderMap(c.headers, at(path, 'headers'), false, null, null) } };
     }
     case 'add-headers': {
       const c = expectObj(raw, path, 'config');
       noUnknownKeys(c, path, ['headers']);
-      return { type, config: { headers: parseHeaderMap(c.headers, at(path, 'headers'), true, direction) } };
+      return { type, config: { headers: parseHeaderMap(c.headers, at(path, 'headers'), true, direction, g) } };
     }
     case 'remove-headers': {
       const c = expectObj(raw, path, 'config');
@@ -241,7 +271,7 @@ function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: strin
   }
 }
 
-function parseAction(v: unknown, path: string, direction: PolicyDirection): PolicyAction {
+function parseAction(v: unknown, path: string, direction: PolicyDirection, g: Gathered): PolicyAction {
   const a = expectObj(v, path, 'an action');
   noUnknownKeys(a, path, ['type', 'config']);
   if (a.type === undefined || a.type === null) throw new TrafficPolicyError(at(path, 'type'), 'is required');
@@ -250,10 +280,10 @@ function parseAction(v: unknown, path: string, direction: PolicyDirection): Poli
   if (!(SUPPORTED_ACTION_TYPES as readonly string[]).includes(type))
     throw new TrafficPolicyError(at(path, 'type'), `action type ${JSON.stringify(a.type.slice(0, 64))} is not supported; supported: ${SUPPORTED_ACTION_TYPES.join(', ')}`);
   if ((a.config === undefined || a.config === null) && type !== 'deny') throw new TrafficPolicyError(at(path, 'config'), 'is required');
-  return parseActionConfig(type, a.config, at(path, 'config'), direction);
+  return parseActionConfig(type, a.config, at(path, 'config'), direction, g);
 }
 
-function parseRule(v: unknown, path: string, direction: PolicyDirection): PolicyRule {
+function parseRule(v: unknown, path: string, direction: PolicyDirection, g: Gathered): PolicyRule {
   const r = expectObj(v, path, 'a rule');
   noUnknownKeys(r, path, ['name', 'expressions', 'actions']);
   let name = '';
@@ -265,7 +295,7 @@ function parseRule(v: unknown, path: string, direction: PolicyDirection): Policy
     if (typeof e !== 'string') throw new TrafficPolicyError(at(at(path, 'expressions'), i), `must be a string, got ${typeName(e)}`);
     if (e.trim() === '') throw new TrafficPolicyError(at(at(path, 'expressions'), i), 'must not be empty');
     try {
-      compileExpression(direction, e);
+      g.programs.push({ path: at(at(path, 'expressions'), i), program: compileExpression(direction, e), interpolation: false });
     } catch (err) {
       if (err instanceof CelCompileError) throw new TrafficPolicyError(at(at(path, 'expressions'), i), err.reason);
       throw err;
@@ -274,8 +304,48 @@ function parseRule(v: unknown, path: string, direction: PolicyDirection): Policy
   });
   const rawActions = expectList(r.actions, at(path, 'actions'), false);
   if (rawActions.length === 0) throw new TrafficPolicyError(at(path, 'actions'), 'must have at least one action');
-  const actions = rawActions.map((a, i) => parseAction(a, at(at(path, 'actions'), i), direction));
+  const actions = rawActions.map((a, i) => parseAction(a, at(at(path, 'actions'), i), direction, g));
   return { name, expressions, actions };
+}
+
+/**
+ * Refuses a policy whose expressions may cost too much per request (`cost.ts`): one over
+ * `MAX_EXPRESSION_COST`, or the one that takes the policy's total over `MAX_POLICY_COST`
+ * (every rule's expressions and interpolations may run on the same request).
+ */
+function checkCost(g: Gathered): void {
+  let total = 0;
+  const dfaBudget = { steps: DFA_EXPLORE_STEPS };
+  for (const { path, program, interpolation } of g.programs) {
+    const what = interpolation ? '${…} ' : '';
+    let cost: number;
+    try {
+      cost = estimateCost(program, g.growth, dfaBudget);
+    } catch (err) {
+      if (err instanceof CostEstimateError) throw new TrafficPolicyError(path, `${what}cannot be accepted: ${err.message}`);
+      throw err;
+    }
+    if (cost > MAX_EXPRESSION_COST)
+      throw new TrafficPolicyError(
+        path,
+        `${what}too expensive to evaluate: its worst case is estimated at ${formatCost(cost)} per request, more than the ${formatCost(MAX_EXPRESSION_COST)} allowed for one expression (exists/all/map/filter multiply their body's cost by the size of their list, and matches() grows with the pattern and the string)`,
+      );
+    total += cost;
+    if (total > MAX_POLICY_COST)
+      throw new TrafficPolicyError(
+        path,
+        `${what}the policy's expressions are too expensive together: with this one, their worst case is estimated at ${formatCost(total)} per request, more than the ${formatCost(MAX_POLICY_COST)} allowed for a policy`,
+      );
+  }
+}
+
+export interface ValidateOptions {
+  /**
+   * Refuse a policy whose expressions may cost too much per request (`checkCost`). On when a
+   * policy is saved (`parseTrafficPolicy`); off by default here so that a policy stored before
+   * the limits existed still reaches the ingress.
+   */
+  checkCost?: boolean;
 }
 
 /**
@@ -283,15 +353,18 @@ function parseRule(v: unknown, path: string, direction: PolicyDirection): Policy
  * `{inbound?: [{name?, expressions?, actions: [{type, config}]}], outbound?: [...]}`.
  * Unknown keys are refused at every level.
  */
-export function validateTrafficPolicy(doc: unknown): TrafficPolicy {
+export function validateTrafficPolicy(doc: unknown, opts: ValidateOptions = {}): TrafficPolicy {
   const top = expectObj(doc, '', 'the traffic policy');
   noUnknownKeys(top, '', ['inbound', 'outbound']);
+  const g: Gathered = { programs: [], growth: { count: 0, bytes: 0 } };
   // One budget for all the policy's matches() patterns (cel.ts).
-  return withPolicyRegexBudget(() => {
-    const inbound = expectList(top.inbound, 'inbound', true).map((r, i) => parseRule(r, at('inbound', i), 'inbound'));
-    const outbound = expectList(top.outbound, 'outbound', true).map((r, i) => parseRule(r, at('outbound', i), 'outbound'));
+  const policy = withPolicyRegexBudget(() => {
+    const inbound = expectList(top.inbound, 'inbound', true).map((r, i) => parseRule(r, at('inbound', i), 'inbound', g));
+    const outbound = expectList(top.outbound, 'outbound', true).map((r, i) => parseRule(r, at('outbound', i), 'outbound', g));
     return { inbound, outbound };
   });
+  if (opts.checkCost) checkCost(g);
+  return policy;
 }
 
 /**
@@ -312,7 +385,10 @@ export function decodeTrafficPolicy(text: string): unknown {
   }
 }
 
-/** Parses and validates a traffic policy written as YAML or JSON. Throws `TrafficPolicyError` on any problem. */
+/**
+ * Parses and validates a traffic policy written as YAML or JSON, as when it is saved: the cost
+ * limits are checked too. Throws `TrafficPolicyError` on any problem.
+ */
 export function parseTrafficPolicy(text: string): TrafficPolicy {
-  return validateTrafficPolicy(decodeTrafficPolicy(text));
+  return validateTrafficPolicy(decodeTrafficPolicy(text), { checkCost: true });
 }

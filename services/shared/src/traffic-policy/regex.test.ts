@@ -2,8 +2,8 @@ import { RE2JS } from 're2js';
 import { describe, expect, it, vi } from 'vitest';
 import { CEL_TIME, CelActions, CelConn, CelRequest } from './cel-vars.js';
 import { CelCompileError, compileExpression, type CelProgram } from './cel.js';
-import { parseTrafficPolicy, TrafficPolicyError } from './parse.js';
-import { cachedRegex, compileRegex, estimateProgramSize, MAX_REGEX_PATTERN_LENGTH, REGEX_CACHE_SIZE, RegexError, regexCacheSize } from './regex.js';
+import { parseTrafficPolicy, TrafficPolicyError, validateTrafficPolicy } from './parse.js';
+import { cachedRegex, compileRegex, estimateProgramSize, MAX_MATCH_INPUT, MAX_REGEX_PATTERN_LENGTH, REGEX_CACHE_SIZE, RegexError, regexCacheSize, regexSearch } from './regex.js';
 
 function activation(path: string, headers: string[] = [], rawQuery = '') {
   return {
@@ -99,11 +99,12 @@ describe('CEL matches() through RE2', () => {
   it('limits the total size of one policy\'s patterns', () => {
     // Five patterns of about 1,990 instructions fit in 10,000; a sixth does not.
     const big = (i: number) => `req.path.matches('^[a-z]{1,${990 + i}}$')`;
-    const doc = (n: number) => JSON.stringify({ inbound: [{ expressions: Array.from({ length: n }, (_, i) => big(i)), actions: [{ type: 'deny' }] }] });
-    expect(() => parseTrafficPolicy(doc(5))).not.toThrow();
+    // Validated without the cost check (cost.ts), which would refuse such patterns on a path.
+    const doc = (n: number) => ({ inbound: [{ expressions: Array.from({ length: n }, (_, i) => big(i)), actions: [{ type: 'deny' }] }] });
+    expect(() => validateTrafficPolicy(doc(5))).not.toThrow();
     let err: unknown;
     try {
-      parseTrafficPolicy(doc(6));
+      validateTrafficPolicy(doc(6));
     } catch (e) {
       err = e;
     }
@@ -112,7 +113,7 @@ describe('CEL matches() through RE2', () => {
     expect((err as TrafficPolicyError).reason).toMatch(/^matches\(\): the policy's patterns are too large together \(more than 10000 RE2 instructions\)/);
     // The budget is per policy: the same expressions compile one by one, and in another policy.
     for (let i = 0; i < 6; i++) expect(() => compileExpression('inbound', big(i))).not.toThrow();
-    expect(() => parseTrafficPolicy(doc(5))).not.toThrow();
+    expect(() => validateTrafficPolicy(doc(5))).not.toThrow();
   });
 
   it('type-checks its operands', () => {
@@ -155,11 +156,33 @@ describe('CEL matches() through RE2', () => {
 
   it('runs in linear time: a ReDoS pattern on a long string returns quickly', () => {
     const p = compileExpression('inbound', `req.path.matches('^(a+)+$')`);
-    const long = 'a'.repeat(30000) + '!';
+    const long = 'a'.repeat(MAX_MATCH_INPUT - 1) + '!';
     const t = performance.now();
     expect(p(activation(long))).toBe(false);
-    expect(run(`('a'.repeat(3) + '!').matches('^(a+)+$')`.replace(`'a'.repeat(3)`, `'${'a'.repeat(30000)}'`))).toBe(false);
+    expect(run(`('a'.repeat(3) + '!').matches('^(a+)+$')`.replace(`'a'.repeat(3)`, `'${'a'.repeat(MAX_MATCH_INPUT - 1)}'`))).toBe(false);
     expect(performance.now() - t).toBeLessThan(200);
+  });
+
+  it(`does not search a string over ${MAX_MATCH_INPUT} characters: an evaluation error, so the rule does not apply`, () => {
+    const p = compileExpression('inbound', `req.path.matches('^/admin')`);
+    const at = '/admin/' + 'a'.repeat(MAX_MATCH_INPUT - 7);
+    expect(p(activation(at))).toBe(true);
+    let err: unknown;
+    try {
+      p(activation(at + 'a'));
+    } catch (e) {
+      err = e;
+    }
+    expect((err as { name: string }).name).toBe('EvaluationError');
+    expect((err as { summary: string }).summary).toBe(`matches(): string too long to search (${MAX_MATCH_INPUT + 1} characters, at most ${MAX_MATCH_INPUT})`);
+    // Computed and global forms alike, and regexSearch itself.
+    expect(() => run(`matches(req.path, '^/' + 'admin')`, at + 'a')).toThrow(/string too long to search/);
+    expect(() => regexSearch(compileRegex('a'), 'a'.repeat(MAX_MATCH_INPUT + 1))).toThrow(RegexError);
+    // A policy that must apply to longer strings too tests the length first (`||` absorbs the error).
+    const closed = compileExpression('inbound', `req.path.size() > ${MAX_MATCH_INPUT} || req.path.matches('^/admin')`);
+    expect(closed(activation(at + 'a'))).toBe(true);
+    expect(closed(activation('/admin'))).toBe(true);
+    expect(closed(activation('/public'))).toBe(false);
   });
 
   it('compiles a literal pattern once per policy and costs little per evaluation', () => {

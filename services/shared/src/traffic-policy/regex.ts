@@ -13,7 +13,9 @@ export const MAX_REGEX_PATTERN_LENGTH = 4096;
 /**
  * Largest compiled program accepted (RE2's "program size": about one instruction per literal
  * character or class, `[a-z]{1,1000}` is 2,001). Worst-case matching time grows with it (a
- * pattern near this size that defeats RE2's DFA costs tens of milliseconds on a 16 KB string).
+ * pattern near this size that defeats RE2's DFA costs hundreds of milliseconds on 16 KB): a
+ * saved policy's cost estimate (`cost.ts`) refuses such a pattern on request data unless its
+ * DFA is small, so this cap bounds compilation and patterns computed at evaluation time.
  */
 export const MAX_REGEX_PROGRAM_SIZE = 2500;
 /**
@@ -22,6 +24,17 @@ export const MAX_REGEX_PROGRAM_SIZE = 2500;
  * ~8 MB of states per pattern that sees adversarial input).
  */
 export const MAX_POLICY_REGEX_PROGRAM_SIZE = 10_000;
+/**
+ * Longest string `matches()` searches, in UTF-16 code units. RE2's time is linear in the input,
+ * but the factor grows with the pattern (up to tens of ns per character and instruction when
+ * its lazy DFA thrashes), so `cost.ts` charges each call for its longest possible string. The cap
+ * is above any one string a request or response can carry (its head is at most 16 KB, and
+ * `req.url` is scheme + host + path of that one head), so it never turns a deny rule on request
+ * data into a skipped rule; it bounds strings a policy builds itself (`s + s + …`). A longer string
+ * is an evaluation error ("string too long"): the rule does not apply, like any evaluation error
+ * (the ingress counts and logs it).
+ */
+export const MAX_MATCH_INPUT = 32_768;
 /** Distinct non-literal patterns kept compiled (each can hold a few MB of lazy-DFA states). */
 export const REGEX_CACHE_SIZE = 128;
 
@@ -148,9 +161,110 @@ export function compileRegex(pattern: string): RE2JS {
   return re;
 }
 
-/** CEL `matches`: does `re` match anywhere in `s`. */
+/**
+ * CEL `matches`: does `re` match anywhere in `s`. Throws `RegexError` for a string over
+ * `MAX_MATCH_INPUT` characters.
+ */
 export function regexSearch(re: RE2JS, s: string): boolean {
+  if (s.length > MAX_MATCH_INPUT) throw new RegexError(`string too long to search (${s.length} characters, at most ${MAX_MATCH_INPUT})`);
   return re.test(s);
+}
+
+/** The parts of re2js's lazy DFA `dfaStateCount` drives (re2js 2.10, pinned). */
+interface DfaInternals {
+  failed: boolean;
+  numClasses: number;
+  classBounds: Int32Array;
+  makeState(pcs: number[], flag: number, ids: number[]): object | null;
+  step(state: object, cls: number, rune: number, anchor: number): object | null;
+}
+
+/** re2js internals read by `regexCostInfo` (absent in another version: the estimate assumes the worst). */
+interface Re2Internals {
+  onepass?: unknown;
+  prefixComplete?: unknown;
+  prog?: { start: number; numInst(): number };
+  dfa?: DfaInternals;
+}
+
+/** `EMPTY_BEGIN_TEXT | EMPTY_BEGIN_LINE`: the context `test()` starts its search in. */
+const BEGIN_TEXT_FLAGS = 4 | 1;
+/** re2js `RE2Flags.UNANCHORED` and `ANCHOR_START` (a pattern starting with `^` runs anchored). */
+const UNANCHORED = 0;
+const ANCHOR_START = 1;
+/** DFA memory re2js allows a pattern (8 MB); an explored DFA must fit in half of it. */
+const DFA_CACHE_BYTES = 8 * 1024 * 1024;
+
+/** A budget of DFA transitions `regexCostInfo` may explore (one per policy being checked). */
+export interface DfaExploreBudget {
+  steps: number;
+}
+
+/**
+ * The number of states of `re`'s DFA, unanchored and anchored searches together, explored
+ * breadth-first on a private DFA (one transition per state and character class), or
+ * `undefined` when there are more than
+ * fit comfortably in re2js's DFA cache, when the exploration budget runs out first, or when
+ * re2js's internals are not the expected ones. A DFA that fits is built once per process and
+ * never thrashes, so matching costs one table look-up per character whatever the pattern's size.
+ */
+function dfaStateCount(internals: Re2Internals, budget: DfaExploreBudget): number | undefined {
+  try {
+    const prog = internals.prog;
+    const runtime = internals.dfa;
+    if (!prog || !runtime || typeof runtime.step !== 'function' || typeof runtime.makeState !== 'function') return undefined;
+    const dfa = new (runtime.constructor as new (p: unknown) => DfaInternals)(prog);
+    if (dfa.failed || !(dfa.classBounds instanceof Int32Array)) return undefined;
+    const classes = dfa.numClasses;
+    // One state's bytes in re2js's accounting: the state, its instruction list and its table.
+    const stateBytes = 150 + 8 * prog.numInst() + 48 + 8 * (classes + 1);
+    const maxStates = Math.floor(DFA_CACHE_BYTES / 2 / stateBytes);
+    let total = 0;
+    for (const anchor of [UNANCHORED, ANCHOR_START]) {
+      const start = dfa.makeState([prog.start], BEGIN_TEXT_FLAGS, []);
+      if (!start) return undefined;
+      const seen = new Set<object>([start]);
+      const queue = [start];
+      for (let i = 0; i < queue.length; i++) {
+        for (let cls = 0; cls < classes; cls++) {
+          if (--budget.steps < 0) return undefined;
+          const rune = cls === 0 ? 0 : dfa.classBounds[cls - 1]!;
+          const next = dfa.step(queue[i]!, cls, rune, anchor);
+          if (!next) return undefined;
+          if (seen.has(next)) continue;
+          if (total + seen.size >= maxStates) return undefined;
+          seen.add(next);
+          queue.push(next);
+        }
+      }
+      total += seen.size;
+    }
+    return total;
+  } catch {
+    return undefined;
+  }
+}
+
+/** How a literal pattern runs, for the cost estimate (`cost.ts`). */
+export interface RegexRunInfo {
+  programSize: number;
+  /** Constant work per character whatever the size: a one-pass program, or a plain string. */
+  linear: boolean;
+  /** The number of states of its DFA, when they all fit the cache (see `dfaStateCount`). */
+  dfaStates?: number;
+}
+
+/**
+ * How `re` runs, for the cost estimate (`cost.ts`): its program size, whether it runs in
+ * constant work per character (one-pass, or a plain string RE2 searches as such), and for a
+ * larger program whether its whole DFA fits the cache (explored within `budget`).
+ */
+export function regexCostInfo(re: RE2JS, budget: DfaExploreBudget, smallProgram: number): RegexRunInfo {
+  const internals = (re as unknown as { re2Input?: Re2Internals }).re2Input;
+  const programSize = re.programSize();
+  const linear = internals !== undefined && (internals.prefixComplete === true || (internals.onepass !== null && internals.onepass !== undefined));
+  if (linear || programSize <= smallProgram || !internals) return { programSize, linear };
+  return { programSize, linear, dfaStates: dfaStateCount(internals, budget) };
 }
 
 /** Compiled (or refused, as the message) non-literal patterns, least recently used first. */

@@ -1,0 +1,323 @@
+import { describe, expect, it } from 'vitest';
+import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse } from './cel-vars.js';
+import { compileExpression } from './cel.js';
+import { estimateCost, formatCost, MAX_COMPREHENSION_NESTING, MAX_EXPRESSION_COST, MAX_POLICY_COST, REQUEST_LIMITS } from './cost.js';
+import { parseTrafficPolicy, TrafficPolicyError, validateTrafficPolicy } from './parse.js';
+import { compileRegex, MAX_MATCH_INPUT, regexCostInfo } from './regex.js';
+import type { PolicyDirection } from './types.js';
+
+const cost = (expr: string, direction: PolicyDirection = 'inbound') => estimateCost(compileExpression(direction, expr));
+
+/** `[0, 1, …, n-1]` as CEL. */
+const ints = (n: number) => `[${Array.from({ length: n }, (_, i) => i).join(', ')}]`;
+/** 100 IPv4 addresses as a CEL list. */
+const IPS = `[${Array.from({ length: 100 }, (_, i) => `'198.51.100.${i}'`).join(', ')}]`;
+
+/** A policy of one inbound rule with `expressions` (a deny). */
+const policy = (...expressions: string[]) => JSON.stringify({ inbound: [{ expressions, actions: [{ type: 'deny' }] }] });
+
+function refused(doc: string): TrafficPolicyError {
+  try {
+    parseTrafficPolicy(doc);
+  } catch (err) {
+    expect(err).toBeInstanceOf(TrafficPolicyError);
+    return err as TrafficPolicyError;
+  }
+  throw new Error('expected the policy to be refused');
+}
+
+/** A request as the ingress would hand it over: `headers` raw pairs. */
+function activation(opts: { path?: string; query?: string; headers?: string[]; ip?: string; resHeaders?: string[] } = {}) {
+  const headers = opts.headers ?? [];
+  const resHeaders = opts.resHeaders ?? [];
+  return {
+    req: new CelRequest({ method: 'GET', scheme: 'https', host: 'app.example.com', authority: 'app.example.com', path: opts.path ?? '/', rawQuery: opts.query ?? '', headers: () => headers }),
+    conn: new CelConn(opts.ip ?? '203.0.113.7', 443),
+    res: new CelResponse({ status: () => 200, headers: () => resHeaders }),
+    actions: new CelActions(),
+    time: CEL_TIME,
+  };
+}
+
+/**
+ * Timings of evaluations on fresh activations (each request builds its own views), in ms: the
+ * first (cold: regexps build their DFA states), then after a warm-up the median and slowest of
+ * a few. An evaluation error counts (the rule is skipped, the time is spent).
+ */
+function timings(run: (act: object) => unknown, make: () => object, runs = 9): { first: number; median: number; worst: number } {
+  const t0 = performance.now();
+  try {
+    run(make());
+  } catch {
+    /* timed */
+  }
+  const first = performance.now() - t0;
+  for (let i = 0; i < 2; i++) {
+    try {
+      run(make());
+    } catch {
+      /* timed below */
+    }
+  }
+  const ms: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    const act = make();
+    const t = performance.now();
+    try {
+      run(act);
+    } catch {
+      /* an evaluation error still took its time */
+    }
+    ms.push(performance.now() - t);
+  }
+  ms.sort((a, b) => a - b);
+  return { first, median: ms[runs >> 1]!, worst: ms[runs - 1]! };
+}
+
+/** Largest `n` for which `shape(n)` is accepted (estimate within the expression budget). */
+function largestAccepted(shape: (n: number) => string, hi: number): number {
+  let lo = 1;
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if (cost(shape(mid)) <= MAX_EXPRESSION_COST) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/** Raw header pairs filling a request head: `count` headers `name: value`. */
+function manyHeaders(name: string, value: string, count: number): string[] {
+  const h: string[] = [];
+  for (let i = 0; i < count; i++) h.push(name, value);
+  return h;
+}
+
+describe('traffic policy cost limits: refused when saved, naming the expression', () => {
+  it('refuses nested comprehensions over large lists', () => {
+    const three = `${ints(100)}.exists(x, ${ints(100)}.exists(y, ${ints(100)}.exists(z, x + y + z == 1000)))`;
+    const err = refused(policy('true', three));
+    expect(err.path).toBe('inbound[0].expressions[1]');
+    expect(err.message).toMatch(/^inbound\[0\]\.expressions\[1\]: too expensive to evaluate: its worst case is estimated at [\d.]+ ms per request, more than the ([\d.]+ ms) allowed for one expression \(exists/);
+    expect(err.message).toContain(`more than the ${formatCost(MAX_EXPRESSION_COST)} allowed`);
+    console.log(`3 nested exists() over 100-element lists: estimated ${formatCost(cost(three))}`);
+  });
+
+  it('refuses large or computed regexps on request data', () => {
+    // 24 instructions whose DFA an input can make thrash: ~12 ms on 8 KB, more on a 16 KB URL.
+    expect(refused(policy(`req.url.matches('a[ab]{20}$')`)).path).toBe('inbound[0].expressions[0]');
+    expect(refused(policy(`req.headers['x'].exists(v, v.matches('(a|b)*a(a|b){30}'))`)).reason).toMatch(/^too expensive to evaluate/);
+    // A pattern known only at evaluation time counts as the largest allowed (and its compilation).
+    expect(refused(policy(`req.path.matches(getReqHeader('x-re')[0])`)).reason).toMatch(/^too expensive to evaluate/);
+    // The same large pattern on a short string is fine.
+    expect(() => parseTrafficPolicy(policy(`conn.client_ip.matches('^(a|b)*a(a|b){30}$')`))).not.toThrow();
+  });
+
+  it('refuses a header interpolation, naming the header', () => {
+    const doc = JSON.stringify({
+      inbound: [{ actions: [{ type: 'add-headers', config: { headers: { 'X-Ok': '${req.path}', 'X-Slow': `\${${ints(30)}.map(x, ${ints(30)}.map(y, ${ints(30)}.filter(z, z < x + y).size()))}` } } }] }],
+    });
+    const err = refused(doc);
+    expect(err.path).toBe('inbound[0].actions[0].config.headers.X-Slow');
+    expect(err.reason).toMatch(/^\$\{…\} too expensive to evaluate/);
+  });
+
+  it('refuses the expression that takes the policy over its total', () => {
+    // Each under a millisecond (a regexp on up to 16 KB of path): n fit in the policy, n + 1 do not.
+    const one = (i: number) => `req.path.matches('^/a${i}[0-9]+/')`;
+    const each = cost(one(0));
+    expect(each).toBeLessThan(MAX_EXPRESSION_COST / 2);
+    const n = Math.floor(MAX_POLICY_COST / each);
+    const doc = (k: number) => JSON.stringify({ inbound: Array.from({ length: k }, (_, i) => ({ expressions: [one(i)], actions: [{ type: 'deny' }] })) });
+    expect(() => parseTrafficPolicy(doc(n))).not.toThrow();
+    const err = refused(doc(n + 1));
+    expect(err.path).toBe(`inbound[${n}].expressions[0]`);
+    expect(err.reason).toMatch(/^the policy's expressions are too expensive together: with this one, their worst case is estimated at [\d.]+ ms per request, more than the [\d.]+ ms allowed for a policy$/);
+    expect(err.reason).toContain(`more than the ${formatCost(MAX_POLICY_COST)} allowed`);
+    // Outbound rules count towards the same total.
+    const both = JSON.stringify({ inbound: JSON.parse(doc(n)).inbound, outbound: [{ expressions: [`res.headers['x'].exists(v, v.matches('^a'))`], actions: [{ type: 'deny' }] }] });
+    expect(refused(both).path).toBe('outbound[0].expressions[0]');
+  });
+
+  it('counts the headers the policy adds towards the request data later rules read', () => {
+    const heavy = `req.headers['x'].exists(v, v.matches('^a+$'))`;
+    const adds = (n: number) =>
+      JSON.stringify({
+        inbound: [
+          { actions: [{ type: 'add-headers', config: { headers: Object.fromEntries(Array.from({ length: n }, (_, i) => [`X-Copy-${i}`, '${req.path}'])) } }] },
+          { expressions: [heavy], actions: [{ type: 'deny' }] },
+        ].slice(n > 0 ? 0 : 1),
+      });
+    expect(() => parseTrafficPolicy(adds(0))).not.toThrow();
+    // Each interpolated header may add up to 8 KB that `req.headers` then holds.
+    expect(refused(adds(12)).path).toBe('inbound[1].expressions[0]');
+  });
+
+  it('bounds values of unknown shape (JSON read from a header) by the request head', () => {
+    const json = `bytes(getReqHeader('x-doc')[0]).json().exists(k, k == 'admin')`;
+    expect(cost(json)).toBeGreaterThan(0);
+    expect(refused(policy(`bytes(getReqHeader('x-doc')[0]).json().exists(k, bytes(getReqHeader('x-doc')[0]).json().exists(j, j == k))`)).reason).toMatch(/^too expensive to evaluate/);
+  });
+
+  it(`refuses comprehensions nested more than ${MAX_COMPREHENSION_NESTING} deep`, () => {
+    let expr = 'true';
+    for (let i = 0; i <= MAX_COMPREHENSION_NESTING; i++) expr = `[1].exists(x${i}, ${expr})`;
+    expect(refused(policy(expr)).reason).toBe(`cannot be accepted: comprehensions (exists, all, map, filter…) are nested more than ${MAX_COMPREHENSION_NESTING} deep`);
+  });
+
+  it('checks when the policy is saved, not when a stored one is validated again', () => {
+    const doc = policy(`${ints(100)}.exists(x, ${ints(100)}.exists(y, ${ints(100)}.exists(z, x + y + z == 1000)))`);
+    expect(() => validateTrafficPolicy(JSON.parse(doc))).not.toThrow();
+    expect(() => validateTrafficPolicy(JSON.parse(doc), { checkCost: true })).toThrow(TrafficPolicyError);
+  });
+});
+
+describe('traffic policy cost limits: regexps', () => {
+  it('costs a regexp by how RE2 runs it', () => {
+    const budget = { steps: 50_000 };
+    // One-pass: constant work per character, whatever its size.
+    expect(regexCostInfo(compileRegex('^/api/v[0-9]+/users/[0-9]+$'), budget, 12)).toMatchObject({ linear: true });
+    // Larger, but its whole DFA is small: built once, then one look-up per character.
+    expect(regexCostInfo(compileRegex('(?i)(curl|wget|python-requests)'), budget, 12).dfaStates).toBeLessThan(100);
+    // A DFA with 2^20 states (the `a` 20 characters back): it would thrash, so costed per instruction.
+    const thrash = regexCostInfo(compileRegex('a[ab]{20}$'), budget, 12);
+    expect(thrash).toEqual({ programSize: 24, linear: false, dfaStates: undefined });
+    expect(cost(`req.user_agent.matches('(?i)(curl|wget|python-requests)')`)).toBeLessThan(cost(`req.user_agent.matches('a[ab]{20}$')`) / 10);
+    // The exploration is bounded per policy: past the budget, patterns are costed as thrashing.
+    expect(regexCostInfo(compileRegex('(?i)(curl|wget)'), { steps: 10 }, 12).dfaStates).toBeUndefined();
+  });
+});
+
+describe('traffic policy cost limits: common policies', () => {
+  it('accepts common expressions well inside the budget', () => {
+    const common: [string, PolicyDirection?][] = [
+      [`req.headers['x'].exists(v, v.matches('^a+$'))`],
+      [`getReqHeader('x-id').exists(v, v.matches('^[0-9a-f]{8}$'))`],
+      [`req.url.contains('/api')`],
+      [`conn.client_ip in ${IPS}`],
+      [`req.path.matches('^/api/v[0-9]+/')`],
+      [`req.user_agent.matches('(?i)curl')`],
+      [`req.user_agent.matches('(?i)(curl|wget|python-requests|go-http-client)')`],
+      [`req.path.matches('(?i)^/(wp-admin|wp-login\\\\.php|xmlrpc\\\\.php|\\\\.env|\\\\.git)')`],
+      [`req.method == 'POST' && req.path.startsWith('/api/')`],
+      [`'authorization' in req.headers && req.headers['authorization'][0].startsWith('Bearer ')`],
+      [`'debug' in req.url.query_params`],
+      [`req.headers.exists(k, k.startsWith('x-internal-'))`],
+      [`actions.ngrok.rate_limit.limited`],
+      [`time.now.getHours() >= 22 || time.now.getHours() < 6`],
+      [`res.status_code >= 500 && res.headers['content-type'].exists(v, v.startsWith('text/'))`, 'outbound'],
+    ];
+    for (const [expr, direction] of common) {
+      const c = cost(expr, direction);
+      console.log(`${formatCost(c).padStart(8)}  ${expr.slice(0, 100)}`);
+      // The heaviest, the regexp over every value of a header, takes about two thirds.
+      expect(c, expr).toBeLessThan(0.7 * MAX_EXPRESSION_COST);
+    }
+    const realistic = `
+inbound:
+  - name: block bots
+    expressions: ["req.user_agent.matches('(?i)(curl|wget|python-requests)')"]
+    actions: [{type: deny}]
+  - name: admin from the office only
+    expressions: ["req.path.startsWith('/admin')", "!(conn.client_ip in ${IPS})"]
+    actions: [{type: custom-response, config: {status_code: 403, body: forbidden}}]
+  - name: api limit
+    expressions: ["req.url.path.startsWith('/api/')", "!('x-internal' in req.headers)"]
+    actions:
+      - type: rate-limit
+        config: {name: api, algorithm: sliding_window, capacity: 100, rate: 60s, bucket_key: [conn.client_ip]}
+  - actions: [{type: add-headers, config: {headers: {X-Client-Ip: "\${conn.client_ip}", X-Path: "\${req.path}"}}}]
+outbound:
+  - expressions: ["res.status_code >= 500"]
+    actions: [{type: remove-headers, config: {headers: [server]}}]
+`;
+    expect(() => parseTrafficPolicy(realistic)).not.toThrow();
+  });
+});
+
+describe('traffic policy cost limits: the most expensive accepted shapes, measured', () => {
+  // Timings are printed; the assertions are generous (a loaded CI machine must not fail them).
+  const report: string[] = [];
+  const check = (name: string, expr: string, make: () => object, direction: PolicyDirection = 'inbound') => {
+    const program = compileExpression(direction, expr);
+    const est = estimateCost(program);
+    expect(est, name).toBeLessThanOrEqual(MAX_EXPRESSION_COST);
+    const t = timings(program, make);
+    report.push(`${name}: estimated ${formatCost(est)}, measured ${t.median.toFixed(3)} ms (first ${t.first.toFixed(3)} ms, slowest ${t.worst.toFixed(3)} ms)`);
+    expect(t.median, name).toBeLessThan(50);
+  };
+
+  it('nested comprehensions over literal lists at the limit', () => {
+    const two = (n: number) => `${ints(n)}.exists(x, ${ints(n)}.exists(y, x + y < 0))`;
+    const n2 = largestAccepted(two, 200);
+    check(`2 nested exists() over ${n2}-element lists`, two(n2), () => activation());
+    const three = (n: number) => `${ints(n)}.exists(x, ${ints(n)}.exists(y, ${ints(n)}.exists(z, x + y + z < 0)))`;
+    const n3 = largestAccepted(three, 100);
+    check(`3 nested exists() over ${n3}-element lists`, three(n3), () => activation());
+    const one = (n: number) => `${ints(n)}.map(x, x * 2).filter(y, y % 3 == 0).size() >= 0`;
+    check(`map/filter over ${largestAccepted(one, 1000)} elements (the parser's list limit)`, one(largestAccepted(one, 1000)), () => activation());
+  });
+
+  it('regexps on request data at the limit, on adversarial input', () => {
+    const head = REQUEST_LIMITS.headBytes;
+    // Every value of a header: as many short values that almost match as fit (a line is
+    // `x: aaaa!` and CRLF), then a long one in the rest of the head.
+    const many = manyHeaders('x', 'aaaa!', 1500).concat('x', 'a'.repeat(head - 1500 * 10 - 200) + '!');
+    check(`exists(v, v.matches('^a+$')) over ${many.length / 2} values`, `req.headers['x'].exists(v, v.matches('^a+$'))`, () => activation({ headers: many }));
+    // The largest program still costed per character (its DFA fits the cache), at the input cap.
+    const ab = 'ab'.repeat(MAX_MATCH_INPUT / 2);
+    check(`matches('a[ab]{7}$') on ${MAX_MATCH_INPUT} characters`, `req.path.matches('a[ab]{7}$')`, () => activation({ path: ab }));
+    check(`matches('^(?:a|b)*c$') on ${MAX_MATCH_INPUT} characters`, `req.path.matches('^(?:a|b)*c$')`, () => activation({ path: ab }));
+    // A large pattern whose DFA fits the cache: 40 words, on a string of their prefixes (each
+    // advances the DFA without matching) ending in one whole word (so RE2's literal prefilter
+    // lets it through to the DFA).
+    const words = Array.from({ length: 40 }, (_, i) => `w${i}rd${'ab'[i % 2]}x${i * 7}`);
+    const prefixes = words.map((w) => w.slice(0, -1)).join('-');
+    const ua = prefixes.repeat(Math.ceil(MAX_MATCH_INPUT / prefixes.length)).slice(0, MAX_MATCH_INPUT - words[39]!.length) + words[39];
+    check(`user agent against 40 words on ${MAX_MATCH_INPUT} characters`, `req.user_agent.matches('(?i)(${words.join('|')})')`, () => activation({ headers: ['user-agent', ua] }));
+    // A large program on a short string: the client address (at most 64 characters).
+    const p = largestAccepted((n) => `conn.client_ip.matches('a[ab]{${n}}$')`, 1000);
+    check(`conn.client_ip.matches('a[ab]{${p}}$') on 64 characters`, `conn.client_ip.matches('a[ab]{${p}}$')`, () => activation({ ip: 'ab'.repeat(32) }));
+    // Past the cap: not searched (an evaluation error, the rule does not apply), and cheap.
+    check(`matches() on ${head} characters (refused)`, `req.path.matches('a[ab]{7}$')`, () => activation({ path: 'ab'.repeat(head / 2) }));
+  });
+
+  it('string operations and parsed request data at the limit', () => {
+    const head = REQUEST_LIMITS.headBytes;
+    check('query_params over 8,000 parameters', `req.url.query_params['a'].exists(v, v == 'debug')`, () => activation({ query: 'a&'.repeat(head / 2 - 10) }));
+    check('header map over 2,000 headers', `req.headers.exists(k, k.startsWith('x-') && k.endsWith('-id'))`, () => activation({ headers: Array.from({ length: 2000 }, (_, i) => [`x-${i}`, 'v']).flat() }));
+    check('string work on a 16 KB URL', `req.url.contains('/api') || req.path.lowerAscii().endsWith('.php') || req.path.size() > 100000`, () => activation({ path: '/' + 'A'.repeat(head - 100) }));
+  });
+
+  it('a whole policy at the limit, on one adversarial request', () => {
+    const head = REQUEST_LIMITS.headBytes;
+    const rules = [
+      `req.headers['x'].exists(v, v.matches('^a+$'))`,
+      `req.path.matches('a[ab]{7}$')`,
+      `req.user_agent.matches('(?i)curl')`,
+      `conn.client_ip in ${IPS}`,
+      `req.url.contains('/api')`,
+    ];
+    const doc = JSON.stringify({ inbound: rules.map((e) => ({ expressions: [e], actions: [{ type: 'deny' }] })) });
+    expect(() => parseTrafficPolicy(doc)).not.toThrow();
+    const programs = rules.map((e) => compileExpression('inbound', e));
+    const total = programs.reduce((t, p) => t + estimateCost(p), 0);
+    expect(total).toBeLessThanOrEqual(MAX_POLICY_COST);
+    // One 16 KB head shared by header values, a user agent and a path, each adversarial.
+    const headers = manyHeaders('x', 'aaaa!', 400).concat('user-agent', 'c'.repeat(4000));
+    const path = 'ab'.repeat(3000);
+    expect(headers.join('').length + 4 * headers.length + path.length).toBeLessThan(head);
+    const all = (act: object) => {
+      for (const p of programs) {
+        try {
+          p(act);
+        } catch {
+          /* skipped rule */
+        }
+      }
+    };
+    const t = timings(all, () => activation({ headers, path }));
+    report.push(`whole policy of ${rules.length} rules: estimated ${formatCost(total)}, measured ${t.median.toFixed(3)} ms (first ${t.first.toFixed(3)} ms, slowest ${t.worst.toFixed(3)} ms)`);
+    expect(t.median).toBeLessThan(50);
+    console.log(`traffic policy cost limits (expression ${formatCost(MAX_EXPRESSION_COST)}, policy ${formatCost(MAX_POLICY_COST)}):\n  ${report.join('\n  ')}`);
+  });
+});

@@ -1,0 +1,652 @@
+/**
+ * Worst-case evaluation cost of traffic-policy expressions, estimated statically over the
+ * compiled CEL AST when a policy is saved (see `parse.ts`): tenants write the expressions and
+ * the shared ingress runs them on every request, so an expression whose worst case is too slow
+ * (nested comprehensions over large lists, a large regexp on a long header) is refused with a
+ * 400 naming it instead of stalling the ingress for everyone.
+ *
+ * Units: one cost unit is about one nanosecond of evaluation on the reference machine (two
+ * cores, Node 20; the coefficients below were measured there with re2js 2.10 and cel-js 8.0).
+ * The estimate is an upper bound: every value's size is bounded (literals exactly, request
+ * data by the limits Node and the ingress enforce, `REQUEST_LIMITS` / `RESPONSE_LIMITS`), and
+ * each operation is charged for the largest inputs it can see. `cost.test.ts` measures the most
+ * expensive accepted shapes against their estimates.
+ *
+ * What the estimate cannot bound statically is checked at run time, cheaply: `matches()` refuses
+ * a string over `MAX_MATCH_INPUT` characters (an evaluation error, so the rule is skipped; no
+ * request or response string is that long, only strings a policy builds itself), which bounds
+ * what a `matches()` on a built string can cost.
+ */
+import type { CelProgram } from './cel.js';
+import { MAX_MATCH_INPUT, MAX_REGEX_PROGRAM_SIZE, type DfaExploreBudget, type RegexRunInfo } from './regex.js';
+
+/** Largest estimated cost of one expression (or one `${…}` of a header value): about 2 ms. */
+export const MAX_EXPRESSION_COST = 2_000_000;
+/**
+ * Largest estimated cost of all a policy's expressions together (every rule's expressions and
+ * interpolations may run on the same request): about 5 ms, room for half a dozen `matches()` on
+ * request strings (each charged for a full 16 KB head, about 0.8 ms).
+ */
+export const MAX_POLICY_COST = 5_000_000;
+
+/**
+ * Bounds of request data as the ingress receives it. Node's HTTP parser refuses (431) a request
+ * whose head (request line and headers) is over `http.maxHeaderSize` (16 KiB by default; the
+ * ingress does not change it) and drops headers past `server.maxHeadersCount` (2000).
+ */
+export const REQUEST_LIMITS = {
+  headBytes: 16 * 1024,
+  headers: 2000,
+} as const;
+
+/**
+ * Bounds of response heads: the ingress reads them with undici, whose `maxHeaderSize` is the
+ * same 16 KiB; nothing caps the count, but a header line takes at least 4 bytes (`a:\r\n`).
+ */
+export const RESPONSE_LIMITS = {
+  headBytes: 16 * 1024,
+  headers: 4096,
+} as const;
+
+/**
+ * The ingress adds `X-Forwarded-For` (the client address appended to any sent) and
+ * `X-Forwarded-Host` (a copy of `Host`), so the headers a policy sees may hold up to one head
+ * more than the client sent, plus this much.
+ */
+const INGRESS_ADDED_BYTES = 128;
+
+/** Deepest nesting of comprehensions (`exists`, `all`, `map`, …) the estimator accepts. */
+export const MAX_COMPREHENSION_NESTING = 6;
+
+/**
+ * Headers the policy itself adds (`add-headers`), which later expressions see: counted on top of
+ * the limits above. `parse.ts` sums them over the whole policy.
+ */
+export interface PolicyHeaderGrowth {
+  count: number;
+  bytes: number;
+}
+
+/**
+ * Cost coefficients (≈ ns on the reference machine, measured with the policy benchmark of
+ * another engineer running, so on the high side; `cost.test.ts` prints the figures it measures).
+ */
+const C = {
+  /** Calling a compiled expression (its root context, the activation lookups). Measured 0.4–0.6 µs. */
+  evaluation: 600,
+  /** Each AST node evaluated (operator dispatch, overload lookup). */
+  node: 10,
+  /**
+   * Arithmetic on top (cel-js ints are BigInts, range-checked: a step of
+   * `l.exists(x, l.exists(y, x + y < 0))` takes ~90–170 ns).
+   */
+  arithmetic: 60,
+  /** Each comprehension step beyond its body's nodes (a step of `l.exists(v, v == 'x')`: ~50 ns). */
+  iteration: 30,
+  /** Per character scanned, compared, copied or hashed (`contains`, `==`, `+`, map lookups). */
+  scanChar: 2,
+  /** Per character of `size()` on a string (cel-js counts code points one by one: ~4.5 ns). */
+  sizeChar: 8,
+  /** Per character of operations that build many values (`split`, `join`, `json`, `base64`). */
+  buildChar: 20,
+  /** Per list element created or copied (literals: ~17–47 ns with the element's node). */
+  element: 30,
+  /**
+   * Per entry of the header or query map built on first use (2000 distinct headers: ~0.4 ms,
+   * 8000 query parameters ~1 ms, under load).
+   */
+  entry: 150,
+  /** Per character of the query string parsed on first use (`URLSearchParams`). */
+  parseChar: 5,
+  /** Per `matches()` call, whatever the string (RE2 matcher set-up: ~30–130 ns). */
+  regexCall: 200,
+  /** Per character for a one-pass RE2 program or a plain string (measured: 25–33 ns). */
+  regexLinearChar: 40,
+  /**
+   * Per character for a small RE2 program (at most `DFA_SAFE_PROGRAM_SIZE` instructions): its
+   * lazy DFA's states all fit the cache, so they are built once per process and then looked
+   * up. Measured: 15–45 ns.
+   */
+  regexChar: 50,
+  /**
+   * Per character and instruction for larger programs, whose DFA can be made to thrash (RE2
+   * then falls back to the NFA, one step per live instruction per character). Measured: 25–90
+   * ns on adversarial input, the higher figures under load.
+   */
+  regexInstChar: 60,
+  /** Per instruction to compile a pattern known only at evaluation time (a cache miss: ~7 µs). */
+  regexCompileInst: 5_000,
+} as const;
+
+/**
+ * RE2 programs of at most this size are costed per character only (see `C.regexChar`): at most
+ * 2^12 DFA states of a few hundred bytes, which fit re2js's 8 MB DFA cache.
+ */
+export const DFA_SAFE_PROGRAM_SIZE = 12;
+
+/**
+ * DFA transitions explored per policy to find larger patterns whose whole DFA fits the cache
+ * (`regexCostInfo`): about 1–2 µs each, so at most ~100 ms when saving a policy of many large
+ * patterns (those left unexplored are costed as if their DFA thrashed).
+ */
+export const DFA_EXPLORE_STEPS = 50_000;
+
+/**
+ * What the estimator knows about a `matches()` call (`regexCostInfo` of the macro's literal
+ * pattern; empty for a pattern computed at evaluation time).
+ */
+export type RegexCostInfo = Partial<RegexRunInfo>;
+
+/** Worst-case cost of one `matches()` call on a string of at most `chars` characters. */
+export function regexCost(info: RegexCostInfo, chars: number): number {
+  const n = Math.min(chars, MAX_MATCH_INPUT);
+  const p = info.programSize ?? MAX_REGEX_PROGRAM_SIZE;
+  const cached = p <= DFA_SAFE_PROGRAM_SIZE || info.dfaStates !== undefined;
+  const perChar = info.linear ? C.regexLinearChar : cached ? C.regexChar : Math.max(C.regexChar, C.regexInstChar * p);
+  const compile = info.programSize === undefined ? C.regexCompileInst * MAX_REGEX_PROGRAM_SIZE : 0;
+  return C.regexCall + compile + n * perChar;
+}
+
+/**
+ * An upper bound on a value. `n`: a string's length (UTF-16 units), a list's or map's number of
+ * elements; `w`: an upper bound on the value's total size, its characters plus its elements,
+ * each element also counting `o` (the least room an element takes in its source: a header
+ * takes at least its `:` and CRLF); `elem`: a list's elements or a map's values; `key`: a map's
+ * keys; `obj`: one of the registered object types.
+ */
+interface Shape {
+  n: number;
+  w: number;
+  o?: number;
+  elem?: Shape;
+  key?: Shape;
+  obj?: string;
+}
+
+const SCALAR: Shape = { n: 0, w: 1 };
+const str = (n: number): Shape => ({ n, w: n });
+
+/** `s` with every size capped at `p` (an element of weight `p` drawn from a collection of `s`). */
+function scaled(s: Shape, p: number): Shape {
+  if (s.obj) return s;
+  if (s.elem === s) return dyn(Math.min(s.w, p));
+  return { ...s, n: Math.min(s.n, p), w: Math.min(s.w, p), elem: s.elem && scaled(s.elem, p), key: s.key && scaled(s.key, p) };
+}
+
+function widest(a: Shape, b: Shape): Shape {
+  if (a === b) return a;
+  if (a.obj || b.obj) return a.obj === b.obj ? a : DYN;
+  return {
+    n: Math.max(a.n, b.n),
+    w: Math.max(a.w, b.w),
+    o: Math.min(a.o ?? 0, b.o ?? 0),
+    elem: a.elem && b.elem ? widest(a.elem, b.elem) : (a.elem ?? b.elem),
+    key: a.key && b.key ? widest(a.key, b.key) : (a.key ?? b.key),
+  };
+}
+
+/**
+ * A value of unknown shape (a JSON document parsed from a header, `dyn`): no larger than the
+ * largest request head, nested arbitrarily.
+ */
+function dyn(size: number): Shape {
+  const d: Shape = { n: size, w: size };
+  d.elem = d;
+  d.key = d;
+  return d;
+}
+const DYN_BOUND = 2 * REQUEST_LIMITS.headBytes + INGRESS_ADDED_BYTES;
+const DYN = dyn(DYN_BOUND);
+
+/** Bounds of request and response data for one policy. */
+interface Bounds {
+  /** Longest single string from the request (a header value, the URL, the path). */
+  reqString: number;
+  reqHeaders: Shape;
+  queryParams: Shape;
+  resString: number;
+  resHeaders: Shape;
+}
+
+function bounds(growth: PolicyHeaderGrowth): Bounds {
+  const head = REQUEST_LIMITS.headBytes;
+  const reqString = head + INGRESS_ADDED_BYTES + growth.bytes;
+  // One name's values: at most the head's bytes (each takes a line: name, `:`, CRLF).
+  const reqValues: Shape = { n: REQUEST_LIMITS.headers + 3 + growth.count, w: head + INGRESS_ADDED_BYTES + growth.bytes, o: 3, elem: str(reqString) };
+  // All headers: X-Forwarded-Host repeats Host, so up to two heads.
+  const reqAll = 2 * head + INGRESS_ADDED_BYTES + growth.bytes;
+  const reqHeaders: Shape = { n: REQUEST_LIMITS.headers + 3 + growth.count, w: reqAll, o: 3, key: str(reqString), elem: reqValues };
+  // `a&b&…`: a parameter takes at least one character and its `&`.
+  const queryValues: Shape = { n: head / 2, w: head, o: 1, elem: str(head) };
+  const queryParams: Shape = { n: head / 2, w: head, o: 1, key: str(head), elem: queryValues };
+  const rhead = RESPONSE_LIMITS.headBytes;
+  const resString = rhead + growth.bytes;
+  const resValues: Shape = { n: RESPONSE_LIMITS.headers + growth.count, w: resString, o: 3, elem: str(resString) };
+  const resHeaders: Shape = { n: RESPONSE_LIMITS.headers + growth.count, w: resString, o: 3, key: str(resString), elem: resValues };
+  return { reqString, reqHeaders, queryParams, resString, resHeaders };
+}
+
+/**
+ * Fields of the registered object types (`cel.ts`, `cel-vars.ts`) and their bounds. `once`: the
+ * cost of building the field's value on first read (the views cache it for the request).
+ */
+function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cost: number; once?: number } | undefined {
+  const s = (n: number) => ({ shape: str(n), cost: 0 });
+  switch (`${obj}.${field}`) {
+    case 'Request.method':
+      return s(32); // llhttp accepts only the registered methods, the longest 11 characters
+    case 'Request.host':
+    case 'Request.path':
+    case 'Request.query':
+    case 'Request.user_agent':
+    case 'URL.host':
+    case 'URL.authority':
+    case 'URL.path':
+    case 'URL.query':
+    case 'URL.raw_query':
+      return s(b.reqString);
+    case 'Request.url':
+      return { shape: { n: 0, w: b.reqString + 16, obj: 'URL' }, cost: 0 };
+    case 'URL.scheme':
+      return s(5);
+    case 'URL.query_params':
+      // Parsed on first use: one pass and one entry per parameter.
+      return { shape: b.queryParams, cost: 0, once: b.queryParams.w * C.parseChar + b.queryParams.n * C.entry };
+    case 'Request.headers':
+      // Built on first use (and again after a header edit): one entry per header.
+      return { shape: b.reqHeaders, cost: 0, once: b.reqHeaders.w * C.scanChar + b.reqHeaders.n * C.entry };
+    case 'Response.headers':
+      return { shape: b.resHeaders, cost: 0, once: b.resHeaders.w * C.scanChar + b.resHeaders.n * C.entry };
+    case 'Connection.client_ip':
+      return s(64); // an IPv6 address with a zone
+    case 'Connection.server_port':
+    case 'Response.status_code':
+    case 'Time.now':
+    case 'RateLimitResult.limited':
+      return { shape: SCALAR, cost: 0 };
+    case 'Actions.ngrok':
+    case 'Actions.service':
+      return { shape: { n: 0, w: 0, obj: 'ActionResults' }, cost: 0 };
+    case 'ActionResults.rate_limit':
+      return { shape: { n: 0, w: 0, obj: 'RateLimitResult' }, cost: 0 };
+    case 'RateLimitResult.error':
+      return { shape: { n: 0, w: 0, obj: 'RateLimitError' }, cost: 0 };
+    case 'RateLimitResult.bucket_key':
+      // JSON of the key's values (host, client IP, whole header values), escapes doubling them.
+      return s(2 * DYN_BOUND);
+    case 'RateLimitError.code':
+    case 'RateLimitError.message':
+      return s(1024);
+  }
+  return undefined;
+}
+
+/** The estimate's result for one node: its cost and the bound of its value. */
+interface Est {
+  cost: number;
+  shape: Shape;
+}
+
+/** Minimal view of cel-js AST nodes (`parser.js`): `op`, `args`, and macro metadata. */
+interface Node {
+  op: string;
+  args: unknown;
+  meta: { alternate?: Node; macro?: Record<string, unknown> };
+}
+
+interface ComprehensionArgs {
+  iterable: Node;
+  iterVarName: string;
+  init: Node;
+  step: Node;
+  kind?: string;
+}
+
+/** Thrown when an expression is beyond what the estimator bounds (e.g. nesting too deep). */
+export class CostEstimateError extends Error {}
+
+class Estimator {
+  private readonly b: Bounds;
+  private readonly scope = new Map<string, Shape[]>();
+  /**
+   * Values built on first read and then cached by the request's views (the header map, the
+   * query parameters): charged once per evaluation, wherever and however often they are read.
+   */
+  readonly once = new Map<string, number>();
+  private depth = 0;
+
+  constructor(
+    growth: PolicyHeaderGrowth,
+    private readonly dfaBudget: DfaExploreBudget,
+  ) {
+    this.b = bounds(growth);
+  }
+
+  private bind<T>(name: string, shape: Shape, fn: () => T): T {
+    const stack = this.scope.get(name) ?? [];
+    stack.push(shape);
+    this.scope.set(name, stack);
+    try {
+      return fn();
+    } finally {
+      stack.pop();
+    }
+  }
+
+  est(node: Node): Est {
+    if (node.meta.alternate) return this.est(node.meta.alternate);
+    const r = this.op(node);
+    return { cost: r.cost + C.node, shape: r.shape };
+  }
+
+  private op(node: Node): Est {
+    const args = node.args;
+    switch (node.op) {
+      case 'value':
+        return { cost: 0, shape: typeof args === 'string' ? str(args.length) : args instanceof Uint8Array ? str(args.length) : SCALAR };
+      case 'id':
+        return { cost: 0, shape: this.variable(args as string) };
+      case 'accuValue':
+      case 'accuInc':
+        return { cost: 0, shape: SCALAR };
+      case 'accuPush': {
+        const v = this.est(args as Node);
+        return { cost: v.cost + C.element, shape: v.shape };
+      }
+      case '.':
+      case '.?':
+        return this.field(args as [Node, string]);
+      case '[]':
+      case '[?]':
+        return this.index(args as [Node, Node]);
+      case 'list': {
+        let cost = 0;
+        let elem: Shape | undefined;
+        let w = 0;
+        for (const e of args as Node[]) {
+          const x = this.est(e);
+          cost += x.cost + C.element;
+          elem = elem ? widest(elem, x.shape) : x.shape;
+          w += x.shape.w + 1;
+        }
+        return { cost, shape: { n: (args as Node[]).length, w, elem: elem ?? SCALAR } };
+      }
+      case 'map': {
+        let cost = 0;
+        let key: Shape | undefined;
+        let elem: Shape | undefined;
+        let w = 0;
+        for (const [k, v] of args as [Node, Node][]) {
+          const a = this.est(k);
+          const x = this.est(v);
+          cost += a.cost + x.cost + C.element + a.shape.w * C.scanChar;
+          key = key ? widest(key, a.shape) : a.shape;
+          elem = elem ? widest(elem, x.shape) : x.shape;
+          w += a.shape.w + x.shape.w + 1;
+        }
+        return { cost, shape: { n: (args as unknown[]).length, w, key: key ?? SCALAR, elem: elem ?? SCALAR } };
+      }
+      case 'comprehension':
+        return this.comprehension(args as ComprehensionArgs);
+      case 'call':
+      case 'rcall':
+        return this.call(node);
+      case '?:': {
+        const [c, t, f] = (args as Node[]).map((n) => this.est(n)) as [Est, Est, Est];
+        return { cost: c.cost + Math.max(t.cost, f.cost), shape: widest(t.shape, f.shape) };
+      }
+      case '||':
+      case '&&': {
+        // Both sides may run (an error on the left is absorbed by a true right).
+        const [l, r] = (args as Node[]).map((n) => this.est(n)) as [Est, Est];
+        return { cost: l.cost + r.cost, shape: SCALAR };
+      }
+      case '!_':
+      case '-_':
+        return { cost: this.est(args as Node).cost, shape: SCALAR };
+      case '==':
+      case '!=':
+      case '<':
+      case '<=':
+      case '>':
+      case '>=': {
+        const [l, r] = (args as Node[]).map((n) => this.est(n)) as [Est, Est];
+        return { cost: l.cost + r.cost + Math.min(l.shape.w, r.shape.w) * C.scanChar, shape: SCALAR };
+      }
+      case 'in': {
+        const [l, r] = (args as Node[]).map((n) => this.est(n)) as [Est, Est];
+        const compare = C.node + l.shape.w * C.scanChar;
+        // A list is scanned (each element compared); a map is looked up (the key hashed).
+        const isMap = r.shape.key !== undefined;
+        return { cost: l.cost + r.cost + (isMap ? compare : r.shape.n * compare + r.shape.w * C.scanChar), shape: SCALAR };
+      }
+      case '+': {
+        const [l, r] = (args as Node[]).map((n) => this.est(n)) as [Est, Est];
+        const isList = l.shape.elem !== undefined && r.shape.elem !== undefined && !l.shape.key;
+        if (isList) {
+          const n = l.shape.n + r.shape.n;
+          return { cost: l.cost + r.cost + n * C.element, shape: { n, w: l.shape.w + r.shape.w, elem: widest(l.shape.elem!, r.shape.elem!) } };
+        }
+        // Strings (and req.url as one): the result is as long as both together.
+        const n = l.shape.w + r.shape.w;
+        return { cost: l.cost + r.cost + C.arithmetic + n * C.scanChar, shape: str(n) };
+      }
+      case '-':
+      case '*':
+      case '/':
+      case '%': {
+        const [l, r] = (args as Node[]).map((n) => this.est(n)) as [Est, Est];
+        return { cost: l.cost + r.cost + C.arithmetic, shape: SCALAR };
+      }
+    }
+    throw new CostEstimateError(`unexpected expression node ${JSON.stringify(node.op)}`);
+  }
+
+  private variable(name: string): Shape {
+    const bound = this.scope.get(name);
+    if (bound && bound.length > 0) return bound[bound.length - 1]!;
+    switch (name) {
+      case 'req':
+        return { n: 0, w: 0, obj: 'Request' };
+      case 'conn':
+        return { n: 0, w: 0, obj: 'Connection' };
+      case 'res':
+        return { n: 0, w: 0, obj: 'Response' };
+      case 'actions':
+        return { n: 0, w: 0, obj: 'Actions' };
+      case 'time':
+        return { n: 0, w: 0, obj: 'Time' };
+    }
+    return DYN;
+  }
+
+  private field([target, name]: [Node, string]): Est {
+    const t = this.est(target);
+    if (t.shape.obj) {
+      const f = objectField(this.b, t.shape.obj, name);
+      if (f?.once) this.once.set(`${t.shape.obj}.${name}`, f.once);
+      if (f) return { cost: t.cost + f.cost, shape: f.shape };
+      return { cost: t.cost, shape: DYN };
+    }
+    // A map's entry (`m.key`), looked up by a short literal key.
+    return { cost: t.cost, shape: t.shape.elem ?? DYN };
+  }
+
+  private index([target, key]: [Node, Node]): Est {
+    const t = this.est(target);
+    const k = this.est(key);
+    const cost = t.cost + k.cost + k.shape.w * C.scanChar;
+    if (t.shape.obj) {
+      const f = key.op === 'value' && typeof key.args === 'string' ? objectField(this.b, t.shape.obj, key.args) : undefined;
+      if (f?.once) this.once.set(`${t.shape.obj}.${key.args as string}`, f.once);
+      return f ? { cost: cost + f.cost, shape: f.shape } : { cost, shape: DYN };
+    }
+    return { cost, shape: t.shape.elem ?? DYN };
+  }
+
+  /**
+   * `range.exists(x, body)` and the other macros: the range's cost, then the body once per
+   * element. For a range whose elements vary in size (request data: a header's values), the
+   * body's cost is taken at an empty element and at a full-size one, and the total bounded by
+   * the most expensive mix that fits in the range's total size `w` (elements each taking
+   * their size plus `o`) and count `n`: a linear program over two kinds of element, exact for
+   * a body whose cost grows linearly with its element and sound for one that grows faster.
+   * `matches()` stops growing at `MAX_MATCH_INPUT`, so that size is tried as a full element too.
+   */
+  private comprehension(a: ComprehensionArgs): Est {
+    if (++this.depth > MAX_COMPREHENSION_NESTING) throw new CostEstimateError(`comprehensions (exists, all, map, filter…) are nested more than ${MAX_COMPREHENSION_NESTING} deep`);
+    try {
+      const range = this.est(a.iterable);
+      const init = this.est(a.init);
+      const r = range.shape;
+      // A map is iterated over its keys.
+      const elem = (r.key ?? r.elem ?? DYN) as Shape;
+      const step = (e: Shape) => this.bind(a.iterVarName, e, () => this.est(a.step));
+      const full = step(elem);
+      // Every element at its largest: always an upper bound.
+      const uniform = r.n * (full.cost + C.iteration);
+      let mixed = 0;
+      if (elem.w > 0) {
+        const g0 = step(scaled(elem, 0)).cost + C.iteration;
+        for (const p of new Set([elem.w, Math.min(elem.w, MAX_MATCH_INPUT)])) {
+          const gp = (p === elem.w ? full : step(scaled(elem, p))).cost + C.iteration;
+          mixed = Math.max(mixed, mix(r.n, r.w, r.o ?? 0, p, g0, gp));
+        }
+      }
+      const total = elem.w > 0 ? Math.min(uniform, mixed) : uniform;
+      // Result: a bool (quantifiers) or a list as long as the range (map, filter).
+      const shape = a.kind === 'quantifier' || init.shape.elem === undefined ? SCALAR : { n: r.n, w: r.n * (full.shape.w + 1), elem: full.shape };
+      return { cost: range.cost + init.cost + total, shape };
+    } finally {
+      this.depth--;
+    }
+  }
+
+  private call(node: Node): Est {
+    const isR = node.op === 'rcall';
+    const parts = node.args as unknown[];
+    const name = parts[0] as string;
+    const receiver = isR ? (parts[1] as Node) : undefined;
+    const argNodes = (isR ? parts[2] : parts[1]) as Node[];
+    const macro = node.meta.macro;
+
+    if (name === 'matches' && macro) {
+      const [subject, pattern] = receiver ? [receiver, argNodes[0]!] : [argNodes[0]!, argNodes[1]!];
+      const s = this.est(subject);
+      const p = this.est(pattern);
+      const describe = macro.regexCost as ((b: DfaExploreBudget, small: number) => RegexCostInfo) | undefined;
+      const info = describe ? describe(this.dfaBudget, DFA_SAFE_PROGRAM_SIZE) : {};
+      return { cost: s.cost + p.cost + regexCost(info, s.shape.w), shape: SCALAR };
+    }
+    if ((name === 'getReqHeader' || name === 'getResHeader' || name === 'getQueryParam') && macro) {
+      const k = this.est(argNodes[0]!);
+      const src = name === 'getReqHeader' ? this.b.reqHeaders : name === 'getResHeader' ? this.b.resHeaders : this.b.queryParams;
+      // A scan of the raw header pairs (or the parsed query), comparing names.
+      return { cost: k.cost + src.n * C.node + src.w * C.scanChar, shape: src.elem! };
+    }
+    if (name === 'has' && macro) {
+      const inner = argNodes[0]!;
+      return { cost: this.est(inner).cost, shape: SCALAR };
+    }
+    if (name === 'bind' && macro && receiver) {
+      // cel.bind(var, value, expr)
+      const v = this.est(argNodes[1]!);
+      const e = this.bind((argNodes[0]!.args as string) ?? '', v.shape, () => this.est(argNodes[2]!));
+      return { cost: v.cost + e.cost, shape: e.shape };
+    }
+    if (macro) throw new CostEstimateError(`no cost known for ${name}()`);
+
+    const recv = receiver ? this.est(receiver) : undefined;
+    const xs = argNodes.map((n) => this.est(n));
+    const cost0 = (recv?.cost ?? 0) + xs.reduce((t, x) => t + x.cost, 0);
+    const self = recv?.shape ?? xs[0]?.shape ?? SCALAR;
+    const arg = (recv ? xs[0] : xs[1])?.shape;
+    /** Characters of the string the call works on (`req.url` as its string: its `w`). */
+    const len = self.w;
+    const fn = (cost: number, shape: Shape): Est => ({ cost: cost0 + cost, shape });
+    switch (name) {
+      case 'size':
+        // Strings count code points; lists and maps know their size.
+        return fn((self.elem || self.key) && self.elem !== self ? 0 : len * C.sizeChar, SCALAR);
+      case 'contains':
+      case 'startsWith':
+      case 'endsWith':
+      case 'indexOf':
+      case 'lastIndexOf':
+        return fn((len + (arg?.w ?? 0)) * C.scanChar, SCALAR);
+      case 'lowerAscii':
+      case 'upperAscii':
+      case 'trim':
+      case 'substring':
+      case 'string':
+        return fn(len * C.scanChar, str(len));
+      case 'split': {
+        // At most one piece per character (and one more); they hold the string's characters.
+        const n = len + 1;
+        return fn(len * C.buildChar + n * C.element, { n, w: 2 * len + 1, o: 0, elem: str(len) });
+      }
+      case 'join': {
+        const sep = arg?.w ?? 0;
+        const n = self.w + self.n * sep;
+        return fn(n * C.buildChar, str(n));
+      }
+      case 'bytes':
+      case 'hex':
+      case 'base64':
+        return fn(len * C.buildChar, str(2 * len + 4));
+      case 'json':
+        return fn(len * C.buildChar, DYN);
+      case 'int':
+      case 'uint':
+      case 'double':
+      case 'bool':
+      case 'duration':
+      case 'timestamp':
+      case 'type':
+      case 'at':
+      case 'dyn':
+        return fn(len * C.scanChar, name === 'dyn' ? self : SCALAR);
+    }
+    // Timestamp and duration accessors (getHours(), …): constant work.
+    if (name.startsWith('get')) return fn(len * C.scanChar, SCALAR);
+    throw new CostEstimateError(`no cost known for ${name}()`);
+  }
+}
+
+/**
+ * The largest total cost of a range of at most `n` elements whose sizes (each plus `o`) add up
+ * to at most `w`, when an empty element costs `g0` and one of size `p` costs `gp`: the best
+ * vertex of the linear program over `k0` empty and `kp` full elements.
+ */
+function mix(n: number, w: number, o: number, p: number, g0: number, gp: number): number {
+  const cands: [number, number][] = [
+    [0, Math.min(n, w / (p + o))],
+    [o > 0 ? Math.min(n, w / o) : n, 0],
+  ];
+  // Both limits reached: k0 + kp = n, k0·o + kp·(p + o) = w.
+  const kp = (w - n * o) / p;
+  if (kp >= 0 && kp <= n) cands.push([n - kp, kp]);
+  return Math.max(...cands.map(([k0, k1]) => k0 * g0 + k1 * gp));
+}
+
+/**
+ * Worst-case cost of evaluating a compiled (type-checked) expression once, in cost units (≈ ns).
+ * `growth`: headers the policy adds, seen by later expressions; `dfaBudget`: shared by a
+ * policy's expressions (see `DFA_EXPLORE_STEPS`). Throws `CostEstimateError` for
+ * an expression beyond what the estimator bounds (which the caller refuses).
+ */
+export function estimateCost(program: CelProgram, growth: PolicyHeaderGrowth = { count: 0, bytes: 0 }, dfaBudget: DfaExploreBudget = { steps: DFA_EXPLORE_STEPS }): number {
+  const ast = (program as unknown as { ast: Node }).ast;
+  const e = new Estimator(growth, dfaBudget);
+  const cost = e.est(ast).cost;
+  let once = 0;
+  for (const c of e.once.values()) once += c;
+  return C.evaluation + cost + once;
+}
+
+/** `1234567` → `"1.23 ms"`: a cost as the time it stands for. */
+export function formatCost(cost: number): string {
+  if (cost >= 1e9) return `${(cost / 1e9).toPrecision(3)} s`;
+  if (cost >= 1e6) return `${(cost / 1e6).toPrecision(3)} ms`;
+  return `${Math.max(1, Math.round(cost / 1e3))} µs`;
+}
