@@ -1,10 +1,12 @@
-import http from 'node:http';
+import { Pool } from 'undici';
 
 /**
  * An open-loop load generator: requests are scheduled at a fixed rate, spread evenly (not in
  * bursts per connection as autocannon's overallRate does), and latency is measured from each
  * request's *scheduled* time, so a stall is not hidden by the generator waiting on it
- * (no coordinated omission).
+ * (no coordinated omission). The client is an undici Pool driven through `dispatch` (no
+ * per-request streams or promises): the generator shares a core with the upstream and the agent,
+ * and its own allocation and GC pauses would otherwise show up in the tails it reports.
  */
 export interface OpenLoopResult {
   rate: number;
@@ -20,33 +22,44 @@ export interface OpenLoopResult {
 
 export async function openLoop(opts: { url: string; headers?: Record<string, string>; rate: number; durationS: number; connections?: number; path?: () => string }): Promise<OpenLoopResult> {
   const u = new URL(opts.url);
-  const agent = new http.Agent({ keepAlive: true, maxSockets: opts.connections ?? 64 });
+  const pool = new Pool(u.origin, { connections: opts.connections ?? 64, pipelining: 1 });
   const latencies: number[] = [];
   let ok = 0, non2xx = 0, errors = 0, sent = 0;
   const start = performance.now();
   const total = Math.round(opts.rate * opts.durationS);
   const interval = 1000 / opts.rate;
-  const inflight = new Set<Promise<void>>();
+  let inflight = 0;
+  let drained: (() => void) | null = null;
+  const settle = () => {
+    if (--inflight === 0 && drained) drained();
+  };
   const fire = (scheduled: number) => {
     sent++;
-    const p = new Promise<void>((resolve) => {
-      const req = http.request({ agent, host: u.hostname, port: u.port, path: opts.path ? opts.path() : u.pathname + u.search, method: 'GET', headers: opts.headers }, (res) => {
-        res.resume();
-        res.on('end', () => {
+    inflight++;
+    let status = 0;
+    pool.dispatch(
+      { path: opts.path ? opts.path() : u.pathname + u.search, method: 'GET', headers: opts.headers },
+      {
+        onConnect() {},
+        onHeaders(s: number) {
+          status = s;
+          return true;
+        },
+        onData() {
+          return true;
+        },
+        onComplete() {
           latencies.push(performance.now() - scheduled);
-          if (res.statusCode! >= 200 && res.statusCode! < 300) ok++;
+          if (status >= 200 && status < 300) ok++;
           else non2xx++;
-          resolve();
-        });
-      });
-      req.on('error', () => {
-        errors++;
-        resolve();
-      });
-      req.end();
-    });
-    inflight.add(p);
-    void p.then(() => inflight.delete(p));
+          settle();
+        },
+        onError() {
+          errors++;
+          settle();
+        },
+      },
+    );
   };
   let next = 0;
   await new Promise<void>((resolve) => {
@@ -58,8 +71,8 @@ export async function openLoop(opts: { url: string; headers?: Record<string, str
     };
     tick();
   });
-  await Promise.all(inflight);
-  agent.destroy();
+  if (inflight > 0) await new Promise<void>((resolve) => (drained = resolve));
+  await pool.close();
   latencies.sort((a, b) => a - b);
   const q = (x: number) => Number((latencies[Math.min(latencies.length - 1, Math.floor(x * latencies.length))] ?? NaN).toFixed(2));
   return { rate: opts.rate, sent, ok, non2xx, errors, p50: q(0.5), p90: q(0.9), p99: q(0.99), max: q(1) };

@@ -216,7 +216,8 @@ export class Forwarder {
         connect: (_o, cb) => {
           let stream: TunnelStream;
           try {
-            stream = tunnel.openStreamSync ? tunnel.openStreamSync(dispatchingHeader ?? DEFAULT_STREAM_HEADER) : (() => { throw new Error('the tunnel cannot open streams synchronously'); })();
+            if (!tunnel.openStreamSync) throw new Error('the tunnel cannot open streams synchronously');
+            stream = tunnel.openStreamSync(dispatchingHeader ?? DEFAULT_STREAM_HEADER);
           } catch (err) {
             queueMicrotask(() => cb(err as Error, null));
             return;
@@ -329,8 +330,9 @@ export class Forwarder {
   }
 
   /**
-   * One request/response exchange with the node holding the tunnel. Rejects (before anything was sent to the client) with a
-   * ForwardError; resolves with the status once the response has been passed on.
+   * One request/response exchange with the node holding the tunnel. Rejects (before anything was
+   * sent to the client) with a ForwardError; resolves with the status once the response has been
+   * passed on.
    */
   private exchangeHop(req: http.IncomingMessage, res: http.ServerResponse, opts: http.RequestOptions, hooks?: ForwardHooks): Promise<number> {
     return new Promise<number>((resolve, reject) => {
