@@ -55,11 +55,12 @@ function request(port: number, p: string, opts: { secure?: boolean; host?: strin
 }
 
 function ingressEnv() {
-  return { TLS_CERT_FILE: path.join(tls.caFile, '..', 'cert.pem'), TLS_KEY_FILE: path.join(tls.caFile, '..', 'key.pem') };
+  // info: the config client's connects, syncs and resyncs are in the output a failure prints.
+  return { TLS_CERT_FILE: path.join(tls.caFile, '..', 'cert.pem'), TLS_KEY_FILE: path.join(tls.caFile, '..', 'key.pem'), LOG_LEVEL: 'info' };
 }
 
 async function startCp(): Promise<ControlPlaneProcess> {
-  return startControlPlane({ databaseUrl: db.url, env: { GRPC_PORT: String(grpcPort), WARREN_NODE_TOKEN: nodeToken } });
+  return startControlPlane({ databaseUrl: db.url, env: { GRPC_PORT: String(grpcPort), WARREN_NODE_TOKEN: nodeToken, LOG_LEVEL: 'info' } });
 }
 
 let routeId: string;
@@ -195,7 +196,9 @@ describe('live traffic through two ingress nodes', () => {
       // (two suites at once). On a miss, say where the node stood.
       await waitFor(`${n.nodeId} catches up`, async () => (await request(n.http, '/v2/x')).status === 200, 30_000).catch(async (err: Error) => {
         const status = await fetch(`${n.internalUrl}/status`).then((r) => r.text(), (e: Error) => e.message);
-        throw new Error(`${err.message}\n/status: ${status}\n--- ${n.nodeId} output ---\n${n.output().slice(-4000)}`);
+        const other = n === a ? b : a;
+        const otherStatus = await fetch(`${other.internalUrl}/status`).then((r) => r.text(), (e: Error) => e.message);
+        throw new Error(`${err.message}\n/status: ${status}\n${other.nodeId} /status: ${otherStatus}\n--- ${n.nodeId} output ---\n${n.output().slice(-6000)}\n--- control plane output ---\n${cp.output().slice(-8000)}`);
       });
       expect((await request(n.http, '/api/x')).status).toBe(404);
     }
