@@ -382,6 +382,21 @@ describe('ingress HTTP plane', () => {
     b.registry.addRemote({ ...fakeTunnel('tn_far', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` });
   });
 
+  it('skips a node that cannot be reached for one that can, and says so when none can', async () => {
+    // A closed port: the "node" refuses connections.
+    const dead = net.createServer();
+    const deadPort = await listen(dead);
+    await new Promise<void>((r) => dead.close(() => r()));
+    b.registry.addRemote({ ...fakeTunnel('tn_dead', { app: 'far' }, () => upstreamPort), nodeId: 'node-x', nodeAddress: `127.0.0.1:${deadPort}` });
+    for (let i = 0; i < 4; i++) expect((await get(b.port, '/remote/z')).status).toBe(200);
+    b.registry.removeRemote('tn_far');
+    const r = await get(b.port, '/remote/z');
+    expect([r.status, r.headers['warren-error-code']]).toEqual([502, 'ERR_WARREN_7004']);
+    expect(JSON.parse(r.body.toString()).msg).toContain('unreachable');
+    b.registry.removeRemote('tn_dead');
+    b.registry.addRemote({ ...fakeTunnel('tn_far', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` });
+  });
+
   it('passes upgrades through, locally and across a hop', async () => {
     for (const port of [a.port, b.port]) {
       const path = port === a.port ? '/api/ws' : '/remote/ws';

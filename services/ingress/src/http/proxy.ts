@@ -181,7 +181,8 @@ interface TunnelPool {
  */
 export class Forwarder {
   private readonly pools = new Map<string, TunnelPool>();
-  private readonly hopAgent = new http.Agent({ keepAlive: true, maxSockets: 512, maxFreeSockets: 128, scheduling: 'lifo' });
+  /** Keep-alive pools to the other nodes' internal listeners, by `host:port`. */
+  private readonly hopPools = new Map<string, TunnelPool>();
 
   constructor(private readonly opts: ForwarderOptions) {}
 
@@ -196,7 +197,26 @@ export class Forwarder {
 
   close(): void {
     for (const id of [...this.pools.keys()]) this.release(id);
-    this.hopAgent.destroy();
+    for (const p of this.hopPools.values()) p.pool.destroy().catch(() => {});
+    this.hopPools.clear();
+  }
+
+  /** The keep-alive pool to another node's internal listener (`host:port`, IPv6 in brackets). */
+  private hopPoolFor(nodeAddress: string): TunnelPool {
+    let p = this.hopPools.get(nodeAddress);
+    if (!p) {
+      const pool = new Pool(`http://${nodeAddress}`, {
+        connections: HOP_CONNECTIONS,
+        pipelining: 1,
+        headersTimeout: this.opts.upstreamTimeoutMs,
+        bodyTimeout: 0,
+        keepAliveTimeout: 60_000,
+        keepAliveMaxTimeout: 600_000,
+      });
+      p = { pool, inFlight: 0 };
+      this.hopPools.set(nodeAddress, p);
+    }
+    return p;
   }
 
   private poolFor(tunnel: LocalTunnel): TunnelPool {
@@ -314,85 +334,19 @@ export class Forwarder {
   }
 
   private viaHop(req: http.IncomingMessage, res: http.ServerResponse, tunnelId: string, nodeAddress: string, info: RequestInfo, headers: string[], hooks?: ForwardHooks): Promise<number> {
-    const colon = nodeAddress.lastIndexOf(':');
     const hopHeaders = headers.concat(HOP.tunnel, tunnelId, HOP.clientAddr, info.clientAddr, HOP.scheme, info.scheme, HOP.edgeType, info.edgeType);
     if (this.opts.hopToken) hopHeaders.push(HOP.token, this.opts.hopToken);
-    const opts: http.RequestOptions = {
-      agent: this.hopAgent,
-      host: nodeAddress.slice(0, colon).replace(/^\[|\]$/g, ''),
-      port: Number(nodeAddress.slice(colon + 1)),
-      method: req.method,
-      path: req.url,
-      headers: hopHeaders as unknown as http.OutgoingHttpHeaders,
-      setHost: false,
-    };
-    return this.exchangeHop(req, res, opts, hooks);
-  }
-
-  /**
-   * One request/response exchange with the node holding the tunnel. Rejects (before anything was
-   * sent to the client) with a ForwardError; resolves with the status once the response has been
-   * passed on.
-   */
-  private exchangeHop(req: http.IncomingMessage, res: http.ServerResponse, opts: http.RequestOptions, hooks?: ForwardHooks): Promise<number> {
+    let p: TunnelPool;
+    try {
+      p = this.hopPoolFor(nodeAddress);
+    } catch (err) {
+      return Promise.reject(new ForwardError(7004, `the ingress node holding the tunnel has an unusable address ${nodeAddress}: ${(err as Error).message}`, true));
+    }
     return new Promise<number>((resolve, reject) => {
-      let settled = false;
-      const finish = (fn: () => void) => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        fn();
-      };
-      const preq = http.request(opts);
-      const timer = setTimeout(() => {
-        preq.destroy(new ForwardError(7005, `no response from the upstream within ${this.opts.upstreamTimeoutMs} ms`));
-      }, this.opts.upstreamTimeoutMs);
-      let sent = false;
-      preq.on('response', (pres) => {
-        clearTimeout(timer);
-        if (pres.headers[HOP.miss] && !sent) {
-          pres.resume();
-          finish(() => reject(new ForwardError(7003, 'the tunnel has moved or gone', true)));
-          return;
-        }
-        sent = true;
-        const status = pres.statusCode ?? 502;
-        res.on('close', () => {
-          if (!res.writableFinished) pres.destroy();
-          finish(() => resolve(res.writableFinished ? (res.statusCode ?? 502) : 499));
-        });
-        pres.on('error', () => res.destroy());
-        if (!hooks) {
-          res.writeHead(status, pres.statusMessage, responseHeaders(pres.rawHeaders) as unknown as http.OutgoingHttpHeaders);
-          pres.pipe(res);
-          return;
-        }
-        hooks.pipeline.onResult(hooks.state, status);
-        if (!hooks.pipeline.hasResponseStages) {
-          res.writeHead(status, pres.statusMessage, responseHeaders(pres.rawHeaders) as unknown as http.OutgoingHttpHeaders);
-          pres.pipe(res);
-          return;
-        }
-        deliver(req, res, status, pres.statusMessage, responseHeaders(pres.rawHeaders), pres, hooks, this.opts.log);
-      });
-      preq.on('error', (err: Error & { code?: string }) => {
-        if (sent) {
-          res.destroy();
-          finish(() => resolve(499));
-          return;
-        }
-        if (err instanceof ForwardError) finish(() => reject(err));
-        else if (err.code === 'STREAM_CAP') finish(() => reject(new ForwardError(7006, 'the agent session has no free stream', true)));
-        else if (err.code === 'SESSION_CLOSED' || err.code === 'ECONNREFUSED' || err.code === 'EHOSTUNREACH' || (err.code === 'ECONNRESET' && preq.reusedSocket))
-          finish(() => reject(new ForwardError(7004, `the ingress node holding the tunnel is unreachable (${err.code})`, true)));
-        else finish(() => reject(new ForwardError(7004, `the tunnel failed: ${err.message}`)));
-      });
-      // The client went away before the response: stop the upstream request too.
-      res.on('close', () => {
-        if (!sent) preq.destroy();
-      });
-      if (hooks?.state.body) preq.end(hooks.state.body);
-      else req.pipe(preq);
+      const x = new TunnelExchange(req, res, p, hooks, this.opts.log, resolve, reject, true);
+      const body = hooks?.state.body ?? (hasBody(req) ? req : null);
+      p.inFlight++;
+      p.pool.dispatch({ path: req.url ?? '/', method: req.method ?? 'GET', headers: hopHeaders, body }, x);
     });
   }
 
@@ -498,6 +452,15 @@ export class Forwarder {
   }
 }
 
+/** Keep-alive connections kept to each other node (hops). */
+const HOP_CONNECTIONS = 512;
+
+/** Does a hop's answer carry the hop-miss header (the tunnel is not on that node)? */
+function hasMissHeader(raw: Buffer[]): boolean {
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.length === HOP.miss.length && raw[i]!.toString('latin1').toLowerCase() === HOP.miss) return true;
+  return false;
+}
+
 /** Does the public request carry a body (RFC 9112 §6.3)? */
 function hasBody(req: http.IncomingMessage): boolean {
   const cl = req.headers['content-length'];
@@ -505,8 +468,21 @@ function hasBody(req: http.IncomingMessage): boolean {
 }
 
 /** An undici error code → the ForwardError for a request whose response has not started. */
-function forwardErrorOf(err: Error & { code?: string }): ForwardError {
+function forwardErrorOf(err: Error & { code?: string }, hop: boolean): ForwardError {
   if (err instanceof ForwardError) return err;
+  if (hop) {
+    // The node that holds the tunnel cannot be reached (or dropped a kept-alive connection
+    // before answering): nothing reached the tunnel, so a replayable request may go elsewhere.
+    switch (err.code) {
+      case 'ECONNREFUSED':
+      case 'EHOSTUNREACH':
+      case 'ENETUNREACH':
+      case 'ECONNRESET':
+      case 'UND_ERR_SOCKET':
+      case 'UND_ERR_CONNECT_TIMEOUT':
+        return new ForwardError(7004, `the ingress node holding the tunnel is unreachable (${err.code})`, true);
+    }
+  }
   switch (err.code) {
     case 'STREAM_CAP':
       return new ForwardError(7006, 'the agent session has no free stream', true);
@@ -546,6 +522,8 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
   /** Fed by onData when the response goes through the response stages. */
   private body: Readable | null = null;
   private status = 502;
+  /** A hop answered that the tunnel is not on that node (any more): its body is dropped, then a retryable 7003. */
+  private miss = false;
 
   constructor(
     private readonly req: http.IncomingMessage,
@@ -555,6 +533,8 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
     private readonly log: Logger,
     private readonly resolve: (status: number) => void,
     private readonly reject: (err: ForwardError) => void,
+    /** To another node's internal listener (which may answer with the hop-miss header). */
+    private readonly hop = false,
   ) {
     res.on('close', this.onClientClose);
   }
@@ -589,6 +569,10 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
 
   onHeaders(status: number, rawHeaders: Buffer[], resume: () => void, statusText: string): boolean {
     if (status < 200) return true; // 1xx: informational, the final answer follows
+    if (this.hop && hasMissHeader(rawHeaders)) {
+      this.miss = true;
+      return true;
+    }
     this.sent = true;
     this.status = status;
     this.resumeFn = resume;
@@ -605,6 +589,7 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
   }
 
   onData(chunk: Buffer): boolean {
+    if (this.miss) return true;
     if (this.body) return this.body.push(chunk);
     if (this.res.write(chunk)) return true;
     this.res.once('drain', this.onDrain);
@@ -612,6 +597,10 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
   }
 
   onComplete(): void {
+    if (this.miss) {
+      this.finish(0, new ForwardError(7003, 'the tunnel has moved or gone', true));
+      return;
+    }
     if (this.body) this.body.push(null);
     else this.res.end();
   }
@@ -629,7 +618,7 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
       this.finish(499, null);
       return;
     }
-    this.finish(0, forwardErrorOf(err));
+    this.finish(0, forwardErrorOf(err, this.hop));
   }
 }
 
