@@ -206,6 +206,43 @@ describe('ControlPlaneClient', () => {
     expect((await second.next('hello')).hello!.nodeId).toBe('node-a');
   });
 
+  it('reconnects to sync afresh when it stays behind the announced head, but not for a version it refused', async () => {
+    const { cp, c } = await setup({ maxConfigLagMs: 300 });
+    const first = cp.nextCall();
+    await c.start();
+    const call = await first;
+    call.send(welcome(100));
+    call.send(snapshot(5, resourcesToProto({ ...none(), edges: [edge('edghts_1')] })));
+    await expect.poll(() => c.config?.version).toBe(5);
+    // A heartbeat answers each keep-alive and announces head 7; the delta to 7 never comes
+    // (a control plane whose sync of this node stalled).
+    const answer = async () => {
+      for (;;) {
+        await call.next('keepAlive');
+        call.send({ heartbeat: {}, headVersion: 7 });
+      }
+    };
+    void answer();
+    const second = await cp.nextCall();
+    const hello = (await second.next('hello')).hello!;
+    expect([Number(hello.appliedVersion), hello.epoch]).toEqual([5, 'e1']);
+    second.send(welcome(100));
+    second.send(delta(5, 7, resourcesToProto({ ...none(), edges: [edge('edghts_1'), edge('edghts_2')] })));
+    await expect.poll(() => c.config?.version).toBe(7);
+
+    // A version it refused is no stall: it stays on this stream.
+    second.send(delta(7, 8, resourcesToProto({ ...none(), routes: [route('edghtsrt_1', 'edghts_missing')] })));
+    await second.next('nack');
+    let reconnected = false;
+    void cp.nextCall().then(() => (reconnected = true));
+    for (let i = 0; i < 8; i++) {
+      await second.next('keepAlive');
+      second.send({ heartbeat: {}, headVersion: 8 });
+    }
+    expect(reconnected).toBe(false);
+    expect(c.config?.version).toBe(7);
+  });
+
   it('persists remote tunnels and serves them (and the config) from disk when no control plane answers', async () => {
     const { cp, c, stateDir } = await setup();
     const first = cp.nextCall();

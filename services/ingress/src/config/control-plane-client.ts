@@ -46,6 +46,12 @@ export interface ControlPlaneClientOptions {
   keepaliveIntervalMs?: number;
   /** Reports written but not yet sent before reports are dropped for a full re-sync (default 1,000). */
   maxQueuedReports?: number;
+  /**
+   * Connected, but the applied config stays behind the head version the control plane announces
+   * (in every message, heartbeats included) for longer than this: the stream is abandoned and a
+   * new one syncs afresh (default 15 s). A version this node refused (NACK) does not count.
+   */
+  maxConfigLagMs?: number;
 }
 
 export interface ControlPlaneClientEvents {
@@ -76,7 +82,7 @@ const MAX_RECEIVE_BYTES = 256 * 1024 * 1024;
  * memory used is bounded by what is live.
  */
 export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
-  private readonly opts: Required<Pick<ControlPlaneClientOptions, 'connectTimeoutMs' | 'keepaliveIntervalMs' | 'maxQueuedReports'>> & ControlPlaneClientOptions;
+  private readonly opts: Required<Pick<ControlPlaneClientOptions, 'connectTimeoutMs' | 'keepaliveIntervalMs' | 'maxQueuedReports' | 'maxConfigLagMs'>> & ControlPlaneClientOptions;
   private readonly log: Logger;
   private readonly metrics: ConfigClientMetrics;
   private readonly store: StateStore;
@@ -105,6 +111,10 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
   private keepaliveTimer: NodeJS.Timeout | null = null;
   private lastHeard = 0;
   private silenceLimitMs = 0;
+  /** Since when the applied version has been behind the announced head (0: it is not). */
+  private behindSince = 0;
+  /** The newest version this node refused: being behind it is not a stalled stream. */
+  private refusedVersion = 0;
   private tunnelsSaveTimer: NodeJS.Timeout | null = null;
 
   constructor(opts: ControlPlaneClientOptions) {
@@ -113,7 +123,7 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
     if (!opts.nodeId) throw new TypeError('ControlPlaneClient: nodeId is required');
     if (!opts.nodeAddress) throw new TypeError('ControlPlaneClient: nodeAddress is required');
     if (!opts.stateDir) throw new TypeError('ControlPlaneClient: stateDir is required');
-    this.opts = { connectTimeoutMs: 10_000, keepaliveIntervalMs: 3_000, maxQueuedReports: 1_000, ...opts };
+    this.opts = { connectTimeoutMs: 10_000, keepaliveIntervalMs: 3_000, maxQueuedReports: 1_000, maxConfigLagMs: 15_000, ...opts };
     this.log = opts.log ?? createLogger('ingress-config');
     this.metrics = createConfigClientMetrics(opts.registry ?? new client.Registry());
     this.store = new StateStore(opts.stateDir);
@@ -232,6 +242,9 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
     this.fullSyncWanted = false;
     this.resyncPending = false;
     this.lastHeard = Date.now();
+    // The head is what this stream's control plane announces (another one may be of another epoch).
+    this.headVersion = 0;
+    this.behindSince = 0;
 
     let ended = false;
     const end = (err?: Error) => {
@@ -368,11 +381,32 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
         call.cancel();
         return;
       }
+      if (this.stalled()) {
+        this.log.warn({ applied: this.current?.version ?? 0, head: this.headVersion, behind_ms: Date.now() - this.behindSince }, 'config stays behind the control plane head; reconnecting to sync afresh');
+        this.behindSince = 0;
+        call.cancel();
+        return;
+      }
       this.write({ keepAlive: {} });
     }, keepaliveMs);
     this.keepaliveTimer.unref();
     this.log.info({ target: this.opts.targets[this.targetIndex % this.opts.targets.length] }, 'connected to the control plane');
     this.emit('connected');
+  }
+
+  /**
+   * Connected but behind the announced head for longer than `maxConfigLagMs` (a version this
+   * node refused aside): the stream delivers nothing more, whatever the reason on the other side.
+   */
+  private stalled(): boolean {
+    const applied = this.current?.version ?? 0;
+    if (this.headVersion <= applied || this.headVersion <= this.refusedVersion) {
+      this.behindSince = 0;
+      return false;
+    }
+    const now = Date.now();
+    if (this.behindSince === 0) this.behindSince = now;
+    return now - this.behindSince > this.opts.maxConfigLagMs;
   }
 
   private onSnapshot(s: Snapshot__Output): void {
@@ -418,6 +452,7 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
       const error = (err as Error)?.message || String(err);
       this.metrics.applies.inc({ kind, result: 'rejected' });
       this.log.error({ version, kind, error }, 'config refused; keeping the config served');
+      if (version > this.refusedVersion) this.refusedVersion = version;
       this.write({ nack: { version, error: error.slice(0, 4000) } });
       return;
     }
