@@ -42,15 +42,14 @@ export interface LocalTunnel extends Omit<DpTunnel, 'nodeId' | 'nodeAddress'> {
    * the tunnel is gone.
    *
    * The stream behaves like a `net.Socket`: for `http`/`https` it ends its write side once the
-   * agent's FIN has been read (what an `http.Agent` expects of keep-alive sockets); for
+   * agent's FIN has been read (what an HTTP client expects of keep-alive sockets); for
    * `tcp`/`tls` it stays half-open so each direction closes on its own.
    */
   openStream(h: ProxyHeaderInit): Promise<TunnelStream>;
   /**
-   * Same as {@link openStream}, synchronously; throws the {@link TunnelStreamError}. For an
-   * `http.Agent`'s `createConnection`: Node counts a socket against `maxSockets` only once it
-   * exists, so with the callback form a burst of requests opens a stream each, whatever
-   * `maxSockets` says; returning the stream synchronously keeps the limit exact. (Optional in
+   * Same as {@link openStream}, synchronously; throws the {@link TunnelStreamError}. For the
+   * forwarder's connection pool, whose connector opens the stream while the request that needs
+   * it is being dispatched, so the stream carries that request's client address. (Optional in
    * the type so that test doubles need not implement it; AgentServer's tunnels always do.)
    */
   openStreamSync?(h: ProxyHeaderInit): TunnelStream;
