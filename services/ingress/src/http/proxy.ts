@@ -162,10 +162,11 @@ const TUNNEL_ORIGIN = 'http://tunnel.warren.invalid';
 /** Header of a stream opened when no request is being dispatched (a pool reconnecting later). */
 const DEFAULT_STREAM_HEADER: ProxyHeaderInit = { clientAddr: '0.0.0.0:0', proto: 'http', edgeType: '3' };
 /**
- * The proxy-stream header for a stream the pool opens while a request is being dispatched: set
- * around `pool.dispatch`, which opens a new stream (if it needs one) synchronously.
+ * The request being dispatched, whose client address a stream the pool opens meanwhile carries:
+ * set around `pool.dispatch`, which opens a new stream (if it needs one) synchronously. The
+ * header is only built when a stream is opened, not per request.
  */
-let dispatchingHeader: ProxyHeaderInit | null = null;
+let dispatchingInfo: RequestInfo | null = null;
 
 interface TunnelPool {
   pool: Pool;
@@ -201,18 +202,23 @@ export class Forwarder {
     this.hopPools.clear();
   }
 
+  /** What a tunnel's pool and a hop's pool share. */
+  private poolOptions(): Pool.Options {
+    return {
+      pipelining: 1,
+      // The upstream's answer must start within the timeout; a body may stream for as long as it likes.
+      headersTimeout: this.opts.upstreamTimeoutMs,
+      bodyTimeout: 0,
+      keepAliveTimeout: 60_000,
+      keepAliveMaxTimeout: 600_000,
+    };
+  }
+
   /** The keep-alive pool to another node's internal listener (`host:port`, IPv6 in brackets). */
   private hopPoolFor(nodeAddress: string): TunnelPool {
     let p = this.hopPools.get(nodeAddress);
     if (!p) {
-      const pool = new Pool(`http://${nodeAddress}`, {
-        connections: HOP_CONNECTIONS,
-        pipelining: 1,
-        headersTimeout: this.opts.upstreamTimeoutMs,
-        bodyTimeout: 0,
-        keepAliveTimeout: 60_000,
-        keepAliveMaxTimeout: 600_000,
-      });
+      const pool = new Pool(`http://${nodeAddress}`, { ...this.poolOptions(), connections: HOP_CONNECTIONS });
       p = { pool, inFlight: 0 };
       this.hopPools.set(nodeAddress, p);
     }
@@ -223,13 +229,8 @@ export class Forwarder {
     let p = this.pools.get(tunnel.id);
     if (!p) {
       const pool = new Pool(TUNNEL_ORIGIN, {
+        ...this.poolOptions(),
         connections: this.opts.maxStreamsPerTunnel,
-        pipelining: 1,
-        // The upstream's answer must start within the timeout; a body may stream for as long as it likes.
-        headersTimeout: this.opts.upstreamTimeoutMs,
-        bodyTimeout: 0,
-        keepAliveTimeout: 60_000,
-        keepAliveMaxTimeout: 600_000,
         // Each connection is a proxy stream opened on the agent's session. It is opened at once (so
         // that it carries the header of the request being dispatched); undici is told on a
         // microtask, as its connector contract wants an asynchronous answer.
@@ -237,7 +238,8 @@ export class Forwarder {
           let stream: TunnelStream;
           try {
             if (!tunnel.openStreamSync) throw new Error('the tunnel cannot open streams synchronously');
-            stream = tunnel.openStreamSync(dispatchingHeader ?? DEFAULT_STREAM_HEADER);
+            const info = dispatchingInfo;
+            stream = tunnel.openStreamSync(info ? { clientAddr: info.clientAddr, proto: info.scheme, edgeType: info.edgeType } : DEFAULT_STREAM_HEADER);
           } catch (err) {
             queueMicrotask(() => cb(err as Error, null));
             return;
@@ -317,20 +319,7 @@ export class Forwarder {
     if (p.inFlight >= this.opts.maxStreamsPerTunnel + this.opts.maxQueuedPerTunnel) {
       return Promise.reject(new ForwardError(7006, `more than ${this.opts.maxQueuedPerTunnel} requests are waiting for tunnel ${tunnel.id}`, true));
     }
-    return new Promise<number>((resolve, reject) => {
-      const x = new TunnelExchange(req, res, p, hooks, this.opts.log, resolve, reject);
-      const body = hooks?.state.body ?? (hasBody(req) ? req : null);
-      p.inFlight++;
-      dispatchingHeader = { clientAddr: info.clientAddr, proto: info.scheme, edgeType: info.edgeType };
-      try {
-        p.pool.dispatch({ path: req.url ?? '/', method: req.method ?? 'GET', headers, body }, x);
-      } catch (err) {
-        // undici refused the request itself (a request target it cannot send, …).
-        x.onError(err as Error);
-      } finally {
-        dispatchingHeader = null;
-      }
-    });
+    return this.dispatch(p, req, res, headers, hooks, info, false);
   }
 
   private viaHop(req: http.IncomingMessage, res: http.ServerResponse, tunnelId: string, nodeAddress: string, info: RequestInfo, headers: string[], hooks?: ForwardHooks): Promise<number> {
@@ -342,11 +331,28 @@ export class Forwarder {
     } catch (err) {
       return Promise.reject(new ForwardError(7004, `the ingress node holding the tunnel has an unusable address ${nodeAddress}: ${(err as Error).message}`, true));
     }
+    return this.dispatch(p, req, res, hopHeaders, hooks, null, true);
+  }
+
+  /**
+   * One request through `p` (a tunnel's pool, or a hop's): resolves with the status sent, rejects
+   * with a ForwardError while nothing was sent (see TunnelExchange). `info` names the client for a
+   * proxy stream the pool may open meanwhile.
+   */
+  private dispatch(p: TunnelPool, req: http.IncomingMessage, res: http.ServerResponse, headers: string[], hooks: ForwardHooks | undefined, info: RequestInfo | null, hop: boolean): Promise<number> {
     return new Promise<number>((resolve, reject) => {
-      const x = new TunnelExchange(req, res, p, hooks, this.opts.log, resolve, reject, true);
+      const x = new TunnelExchange(req, res, p, hooks, this.opts.log, resolve, reject, hop);
       const body = hooks?.state.body ?? (hasBody(req) ? req : null);
       p.inFlight++;
-      p.pool.dispatch({ path: req.url ?? '/', method: req.method ?? 'GET', headers: hopHeaders, body }, x);
+      dispatchingInfo = info;
+      try {
+        p.pool.dispatch({ path: req.url ?? '/', method: req.method ?? 'GET', headers, body }, x);
+      } catch (err) {
+        // undici refused the request itself (a request target it cannot send, …).
+        x.onError(err as Error);
+      } finally {
+        dispatchingInfo = null;
+      }
     });
   }
 

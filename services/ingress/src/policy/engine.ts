@@ -189,14 +189,13 @@ export class TrafficPolicyStage implements RouteStage {
       hit = Promise.reject(err as Error);
     }
     return hit.then(
-      (result) => this.afterRateLimit(run, result, i, j),
+      (result) => this.afterRateLimit(run, vars, result, i, j),
       // The limiter is meant to fail open by itself; if it throws anyway, so do we.
-      (err: unknown) => this.afterRateLimit(run, { limited: false, retryAfterSeconds: 0, error: { code: 'rate_limiter_failed', message: err instanceof Error ? err.message : String(err) } }, i, j),
+      (err: unknown) => this.afterRateLimit(run, vars, { limited: false, retryAfterSeconds: 0, error: { code: 'rate_limiter_failed', message: err instanceof Error ? err.message : String(err) } }, i, j),
     );
   }
 
-  private afterRateLimit(run: Run, result: RateLimitResult, i: number, j: number): Outcome | Promise<Outcome> {
-    const vars = actionsOf(run.act.s).ngrok.rate_limit;
+  private afterRateLimit(run: Run, vars: RateLimitVars, result: RateLimitResult, i: number, j: number): Outcome | Promise<Outcome> {
     vars.limited = result.limited;
     vars.error.code = result.error?.code ?? '';
     vars.error.message = result.error?.message ?? '';
@@ -210,6 +209,9 @@ export class TrafficPolicyStage implements RouteStage {
     return j + 1 < run.rules[i]!.actions.length ? this.runFrom(run, i, j + 1) : this.runFrom(run, i + 1, 0);
   }
 }
+
+/** The `actions.ngrok.rate_limit` variables of a request. */
+type RateLimitVars = ReturnType<typeof actionsOf>['ngrok']['rate_limit'];
 
 function respond(a: CompiledRespond): Outcome {
   return { status: a.status, headers: a.headers ? { ...a.headers } : {}, body: a.body ?? '' };
