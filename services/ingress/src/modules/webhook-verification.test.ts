@@ -223,6 +223,10 @@ describe('webhook_verification', () => {
       { provider: 'webex', header: 'X-Spark-Signature', sign: (s, b) => hmac('sha1', s, b).digest('hex') },
       // docs.connect.worldline-solutions.com/documentation/webhooks: X-GCS-Signature
       { provider: 'worldline', header: 'X-GCS-Signature', sign: (s, b) => hmac('sha256', s, b).digest('base64') },
+      // docs.fastly.com/signalsciences/integrations/generic-webhooks: X-SigSci-Signature, hex HMAC-SHA256 of the payload
+      { provider: 'signal_sciences', header: 'X-SigSci-Signature', sign: (s, b) => hmac('sha256', s, b).digest('hex') },
+      // cloudone.trendmicro.com/docs/conformity/webhook-communication: X-Conformity-Signature, HMAC hexdigest (sha-256)
+      { provider: 'trendmicro_conformity', header: 'X-Conformity-Signature', sign: (s, b) => hmac('sha256', s, b).digest('hex') },
       // developers.facebook.com/docs/graph-api/webhooks/getting-started, "Validate payloads"
       ...['facebook_graph_api', 'facebook_messenger', 'instagram', 'whatsapp'].map((provider) => ({
         provider,
@@ -394,6 +398,130 @@ describe('webhook_verification', () => {
       await expectDenied('brex', key.toString('base64'), { body: '{}', headers: h(nowS) }, /does not match/);
       await expectDenied('brex', key.toString('base64'), { body, headers: h(String(NOW / 1000 - 600)) }, /5 minutes/);
       await expectDenied('brex', key.toString('base64'), { body }, /missing/);
+    });
+  });
+
+  describe('providers signed as their SDKs or documentation sign (sources beside each verifier)', () => {
+    const old = String(NOW / 1000 - 301);
+    const hex = (key: string, data: string | Buffer) => hmac('sha256', key, data).digest('hex');
+
+    it('go1: Go1-Signature t=,v1= over t.body (go1com/webhook-verifier-js createSignature)', async () => {
+      const sig = (t: string, b = body, version = 'v1') => `t=${t},${version}=${hex('go1-shared-secret', `${t}.${b}`)}`;
+      await expectOk('go1', 'go1-shared-secret', { body, headers: ['Go1-Signature', sig(nowS)] });
+      await expectDenied('go1', 'go1-shared-secret', { body: '{"type":"user.create"}', headers: ['Go1-Signature', sig(nowS)] }, /does not match/);
+      await expectDenied('go1', 'go1-shared-secret', { body, headers: ['Go1-Signature', sig(old)] }, /5 minutes/);
+      await expectDenied('go1', 'go1-shared-secret', { body, headers: ['Go1-Signature', sig(nowS, body, 'v2')] }, /lacks/);
+      await expectDenied('go1', 'go1-shared-secret', { body }, /missing go1-signature/i);
+    });
+
+    it('hostedhooks: t=,s= over t.body, the HTTP_HOSTEDHOOKS_SIGNATURE header (docs.hostedhooks.com, webhook signatures)', async () => {
+      const sig = (t: string, b = body) => `t=${t},s=${hex('hh-endpoint-secret', `${t}.${b}`)}`;
+      await expectOk('hostedhooks', 'hh-endpoint-secret', { body, headers: ['HostedHooks-Signature', sig(nowS)] });
+      await expectOk('hostedhooks', 'hh-endpoint-secret', { body, headers: ['Hostedhooks_Signature', sig(nowS)] });
+      await expectDenied('hostedhooks', 'hh-endpoint-secret', { body: '{}', headers: ['HostedHooks-Signature', sig(nowS)] }, /does not match/);
+      await expectDenied('hostedhooks', 'hh-other-secret', { body, headers: ['HostedHooks-Signature', sig(nowS)] }, /does not match/);
+      await expectDenied('hostedhooks', 'hh-endpoint-secret', { body, headers: ['HostedHooks-Signature', sig(old)] }, /5 minutes/);
+      await expectDenied('hostedhooks', 'hh-endpoint-secret', { body }, /missing/);
+    });
+
+    it('orb: X-Orb-Signature v1= over v1:<ISO timestamp>:body (orbcorp/orb-node webhooks.verifySignature)', async () => {
+      // Orb's timestamp is ISO 8601 and may omit the offset (UTC).
+      const iso = (ms: number, offset = '') => new Date(ms).toISOString().replace('Z', '') + offset;
+      const sig = (ts: string, b = body, key = 'orb-webhook-secret') => `v1=${hex(key, `v1:${ts}:${b}`)}`;
+      const h = (ts: string, s = sig(ts)) => ['X-Orb-Timestamp', ts, 'X-Orb-Signature', s];
+      const ts = iso(NOW - 1000);
+      await expectOk('orb', 'orb-webhook-secret', { body, headers: h(ts) });
+      await expectOk('orb', 'orb-webhook-secret', { body, headers: h(iso(NOW, '+00:00')) });
+      // Several signatures, space-separated (secret rotation); only v1= entries count.
+      await expectOk('orb', 'orb-webhook-secret', { body, headers: h(ts, `v0=${'ab'.repeat(32)} ${sig(ts, body, 'old-secret')} ${sig(ts)}`) });
+      await expectDenied('orb', 'orb-webhook-secret', { body, headers: h(ts, sig(ts, body, 'old-secret')) }, /does not match/);
+      await expectDenied('orb', 'orb-webhook-secret', { body: '{"type":"invoice.issued"}', headers: h(ts) }, /does not match/);
+      await expectDenied('orb', 'orb-webhook-secret', { body, headers: h(iso(NOW - 6 * 60_000)) }, /5 minutes/);
+      await expectDenied('orb', 'orb-webhook-secret', { body, headers: h(iso(NOW + 6 * 60_000)) }, /5 minutes/);
+      await expectDenied('orb', 'orb-webhook-secret', { body, headers: h('yesterday') }, /malformed/);
+      await expectDenied('orb', 'orb-webhook-secret', { body, headers: ['X-Orb-Timestamp', ts] }, /missing X-Orb-Signature/);
+    });
+
+    it('pinwheel: x-pinwheel-signature v2= over v2:<x-timestamp>:body (docs.pinwheelapi.com, webhook signature verification)', async () => {
+      const sig = (t: string, b = body) => `v2=${hex('pinwheel-api-secret', `v2:${t}:${b}`)}`;
+      const h = (t: string, s = sig(t)) => ['x-pinwheel-signature', s, 'x-timestamp', t];
+      await expectOk('pinwheel', 'pinwheel-api-secret', { body, headers: h(nowS) });
+      await expectOk('pinwheel', 'pinwheel-api-secret', { body, headers: h(String(NOW - 2000)) });
+      await expectDenied('pinwheel', 'pinwheel-api-secret', { body: '{"event":"paystubs.added"}', headers: h(nowS) }, /does not match/);
+      await expectDenied('pinwheel', 'pinwheel-api-secret', { body, headers: h(old) }, /5 minutes/);
+      await expectDenied('pinwheel', 'pinwheel-api-secret', { body, headers: h('not-a-time') }, /malformed/);
+      await expectDenied('pinwheel', 'pinwheel-api-secret', { body, headers: h(nowS, sig(nowS).replace('v2=', 'v1=')) }, /v2=/);
+      await expectDenied('pinwheel', 'pinwheel-api-secret', { body, headers: ['x-timestamp', nowS] }, /missing X-Pinwheel-Signature/);
+    });
+
+    it('graphcms (Hygraph): gcms-signature sign=,env=,t= over the JSON envelope (hygraph/hygraph-utils generateWebhookSignature)', async () => {
+      // Built as Hygraph's own generator builds it: JSON.stringify({Body, EnvironmentName, TimeStamp}), then &, <, > as \\u00XX.
+      const envelope = (raw: string, env: string, t: number) =>
+        JSON.stringify({ Body: raw, EnvironmentName: env, TimeStamp: t }).split('&').join('\\\\u0026').split('<').join('\\\\u003c').split('>').join('\\\\u003e');
+      const sig = (raw: string, env = 'master', t = NOW - 1500, key = 'hygraph-secret') =>
+        `sign=${hmac('sha256', key, envelope(raw, env, t)).digest('base64')}, env=${env}, t=${t}`;
+      const html = '{"operation":"publish","data":{"title":"<b>Tom & Jerry</b>"}}';
+      await expectOk('graphcms', 'hygraph-secret', { body, headers: ['gcms-signature', sig(body)] });
+      await expectOk('graphcms', 'hygraph-secret', { body: html, headers: ['gcms-signature', sig(html, 'staging')] });
+      await expectDenied('graphcms', 'hygraph-secret', { body: html.replace('Tom', 'Tim'), headers: ['gcms-signature', sig(html)] }, /does not match/);
+      await expectDenied('graphcms', 'hygraph-secret', { body, headers: ['gcms-signature', sig(body).replace('env=master', 'env=staging')] }, /does not match/);
+      await expectDenied('graphcms', 'hygraph-secret', { body, headers: ['gcms-signature', sig(body, 'master', NOW - 301_000)] }, /5 minutes/);
+      await expectDenied('graphcms', 'hygraph-secret', { body, headers: ['gcms-signature', sig(body, 'master', NOW, 'other')] }, /does not match/);
+      await expectDenied('graphcms', 'hygraph-secret', { body, headers: ['gcms-signature', 'sign=abc'] }, /lacks/);
+      await expectDenied('graphcms', 'hygraph-secret', { body }, /missing gcms-signature/);
+    });
+
+    describe('plivo: X-Plivo-Signature-V3 over the URL, sorted query and form fields, and nonce (plivo/plivo-python signature_v3.validate_v3_signature)', () => {
+      const token = 'plivo-auth-token';
+      const nonce = '05429567804466091622';
+      const sign = (data: string, key = token) => hmac('sha256', key, Buffer.from(data, 'utf8')).digest('base64');
+      const form = ['Content-Type', 'application/x-www-form-urlencoded'];
+      const call = 'To=%2B15557654321&From=%2B15551234567&CallUUID=a1b2&Digits=';
+
+      it('POST with a query: <url>?<sorted query>.<name><value>… .<nonce>', async () => {
+        // Written out by hand from the SDK's rules: query decoded and sorted, then ".", then the form fields sorted, no separators.
+        const sig = sign(`https://hooks.example.test/answer?a=1&b=x y.CallUUIDa1b2DigitsFrom+15551234567To+15557654321.${nonce}`);
+        const h = [...form, 'X-Plivo-Signature-V3', sig, 'X-Plivo-Signature-V3-Nonce', nonce];
+        await expectOk('plivo', token, { url: '/answer?b=x%20y&a=1', body: call, headers: h });
+        await expectDenied('plivo', token, { url: '/answer?b=x%20y&a=1', body: call.replace('a1b2', 'a1b3'), headers: h }, /does not match/);
+        await expectDenied('plivo', token, { url: '/answer?b=x%20y&a=2', body: call, headers: h }, /does not match/);
+        await expectDenied('plivo', token, { url: '/answer?b=x%20y&a=1', body: call, headers: [...form, 'X-Plivo-Signature-V3', sig, 'X-Plivo-Signature-V3-Nonce', '1'] }, /does not match/);
+        await expectDenied('plivo', 'other-token', { url: '/answer?b=x%20y&a=1', body: call, headers: h }, /does not match/);
+      });
+
+      it('POST without a query, several signatures, the main-account header', async () => {
+        const sig = sign(`https://hooks.example.test/answer?CallUUIDa1b2DigitsFrom+15551234567To+15557654321.${nonce}`);
+        await expectOk('plivo', token, { url: '/answer', body: call, headers: [...form, 'X-Plivo-Signature-V3', `bm9wZQ==,${sig}`, 'X-Plivo-Signature-V3-Nonce', nonce] });
+        const ma = sign(`https://hooks.example.test/answer?CallUUIDa1b2DigitsFrom+15551234567To+15557654321.${nonce}`, 'main-account-token');
+        const h = [...form, 'X-Plivo-Signature-V3', sign('unrelated'), 'X-Plivo-Signature-Ma-V3', ma, 'X-Plivo-Signature-V3-Nonce', nonce];
+        await expectOk('plivo', 'main-account-token', { url: '/answer', body: call, headers: h });
+        await expectDenied('plivo', token, { url: '/answer', body: call, headers: h }, /does not match/);
+      });
+
+      it('GET: the query alone; no query: the bare URL', async () => {
+        await expectOk('plivo', token, { method: 'GET', url: '/hangup?z=9&a=1&a=0', headers: ['X-Plivo-Signature-V3', sign(`https://hooks.example.test/hangup?a=0&a=1&z=9.${nonce}`), 'X-Plivo-Signature-V3-Nonce', nonce] });
+        await expectOk('plivo', token, { method: 'GET', url: '/hangup', headers: ['X-Plivo-Signature-V3', sign(`https://hooks.example.test/hangup.${nonce}`), 'X-Plivo-Signature-V3-Nonce', nonce] });
+        await expectDenied('plivo', token, { method: 'GET', url: '/hangup?z=8', headers: ['X-Plivo-Signature-V3', sign(`https://hooks.example.test/hangup?z=9.${nonce}`), 'X-Plivo-Signature-V3-Nonce', nonce] }, /does not match/);
+      });
+
+      it('non-ASCII fields: the UTF-8 text (plivo-node) or its re-encoding (plivo-python)', async () => {
+        const url = '/sms?name=Jose%20M&a=1';
+        const text = 'From=%2B15551234567&Text=' + encodeURIComponent('olé ✓');
+        // Computed with the Python SDK's byte handling (bytes URL, each byte read as a character, re-encoded to UTF-8).
+        const python = 'XDj038HCP6LJ6WLgKiPbPz2nS4MheaMmb0MTnSku9V0=';
+        const node = sign(`https://hooks.example.test/sms?a=1&name=Jose M.From+15551234567Textolé ✓.${nonce}`);
+        expect(node).toBe('cvsloDotfasF0OjY9bZcEJZY2+DH2PHMIB7sgkjNYS4=');
+        for (const sig of [python, node]) await expectOk('plivo', token, { url, body: text, headers: [...form, 'X-Plivo-Signature-V3', sig, 'X-Plivo-Signature-V3-Nonce', nonce] });
+        await expectDenied('plivo', token, { url, body: text.replace('ol', 'al'), headers: [...form, 'X-Plivo-Signature-V3', python, 'X-Plivo-Signature-V3-Nonce', nonce] }, /does not match/);
+      });
+
+      it('refuses bodies outside the signature, other methods and missing headers', async () => {
+        const sig = sign(`https://hooks.example.test/answer.${nonce}`);
+        await expectDenied('plivo', token, { url: '/answer', body, headers: ['Content-Type', 'application/json', 'X-Plivo-Signature-V3', sig, 'X-Plivo-Signature-V3-Nonce', nonce] }, /not form-encoded/);
+        await expectDenied('plivo', token, { method: 'PUT', url: '/answer', headers: ['X-Plivo-Signature-V3', sig, 'X-Plivo-Signature-V3-Nonce', nonce] }, /GET or POST/);
+        await expectDenied('plivo', token, { url: '/answer', headers: ['X-Plivo-Signature-V3', sig] }, /missing X-Plivo-Signature-V3-Nonce/);
+        await expectDenied('plivo', token, { url: '/answer', body: call, headers: [...form, 'X-Plivo-Signature-V2', sig, 'X-Plivo-Signature-V2-Nonce', nonce] }, /missing X-Plivo-Signature-V3/);
+      });
     });
   });
 

@@ -102,8 +102,8 @@ function commaPairs(value: string): Map<string, string[]> {
 }
 
 /**
- * `<tsKey>=<unix>,<sigKey>=<hex>[,<sigKey>=…]`, hex HMAC-SHA256 over `<ts>.<body>`: Stripe, Mux and
- * Calendly (`t=`/`v1=`), TikTok (`t=`/`s=`), Buildkite (`timestamp=`/`signature=`).
+ * `<tsKey>=<unix>,<sigKey>=<hex>[,<sigKey>=…]`, hex HMAC-SHA256 over `<ts>.<body>`: Stripe, Mux,
+ * Calendly and Go1 (`t=`/`v1=`), TikTok and HostedHooks (`t=`/`s=`), Buildkite (`timestamp=`/`signature=`).
  */
 function timestampedHmac(header: string, tsKey = 't', sigKey = 'v1'): Verifier {
   return (c) => {
@@ -561,6 +561,149 @@ function microsoftTeams(secret: string): Verifier {
 }
 
 /**
+ * An ISO 8601 date-time in ms since the epoch (UTC when it names no offset), or NaN. Only
+ * `YYYY-MM-DD[T ]hh:mm…` shapes are read, never the platform's looser Date formats.
+ */
+function isoMs(value: string): number {
+  const v = value.trim();
+  if (!/^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}/.test(v)) return NaN;
+  return Date.parse(/(?:Z|[+-]\d{2}:?\d{2})$/i.test(v) ? v : `${v}Z`);
+}
+
+/**
+ * Orb: `X-Orb-Signature: v1=<hex>` (several may be sent, space-separated), HMAC-SHA256 keyed with
+ * the webhook secret (its UTF-8 bytes) over `v1:<X-Orb-Timestamp>:<body>`; the timestamp is
+ * ISO 8601, UTC when it carries no offset, refused when more than 5 minutes off either way
+ * (orbcorp/orb-node src/resources/webhooks.ts and orbcorp/orb-python src/orb/resources/webhooks.py,
+ * `verifySignature` / `verify_signature`).
+ */
+const orb: Verifier = (c) => {
+  const sig = c.header('x-orb-signature');
+  if (!sig) return 'missing X-Orb-Signature header';
+  const ts = c.header('x-orb-timestamp');
+  if (!ts) return 'missing X-Orb-Timestamp header';
+  const stale = checkMs(isoMs(ts), c.nowMs);
+  if (stale) return `X-Orb-Timestamp: ${stale}`;
+  const expected = hmac('sha256', c.secret, `v1:${ts}:`, c.body);
+  const ok = sig.split(' ').some((p) => p.startsWith('v1=') && matches(expected, p.slice(3), 'hex'));
+  return ok ? null : 'X-Orb-Signature does not match';
+};
+
+/**
+ * Pinwheel: `x-pinwheel-signature: v2=<hex>`, HMAC-SHA256 keyed with the API secret over the
+ * UTF-8 `v2:<x-timestamp>:` followed by the raw body bytes (docs.pinwheelapi.com/docs
+ * /webhook-signature-verification, "Signature Algorithm"). The documentation does not name the
+ * timestamp's format: Unix seconds, Unix ms or ISO 8601 are read and held to the 5-minute
+ * tolerance; any other value is refused rather than let through unchecked.
+ */
+const pinwheel: Verifier = (c) => {
+  const sig = c.header('x-pinwheel-signature');
+  if (!sig) return 'missing X-Pinwheel-Signature header';
+  const ts = c.header('x-timestamp');
+  if (!ts) return 'missing X-Timestamp header';
+  const atMs = /^\d{1,11}$/.test(ts) ? Number(ts) * 1000 : /^\d{12,15}$/.test(ts) ? Number(ts) : isoMs(ts);
+  const stale = checkMs(atMs, c.nowMs);
+  if (stale) return `X-Timestamp: ${stale}`;
+  if (!sig.startsWith('v2=')) return 'X-Pinwheel-Signature must start with v2=';
+  return matches(hmac('sha256', c.secret, `v2:${ts}:`, c.body), sig.slice(3), 'hex') ? null : 'X-Pinwheel-Signature does not match';
+};
+
+/** What Hygraph's verifier re-escapes in the signed JSON (Go's HTML-safe string escapes). */
+const HYGRAPH_ESCAPES: Record<string, string> = { '&': '\\\\u0026', '<': '\\\\u003c', '>': '\\\\u003e' };
+
+/**
+ * Hygraph (formerly GraphCMS): `gcms-signature: sign=<base64>, env=<environment>, t=<ms>`, base64
+ * HMAC-SHA256 keyed with the webhook's secret key over the JSON text
+ * `{"Body":<body as a JSON string>,"EnvironmentName":<env>,"TimeStamp":<t>}` in which `&`, `<` and
+ * `>` are then written as `\\u0026`, `\\u003c`, `\\u003e` (hygraph/hygraph-utils index.js,
+ * `verifyWebhookSignature` with `rawPayload`; hygraph.com/blog/introducing-signed-webhooks).
+ * `t` (ms) is held to the 5-minute tolerance.
+ */
+const graphcms: Verifier = (c) => {
+  const header = c.header('gcms-signature');
+  if (!header) return 'missing gcms-signature header';
+  const pairs = commaPairs(header);
+  const sign = pairs.get('sign')?.[0];
+  const env = pairs.get('env')?.[0];
+  const t = pairs.get('t')?.[0];
+  if (!sign || env === undefined || !t) return 'gcms-signature lacks sign=, env= or t=';
+  if (!/^\d{1,15}$/.test(t)) return 'gcms-signature: missing or malformed timestamp';
+  const stale = checkMs(Number(t), c.nowMs);
+  if (stale) return `gcms-signature: ${stale}`;
+  const signed = JSON.stringify({ Body: c.body.toString('utf8'), EnvironmentName: env, TimeStamp: Number(t) }).replace(/[&<>]/g, (ch) => HYGRAPH_ESCAPES[ch]!);
+  return matches(hmac('sha256', c.secret, signed), sign, 'base64') ? null : 'gcms-signature does not match';
+};
+
+/**
+ * HostedHooks: `t=<unix>,s=<hex>`, hex HMAC-SHA256 keyed with the endpoint's signing secret over
+ * `<t>.<body>` (docs.hostedhooks.com/security/security-features/webhook-signatures). The
+ * documentation names the header by its Rack/CGI variable, `HTTP_HOSTEDHOOKS_SIGNATURE`, which
+ * either spelling below arrives as; HostedHooks re-signs retries with a fresh timestamp, so the
+ * 5-minute tolerance applies.
+ */
+function hostedhooks(): Verifier {
+  const spellings = ['hostedhooks-signature', 'hostedhooks_signature'].map((h) => ({ h, verify: timestampedHmac(h, 't', 's') }));
+  return (c) => (spellings.find(({ h }) => c.header(h) !== undefined) ?? spellings[0]!).verify(c);
+}
+
+/** Query or form fields as `[name, value]`, names sorted and each name's values sorted. */
+function sortedFields(params: URLSearchParams): Array<[string, string]> {
+  const byName = new Map<string, string[]>();
+  for (const [k, v] of params) {
+    const list = byName.get(k) ?? [];
+    list.push(v);
+    byName.set(k, list);
+  }
+  const out: Array<[string, string]> = [];
+  for (const k of [...byName.keys()].sort()) for (const v of byName.get(k)!.sort()) out.push([k, v]);
+  return out;
+}
+
+/** The string's UTF-8 bytes read back as Latin-1: one more layer of UTF-8 once re-encoded. */
+const latin1View = (s: string) => Buffer.from(s, 'utf8').toString('latin1');
+
+/**
+ * Plivo, signature V3: `X-Plivo-Signature-V3` (the account's or subaccount's Auth Token) or
+ * `X-Plivo-Signature-Ma-V3` (the main account's), each a comma-separated list of base64
+ * HMAC-SHA256 over `<url>.<X-Plivo-Signature-V3-Nonce>`. <url> is the callback URL without its
+ * query, then `?` and the query re-serialized (decoded `name=value`, sorted by name then value,
+ * joined by `&`); for a POST with form parameters, `?<query>` (plus `.` when the query is not
+ * empty) followed by every parameter as `<name><value>`, sorted the same way
+ * (plivo/plivo-python plivo/utils/signature_v3.py `validate_v3_signature`; plivo/plivo-node
+ * lib/utils/v3Security.js `validateV3Signature`; docs.plivo.com/docs/voice/xml/request/validation).
+ * On non-ASCII text the SDKs differ (Node signs the UTF-8 text; Python encodes that UTF-8 once
+ * more, each byte read as a character): both are accepted. The nonce is random and there is no timestamp. Plivo
+ * calls back with GET or POST; a body that is not form-encoded would be outside the signature,
+ * so it is refused. The older V2 scheme (URL and nonce only, nothing of the request) is not accepted.
+ */
+const plivo: Verifier = (c) => {
+  const sigs = [c.header('x-plivo-signature-v3'), c.header('x-plivo-signature-ma-v3')].filter((v): v is string => !!v);
+  if (sigs.length === 0) return 'missing X-Plivo-Signature-V3 header';
+  const nonce = c.header('x-plivo-signature-v3-nonce');
+  if (!nonce) return 'missing X-Plivo-Signature-V3-Nonce header';
+  const method = c.s.req.method ?? 'POST';
+  if (method !== 'GET' && method !== 'POST') return 'Plivo calls back with GET or POST';
+  let form: Array<[string, string]> = [];
+  if (c.body.length > 0) {
+    if (method !== 'POST' || !isForm(c)) return 'the body is not form-encoded, so it is not covered by the signature';
+    form = sortedFields(new URLSearchParams(c.body.toString('utf8')));
+  }
+  const params = form.map(([k, v]) => k + v).join('');
+  for (const url of requestUrls(c.s)) {
+    const q = url.indexOf('?');
+    const base = q < 0 ? url : url.slice(0, q);
+    const query = sortedFields(new URLSearchParams(q < 0 ? '' : url.slice(q + 1))).map(([k, v]) => `${k}=${v}`).join('&');
+    const signedUrl = base + (query || params ? `?${query}` : '') + (query && params ? '.' : '') + params;
+    const candidates = [hmac('sha256', c.secret, Buffer.from(`${signedUrl}.${nonce}`, 'utf8'))];
+    if (/[^\x00-\x7f]/.test(signedUrl)) candidates.push(hmac('sha256', c.secret, Buffer.from(`${latin1View(signedUrl)}.${nonce}`, 'utf8')));
+    for (const header of sigs) {
+      for (const sig of header.split(',')) if (candidates.some((expected) => matches(expected, sig, 'base64'))) return null;
+    }
+  }
+  return 'X-Plivo-Signature-V3 does not match';
+};
+
+/**
  * Verifiers by provider (lower-case), built from the module's secret. Body-HMAC providers, with
  * their sources: AfterShip `aftership-hmac-sha256` base64 SHA-256 (aftership.com/docs/tracking
  * /webhook/webhook-signature); Alchemy `X-Alchemy-Signature` hex SHA-256 (docs.alchemy.com,
@@ -582,7 +725,15 @@ function microsoftTeams(secret: string): Verifier {
  * /webhooks/working-with-hmac-payloads); Webex `X-Spark-Signature` hex SHA-1
  * (developer.webex.com/docs/webhooks, "Handling requests from Webex"); Worldline (Connect /
  * GlobalCollect) `X-GCS-Signature` base64 SHA-256 (docs.connect.worldline-solutions.com
- * /documentation/webhooks; Ingenico Connect SDK WebhooksHelper). Frame.io signs like Slack
+ * /documentation/webhooks; Ingenico Connect SDK WebhooksHelper); Signal Sciences (Fastly)
+ * `X-SigSci-Signature` hex SHA-256 with the generic webhook's signing key
+ * (docs.fastly.com/signalsciences/integrations/generic-webhooks); Trend Micro Cloud One
+ * Conformity `X-Conformity-Signature` hex SHA-256 with the webhook security token
+ * (cloudone.trendmicro.com/docs/conformity/webhook-communication, "Validating payloads"; its
+ * example re-serializes the parsed JSON, the raw body is what is checked here). Go1 signs like
+ * Stripe (`Go1-Signature: t=<unix>,v1=<hex>` over `<t>.<body>`, developers.go1.com/docs
+ * /developer-tools/webhooks/security; go1com/webhook-verifier-js src/signature-verifier.ts),
+ * held to the 5-minute tolerance (that SDK's default is 60 s, configurable). Frame.io signs like Slack
  * (`X-Frameio-Signature: v0=…` over `v0:<X-Frameio-Request-Timestamp>:<body>`,
  * developer.frame.io, "Verifying webhook signatures"); TikTok like Stripe with `t=`/`s=`
  * (`TikTok-Signature`, developers.tiktok.com/doc/webhooks-verification).
@@ -614,10 +765,18 @@ const PROVIDERS: Record<string, (secret: string) => Verifier> = {
   sonatype: () => bodyHmac('x-nexus-webhook-signature', 'sha1', 'hex'),
   webex: () => bodyHmac('x-spark-signature', 'sha1', 'hex'),
   worldline: () => bodyHmac('x-gcs-signature', 'sha256', 'base64'),
+  signal_sciences: () => bodyHmac('x-sigsci-signature', 'sha256', 'hex'),
+  trendmicro_conformity: () => bodyHmac('x-conformity-signature', 'sha256', 'hex'),
   stripe: () => timestampedHmac('stripe-signature'),
   mux: () => timestampedHmac('mux-signature'),
   calendly: () => timestampedHmac('calendly-webhook-signature'),
   tiktok: () => timestampedHmac('tiktok-signature', 't', 's'),
+  go1: () => timestampedHmac('go1-signature'),
+  hostedhooks,
+  orb: () => orb,
+  pinwheel: () => pinwheel,
+  graphcms: () => graphcms,
+  plivo: () => plivo,
   buildkite,
   slack: () => v0('x-slack-signature', 'x-slack-request-timestamp'),
   zoom: () => v0('x-zm-signature', 'x-zm-request-timestamp'),

@@ -34,9 +34,12 @@ export function isBase64EcdsaPublicKey(secret: string): boolean {
 
 /**
  * Providers whose secret is a base64 key (the ingress decodes it): Standard Webhooks / Svix
- * (`whsec_<base64>`, the prefix optional) and Microsoft Teams' security token. Returns what is
- * wrong with `secret` for `provider`, or null; checked when the route is saved, so a bad secret
- * is a 400 here rather than a route the ingress cannot serve.
+ * (`whsec_<base64>`, the prefix optional) and Microsoft Teams' security token; and Trend Micro
+ * Conformity, whose webhook security token accepts only base64 characters (it is the HMAC key
+ * as written, not decoded: cloudone.trendmicro.com/docs/conformity/webhook-communication), so no
+ * other token can be the one Conformity signs with. Returns what is wrong with `secret` for
+ * `provider`, or null; checked when the route is saved, so a bad secret is a 400 here rather than
+ * a route the ingress cannot serve.
  */
 export function base64SecretProblem(provider: string, secret: string): string | null {
   const kind = provider.toLowerCase();
@@ -46,5 +49,7 @@ export function base64SecretProblem(provider: string, secret: string): string | 
     return b64(v) ? null : `the ${kind} secret must be the signing secret whsec_<base64>`;
   }
   if (kind === 'microsoft_teams') return b64(secret.trim()) ? null : 'the microsoft_teams secret must be the base64 security token';
+  if (kind === 'trendmicro_conformity')
+    return /^[A-Za-z0-9+/=]+$/.test(secret) ? null : 'the trendmicro_conformity secret must be the webhook security token (base64 characters only)';
   return null;
 }
