@@ -46,7 +46,6 @@ interface TunnelRow {
 // The API shows no proto for labeled tunnels (as ngrok): `labeled` is stored as ''.
 const TUNNEL_COLS = `t.id, t.account_id, t.tunnel_session_id, t.proto, t.labels, t.public_url, t.bindings, t.pooling_enabled, t.forwards_to,
   t.metadata, t.started_at, t.ingress_node, t.node_address`;
-const LIVE = 'EXISTS (SELECT 1 FROM tunnel_sessions s WHERE s.id = t.tunnel_session_id AND s.lease_expires_at > now())';
 
 function toDpTunnel(r: TunnelRow): DpTunnel {
   return {
@@ -149,12 +148,19 @@ export interface NodeRef {
 }
 
 export const presenceRepo = {
-  /** Live tunnels (lease not expired), all or by id. */
+  /**
+   * Tunnel rows, all or by id: what the tunnel directory mirrors. Rows whose session's lease has
+   * run out are included, on purpose: their lease is not a state any notice follows. The sweeper
+   * deletes such rows and announces it; but a node that renews the lease first (its full sync on
+   * a new stream, a late keep-alive) brings the tunnel back with no row changed and so with no
+   * notice. A directory that left lapsed rows out when (re)loading (a control plane starting
+   * after an outage longer than the lease) never heard of those tunnels again.
+   */
   async tunnels(q: Queryable, ids?: string[]): Promise<DpTunnel[]> {
     if (ids && ids.length === 0) return [];
     const { rows } = ids
-      ? await q.query<TunnelRow>(`SELECT ${TUNNEL_COLS} FROM tunnels t WHERE t.id = ANY($1::text[]) AND ${LIVE}`, [ids])
-      : await q.query<TunnelRow>(`SELECT ${TUNNEL_COLS} FROM tunnels t WHERE ${LIVE} ORDER BY t.id`);
+      ? await q.query<TunnelRow>(`SELECT ${TUNNEL_COLS} FROM tunnels t WHERE t.id = ANY($1::text[])`, [ids])
+      : await q.query<TunnelRow>(`SELECT ${TUNNEL_COLS} FROM tunnels t ORDER BY t.id`);
     return rows.map(toDpTunnel);
   },
 

@@ -16,10 +16,14 @@ export interface DirectoryEvents {
 }
 
 /**
- * Every live tunnel of the cluster, as this replica knows it, kept current from `warren_tunnels`
+ * Every tunnel of the cluster, as this replica knows it, kept current from `warren_tunnels`
  * notifications (any replica's writes) and reloaded whole after every (re)connect of the
  * listener, when notifications may have been missed. An `up` notice is a hint: the tunnel is read
  * from the database, so notices arriving out of order cannot resurrect a tunnel that is gone.
+ *
+ * It mirrors the `tunnels` rows, whose every insert, change and delete is announced, and not
+ * their sessions' leases, whose expiry and renewal are not: a tunnel whose lease ran out stays
+ * until the sweeper deletes its rows (announced), unless its node renews it first.
  */
 export class TunnelDirectory extends EventEmitter<DirectoryEvents> {
   private readonly tunnels = new Map<string, DpTunnel>();
@@ -49,7 +53,7 @@ export class TunnelDirectory extends EventEmitter<DirectoryEvents> {
     return this.tunnels.size;
   }
 
-  /** Loads every live tunnel (call once the listener is connected). */
+  /** Loads every tunnel (call once the listener is connected). */
   async init(): Promise<void> {
     this.requestReload();
     await this.idle;
@@ -61,7 +65,7 @@ export class TunnelDirectory extends EventEmitter<DirectoryEvents> {
     await this.idle;
   }
 
-  /** Live tunnels on nodes other than `nodeId`. */
+  /** Tunnels on nodes other than `nodeId`. */
   remoteFor(nodeId: string): DpTunnel[] {
     const out: DpTunnel[] = [];
     for (const t of this.tunnels.values()) if (t.nodeId !== nodeId) out.push(t);
