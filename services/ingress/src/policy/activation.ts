@@ -1,4 +1,5 @@
-import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse, type CelTime } from '@warren/shared';
+import type { TLSSocket } from 'node:tls';
+import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse, type CelTime, type CelTlsSocket } from '@warren/shared';
 import type { RequestState, ResponseState } from '../pipeline/types.js';
 
 /**
@@ -21,7 +22,12 @@ export class Activation {
   }
 
   get conn(): CelConn {
-    return (this.connView ??= new CelConn(this.s.clientIp, serverPort(this.s)));
+    // `conn.tls` reads the socket only when an expression reads it (see `CelTls`). The client
+    // certificate is shown only on an edge whose `mutual_tls` verified it (that stage runs
+    // before the policy and refuses a request without a valid one); elsewhere the ingress asks
+    // for a certificate without checking it, so it is not trusted.
+    const s = this.s;
+    return (this.connView ??= new CelConn(s.clientIp, serverPort(s), tlsSocket(s), s.edge.mutualTls?.enabled === true));
   }
 
   get res(): CelResponse | undefined {
@@ -67,6 +73,13 @@ function requestView(s: RequestState): CelRequest {
     rawQuery: q >= 0 ? url.slice(q + 1) : '',
     headers: () => s.headers,
   });
+}
+
+/** The request's TLS socket, or null over plain HTTP. */
+function tlsSocket(s: RequestState): CelTlsSocket | null {
+  if (s.scheme !== 'https') return null;
+  const socket = s.req.socket as Partial<TLSSocket> | null;
+  return socket && typeof socket.getProtocol === 'function' && typeof socket.getPeerX509Certificate === 'function' ? (socket as TLSSocket) : null;
 }
 
 /** The port the client addressed: the Host header's, else the scheme's default. */

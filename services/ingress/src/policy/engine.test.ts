@@ -1,5 +1,9 @@
-import { describe, expect, it } from 'vitest';
-import type { Outcome, RouteStage } from '../pipeline/types.js';
+import { once } from 'node:events';
+import type { AddressInfo } from 'node:net';
+import tls, { type TLSSocket } from 'node:tls';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { createCertificate, type DpEdge } from '@warren/shared';
+import type { Outcome, RequestState, RouteStage } from '../pipeline/types.js';
 import { trafficPolicyStage } from './index.js';
 import { CONFIG, deps, EDGE, FakeLimiter, request, route } from './testing.js';
 
@@ -152,5 +156,92 @@ describe('trafficPolicyStage', () => {
     ];
     const s = stage({ inbound: exprs.map((e, i) => ({ expressions: [`!(${e})`], actions: [{ type: 'custom-response', config: { status_code: 500, body: `failed ${i}: ${e}` } }] })) });
     expect(await s.onRequest!(request({ host: 'app.example.com', headers: ['Host', 'App.example.com:8443', 'User-Agent', 'curl/8'] }))).toBeNull();
+  });
+});
+
+describe('conn.tls on a real TLS connection', () => {
+  // A server-side TLSSocket as the HTTPS listener hands it over (client certificates requested,
+  // not rejected), with a client that presents one signed by a CA.
+  let server: tls.Server;
+  let client: TLSSocket;
+  let socket: TLSSocket;
+
+  beforeAll(async () => {
+    const ca = await createCertificate({ commonName: 'unit CA', days: 1, ca: true, keyType: 'ec' });
+    const cert = await createCertificate({ commonName: 'ingress.test', days: 1, issuer: ca, keyType: 'ec', dnsNames: ['app.example.com'] });
+    const clientCert = await createCertificate({ commonName: 'allowed', days: 1, issuer: ca, keyType: 'ec', dnsNames: ['client.test'] });
+    server = tls.createServer({ cert: cert.certificatePem, key: cert.privateKeyPem, requestCert: true, rejectUnauthorized: false });
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const accepted = once(server, 'secureConnection');
+    client = tls.connect({ port: (server.address() as AddressInfo).port, host: '127.0.0.1', servername: 'app.example.com', ca: ca.certificatePem, cert: clientCert.certificatePem, key: clientCert.privateKeyPem });
+    await once(client, 'secureConnect');
+    socket = (await accepted)[0] as TLSSocket;
+  });
+  afterAll(async () => {
+    client?.destroy();
+    socket?.destroy();
+    await new Promise((r) => server?.close(r));
+  });
+
+  const MTLS_EDGE = { ...EDGE, mutualTls: { enabled: true, certificateAuthorityIds: ['ca_1'] } } as DpEdge;
+  /** A request on the TLS connection; `edge`: with mutual_tls (the certificate was verified) or without. */
+  function overTls(edge: DpEdge): RequestState {
+    const r = request();
+    (r.req as { socket: unknown }).socket = socket;
+    return { ...r, edge };
+  }
+  const overHttp = (): RequestState => {
+    const r = request();
+    (r.req as { socket: unknown }).socket = { remoteAddress: '203.0.113.7' };
+    return { ...r, scheme: 'http' };
+  };
+  const policy = {
+    inbound: [
+      { expressions: ["conn.tls.client.subject.common_name != 'allowed'"], actions: [{ type: 'deny', config: { status_code: 401 } }] },
+      {
+        actions: [
+          {
+            type: 'add-headers',
+            config: { headers: { 'X-Tls': '${conn.tls.version} ${conn.tls.sni} ${conn.tls.cipher_suite}', 'X-Client': '${conn.tls.client.subject} / ${conn.tls.client.issuer.common_name} / ${conn.tls.client.san.dns_names}', 'X-Server': '${conn.tls.server.subject.common_name}' } },
+          },
+        ],
+      },
+    ],
+  };
+
+  it('reads the connection and the client certificate on an edge whose mutual_tls verified it', async () => {
+    const r = overTls(MTLS_EDGE);
+    expect(await stage(policy).onRequest!(r)).toBeNull();
+    expect(header(r.headers, 'x-tls')).toEqual([`1.3 app.example.com ${socket.getCipher().standardName}`]);
+    expect(header(r.headers, 'x-tls')[0]).toMatch(/^1\.3 app\.example\.com TLS_(AES|CHACHA20)_\w+$/);
+    expect(header(r.headers, 'x-client')).toEqual(['CN=allowed / unit CA / client.test']);
+    expect(header(r.headers, 'x-server')).toEqual(['ingress.test']);
+  });
+
+  it('shows no client certificate without mutual_tls (it was not checked), nor over plain HTTP', async () => {
+    // Same connection, same certificate: nothing vouches for it, so the deny applies.
+    expect(await stage(policy).onRequest!(overTls(EDGE))).toMatchObject({ status: 401 });
+    expect(await stage(policy).onRequest!(overHttp())).toMatchObject({ status: 401 });
+    const plain = stage({ inbound: [{ expressions: ["conn.tls.version == '' && conn.tls.sni == '' && conn.tls.client.pem == ''"], actions: [{ type: 'deny', config: { status_code: 426 } }] }] });
+    expect(await plain.onRequest!(overHttp())).toMatchObject({ status: 426 });
+    expect(await plain.onRequest!(overTls(MTLS_EDGE))).toBeNull();
+  });
+
+  it('touches the socket only when a policy reads conn.tls', async () => {
+    const peer = vi.spyOn(socket, 'getPeerX509Certificate');
+    const protocol = vi.spyOn(socket, 'getProtocol');
+    try {
+      const s = stage({ inbound: [{ expressions: ["conn.client_ip == '198.51.100.1'", "req.path.startsWith('/x')"], actions: [{ type: 'deny' }] }] });
+      for (let i = 0; i < 3; i++) expect(await s.onRequest!(overTls(MTLS_EDGE))).toBeNull();
+      expect([peer.mock.calls.length, protocol.mock.calls.length]).toEqual([0, 0]);
+      // Several reads of the certificate in one request: fetched once.
+      const t = stage({ inbound: [{ expressions: ["conn.tls.client.subject.common_name == 'allowed'", "conn.tls.client.serial_number != ''", "conn.tls.client.validity.not_after > time.now"], actions: [{ type: 'deny', config: { status_code: 418 } }] }] });
+      expect(await t.onRequest!(overTls(MTLS_EDGE))).toMatchObject({ status: 418 });
+      expect([peer.mock.calls.length, protocol.mock.calls.length]).toEqual([1, 0]);
+    } finally {
+      peer.mockRestore();
+      protocol.mockRestore();
+    }
   });
 });

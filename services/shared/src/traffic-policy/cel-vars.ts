@@ -1,3 +1,5 @@
+import { certificatePem, checkCertificateSize, parseCertificate, type ParsedCertificate, type ParsedName, type ParsedSan } from './x509.js';
+
 /**
  * The values traffic-policy expressions read, as lazy views: each field is computed on first
  * read and cached, so a request whose policy reads only `conn.client_ip` never builds a header
@@ -127,14 +129,229 @@ export class CelRequest {
   }
 }
 
-/** `conn`. */
+/**
+ * What `conn.tls` reads off the connection; node:tls `TLSSocket` is one. Nothing is read until
+ * an expression reads a `conn.tls` field.
+ */
+export interface CelTlsSocket {
+  getProtocol(): string | null;
+  getCipher(): { name: string; standardName?: string } | null | undefined;
+  readonly servername?: string | false | null;
+  readonly alpnProtocol?: string | false | null;
+  isSessionReused(): boolean;
+  getPeerX509Certificate(): { readonly raw: Uint8Array } | undefined;
+  getX509Certificate(): { readonly raw: Uint8Array } | undefined;
+}
+
+/** Go's zero time (0001-01-01T00:00:00Z, CEL's earliest timestamp): the validity of an absent certificate. */
+const ZERO_TIME_MS = Date.parse('0001-01-01T00:00:00Z');
+
+/** `conn.tls.<client|server>.<issuer|subject>`: compares and concatenates as its RFC 2253-like string, with fields. */
+export class CelDistinguishedName {
+  constructor(private readonly n: ParsedName | null) {}
+  get common_name(): string {
+    return this.n?.commonName ?? '';
+  }
+  get country(): string[] {
+    return this.n?.country ?? [];
+  }
+  get locality(): string[] {
+    return this.n?.locality ?? [];
+  }
+  get organization(): string[] {
+    return this.n?.organization ?? [];
+  }
+  get organizational_unit(): string[] {
+    return this.n?.organizationalUnit ?? [];
+  }
+  get postal_code(): string[] {
+    return this.n?.postalCode ?? [];
+  }
+  get province(): string[] {
+    return this.n?.province ?? [];
+  }
+  get street_address(): string[] {
+    return this.n?.streetAddress ?? [];
+  }
+  toString(): string {
+    return this.n?.text ?? '';
+  }
+}
+
+/** `conn.tls.<client|server>.san`: compares as `DNS:a, IP Address:1.2.3.4, …`, with the lists as fields. */
+export class CelSubjectAltNames {
+  constructor(private readonly s: ParsedSan | null) {}
+  get dns_names(): string[] {
+    return this.s?.dnsNames ?? [];
+  }
+  get email_addresses(): string[] {
+    return this.s?.emailAddresses ?? [];
+  }
+  get ip_addresses(): string[] {
+    return this.s?.ipAddresses ?? [];
+  }
+  get uris(): string[] {
+    return this.s?.uris ?? [];
+  }
+  toString(): string {
+    return this.s?.text ?? '';
+  }
+}
+
+/** `conn.tls.<client|server>.extensions[i]`. */
+export class CelCertificateExtension {
+  constructor(
+    readonly id: string,
+    readonly critical: boolean,
+    readonly value: Uint8Array,
+  ) {}
+}
+
+/** `conn.tls.<client|server>.validity`. */
+export class CelCertificateValidity {
+  constructor(
+    readonly not_before: Date,
+    readonly not_after: Date,
+  ) {}
+}
+
+/**
+ * `conn.tls.server` (and the base of `conn.tls.client`): a certificate's fields, parsed from its
+ * DER on first read. Without a certificate every string is `""`, every list empty and both
+ * validity times Go's zero time (0001-01-01T00:00:00Z). A certificate that cannot be read (or is
+ * over `MAX_CERTIFICATE_BYTES`) makes every field read an evaluation error.
+ */
+export class CelCertificate {
+  private p?: ParsedCertificate | null;
+  private err?: Error;
+  private views?: { issuer: CelDistinguishedName; subject: CelDistinguishedName; san: CelSubjectAltNames; validity: CelCertificateValidity; extensions: CelCertificateExtension[] };
+  constructor(protected readonly der: Uint8Array | null) {}
+
+  private get parsed(): ParsedCertificate | null {
+    if (this.err) throw this.err;
+    if (this.p === undefined) {
+      try {
+        this.p = this.der ? parseCertificate(this.der) : null;
+      } catch (err) {
+        this.err = err as Error;
+        throw err;
+      }
+    }
+    return this.p;
+  }
+
+  private get v() {
+    if (this.views) return this.views;
+    const p = this.parsed;
+    return (this.views = {
+      issuer: new CelDistinguishedName(p?.issuer ?? null),
+      subject: new CelDistinguishedName(p?.subject ?? null),
+      san: new CelSubjectAltNames(p?.san ?? null),
+      validity: new CelCertificateValidity(p?.notBefore ?? new Date(ZERO_TIME_MS), p?.notAfter ?? new Date(ZERO_TIME_MS)),
+      extensions: p ? p.extensions.map((e) => new CelCertificateExtension(e.id, e.critical, e.value)) : [],
+    });
+  }
+
+  get extensions(): CelCertificateExtension[] {
+    return this.v.extensions;
+  }
+  get issuer(): CelDistinguishedName {
+    return this.v.issuer;
+  }
+  get san(): CelSubjectAltNames {
+    return this.v.san;
+  }
+  get serial_number(): string {
+    return this.parsed?.serialNumber ?? '';
+  }
+  get signature_algorithm(): string {
+    return this.parsed?.signatureAlgorithm ?? '';
+  }
+  get subject(): CelDistinguishedName {
+    return this.v.subject;
+  }
+  get validity(): CelCertificateValidity {
+    return this.v.validity;
+  }
+}
+
+/** `conn.tls.client`: the certificate fields plus `pem` (ngrok has `pem` for the client only). */
+export class CelClientCertificate extends CelCertificate {
+  private pemText?: string;
+  get pem(): string {
+    if (this.pemText !== undefined) return this.pemText;
+    if (!this.der) return (this.pemText = '');
+    checkCertificateSize(this.der);
+    return (this.pemText = certificatePem(this.der));
+  }
+}
+
+/** `TLSv1.3` → `1.3` (ngrok's form), `TLSv1` → `1.0`; `""` when unknown. */
+function tlsVersion(protocol: string | null): string {
+  if (!protocol) return '';
+  if (protocol === 'TLSv1') return '1.0';
+  return protocol.startsWith('TLSv') ? protocol.slice(4) : protocol;
+}
+
+/**
+ * `conn.tls`. Over plain HTTP every string is `""`, `session_resumed` false and both
+ * certificates absent (see `CelCertificate`), so `conn.tls.version == ''` tells plain HTTP apart.
+ * `client` is the certificate the client presented only when `verifiedClient` (the edge's
+ * `mutual_tls` checked it before the policy runs); otherwise it reads as absent even if the
+ * client sent one, since nothing vouches for it.
+ */
+export class CelTls {
+  private c?: CelClientCertificate;
+  private s?: CelCertificate;
+  constructor(
+    private readonly socket: CelTlsSocket | null,
+    private readonly verifiedClient: boolean,
+  ) {}
+  get version(): string {
+    return this.socket ? tlsVersion(this.socket.getProtocol()) : '';
+  }
+  /** The IANA name (`TLS_AES_128_GCM_SHA256`, `TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256`), as Go names them. */
+  get cipher_suite(): string {
+    const c = this.socket?.getCipher();
+    return c ? (c.standardName ?? c.name ?? '') : '';
+  }
+  get sni(): string {
+    const n = this.socket?.servername;
+    return typeof n === 'string' ? n : '';
+  }
+  get negotiated_alpn(): string {
+    const p = this.socket?.alpnProtocol;
+    return typeof p === 'string' ? p : '';
+  }
+  get session_resumed(): boolean {
+    return this.socket ? this.socket.isSessionReused() : false;
+  }
+  get client(): CelClientCertificate {
+    return (this.c ??= new CelClientCertificate(this.socket && this.verifiedClient ? (this.socket.getPeerX509Certificate()?.raw ?? null) : null));
+  }
+  get server(): CelCertificate {
+    return (this.s ??= new CelCertificate(this.socket ? (this.socket.getX509Certificate()?.raw ?? null) : null));
+  }
+}
+
+/** `conn.tls` of a plain-HTTP request. */
+export const CEL_NO_TLS = new CelTls(null, false);
+
+/** `conn`. `tls`: the connection's TLS socket (null over plain HTTP), read only if an expression reads `conn.tls`. */
 export class CelConn {
+  private t?: CelTls;
   constructor(
     readonly client_ip: string,
     private readonly port: number,
+    private readonly tlsSocket: CelTlsSocket | null = null,
+    /** The client certificate was verified (the edge's `mutual_tls`): `conn.tls.client` shows it. */
+    private readonly verifiedClientCertificate = false,
   ) {}
   get server_port(): bigint {
     return BigInt(this.port);
+  }
+  get tls(): CelTls {
+    return (this.t ??= this.tlsSocket ? new CelTls(this.tlsSocket, this.verifiedClientCertificate) : CEL_NO_TLS);
   }
 }
 

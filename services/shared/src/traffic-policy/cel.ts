@@ -8,21 +8,44 @@
  *   `req.url` (the full URL; compares and concatenates as a string) with `req.url.scheme`,
  *   `.host`, `.authority`, `.path`, `.query`, `.raw_query`, `.query_params` (map → list).
  * - `conn.client_ip`, `conn.server_port` (int).
+ * - `conn.tls.{version, cipher_suite, sni, negotiated_alpn, session_resumed}` and the client
+ *   and server certificates `conn.tls.client.*` / `conn.tls.server.*` (ngrok's names):
+ *   `issuer` / `subject` (as strings, RFC 2253-like, with `.common_name`, `.country`, …),
+ *   `san` (as a string, with `.dns_names`, `.email_addresses`, `.ip_addresses`, `.uris`),
+ *   `serial_number`, `signature_algorithm`, `validity.{not_before, not_after}`,
+ *   `extensions[i].{id, critical, value}`, and `conn.tls.client.pem`. See `CelTls`.
  * - `res.status_code` (int), `res.headers` — outbound rules only.
  * - `actions.ngrok.rate_limit.{bucket_key, limited, error.code, error.message}` and the same
  *   under `actions.service.rate_limit` — the last rate-limit action's result.
  * - `time.now` (timestamp).
  * Macros: `getReqHeader(name)`, `getResHeader(name)` (outbound) → list of values,
  * case-insensitive, `[]` when absent; `getQueryParam(name)` → list of values.
- * `s.matches(re)` / `matches(s, re)` (strings and `req.url`) run RE2, not the library's
- * backtracking JavaScript `RegExp`: see `matchesMacro`; a string over `MAX_MATCH_INPUT`
- * characters is not searched (an evaluation error).
+ * `s.matches(re)` / `matches(s, re)` (strings, and `req.url` and certificate names as their
+ * strings) run RE2, not the library's backtracking JavaScript `RegExp`: see `matchesMacro`; a
+ * string over `MAX_MATCH_INPUT` characters is not searched (an evaluation error).
  *
  * A saved policy's expressions are also costed (`cost.ts`): one whose worst case per request is
  * too slow is refused.
  */
 import { Environment, type ParseResult } from '@marcbachmann/cel-js';
-import { CelActionResults, CelActions, CelConn, CelRateLimit, CelRateLimitError, CelRequest, CelResponse, CelTime, CelUrl } from './cel-vars.js';
+import {
+  CelActionResults,
+  CelActions,
+  CelCertificate,
+  CelCertificateExtension,
+  CelCertificateValidity,
+  CelClientCertificate,
+  CelConn,
+  CelDistinguishedName,
+  CelRateLimit,
+  CelRateLimitError,
+  CelRequest,
+  CelResponse,
+  CelSubjectAltNames,
+  CelTime,
+  CelTls,
+  CelUrl,
+} from './cel-vars.js';
 import type { RegexCostInfo } from './cost.js';
 import { cachedRegex, compileRegex, MAX_MATCH_INPUT, MAX_POLICY_REGEX_PROGRAM_SIZE, RegexError, regexCostInfo, regexSearch, type DfaExploreBudget } from './regex.js';
 import type { PolicyDirection } from './types.js';
@@ -77,6 +100,18 @@ function lookupMacro(fn: string, read: (ctx: MacroCtx, key: string) => string[])
   });
 }
 
+/**
+ * Object types that stand for a string where one is expected (`==`, `+`, `string()`,
+ * `startsWith`, `endsWith`, `contains`, `size()`, `matches()`) and also have fields:
+ * `req.url`, and a certificate's `issuer` / `subject` and `san`, which ngrok types as strings
+ * with fields.
+ */
+const STRING_LIKE = ['URL', 'DistinguishedName', 'SubjectAltNames'] as const;
+
+function stringLikeText(v: unknown): string | undefined {
+  return v instanceof CelUrl || v instanceof CelDistinguishedName || v instanceof CelSubjectAltNames ? v.toString() : undefined;
+}
+
 /** The error code a refused `matches()` pattern carries (compile and evaluation time). */
 const REGEX_ERROR = 'invalid_regular_expression';
 
@@ -105,10 +140,11 @@ export function withPolicyRegexBudget<T>(fn: () => T, total = MAX_POLICY_REGEX_P
  * as a macro instead: macros are looked up while parsing by name, receiver-or-not and argument
  * count only, so `URL.matches(ast)` (a receiver type that does not overlap the built-in
  * `string.matches`) expands every `x.matches(re)` call, and `matches(ast, ast)` every global
- * one. The macro type-checks the operands itself (string or `req.url`, and a string pattern), so
- * the built-in is never reached; `assertRe2Matches` checks that at start-up. A literal pattern
- * is compiled here, once per parse (a policy); a computed one at evaluation, through a cache.
- * A string over `MAX_MATCH_INPUT` characters is not searched: an evaluation error.
+ * one. The macro type-checks the operands itself (a string or one of `STRING_LIKE`, and a
+ * string pattern), so the built-in is never reached; `assertRe2Matches` checks that at
+ * start-up. A literal pattern is compiled here, once per parse (a policy); a computed one at
+ * evaluation, through a cache. A string over `MAX_MATCH_INPUT` characters is not searched: an
+ * evaluation error.
  */
 function matchesMacro(receiverForm: boolean) {
   return ({ ast, args, receiver }: MacroCall) => {
@@ -138,7 +174,7 @@ function matchesMacro(receiverForm: boolean) {
       typeCheck(checker: MacroChecker, _macro: unknown, ctx: unknown) {
         const st = checker.check(subject, ctx);
         const pt = checker.check(pattern, ctx);
-        const subjectOk = st.kind === 'dyn' || st.name === 'string' || st.name === 'URL';
+        const subjectOk = st.kind === 'dyn' || st.name === 'string' || (STRING_LIKE as readonly string[]).includes(st.name);
         if (!subjectOk || !(pt.kind === 'dyn' || pt.name === 'string')) {
           const sig = receiverForm ? `${st.name}.matches(${pt.name})` : `matches(${st.name}, ${pt.name})`;
           throw checker.createError('no_matching_overload', `found no matching overload for '${sig}'`, ast);
@@ -148,7 +184,7 @@ function matchesMacro(receiverForm: boolean) {
       },
       evaluate(ev: MacroEvaluator, _macro: unknown, ctx: unknown): boolean {
         const s = ev.run(subject, ctx);
-        const text = typeof s === 'string' ? s : s instanceof CelUrl ? s.toString() : undefined;
+        const text = typeof s === 'string' ? s : stringLikeText(s);
         if (text === undefined) throw ev.createError('no_matching_overload', `matches() needs a string, got ${s === null ? 'null' : typeof s}`, ast);
         let re = literal;
         if (!re) {
@@ -184,6 +220,16 @@ function assertRe2Matches(env: Environment): void {
 
 function baseEnvironment(): Environment {
   const str = 'string';
+  const strList = 'list<string>';
+  const certFields = {
+    extensions: 'list<CertificateExtension>',
+    issuer: 'DistinguishedName',
+    san: 'SubjectAltNames',
+    serial_number: str,
+    signature_algorithm: str,
+    subject: 'DistinguishedName',
+    validity: 'CertificateValidity',
+  };
   const env = new Environment({ homogeneousAggregateLiterals: false, limits: { maxAstNodes: 4096 } })
     .registerType('URL', {
       ctor: CelUrl,
@@ -193,7 +239,29 @@ function baseEnvironment(): Environment {
       ctor: CelRequest,
       fields: { method: str, host: str, path: str, query: str, user_agent: str, url: 'URL', headers: 'map<string, list<string>>' },
     })
-    .registerType('Connection', { ctor: CelConn, fields: { client_ip: str, server_port: 'int' } })
+    .registerType('DistinguishedName', {
+      ctor: CelDistinguishedName,
+      fields: {
+        common_name: str,
+        country: strList,
+        locality: strList,
+        organization: strList,
+        organizational_unit: strList,
+        postal_code: strList,
+        province: strList,
+        street_address: strList,
+      },
+    })
+    .registerType('SubjectAltNames', { ctor: CelSubjectAltNames, fields: { dns_names: strList, email_addresses: strList, ip_addresses: strList, uris: strList } })
+    .registerType('CertificateExtension', { ctor: CelCertificateExtension, fields: { id: str, critical: 'bool', value: 'bytes' } })
+    .registerType('CertificateValidity', { ctor: CelCertificateValidity, fields: { not_before: 'google.protobuf.Timestamp', not_after: 'google.protobuf.Timestamp' } })
+    .registerType('Certificate', { ctor: CelCertificate, fields: certFields })
+    .registerType('ClientCertificate', { ctor: CelClientCertificate, fields: { ...certFields, pem: str } })
+    .registerType('TLS', {
+      ctor: CelTls,
+      fields: { version: str, cipher_suite: str, sni: str, negotiated_alpn: str, session_resumed: 'bool', client: 'ClientCertificate', server: 'Certificate' },
+    })
+    .registerType('Connection', { ctor: CelConn, fields: { client_ip: str, server_port: 'int', tls: 'TLS' } })
     .registerType('RateLimitError', { ctor: CelRateLimitError, fields: { code: str, message: str } })
     .registerType('RateLimitResult', { ctor: CelRateLimit, fields: { bucket_key: str, limited: 'bool', error: 'RateLimitError' } })
     .registerType('ActionResults', { ctor: CelActionResults, fields: { rate_limit: 'RateLimitResult' } })
@@ -202,16 +270,19 @@ function baseEnvironment(): Environment {
     .registerVariable('req', 'Request')
     .registerVariable('conn', 'Connection')
     .registerVariable('actions', 'Actions')
-    .registerVariable('time', 'Time')
-    // `req.url` behaves as its string where a string is expected.
-    .registerOperator('URL == string', (a: CelUrl, b: string) => a.toString() === b)
-    .registerOperator('URL + string: string', (a: CelUrl, b: string) => a.toString() + b)
-    .registerOperator('string + URL: string', (a: string, b: CelUrl) => a + b.toString())
-    .registerFunction('string(URL): string', (a: CelUrl) => a.toString())
-    .registerFunction('URL.startsWith(string): bool', (a: CelUrl, b: string) => a.toString().startsWith(b))
-    .registerFunction('URL.endsWith(string): bool', (a: CelUrl, b: string) => a.toString().endsWith(b))
-    .registerFunction('URL.contains(string): bool', (a: CelUrl, b: string) => a.toString().includes(b))
-    .registerFunction('URL.size(): int', (a: CelUrl) => BigInt(a.toString().length));
+    .registerVariable('time', 'Time');
+  // `req.url`, `…issuer`, `…subject` and `…san` behave as their string where a string is expected.
+  for (const t of STRING_LIKE) {
+    env
+      .registerOperator(`${t} == string`, (a: object, b: string) => a.toString() === b)
+      .registerOperator(`${t} + string: string`, (a: object, b: string) => a.toString() + b)
+      .registerOperator(`string + ${t}: string`, (a: string, b: object) => a + b.toString())
+      .registerFunction(`string(${t}): string`, (a: object) => a.toString())
+      .registerFunction(`${t}.startsWith(string): bool`, (a: object, b: string) => a.toString().startsWith(b))
+      .registerFunction(`${t}.endsWith(string): bool`, (a: object, b: string) => a.toString().endsWith(b))
+      .registerFunction(`${t}.contains(string): bool`, (a: object, b: string) => a.toString().includes(b))
+      .registerFunction(`${t}.size(): int`, (a: object) => BigInt(a.toString().length));
+  }
   env.registerFunction(
     'getReqHeader(ast): list<string>',
     lookupMacro('getReqHeader', (ctx, k) => (ctx.getValue('req') as CelRequest | undefined)?.header(k) ?? []),

@@ -1,10 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse } from './cel-vars.js';
+import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse, type CelTlsSocket } from './cel-vars.js';
 import { compileExpression } from './cel.js';
 import { estimateCost, formatCost, MAX_COMPREHENSION_NESTING, MAX_EXPRESSION_COST, MAX_POLICY_COST, REQUEST_LIMITS } from './cost.js';
 import { parseTrafficPolicy, TrafficPolicyError, validateTrafficPolicy } from './parse.js';
 import { compileRegex, MAX_MATCH_INPUT, regexCostInfo } from './regex.js';
 import type { PolicyDirection } from './types.js';
+import { atv, buildCertificate, derOf, extension, fakeTlsSocket, largestCertificate, LEAF_PEM, name, seq, tlv } from './testing.js';
+import { MAX_CERTIFICATE_BYTES } from './x509.js';
 
 const cost = (expr: string, direction: PolicyDirection = 'inbound') => estimateCost(compileExpression(direction, expr));
 
@@ -27,12 +29,12 @@ function refused(doc: string): TrafficPolicyError {
 }
 
 /** A request as the ingress would hand it over: `headers` raw pairs. */
-function activation(opts: { path?: string; query?: string; headers?: string[]; ip?: string; resHeaders?: string[] } = {}) {
+function activation(opts: { path?: string; query?: string; headers?: string[]; ip?: string; resHeaders?: string[]; tls?: () => CelTlsSocket } = {}) {
   const headers = opts.headers ?? [];
   const resHeaders = opts.resHeaders ?? [];
   return {
     req: new CelRequest({ method: 'GET', scheme: 'https', host: 'app.example.com', authority: 'app.example.com', path: opts.path ?? '/', rawQuery: opts.query ?? '', headers: () => headers }),
-    conn: new CelConn(opts.ip ?? '203.0.113.7', 443),
+    conn: new CelConn(opts.ip ?? '203.0.113.7', 443, opts.tls?.() ?? null, true),
     res: new CelResponse({ status: () => 200, headers: () => resHeaders }),
     actions: new CelActions(),
     time: CEL_TIME,
@@ -205,6 +207,11 @@ describe('traffic policy cost limits: common policies', () => {
       [`actions.ngrok.rate_limit.limited`],
       [`time.now.getHours() >= 22 || time.now.getHours() < 6`],
       [`res.status_code >= 500 && res.headers['content-type'].exists(v, v.startsWith('text/'))`, 'outbound'],
+      [`conn.tls.version == '1.3' && conn.tls.sni == req.host`],
+      [`conn.tls.client.subject.common_name != 'allowed'`],
+      [`conn.tls.client.subject.organizational_unit.exists(u, u == 'ops') && conn.tls.client.issuer.common_name == 'Corp CA'`],
+      [`conn.tls.client.san.dns_names.exists(d, d.endsWith('.corp.example'))`],
+      [`conn.tls.client.validity.not_after < time.now + duration('720h')`],
     ];
     for (const [expr, direction] of common) {
       const c = cost(expr, direction);
@@ -286,6 +293,22 @@ describe('traffic policy cost limits: the most expensive accepted shapes, measur
     check('query_params over 8,000 parameters', `req.url.query_params['a'].exists(v, v == 'debug')`, () => activation({ query: 'a&'.repeat(head / 2 - 10) }));
     check('header map over 2,000 headers', `req.headers.exists(k, k.startsWith('x-') && k.endsWith('-id'))`, () => activation({ headers: Array.from({ length: 2000 }, (_, i) => [`x-${i}`, 'v']).flat() }));
     check('string work on a 16 KB URL', `req.url.contains('/api') || req.path.lowerAscii().endsWith('.php') || req.path.size() > 100000`, () => activation({ path: '/' + 'A'.repeat(head - 100) }));
+  });
+
+  it(`client certificates at the size limit (${MAX_CERTIFICATE_BYTES} bytes), read on every request`, () => {
+    const socket = (der: Buffer) => () => fakeTlsSocket({ peer: der });
+    // Tiny names in the SAN: IPv6 addresses to format, or empty DNS names.
+    const ip6 = largestCertificate((p) => buildCertificate({ extensions: [extension('2.5.29.17', seq(...p))] }), tlv(0x87, Buffer.alloc(16, 0x11)));
+    check(`san.ip_addresses.exists() over ${ip6.length} bytes of IPv6 names`, `conn.tls.client.san.ip_addresses.exists(i, i.startsWith('10.'))`, () => activation({ tls: socket(ip6) }));
+    const dns = largestCertificate((p) => buildCertificate({ extensions: [extension('2.5.29.17', seq(...p))] }), tlv(0x82, Buffer.alloc(0)));
+    check(`san.contains() over ${dns.length} bytes of empty DNS names`, `conn.tls.client.san.contains('corp')`, () => activation({ tls: socket(dns) }));
+    // Attributes Go has no name for, not ASCII: written as `oid=#hex` of their UTF-8.
+    const odd = largestCertificate((p) => buildCertificate({ subject: name(p) }), atv('2.5.4.4', tlv(0x14, Buffer.from([0xe9]))));
+    check(`subject.matches() on ${odd.length} bytes of unnamed attributes`, `conn.tls.client.subject.matches('(?i)acme')`, () => activation({ tls: socket(odd) }));
+    const exts = largestCertificate((p) => buildCertificate({ extensions: p }), extension('1.2.3', Buffer.alloc(0)));
+    check(`extensions.exists() over ${exts.length} bytes of extensions`, `conn.tls.client.extensions.exists(e, e.id == '2.5.29.15' && e.critical)`, () => activation({ tls: socket(exts) }));
+    // A common certificate: a few microseconds.
+    check('a common client certificate', `conn.tls.client.subject.common_name == 'www.example.com' && conn.tls.client.san.dns_names.exists(d, d == 'example.com')`, () => activation({ tls: socket(derOf(LEAF_PEM)) }));
   });
 
   it('a whole policy at the limit, on one adversarial request', () => {

@@ -19,6 +19,7 @@
  */
 import type { CelProgram } from './cel.js';
 import { MAX_MATCH_INPUT, MAX_REGEX_PROGRAM_SIZE, type DfaExploreBudget, type RegexRunInfo } from './regex.js';
+import { MAX_CERTIFICATE_BYTES } from './x509.js';
 
 /** Largest estimated cost of one expression (or one `${…}` of a header value): about 2 ms. */
 export const MAX_EXPRESSION_COST = 2_000_000;
@@ -46,6 +47,23 @@ export const REQUEST_LIMITS = {
 export const RESPONSE_LIMITS = {
   headBytes: 16 * 1024,
   headers: 4096,
+} as const;
+
+/**
+ * Bounds of `conn.tls` values. A certificate's fields are read only from a certificate of at
+ * most `MAX_CERTIFICATE_BYTES` (a larger one is an evaluation error), so everything derived
+ * from one is bounded by a small multiple of that: see `certificateBounds`.
+ */
+export const TLS_LIMITS = {
+  certificateBytes: MAX_CERTIFICATE_BYTES,
+  /** The SNI host name: at most 255 bytes (OpenSSL refuses longer ones). */
+  serverName: 255,
+  /** An ALPN protocol id: at most 255 bytes (RFC 7301). */
+  alpn: 255,
+  /** `1.3`, `1.2`, … */
+  version: 16,
+  /** IANA cipher suite names are under 64 characters. */
+  cipherSuite: 128,
 } as const;
 
 /**
@@ -98,6 +116,16 @@ const C = {
   entry: 150,
   /** Per character of the query string parsed on first use (`URLSearchParams`). */
   parseChar: 5,
+  /**
+   * Reading a TLS certificate on first use (`conn.tls.client` / `.server`): fetching it from the
+   * TLS socket and parsing its DER. Measured: ~5–15 µs for common certificates (1–2 KB).
+   */
+  certificate: 20_000,
+  /**
+   * Per DER byte of that certificate: 10–40 ns, the most for 8 KB of tiny IPv6 names or
+   * attributes Go has no name for (`cost.test.ts`).
+   */
+  certificateByte: 40,
   /** Per `matches()` call, whatever the string (RE2 matcher set-up: ~30–130 ns). */
   regexCall: 200,
   /** Per character for a one-pass RE2 program or a plain string (measured: 25–33 ns). */
@@ -198,6 +226,37 @@ function dyn(size: number): Shape {
 const DYN_BOUND = 2 * REQUEST_LIMITS.headBytes + INGRESS_ADDED_BYTES;
 const DYN = dyn(DYN_BOUND);
 
+/**
+ * Bounds of the values read from one certificate of at most `B` DER bytes. A string attribute
+ * decodes to at most one character per byte; an attribute takes at least 9 bytes (its SEQUENCE,
+ * OID and value headers), a name in the SAN at least 2. Texts built from several parts are
+ * bounded per byte by their worst part: a name's string escapes characters and writes unnamed
+ * attributes as `oid=#hex` of their value re-encoded as UTF-8 (≤ 4 characters per byte); the SAN
+ * string writes `IP Address:` and a dotted address for 6 bytes (≤ 7 characters per byte with
+ * its separator); a dotted OID takes at most 4 characters per byte.
+ */
+function certificateBounds(B: number) {
+  const text = (perByte: number) => str(perByte * B + 64);
+  const list = (o: number, elem: Shape, w = B): Shape => ({ n: Math.ceil(B / o), w, o, elem });
+  return {
+    attribute: str(B),
+    attributes: list(9, str(B)),
+    name: text(4),
+    sanText: text(7),
+    sanNames: list(2, str(B)),
+    // `192.168.1.1` from 6 bytes, `?` + hex for an address of another length.
+    sanIps: list(2, str(2 * B + 1), 4 * B),
+    serial: text(2),
+    oid: text(4),
+    pem: text(2),
+    // An extension takes at least 7 bytes (SEQUENCE, OID, OCTET STRING headers).
+    extensions: list(7, { n: 0, w: 6 * B, obj: 'CertificateExtension' }, B),
+  };
+}
+const CERT = certificateBounds(TLS_LIMITS.certificateBytes);
+/** Fetching and parsing a certificate on first use. */
+const CERTIFICATE_ONCE = C.certificate + TLS_LIMITS.certificateBytes * C.certificateByte;
+
 /** Bounds of request and response data for one policy. */
 interface Bounds {
   /** Longest single string from the request (a header value, the URL, the path). */
@@ -259,10 +318,70 @@ function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cos
       return { shape: b.resHeaders, cost: 0, once: b.resHeaders.w * C.scanChar + b.resHeaders.n * C.entry };
     case 'Connection.client_ip':
       return s(64); // an IPv6 address with a zone
+    case 'Connection.tls':
+      return { shape: { n: 0, w: 0, obj: 'TLS' }, cost: 0 };
+    case 'TLS.version':
+      return s(TLS_LIMITS.version);
+    case 'TLS.cipher_suite':
+      return s(TLS_LIMITS.cipherSuite);
+    case 'TLS.sni':
+      return s(TLS_LIMITS.serverName);
+    case 'TLS.negotiated_alpn':
+      return s(TLS_LIMITS.alpn);
+    case 'TLS.client':
+      // Fetched and parsed on first use, then cached for the request.
+      return { shape: { n: 0, w: 0, obj: 'ClientCertificate' }, cost: 0, once: CERTIFICATE_ONCE };
+    case 'TLS.server':
+      return { shape: { n: 0, w: 0, obj: 'Certificate' }, cost: 0, once: CERTIFICATE_ONCE };
+    case 'Certificate.issuer':
+    case 'Certificate.subject':
+    case 'ClientCertificate.issuer':
+    case 'ClientCertificate.subject':
+      return { shape: { ...CERT.name, obj: 'DistinguishedName' }, cost: 0 };
+    case 'Certificate.san':
+    case 'ClientCertificate.san':
+      return { shape: { ...CERT.sanText, obj: 'SubjectAltNames' }, cost: 0 };
+    case 'Certificate.serial_number':
+    case 'ClientCertificate.serial_number':
+      return { shape: CERT.serial, cost: 0 };
+    case 'Certificate.signature_algorithm':
+    case 'ClientCertificate.signature_algorithm':
+    case 'CertificateExtension.id':
+      return { shape: CERT.oid, cost: 0 };
+    case 'ClientCertificate.pem':
+      return { shape: CERT.pem, cost: 0 };
+    case 'Certificate.extensions':
+    case 'ClientCertificate.extensions':
+      return { shape: CERT.extensions, cost: 0 };
+    case 'CertificateExtension.value':
+      return { shape: CERT.attribute, cost: 0 };
+    case 'Certificate.validity':
+    case 'ClientCertificate.validity':
+      return { shape: { n: 0, w: 0, obj: 'CertificateValidity' }, cost: 0 };
+    case 'DistinguishedName.common_name':
+      return { shape: CERT.attribute, cost: 0 };
+    case 'DistinguishedName.country':
+    case 'DistinguishedName.locality':
+    case 'DistinguishedName.organization':
+    case 'DistinguishedName.organizational_unit':
+    case 'DistinguishedName.postal_code':
+    case 'DistinguishedName.province':
+    case 'DistinguishedName.street_address':
+      return { shape: CERT.attributes, cost: 0 };
+    case 'SubjectAltNames.dns_names':
+    case 'SubjectAltNames.email_addresses':
+    case 'SubjectAltNames.uris':
+      return { shape: CERT.sanNames, cost: 0 };
+    case 'SubjectAltNames.ip_addresses':
+      return { shape: CERT.sanIps, cost: 0 };
     case 'Connection.server_port':
     case 'Response.status_code':
     case 'Time.now':
     case 'RateLimitResult.limited':
+    case 'TLS.session_resumed':
+    case 'CertificateExtension.critical':
+    case 'CertificateValidity.not_before':
+    case 'CertificateValidity.not_after':
       return { shape: SCALAR, cost: 0 };
     case 'Actions.ngrok':
     case 'Actions.service':

@@ -1,7 +1,32 @@
 export * from './types.js';
 export { parseDurationNs } from './duration.js';
 export { HEADER_ACTION_LIMITS, MAX_TRAFFIC_POLICY_BYTES, RATE_LIMIT_LIMITS, SUPPORTED_ACTION_TYPES, TrafficPolicyError, decodeTrafficPolicy, parseTrafficPolicy, validateTrafficPolicy, type ValidateOptions } from './parse.js';
-export { MAX_EXPRESSION_COST, MAX_POLICY_COST, REQUEST_LIMITS, RESPONSE_LIMITS, estimateCost } from './cost.js';
+export { MAX_EXPRESSION_COST, MAX_POLICY_COST, REQUEST_LIMITS, RESPONSE_LIMITS, TLS_LIMITS, estimateCost } from './cost.js';
 export { MAX_MATCH_INPUT } from './regex.js';
 export { CelCompileError, compileExpression, parseTemplate, type CelProgram, type TemplatePart } from './cel.js';
-export { CEL_TIME, CelActionResults, CelActions, CelConn, CelRateLimit, CelRateLimitError, CelRequest, CelResponse, CelTime, CelUrl, headerMap, headerValues, type CelRequestInit, type CelResponseInit } from './cel-vars.js';
+export {
+  CEL_NO_TLS,
+  CEL_TIME,
+  CelActionResults,
+  CelActions,
+  CelCertificate,
+  CelCertificateExtension,
+  CelCertificateValidity,
+  CelClientCertificate,
+  CelConn,
+  CelDistinguishedName,
+  CelRateLimit,
+  CelRateLimitError,
+  CelRequest,
+  CelResponse,
+  CelSubjectAltNames,
+  CelTime,
+  CelTls,
+  CelUrl,
+  headerMap,
+  headerValues,
+  type CelRequestInit,
+  type CelResponseInit,
+  type CelTlsSocket,
+} from './cel-vars.js';
+export { MAX_CERTIFICATE_BYTES } from './x509.js';
