@@ -17,6 +17,7 @@ describe('routeStageFactories', () => {
     const all = makeRoute({
       ip_restriction: { enabled: true, ip_policy_ids: [] },
       user_agent_filter: { enabled: true, allow: ['a'], deny: [] },
+      oidc: { enabled: true, issuer: 'https://id.example.test', client_id: 'c', client_secret: 's', scopes: [] },
       webhook_verification: { enabled: true, provider: 'github', secret: 's' },
       websocket_tcp_converter: { enabled: true },
       circuit_breaker: { enabled: true, tripped_duration: 1, rolling_window: 1, num_buckets: 1, volume_threshold: 1, error_threshold_percentage: 1 },

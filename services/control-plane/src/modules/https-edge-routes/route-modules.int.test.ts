@@ -202,7 +202,15 @@ describe('route module validation', () => {
       ['oidc', { ...ok, cookie_prefix: 'x y' }, 'ERR_WARREN_2104', 'oidc.cookie_prefix'],
       ['oidc', { ...ok, inactivity_timeout: 31_536_001 }, 'ERR_WARREN_2104', 'oidc.inactivity_timeout'],
       ['oidc', { ...ok, scopes: 'openid' }, 'ERR_WARREN_2102', 'oidc.scopes'],
+      ['oidc', { ...ok, issuer: 'https://id.example.com/?tenant=x' }, 'ERR_WARREN_2104', 'oidc.issuer'],
+      ['oidc', { ...ok, issuer: 'https://id.example.com/#x' }, 'ERR_WARREN_2104', 'oidc.issuer'],
+      ['oidc', { ...ok, issuer: 'https://user:pw@id.example.com/' }, 'ERR_WARREN_2104', 'oidc.issuer'],
+      ['oidc', { ...ok, scopes: ['openid email'] }, 'ERR_WARREN_2104', 'oidc.scopes[0]'],
+      ['oidc', { ...ok, scopes: ['openid', 'a"b'] }, 'ERR_WARREN_2104', 'oidc.scopes[1]'],
+      ['oidc', { ...ok, scopes: [''] }, 'ERR_WARREN_2104', 'oidc.scopes[0]'],
+      ['oidc', { ...ok, scopes: Array.from({ length: 65 }, (_, i) => `s${i}`) }, 'ERR_WARREN_5002', 'oidc.scopes'],
     ]);
+    expect(await expectOk('oidc', { ...ok, scopes: ['openid', 'groups', 'https://graph.example.com/User.Read'] })).toMatchObject({ scopes: ['openid', 'groups', 'https://graph.example.com/User.Read'] });
   });
 
   it('traffic_policy', async () => {

@@ -304,6 +304,16 @@ const issuer = z.string().superRefine((s, ctx) => {
     /* reported below */
   }
   if (!u || u.protocol !== 'https:' || !u.hostname || /\s/.test(s)) fail(ctx, 2104, 'must be an https URL');
+  // OpenID Connect Discovery 1.0 §2: an issuer has no query or fragment; credentials in it would leak into logs.
+  else if (u.search || u.hash || s.includes('#') || s.includes('?')) fail(ctx, 2104, 'must not have a query or fragment');
+  else if (u.username || u.password) fail(ctx, 2104, 'must not contain credentials');
+});
+
+/** An OAuth scope-token (RFC 6749 §3.3): printable ASCII without space, `"` or `\`. */
+const scopeToken = z.string().superRefine((s, ctx) => {
+  if (!s) return fail(ctx, 2104, 'a scope must not be empty');
+  if (bytes(s) > 256) return fail(ctx, 5003, 'must be at most 256 bytes');
+  if (!/^[\x21\x23-\x5b\x5d-\x7e]+$/.test(s)) fail(ctx, 2104, `${JSON.stringify(s.slice(0, 64))} is not a scope (printable ASCII without spaces, '"' or '\\')`);
 });
 
 export const OidcRequest = obj({
@@ -315,7 +325,7 @@ export const OidcRequest = obj({
   issuer: issuer.describe('https URL of the OpenID provider, at most 255 bytes'),
   client_id: nonEmpty('client_id'),
   client_secret: z.string().nullish().describe('required when first configured; returned as ""; omitted or "" keeps the stored secret'),
-  scopes: list(nonEmpty('a scope')),
+  scopes: list(scopeToken, MAX_OAUTH_LIST).describe('scope tokens requested from the provider, at most 64; "openid" is always added; default openid, profile and email'),
 });
 export const OidcResponse = z.object({
   enabled: z.boolean(),

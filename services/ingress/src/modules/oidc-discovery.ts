@@ -1,0 +1,102 @@
+import { createHash } from 'node:crypto';
+import * as client from 'openid-client';
+
+/**
+ * OpenID Provider discovery for the `oidc` module, cached per issuer and shared by every route
+ * and config version of the ingress process:
+ *
+ * - `issuer` + `/.well-known/openid-configuration` via openid-client's `discovery()` (which also
+ *   checks that the document's `issuer` is the configured one), with a timeout (DISCOVERY_TIMEOUT_S).
+ * - A document is used for REFRESH_MS, then re-fetched in the background on the next sign-in
+ *   while the old one keeps serving; a failed refresh keeps the old one.
+ * - Failures back off exponentially (1 s doubling to 60 s). While an issuer without a cached
+ *   document is backing off, callers get the last error at once (a 502 page), never a hang.
+ * - Per route client (issuer, client_id, secret) one `Configuration` is kept per document, so
+ *   config pushes do not rebuild them.
+ */
+
+export const DISCOVERY_TIMEOUT_S = 5;
+/** Timeout of the token and userinfo requests at sign-in. */
+export const REQUEST_TIMEOUT_S = 10;
+export const REFRESH_MS = 3600_000;
+const BACKOFF_MIN_MS = 1000;
+const BACKOFF_MAX_MS = 60_000;
+
+export type Discover = (issuer: URL, clientId: string, secret: string, timeoutS: number) => Promise<client.Configuration>;
+
+const defaultDiscover: Discover = (issuer, clientId, secret, timeout) => client.discovery(issuer, clientId, secret, client.ClientSecretBasic(secret), { timeout });
+
+interface Entry {
+  metadata: client.ServerMetadata | null;
+  fetchedAt: number;
+  failures: number;
+  retryAt: number;
+  lastError: string;
+  inflight: Promise<void> | null;
+  /** Configurations of this document, by client key. */
+  configs: Map<string, client.Configuration>;
+}
+
+export class ProviderUnavailable extends Error {}
+
+export class DiscoveryCache {
+  private readonly entries = new Map<string, Entry>();
+
+  constructor(
+    private readonly discover: Discover = defaultDiscover,
+    private readonly now: () => number = Date.now,
+    private readonly timeoutS: number = DISCOVERY_TIMEOUT_S,
+  ) {}
+
+  /** The client configuration for a route, discovering the issuer when needed. Rejects with ProviderUnavailable. */
+  async config(issuer: string, clientId: string, secret: string): Promise<client.Configuration> {
+    let e = this.entries.get(issuer);
+    if (!e) {
+      e = { metadata: null, fetchedAt: 0, failures: 0, retryAt: 0, lastError: '', inflight: null, configs: new Map() };
+      this.entries.set(issuer, e);
+    }
+    const now = this.now();
+    const stale = !e.metadata || now - e.fetchedAt >= REFRESH_MS;
+    if (stale && !e.inflight && now >= e.retryAt) e.inflight = this.fetch(e, issuer, clientId, secret);
+    if (!e.metadata) {
+      if (e.inflight) await e.inflight;
+      if (!e.metadata) throw new ProviderUnavailable(`${e.lastError} (next attempt in ${Math.max(1, Math.ceil((e.retryAt - this.now()) / 1000))} s)`);
+    }
+    const key = `${clientId}\n${createHash('sha256').update(secret).digest('base64')}`;
+    let c = e.configs.get(key);
+    if (!c) {
+      c = new client.Configuration(e.metadata, clientId, secret, client.ClientSecretBasic(secret));
+      c.timeout = REQUEST_TIMEOUT_S;
+      e.configs.set(key, c);
+    }
+    return c;
+  }
+
+  private async fetch(e: Entry, issuer: string, clientId: string, secret: string): Promise<void> {
+    try {
+      const c = await this.discover(new URL(issuer), clientId, secret, this.timeoutS);
+      const metadata = c.serverMetadata();
+      if (!metadata.authorization_endpoint || !metadata.token_endpoint) throw new Error('the discovery document names no authorization_endpoint or token_endpoint');
+      e.metadata = { ...metadata };
+      e.fetchedAt = this.now();
+      e.failures = 0;
+      e.retryAt = 0;
+      e.configs = new Map();
+    } catch (err) {
+      e.failures++;
+      e.retryAt = this.now() + Math.min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2 ** (e.failures - 1));
+      e.lastError = `discovery of ${issuer} failed: ${describeError(err)}`;
+    } finally {
+      e.inflight = null;
+    }
+  }
+}
+
+/** A short, secret-free reason for a failed request to the provider. */
+export function describeError(err: unknown): string {
+  const e = err as { name?: string; message?: string; code?: string; cause?: { code?: string; message?: string } };
+  if (e?.name === 'TimeoutError' || e?.name === 'AbortError') return 'timed out';
+  const cause = e?.cause?.code ?? e?.cause?.message;
+  const msg = (e?.message ?? String(err)).slice(0, 200);
+  return cause ? `${msg} (${cause})` : msg;
+}
