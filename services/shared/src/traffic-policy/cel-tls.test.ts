@@ -214,6 +214,27 @@ describe('conn.tls in expressions', () => {
     expect(sock.calls).toEqual({ getProtocol: 1, getPeerX509Certificate: 1 });
   });
 
+  it('fetches and parses each certificate once per TLS connection, shared by its requests', () => {
+    const sock = leafSocket();
+    const read = "conn.tls.client.subject.common_name == 'www.example.com' && conn.tls.server.signature_algorithm == 'Ed25519'";
+    const first = activation(sock);
+    expect(run(read, first)).toBe(true);
+    for (let i = 0; i < 3; i++) expect(run(read, activation(sock)), `request ${i + 2}`).toBe(true);
+    expect(sock.calls).toEqual({ getPeerX509Certificate: 1, getX509Certificate: 1 });
+    expect(activation(sock).conn.tls.client).toBe(first.conn.tls.client);
+    // Whether the client certificate shows is still decided per request (its edge's mutual_tls).
+    expect(run("conn.tls.client.subject == ''", activation(sock, false))).toBe(true);
+    // Another connection has its own.
+    const other = fakeTlsSocket({ peer: derOf(ED25519_PEM) });
+    expect(run("conn.tls.client.subject.common_name == 'a, b'", activation(other))).toBe(true);
+    expect(run(read, activation(sock))).toBe(true);
+    expect(other.calls).toEqual({ getPeerX509Certificate: 1 });
+    // A certificate that cannot be read stays an error for the connection, without reading it again.
+    const broken = fakeTlsSocket({ peer: Buffer.from([0x30, 0x03, 0x02, 0x01]) });
+    for (let i = 0; i < 2; i++) expect(() => run("conn.tls.client.serial_number == 'x'", activation(broken))).toThrow('the certificate could not be read');
+    expect(broken.calls).toEqual({ getPeerX509Certificate: 1 });
+  });
+
   it('makes a certificate that cannot be read an evaluation error (the rule is skipped)', () => {
     const broken = activation(fakeTlsSocket({ peer: Buffer.from([0x30, 0x03, 0x02, 0x01]) }));
     expect(() => run("conn.tls.client.subject.common_name == 'x'", broken)).toThrow('the certificate could not be read');

@@ -219,7 +219,9 @@ export class CelCertificateValidity {
  * `conn.tls.server` (and the base of `conn.tls.client`): a certificate's fields, parsed from its
  * DER on first read. Without a certificate every string is `""`, every list empty and both
  * validity times Go's zero time (0001-01-01T00:00:00Z). A certificate that cannot be read (or is
- * over `MAX_CERTIFICATE_BYTES`) makes every field read an evaluation error.
+ * over `MAX_CERTIFICATE_BYTES`) makes every field read an evaluation error. One instance serves
+ * every request of a TLS connection (see `connectionCertificates`), so its values are never
+ * modified.
  */
 export class CelCertificate {
   private p?: ParsedCertificate | null;
@@ -293,6 +295,29 @@ function tlsVersion(protocol: string | null): string {
   return protocol.startsWith('TLSv') ? protocol.slice(4) : protocol;
 }
 
+/** The certificates of one TLS connection, each read from the socket and parsed on first use. */
+interface ConnectionCertificates {
+  client?: CelClientCertificate;
+  server?: CelCertificate;
+}
+
+const CONNECTION_CERTIFICATES = new WeakMap<CelTlsSocket, ConnectionCertificates>();
+
+/**
+ * The certificates of `socket`'s connection, shared by all its requests: a keep-alive connection
+ * keeps its certificates, so each is fetched and parsed once per connection, by the first
+ * request that reads it (the `mutual_tls` stage likewise verifies the client's once per
+ * connection; a TLS 1.2 renegotiation is not looked for by either). Kept as long as the socket.
+ */
+function connectionCertificates(socket: CelTlsSocket): ConnectionCertificates {
+  let c = CONNECTION_CERTIFICATES.get(socket);
+  if (!c) CONNECTION_CERTIFICATES.set(socket, (c = {}));
+  return c;
+}
+
+const NO_CLIENT_CERTIFICATE = new CelClientCertificate(null);
+const NO_CERTIFICATE = new CelCertificate(null);
+
 /**
  * `conn.tls`. Over plain HTTP every string is `""`, `session_resumed` false and both
  * certificates absent (see `CelCertificate`), so `conn.tls.version == ''` tells plain HTTP apart.
@@ -327,10 +352,16 @@ export class CelTls {
     return this.socket ? this.socket.isSessionReused() : false;
   }
   get client(): CelClientCertificate {
-    return (this.c ??= new CelClientCertificate(this.socket && this.verifiedClient ? (this.socket.getPeerX509Certificate()?.raw ?? null) : null));
+    if (this.c) return this.c;
+    const socket = this.socket;
+    if (!socket || !this.verifiedClient) return (this.c = NO_CLIENT_CERTIFICATE);
+    return (this.c = connectionCertificates(socket).client ??= new CelClientCertificate(socket.getPeerX509Certificate()?.raw ?? null));
   }
   get server(): CelCertificate {
-    return (this.s ??= new CelCertificate(this.socket ? (this.socket.getX509Certificate()?.raw ?? null) : null));
+    if (this.s) return this.s;
+    const socket = this.socket;
+    if (!socket) return (this.s = NO_CERTIFICATE);
+    return (this.s = connectionCertificates(socket).server ??= new CelCertificate(socket.getX509Certificate()?.raw ?? null));
   }
 }
 

@@ -118,7 +118,10 @@ const C = {
   parseChar: 5,
   /**
    * Reading a TLS certificate on first use (`conn.tls.client` / `.server`): fetching it from the
-   * TLS socket and parsing its DER. Measured: ~5–15 µs for common certificates (1–2 KB).
+   * TLS socket and parsing its DER. It is parsed once per TLS connection (`cel-vars.ts` keeps it
+   * per socket), so later requests of a keep-alive connection cost nearly nothing; this charges
+   * every request the first request's worst case, since any request may open its connection.
+   * Measured: ~5–20 µs for common certificates (1–2 KB).
    */
   certificate: 20_000,
   /**
@@ -254,7 +257,7 @@ function certificateBounds(B: number) {
   };
 }
 const CERT = certificateBounds(TLS_LIMITS.certificateBytes);
-/** Fetching and parsing a certificate on first use. */
+/** Fetching and parsing a certificate on a connection's first request that reads it. */
 const CERTIFICATE_ONCE = C.certificate + TLS_LIMITS.certificateBytes * C.certificateByte;
 
 /** Bounds of request and response data for one policy. */
