@@ -278,7 +278,7 @@ describe('route modules on live traffic', () => {
         return x.headers['warren-error-code'] === 'ERR_WARREN_7010' ? x : null;
       });
       expect(res.status).toBe(503);
-      expect(res.json().msg).toMatch(/oauth module is not enforced/);
+      expect(res.json().msg).toMatch(/oauth: client_id and client_secret are required/); // no managed app: 503, never open
     }
   });
 });

@@ -1,7 +1,6 @@
 import https from 'node:https';
-import type net from 'node:net';
-import type { Duplex } from 'node:stream';
 import Provider from 'oidc-provider';
+import { listenLocal } from './local-https.js';
 
 /**
  * A real OpenID Provider (oidc-provider) over HTTPS in the test process, for sign-in flows:
@@ -35,12 +34,7 @@ export async function startTestIdp(o: TestIdpOptions): Promise<TestIdp> {
     requests.push(`${req.method} ${req.url}`);
     provider.callback()(req, res);
   });
-  const sockets = new Set<Duplex>();
-  server.on('connection', (s: Duplex) => {
-    sockets.add(s);
-    s.on('close', () => sockets.delete(s));
-  });
-  const port = await new Promise<number>((r) => server.listen(0, '127.0.0.1', () => r((server.address() as net.AddressInfo).port)));
+  const { port, close } = await listenLocal(server);
   const issuer = `https://${host}:${port}`;
   provider = new Provider(issuer, {
     clients: [
@@ -73,10 +67,6 @@ export async function startTestIdp(o: TestIdpOptions): Promise<TestIdp> {
     issuer,
     port,
     requests,
-    close: () =>
-      new Promise<void>((r) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => r());
-      }),
+    close,
   };
 }

@@ -17,6 +17,7 @@ describe('routeStageFactories', () => {
     const all = makeRoute({
       ip_restriction: { enabled: true, ip_policy_ids: [] },
       user_agent_filter: { enabled: true, allow: ['a'], deny: [] },
+      oauth: { enabled: true, provider: { github: { client_id: 'c', client_secret: 's' } } },
       oidc: { enabled: true, issuer: 'https://id.example.test', client_id: 'c', client_secret: 's', scopes: [] },
       webhook_verification: { enabled: true, provider: 'github', secret: 's' },
       websocket_tcp_converter: { enabled: true },

@@ -4,6 +4,7 @@ import type { StageFactory } from '../pipeline/types.js';
 import { circuitBreakerStage } from './circuit-breaker.js';
 import { compressionStage } from './compression.js';
 import { ipRestrictionStage } from './ip-restriction.js';
+import { oauthStage } from './oauth.js';
 import { oidcStage } from './oidc.js';
 import { requestHeadersStage } from './request-headers.js';
 import { responseHeadersStage } from './response-headers.js';
@@ -17,8 +18,9 @@ import { websocketTcpConverterStage } from './websocket-tcp-converter.js';
  *
  * 1. ip_restriction — cheapest refusal first, before any other work or body buffering;
  * 2. user_agent_filter — header-only refusal;
- * 3. oidc — sign-in (a cookie check on the hot path), before any body is buffered; it sets the
- *    identity headers that later stages and the traffic policy may read;
+ * 3. oauth / oidc — sign-in (a cookie check on the hot path), before any body is buffered; it sets
+ *    the identity headers that later stages and the traffic policy may read (a route has at most
+ *    one of them);
  * 4. webhook_verification — buffers and authenticates the body;
  * 5. websocket_tcp_converter — refuses non-WebSocket requests of a converter route;
  * 6. circuit_breaker — after every refusal, so that only requests that would reach the
@@ -27,13 +29,14 @@ import { websocketTcpConverterStage } from './websocket-tcp-converter.js';
  * 8. response_headers — on the response;
  * 9. compression — last on the response (transformBody sees the final head).
  *
- * oauth and saml are not enforced yet: `unenforcedAuthStage` refuses a route that enables one
- * (never served open). The traffic policy runs after the security checks, before the circuit
+ * saml is not enforced yet: `unenforcedAuthStage` refuses a route that enables it (never served
+ * open). The traffic policy runs after the security checks, before the circuit
  * breaker. backend is routing, not a stage.
  */
 export const routeStageFactories: Array<{ module: string; factory: StageFactory }> = [
   { module: 'ip_restriction', factory: ipRestrictionStage },
   { module: 'user_agent_filter', factory: userAgentFilterStage },
+  { module: 'oauth', factory: oauthStage },
   { module: 'oidc', factory: oidcStage },
   { module: 'webhook_verification', factory: webhookVerificationStage },
   { module: 'websocket_tcp_converter', factory: websocketTcpConverterStage },
@@ -59,6 +62,7 @@ export { ipRestrictionStage, ipAllowed, normalizeClientIp } from './ip-restricti
 export { userAgentFilterStage, compileUserAgentPattern } from './user-agent-filter.js';
 export { oidcStage, createOidcStage, type OidcOptions } from './oidc.js';
 export { DiscoveryCache } from './oidc-discovery.js';
+export { oauthStage, createOAuthStage, type OAuthOptions } from './oauth.js';
 export { webhookVerificationStage, createWebhookVerificationStage, SUPPORTED_WEBHOOK_PROVIDERS, TIMESTAMP_TOLERANCE_MS, type WebhookVerificationOptions } from './webhook-verification.js';
 export { SnsCertificateCache, fetchCertificate, isSnsCertificateUrl, type CertificateFetcher } from './webhook-sns.js';
 export { circuitBreakerStage, createCircuitBreakerStage, CircuitBreaker, type CircuitBreakerSettings, type CircuitState } from './circuit-breaker.js';

@@ -1,5 +1,8 @@
 import { createHash } from 'node:crypto';
 import * as client from 'openid-client';
+import { ProviderUnavailable, describeError } from './oidc-session.js';
+
+export { ProviderUnavailable, describeError };
 
 /**
  * OpenID Provider discovery for the `oidc` module, cached per issuer and shared by every route
@@ -11,8 +14,15 @@ import * as client from 'openid-client';
  *   while the old one keeps serving; a failed refresh keeps the old one.
  * - Failures back off exponentially (1 s doubling to 60 s). While an issuer without a cached
  *   document is backing off, callers get the last error at once (a 502 page), never a hang.
- * - Per route client (issuer, client_id, secret) one `Configuration` is kept per document, so
- *   config pushes do not rebuild them.
+ * - Per route client (issuer, client_id, secret, client authentication) one `Configuration` is
+ *   kept per document, so config pushes do not rebuild them.
+ * - A multi-tenant Microsoft Entra issuer (`https://login.microsoftonline.com/common/v2.0` and the
+ *   like) publishes `issuer: https://login.microsoftonline.com/{tenantid}/v2.0`; openid-client's
+ *   own `discovery()` accepts that and then expects each ID token's `iss` to be that template with
+ *   the token's `tid` (Microsoft: "validate … the issuer … with the tid claim",
+ *   https://learn.microsoft.com/entra/identity-platform/access-tokens#validate-the-issuer). That
+ *   allowance lives only in the Configuration `discovery()` returns, so for such a document every
+ *   route client gets its Configuration from its own `discovery()` call (still cached per client).
  */
 
 export const DISCOVERY_TIMEOUT_S = 5;
@@ -22,9 +32,14 @@ export const REFRESH_MS = 3600_000;
 const BACKOFF_MIN_MS = 1000;
 const BACKOFF_MAX_MS = 60_000;
 
-export type Discover = (issuer: URL, clientId: string, secret: string, timeoutS: number) => Promise<client.Configuration>;
+/** How the client authenticates at the token endpoint (RFC 6749 2.3.1: HTTP Basic, or the body). */
+export type ClientAuth = 'basic' | 'post';
 
-const defaultDiscover: Discover = (issuer, clientId, secret, timeout) => client.discovery(issuer, clientId, secret, client.ClientSecretBasic(secret), { timeout });
+export type Discover = (issuer: URL, clientId: string, secret: string, timeoutS: number, auth?: ClientAuth) => Promise<client.Configuration>;
+
+const clientAuth = (auth: ClientAuth, secret: string) => (auth === 'post' ? client.ClientSecretPost(secret) : client.ClientSecretBasic(secret));
+
+const defaultDiscover: Discover = (issuer, clientId, secret, timeout, auth = 'basic') => client.discovery(issuer, clientId, secret, clientAuth(auth, secret), { timeout });
 
 interface Entry {
   metadata: client.ServerMetadata | null;
@@ -37,8 +52,6 @@ interface Entry {
   configs: Map<string, client.Configuration>;
 }
 
-export class ProviderUnavailable extends Error {}
-
 export class DiscoveryCache {
   private readonly entries = new Map<string, Entry>();
 
@@ -49,7 +62,7 @@ export class DiscoveryCache {
   ) {}
 
   /** The client configuration for a route, discovering the issuer when needed. Rejects with ProviderUnavailable. */
-  async config(issuer: string, clientId: string, secret: string): Promise<client.Configuration> {
+  async config(issuer: string, clientId: string, secret: string, auth: ClientAuth = 'basic'): Promise<client.Configuration> {
     let e = this.entries.get(issuer);
     if (!e) {
       e = { metadata: null, fetchedAt: 0, failures: 0, retryAt: 0, lastError: '', inflight: null, configs: new Map() };
@@ -62,10 +75,18 @@ export class DiscoveryCache {
       if (e.inflight) await e.inflight;
       if (!e.metadata) throw new ProviderUnavailable(`${e.lastError} (next attempt in ${Math.max(1, Math.ceil((e.retryAt - this.now()) / 1000))} s)`);
     }
-    const key = `${clientId}\n${createHash('sha256').update(secret).digest('base64')}`;
+    const key = `${auth}\n${clientId}\n${createHash('sha256').update(secret).digest('base64')}`;
     let c = e.configs.get(key);
     if (!c) {
-      c = new client.Configuration(e.metadata, clientId, secret, client.ClientSecretBasic(secret));
+      if (e.metadata.issuer.includes('{tenantid}')) {
+        try {
+          c = await this.discover(new URL(issuer), clientId, secret, this.timeoutS, auth);
+        } catch (err) {
+          throw new ProviderUnavailable(`discovery of ${issuer} failed: ${describeError(err)}`);
+        }
+      } else {
+        c = new client.Configuration(e.metadata, clientId, secret, clientAuth(auth, secret));
+      }
       c.timeout = REQUEST_TIMEOUT_S;
       e.configs.set(key, c);
     }
@@ -90,13 +111,4 @@ export class DiscoveryCache {
       e.inflight = null;
     }
   }
-}
-
-/** A short, secret-free reason for a failed request to the provider. */
-export function describeError(err: unknown): string {
-  const e = err as { name?: string; message?: string; code?: string; cause?: { code?: string; message?: string } };
-  if (e?.name === 'TimeoutError' || e?.name === 'AbortError') return 'timed out';
-  const cause = e?.cause?.code ?? e?.cause?.message;
-  const msg = (e?.message ?? String(err)).slice(0, 200);
-  return cause ? `${msg} (${cause})` : msg;
 }

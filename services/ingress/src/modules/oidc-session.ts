@@ -1,8 +1,16 @@
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { DpRoute } from '@warren/shared';
+import type { Outcome, RequestState, RouteStage } from '../pipeline/types.js';
+import { splitMatch } from '../http/routing.js';
+import { moduleError } from './common.js';
 
 /**
- * The pure parts of the `oidc` route module (see oidc.ts): key derivation, the sealed cookies,
- * session expiry, return-to sanitizing and the identity headers. No network, no clock of its own.
+ * The sign-in machinery shared by the `oidc` (oidc.ts) and `oauth` (oauth.ts) route modules: key
+ * derivation, the sealed cookies, session expiry, return-to sanitizing, the identity headers (all
+ * pure: no network, no clock of its own), and the sign-in gate (`signInGate`, at the end), which
+ * answers the reserved paths and decides 302/401/forward; the module supplies only how to reach
+ * its provider.
  */
 
 /** A cookie value: `v1.` + base64url(12-byte IV ‖ AES-256-GCM ciphertext ‖ 16-byte tag). */
@@ -26,7 +34,15 @@ export interface OidcKeys {
  * issuer or the client id (or recreating the route) therefore ends every session of the route.
  */
 export function deriveOidcKeys(clientSecret: string, routeId: string, issuer: string, clientId: string): OidcKeys {
-  const derive = (purpose: string) => Buffer.from(hkdfSync('sha256', Buffer.from(clientSecret, 'utf8'), Buffer.from(routeId, 'utf8'), Buffer.from(`warren/oidc/${purpose}/v1\0${issuer}\0${clientId}`, 'utf8'), 32));
+  return deriveSessionKeys('oidc', clientSecret, routeId, issuer, clientId);
+}
+
+/**
+ * The same derivation for any sign-in module: `module` (`oidc`, `oauth`) is part of the info, so
+ * two modules never share keys; `provider` is the issuer (oidc) or the provider kind (oauth).
+ */
+export function deriveSessionKeys(module: string, clientSecret: string, routeId: string, provider: string, clientId: string): OidcKeys {
+  const derive = (purpose: string) => Buffer.from(hkdfSync('sha256', Buffer.from(clientSecret, 'utf8'), Buffer.from(routeId, 'utf8'), Buffer.from(`warren/${module}/${purpose}/v1\0${provider}\0${clientId}`, 'utf8'), 32));
   return { session: derive('session'), login: derive('login') };
 }
 
@@ -228,4 +244,261 @@ export function headerValue(v: string): string {
   // eslint-disable-next-line no-control-regex
   const clean = v.replace(/[\u0000-\u001f\u007f]/g, '').slice(0, 1024);
   return /^[\x20-\x7e]*$/.test(clean) ? clean : Buffer.from(clean, 'utf8').toString('latin1');
+}
+
+// ---------------------------------------------------------------- the sign-in gate
+
+/** The session fields every sign-in module (oidc, oauth, saml) has in the API. */
+export interface SignInModuleFields {
+  options_passthrough?: boolean;
+  cookie_prefix?: string;
+  inactivity_timeout?: number;
+  maximum_duration?: number;
+}
+
+/** Who signed in, as the session keeps it and the identity headers carry it. */
+export interface Identity {
+  sub: string;
+  email: string;
+  name: string;
+}
+
+/** A provider's refusal of a signed-in user (the oauth module's allow lists): 403. */
+export interface Refusal {
+  refused: string;
+}
+
+/** The provider is (or was found) unreachable: 502 at once, with this secret-free reason. */
+export class ProviderUnavailable extends Error {}
+
+/** What a sign-in module supplies to the gate: how to reach its provider. */
+export interface SignInProvider {
+  /** Where to send the browser; may reject (e.g. ProviderUnavailable while discovery backs off → 502). */
+  authorizationUrl(login: LoginState, redirectUri: string): Promise<URL>;
+  /**
+   * Exchanges the callback (`callbackUrl` carries `code` and `state`) for the user. Rejections:
+   * ProviderUnavailable, timeouts and network errors → 502; anything else (a refused code, a bad
+   * ID token) → 400 with a way to sign in again.
+   */
+  exchange(callbackUrl: URL, login: LoginState, redirectUri: string): Promise<Identity | Refusal>;
+}
+
+export interface SignInGateOptions {
+  /** `oidc` or `oauth`: the reserved paths `<base>/.warren/<module>/…`, the cookie `<prefix><module>`, log fields. */
+  module: string;
+  route: DpRoute;
+  keys: OidcKeys;
+  policy: SessionPolicy;
+  cookiePrefix: string;
+  optionsPassthrough: boolean;
+  /** `WWW-Authenticate` scheme of the 401 (`OIDC`, `OAuth`). */
+  challenge: string;
+  /** The provider in messages: `the OpenID provider`, `the GitHub OAuth provider`. */
+  providerName: string;
+  /** Named in a 502's detail for an unclassified network error (the issuer, the provider kind). */
+  providerLabel: string;
+  provider: SignInProvider;
+  nowMs: () => number;
+  log: Logger;
+}
+
+/** The route's path prefix without a trailing slash (`""` for `/`). */
+export function routeBase(route: DpRoute): string {
+  const { path } = splitMatch(route.match);
+  return path.endsWith('/') ? path.slice(0, -1) : path;
+}
+
+/** Browser navigations are sent to the provider; everything else gets 401. */
+export function isBrowserNavigation(s: RequestState): boolean {
+  const m = s.req.method;
+  return (m === 'GET' || m === 'HEAD') && (s.req.headers.accept ?? '').includes('text/html');
+}
+
+export const htmlEscape = (v: string) => v.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+
+/** A short, secret-free reason for a failed request to the provider. */
+export function describeError(err: unknown): string {
+  const e = err as { name?: string; message?: string; code?: string; cause?: { code?: string; message?: string } };
+  if (e?.name === 'TimeoutError' || e?.name === 'AbortError') return 'timed out';
+  const cause = e?.cause?.code ?? e?.cause?.message;
+  const msg = (e?.message ?? String(err)).slice(0, 200);
+  return cause ? `${msg} (${cause})` : msg;
+}
+
+/** True for errors that mean the provider was not reached (502), not that it said no (400). */
+function isTransportError(err: unknown): boolean {
+  const e = err as { name?: string; cause?: unknown };
+  return err instanceof ProviderUnavailable || e?.name === 'TimeoutError' || e?.name === 'AbortError' || (e?.name === 'TypeError' && !!e.cause);
+}
+
+/**
+ * The request side of a sign-in module (see oidc.ts for the behaviour, which oauth shares):
+ * the reserved paths `<base>/.warren/<module>/{callback,login,logout}`, the sealed pre-login and
+ * session cookies, 302 for browser navigations and 401 otherwise, OPTIONS passthrough, the sliding
+ * session refresh, and the identity headers on what goes upstream.
+ */
+export function signInGate(o: SignInGateOptions): RouteStage {
+  const { module, keys, policy, provider, log } = o;
+  const reserved = `/.warren/${module}/`;
+  const sessionCookie = `${o.cookiePrefix}${module}`;
+  const loginCookiePrefix = `${o.cookiePrefix}${module}.login.`;
+  const base = routeBase(o.route);
+  const reservedPrefix = `${base}${reserved}`;
+  const callbackPath = `${reservedPrefix}callback`;
+  const loginPath = `${reservedPrefix}login`;
+  const logoutPath = `${reservedPrefix}logout`;
+  const isReserved = (p: string) => p.startsWith(reservedPrefix);
+  /** Set-Cookie to add to the upstream's response (a sliding session's refresh). */
+  const refreshes = new WeakMap<RequestState, string>();
+
+  const nowS = () => Math.floor(o.nowMs() / 1000);
+  const origin = (s: RequestState) => `${s.scheme}://${(s.req.headers.host ?? s.host).toLowerCase()}`;
+  const cookieAttrs = (s: RequestState, maxAge: number, path = '/') => ({ path, maxAge, secure: s.scheme === 'https' });
+  const dropOurCookies = (name: string) => name === sessionCookie || name.startsWith(loginCookiePrefix);
+  /** The request's own path and query, as the place to return to after sign-in. */
+  const ownTarget = (s: RequestState) => {
+    const url = s.req.url ?? '/';
+    return url.startsWith('/') ? url : '/';
+  };
+
+  const forward = (s: RequestState, session: Session | null): null => {
+    stripIdentityHeaders(s.headers);
+    const cookieIdx = [] as number[];
+    for (let i = 0; i + 1 < s.headers.length; i += 2) if (s.headers[i]!.toLowerCase() === 'cookie') cookieIdx.push(i);
+    for (let j = cookieIdx.length - 1; j >= 0; j--) {
+      const i = cookieIdx[j]!;
+      const rest = withoutCookies(s.headers[i + 1]!, dropOurCookies);
+      if (rest === null) s.headers.splice(i, 2);
+      else s.headers[i + 1] = rest;
+    }
+    if (session) {
+      if (session.email) s.headers.push(IDENTITY_HEADERS.email, headerValue(session.email));
+      s.headers.push(IDENTITY_HEADERS.id, headerValue(session.sub));
+      if (session.name) s.headers.push(IDENTITY_HEADERS.name, headerValue(session.name));
+    }
+    return null;
+  };
+
+  const unavailable = (s: RequestState, err: unknown): NonNullable<Outcome> => {
+    const detail = `${o.providerName} of this route could not be reached: ${err instanceof ProviderUnavailable ? err.message : `${o.providerLabel}: ${describeError(err)}`}`;
+    log.warn({ provider: o.providerLabel, reason: detail }, `${module}: provider unavailable`);
+    return moduleError(s, 7107, detail, { 'retry-after': '5' });
+  };
+
+  const loginAgain = (s: RequestState, returnTo: string) => `${origin(s)}${loginPath}?return_to=${encodeURIComponent(returnTo)}`;
+
+  /** A page (HTML for browsers, else the JSON error) with a link to sign in again. */
+  const page = (s: RequestState, code: 7108 | 7109, title: string, reason: string, returnTo: string): NonNullable<Outcome> => {
+    const again = loginAgain(s, returnTo);
+    const html = (s.req.headers.accept ?? '').includes('text/html');
+    if (!html) return moduleError(s, code, `${title}: ${reason}; sign in again at ${again}`);
+    const status = code === 7108 ? 400 : 403;
+    const logoutHint = code === 7109 ? ` (signed in as another account at the provider? sign out there first)` : '';
+    const body = `<!doctype html><html><head><meta charset="utf-8"><title>${status} ${htmlEscape(title)}</title></head><body><h1>${htmlEscape(title[0]!.toUpperCase() + title.slice(1))}</h1><p>${htmlEscape(reason)}</p><p><a href="${htmlEscape(again)}">Sign in again</a>${htmlEscape(logoutHint)}</p><p><code>ERR_WARREN_${code}</code></p></body></html>\n`;
+    return { status, headers: { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'warren-error-code': `ERR_WARREN_${code}` }, body };
+  };
+
+  const callbackFailed = (s: RequestState, reason: string, returnTo = base || '/'): NonNullable<Outcome> => {
+    log.info({ reason }, `${module}: sign-in failed`);
+    return page(s, 7108, 'sign-in failed', reason, returnTo);
+  };
+
+  /** 302 to the provider, with the pre-login state in its own cookie. */
+  const startLogin = async (s: RequestState, returnTo: string): Promise<Outcome> => {
+    const login: LoginState = {
+      state: randomBytes(32).toString('base64url'),
+      nonce: randomBytes(32).toString('base64url'),
+      verifier: randomBytes(32).toString('base64url'),
+      returnTo,
+      exp: nowS() + LOGIN_STATE_SECONDS,
+    };
+    let url: URL;
+    try {
+      url = await provider.authorizationUrl(login, origin(s) + callbackPath);
+    } catch (err) {
+      return unavailable(s, err);
+    }
+    return {
+      status: 302,
+      headers: {
+        location: url.href,
+        'cache-control': 'no-store',
+        'set-cookie': setCookie(loginCookiePrefix + login.state.slice(0, 16), seal(keys.login, 'login', login), cookieAttrs(s, LOGIN_STATE_SECONDS, callbackPath)),
+        'content-type': 'text/plain; charset=utf-8',
+      },
+      body: `Sign-in required: ${url.href}\n`,
+    };
+  };
+
+  const callback = async (s: RequestState): Promise<Outcome> => {
+    const url = new URL(origin(s) + ownTarget(s));
+    const params = url.searchParams;
+    const state = params.get('state') ?? '';
+    const login = state ? readLoginState(keys.login, getCookie(s.req.headers.cookie, loginCookiePrefix + state.slice(0, 16)), nowS()) : null;
+    if (!login || login.state !== state) return callbackFailed(s, 'the sign-in expired, or was started in another browser');
+    const idpError = params.get('error');
+    if (idpError) return callbackFailed(s, `the provider answered ${idpError}${params.get('error_description') ? `: ${params.get('error_description')}` : ''}`.slice(0, 300), login.returnTo);
+    let result: Identity | Refusal;
+    try {
+      result = await provider.exchange(url, login, origin(s) + callbackPath);
+    } catch (err) {
+      if (isTransportError(err)) return unavailable(s, err);
+      return callbackFailed(s, `the provider's answer was not accepted: ${describeError(err)}`, login.returnTo);
+    }
+    if ('refused' in result) {
+      log.info({ reason: result.refused }, `${module}: user not allowed`);
+      return page(s, 7109, 'access denied', result.refused, login.returnTo);
+    }
+    const session = newSession(result, nowS(), policy);
+    return {
+      status: 302,
+      headers: {
+        location: login.returnTo,
+        'cache-control': 'no-store',
+        'set-cookie': setCookie(sessionCookie, seal(keys.session, 'session', session), cookieAttrs(s, session.exp - nowS())),
+      },
+      body: '',
+    };
+  };
+
+  const logout = (s: RequestState): NonNullable<Outcome> => ({
+    status: 200,
+    headers: { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'set-cookie': setCookie(sessionCookie, '', cookieAttrs(s, 0)) },
+    body: `<!doctype html><html><head><meta charset="utf-8"><title>Signed out</title></head><body><h1>Signed out</h1><p><a href="${htmlEscape(base || '/')}">Sign in again</a></p></body></html>\n`,
+  });
+
+  return {
+    name: module,
+    onRequest(s) {
+      if (s.path.startsWith(reservedPrefix)) {
+        if (s.path === callbackPath) return callback(s);
+        if (s.path === logoutPath) return logout(s);
+        if (s.path === loginPath) {
+          const q = ownTarget(s).indexOf('?');
+          const rt = q < 0 ? null : new URLSearchParams(ownTarget(s).slice(q + 1)).get('return_to');
+          return startLogin(s, sanitizeReturnTo(rt, base || '/', isReserved));
+        }
+        return moduleError(s, 7108, 'no such sign-in path');
+      }
+      const now = nowS();
+      const session = readSession(keys.session, getCookie(s.req.headers.cookie, sessionCookie), now, policy);
+      if (session) {
+        if (needsRefresh(session, now, policy)) {
+          refreshes.set(s, setCookie(sessionCookie, seal(keys.session, 'session', { ...session, seen: now }), cookieAttrs(s, session.exp - now)));
+        }
+        return forward(s, session);
+      }
+      if (o.optionsPassthrough && s.req.method === 'OPTIONS') return forward(s, null);
+      const returnTo = sanitizeReturnTo(ownTarget(s), base || '/', isReserved);
+      if (isBrowserNavigation(s)) return startLogin(s, returnTo);
+      const login = loginAgain(s, returnTo);
+      return moduleError(s, 7106, `sign-in through ${o.providerName} of this route is required: open ${login} in a browser`, {
+        'www-authenticate': `${o.challenge} realm="${s.host}", login="${login}"`,
+      });
+    },
+    onResponse(s, r) {
+      const c = refreshes.get(s);
+      if (c) r.headers.push('set-cookie', c);
+    },
+  };
 }

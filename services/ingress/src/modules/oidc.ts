@@ -1,29 +1,10 @@
 import * as client from 'openid-client';
-import type { DpRoute } from '@warren/shared';
-import type { Outcome, RequestState, RouteStage, StageFactory } from '../pipeline/types.js';
-import { enabledModule, moduleError } from './common.js';
-import { splitMatch } from '../http/routing.js';
-import { DiscoveryCache, ProviderUnavailable, describeError } from './oidc-discovery.js';
-import {
-  IDENTITY_HEADERS,
-  LOGIN_STATE_SECONDS,
-  deriveOidcKeys,
-  getCookie,
-  headerValue,
-  needsRefresh,
-  newSession,
-  readLoginState,
-  readSession,
-  sanitizeReturnTo,
-  seal,
-  setCookie,
-  stripIdentityHeaders,
-  withoutCookies,
-  type LoginState,
-  type OidcKeys,
-  type Session,
-  type SessionPolicy,
-} from './oidc-session.js';
+import type { RouteStage, StageFactory } from '../pipeline/types.js';
+import { enabledModule } from './common.js';
+import { DiscoveryCache } from './oidc-discovery.js';
+import { deriveOidcKeys, signInGate, type Identity, type SessionPolicy, type SignInModuleFields } from './oidc-session.js';
+
+export { routeBase, isBrowserNavigation } from './oidc-session.js';
 
 /**
  * `oidc`: OpenID Connect sign-in in front of a route (authorization-code flow with PKCE, state and
@@ -89,14 +70,9 @@ import {
  * through NODE_EXTRA_CA_CERTS.
  */
 
-const RESERVED = '/.warren/oidc/';
 const DEFAULT_SCOPES = ['openid', 'profile', 'email'];
 
-interface OidcModule {
-  options_passthrough?: boolean;
-  cookie_prefix?: string;
-  inactivity_timeout?: number;
-  maximum_duration?: number;
+interface OidcModule extends SignInModuleFields {
   issuer?: string;
   client_id?: string;
   client_secret?: string;
@@ -109,25 +85,58 @@ export interface OidcOptions {
   discovery?: DiscoveryCache;
 }
 
-/** The route's path prefix without a trailing slash (`""` for `/`). */
-export function routeBase(route: DpRoute): string {
-  const { path } = splitMatch(route.match);
-  return path.endsWith('/') ? path.slice(0, -1) : path;
-}
-
 /** The scopes requested: the configured ones (or the defaults), with `openid` first and no repeats. */
 export function requestedScopes(configured: readonly string[] | undefined): string {
   const list = configured && configured.length > 0 ? configured : DEFAULT_SCOPES;
   return [...new Set(['openid', ...list])].join(' ');
 }
 
-/** Browser navigations are sent to the provider; everything else gets 401. */
-export function isBrowserNavigation(s: RequestState): boolean {
-  const m = s.req.method;
-  return (m === 'GET' || m === 'HEAD') && (s.req.headers.accept ?? '').includes('text/html');
+/**
+ * An OpenID provider's sign-in through openid-client (authorization code with PKCE, state and
+ * nonce; the ID token's iss, aud, exp and nonce checked by openid-client; userinfo asked when the
+ * ID token lacks email or name). Shared with the oauth module's OpenID providers (oauth.ts), which
+ * pass extra authorization parameters and read more claims.
+ */
+export async function oidcAuthorizationUrl(config: client.Configuration, login: { state: string; nonce: string; verifier: string }, redirectUri: string, scope: string, extra: Record<string, string> = {}, opts: { pkce?: boolean; nonce?: boolean } = {}): Promise<URL> {
+  const params: Record<string, string> = { redirect_uri: redirectUri, scope, state: login.state, ...extra };
+  if (opts.nonce !== false) params.nonce = login.nonce;
+  if (opts.pkce !== false) {
+    params.code_challenge = await client.calculatePKCECodeChallenge(login.verifier);
+    params.code_challenge_method = 'S256';
+  }
+  return client.buildAuthorizationUrl(config, params);
 }
 
-const htmlEscape = (v: string) => v.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+/** The ID token's claims merged with userinfo's (asked when `wantUserinfo` says so), and the access token. */
+export async function oidcExchange(
+  config: client.Configuration,
+  callbackUrl: URL,
+  login: { state: string; nonce: string; verifier: string },
+  wantUserinfo: (claims: client.IDToken) => boolean,
+  log: { info(o: object, msg: string): void },
+  opts: { pkce?: boolean; nonce?: boolean } = {},
+): Promise<Record<string, unknown> & { sub: string }> {
+  const tokens = await client.authorizationCodeGrant(config, callbackUrl, {
+    pkceCodeVerifier: opts.pkce === false ? undefined : login.verifier,
+    expectedState: login.state,
+    expectedNonce: opts.nonce === false ? undefined : login.nonce,
+    idTokenExpected: true,
+  });
+  const claims = tokens.claims();
+  if (!claims) throw new Error('the provider sent no ID token');
+  const merged: Record<string, unknown> & { sub: string } = { ...claims };
+  if (wantUserinfo(claims) && config.serverMetadata().userinfo_endpoint && tokens.access_token) {
+    try {
+      const info = await client.fetchUserInfo(config, tokens.access_token, claims.sub);
+      for (const [k, v] of Object.entries(info)) if (merged[k] === undefined || merged[k] === '') merged[k] = v;
+    } catch (err) {
+      log.info({ reason: (err as Error)?.message }, 'userinfo failed; continuing with the ID token claims');
+    }
+  }
+  return merged;
+}
+
+const str = (v: unknown) => (typeof v === 'string' ? v : '');
 
 export function createOidcStage(opts: OidcOptions = {}): StageFactory {
   const nowMs = opts.now ?? Date.now;
@@ -147,193 +156,29 @@ export function createOidcStage(opts: OidcOptions = {}): StageFactory {
       throw new Error('oidc: the issuer is not a URL');
     }
     if (issuerUrl.protocol !== 'https:') throw new Error('oidc: the issuer must be an https URL');
-
-    const keys: OidcKeys = deriveOidcKeys(secret, route.id, issuer, clientId);
     const policy: SessionPolicy = { maximumDuration: m.maximum_duration ?? 0, inactivityTimeout: m.inactivity_timeout ?? 0 };
-    const prefix = m.cookie_prefix || 'warren.';
-    const sessionCookie = `${prefix}oidc`;
-    const loginCookiePrefix = `${prefix}oidc.login.`;
-    const base = routeBase(route);
-    const callbackPath = `${base}${RESERVED}callback`;
-    const loginPath = `${base}${RESERVED}login`;
-    const logoutPath = `${base}${RESERVED}logout`;
-    const reservedPrefix = `${base}${RESERVED}`;
-    const isReserved = (p: string) => p.startsWith(reservedPrefix);
     const scope = requestedScopes(m.scopes);
-    const passOptions = m.options_passthrough === true;
-    /** Set-Cookie to add to the upstream's response (a sliding session's refresh). */
-    const refreshes = new WeakMap<RequestState, string>();
-
-    const nowS = () => Math.floor(nowMs() / 1000);
-    const origin = (s: RequestState) => `${s.scheme}://${(s.req.headers.host ?? s.host).toLowerCase()}`;
-    const cookieAttrs = (s: RequestState, maxAge: number, path = '/') => ({ path, maxAge, secure: s.scheme === 'https' });
-    const dropOurCookies = (name: string) => name === sessionCookie || name.startsWith(loginCookiePrefix);
     const log = deps.log.child({ module: 'oidc', routeId: route.id });
-
-    /** The request's own path and query, as the place to return to after sign-in. */
-    const ownTarget = (s: RequestState) => {
-      const url = s.req.url ?? '/';
-      return url.startsWith('/') ? url : '/';
-    };
-
-    const forward = (s: RequestState, session: Session | null): null => {
-      stripIdentityHeaders(s.headers);
-      const cookieIdx = [] as number[];
-      for (let i = 0; i + 1 < s.headers.length; i += 2) if (s.headers[i]!.toLowerCase() === 'cookie') cookieIdx.push(i);
-      for (let j = cookieIdx.length - 1; j >= 0; j--) {
-        const i = cookieIdx[j]!;
-        const rest = withoutCookies(s.headers[i + 1]!, dropOurCookies);
-        if (rest === null) s.headers.splice(i, 2);
-        else s.headers[i + 1] = rest;
-      }
-      if (session) {
-        if (session.email) s.headers.push(IDENTITY_HEADERS.email, headerValue(session.email));
-        s.headers.push(IDENTITY_HEADERS.id, headerValue(session.sub));
-        if (session.name) s.headers.push(IDENTITY_HEADERS.name, headerValue(session.name));
-      }
-      return null;
-    };
-
-    const unavailable = (s: RequestState, err: unknown): NonNullable<Outcome> => {
-      const detail = `the OpenID provider of this route could not be reached: ${err instanceof ProviderUnavailable ? err.message : `${issuer}: ${describeError(err)}`}`;
-      log.warn({ issuer, reason: detail }, 'oidc: provider unavailable');
-      return moduleError(s, 7107, detail, { 'retry-after': '5' });
-    };
-
-    /** 302 to the provider, with the pre-login state in its own cookie. */
-    const startLogin = async (s: RequestState, returnTo: string): Promise<Outcome> => {
-      let config: client.Configuration;
-      try {
-        config = await discovery.config(issuer, clientId, secret);
-      } catch (err) {
-        return unavailable(s, err);
-      }
-      const login: LoginState = {
-        state: client.randomState(),
-        nonce: client.randomNonce(),
-        verifier: client.randomPKCECodeVerifier(),
-        returnTo,
-        exp: nowS() + LOGIN_STATE_SECONDS,
-      };
-      const url = client.buildAuthorizationUrl(config, {
-        redirect_uri: origin(s) + callbackPath,
-        scope,
-        state: login.state,
-        nonce: login.nonce,
-        code_challenge: await client.calculatePKCECodeChallenge(login.verifier),
-        code_challenge_method: 'S256',
-      });
-      return {
-        status: 302,
-        headers: {
-          location: url.href,
-          'cache-control': 'no-store',
-          'set-cookie': setCookie(loginCookiePrefix + login.state.slice(0, 16), seal(keys.login, 'login', login), cookieAttrs(s, LOGIN_STATE_SECONDS, callbackPath)),
-          'content-type': 'text/plain; charset=utf-8',
+    return signInGate({
+      module: 'oidc',
+      route,
+      keys: deriveOidcKeys(secret, route.id, issuer, clientId),
+      policy,
+      cookiePrefix: m.cookie_prefix || 'warren.',
+      optionsPassthrough: m.options_passthrough === true,
+      challenge: 'OIDC',
+      providerName: 'the OpenID provider',
+      providerLabel: issuer,
+      nowMs,
+      log,
+      provider: {
+        authorizationUrl: async (login, redirectUri) => oidcAuthorizationUrl(await discovery.config(issuer, clientId, secret), login, redirectUri, scope),
+        exchange: async (url, login): Promise<Identity> => {
+          const claims = await oidcExchange(await discovery.config(issuer, clientId, secret), url, login, (c) => typeof c.email !== 'string' || typeof c.name !== 'string', log);
+          return { sub: claims.sub, email: str(claims.email), name: str(claims.name) };
         },
-        body: `Sign-in required: ${url.href}\n`,
-      };
-    };
-
-    const loginAgain = (s: RequestState, returnTo: string) => `${origin(s)}${loginPath}?return_to=${encodeURIComponent(returnTo)}`;
-
-    const callbackFailed = (s: RequestState, reason: string, returnTo = base || '/'): NonNullable<Outcome> => {
-      log.info({ reason }, 'oidc: sign-in failed');
-      const again = loginAgain(s, returnTo);
-      const html = (s.req.headers.accept ?? '').includes('text/html');
-      if (!html) return moduleError(s, 7108, `sign-in failed: ${reason}; sign in again at ${again}`);
-      const body = `<!doctype html><html><head><meta charset="utf-8"><title>400 sign-in failed</title></head><body><h1>Sign-in failed</h1><p>${htmlEscape(reason)}</p><p><a href="${htmlEscape(again)}">Sign in again</a></p><p><code>ERR_WARREN_7108</code></p></body></html>\n`;
-      return { status: 400, headers: { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'warren-error-code': 'ERR_WARREN_7108' }, body };
-    };
-
-    const callback = async (s: RequestState): Promise<Outcome> => {
-      const url = new URL(origin(s) + ownTarget(s));
-      const params = url.searchParams;
-      const state = params.get('state') ?? '';
-      const login = state ? readLoginState(keys.login, getCookie(s.req.headers.cookie, loginCookiePrefix + state.slice(0, 16)), nowS()) : null;
-      if (!login || login.state !== state) return callbackFailed(s, 'the sign-in expired, or was started in another browser');
-      const idpError = params.get('error');
-      if (idpError) return callbackFailed(s, `the provider answered ${idpError}${params.get('error_description') ? `: ${params.get('error_description')}` : ''}`.slice(0, 300), login.returnTo);
-      let config: client.Configuration;
-      try {
-        config = await discovery.config(issuer, clientId, secret);
-      } catch (err) {
-        return unavailable(s, err);
-      }
-      let identity: { sub: string; email: string; name: string };
-      try {
-        const tokens = await client.authorizationCodeGrant(config, url, { pkceCodeVerifier: login.verifier, expectedState: login.state, expectedNonce: login.nonce, idTokenExpected: true });
-        const claims = tokens.claims();
-        if (!claims) return callbackFailed(s, 'the provider sent no ID token', login.returnTo);
-        let email = typeof claims.email === 'string' ? claims.email : '';
-        let name = typeof claims.name === 'string' ? claims.name : '';
-        if ((!email || !name) && config.serverMetadata().userinfo_endpoint && tokens.access_token) {
-          try {
-            const info = await client.fetchUserInfo(config, tokens.access_token, claims.sub);
-            email ||= typeof info.email === 'string' ? info.email : '';
-            name ||= typeof info.name === 'string' ? info.name : '';
-          } catch (err) {
-            log.info({ reason: describeError(err) }, 'oidc: userinfo failed; continuing with the ID token claims');
-          }
-        }
-        identity = { sub: claims.sub, email, name };
-      } catch (err) {
-        const e = err as { name?: string; cause?: unknown };
-        if (e?.name === 'TimeoutError' || e?.name === 'AbortError' || (e?.name === 'TypeError' && e.cause)) return unavailable(s, err);
-        return callbackFailed(s, `the provider's answer was not accepted: ${describeError(err)}`, login.returnTo);
-      }
-      const session = newSession(identity, nowS(), policy);
-      return {
-        status: 302,
-        headers: {
-          location: login.returnTo,
-          'cache-control': 'no-store',
-          'set-cookie': setCookie(sessionCookie, seal(keys.session, 'session', session), cookieAttrs(s, session.exp - nowS())),
-        },
-        body: '',
-      };
-    };
-
-    const logout = (s: RequestState): NonNullable<Outcome> => ({
-      status: 200,
-      headers: { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'set-cookie': setCookie(sessionCookie, '', cookieAttrs(s, 0)) },
-      body: `<!doctype html><html><head><meta charset="utf-8"><title>Signed out</title></head><body><h1>Signed out</h1><p><a href="${htmlEscape(base || '/')}">Sign in again</a></p></body></html>\n`,
+      },
     });
-
-    return {
-      name: 'oidc',
-      onRequest(s) {
-        if (s.path.startsWith(reservedPrefix)) {
-          if (s.path === callbackPath) return callback(s);
-          if (s.path === logoutPath) return logout(s);
-          if (s.path === loginPath) {
-            const q = ownTarget(s).indexOf('?');
-            const rt = q < 0 ? null : new URLSearchParams(ownTarget(s).slice(q + 1)).get('return_to');
-            return startLogin(s, sanitizeReturnTo(rt, base || '/', isReserved));
-          }
-          return moduleError(s, 7108, 'no such sign-in path');
-        }
-        const now = nowS();
-        const session = readSession(keys.session, getCookie(s.req.headers.cookie, sessionCookie), now, policy);
-        if (session) {
-          if (needsRefresh(session, now, policy)) {
-            refreshes.set(s, setCookie(sessionCookie, seal(keys.session, 'session', { ...session, seen: now }), cookieAttrs(s, session.exp - now)));
-          }
-          return forward(s, session);
-        }
-        if (passOptions && s.req.method === 'OPTIONS') return forward(s, null);
-        const returnTo = sanitizeReturnTo(ownTarget(s), base || '/', isReserved);
-        if (isBrowserNavigation(s)) return startLogin(s, returnTo);
-        const login = loginAgain(s, returnTo);
-        return moduleError(s, 7106, `sign-in through the OpenID provider of this route is required: open ${login} in a browser`, {
-          'www-authenticate': `OIDC realm="${s.host}", login="${login}"`,
-        });
-      },
-      onResponse(s, r) {
-        const c = refreshes.get(s);
-        if (c) r.headers.push('set-cookie', c);
-      },
-    };
   };
 }
 
