@@ -81,6 +81,8 @@ export const ERRORS = {
   7107: { status: 502, msg: 'the OpenID provider of this route could not be reached' },
   7108: { status: 400, msg: 'the sign-in through the OpenID provider could not be completed' },
   7109: { status: 403, msg: 'the signed-in user is not allowed by the sign-in rules of this route' },
+  7110: { status: 400, msg: 'the SAML sign-in request is not valid' },
+  7111: { status: 400, msg: 'the SAML response of the identity provider was not accepted' },
   8000: { status: 429, msg: 'management API rate limit exceeded' },
   9000: { status: 500, msg: 'internal error' },
   9001: { status: 503, msg: 'the database is unavailable' },

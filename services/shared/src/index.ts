@@ -6,6 +6,7 @@ export * from './time.js';
 export * from './traffic-policy/index.js';
 export * from './tls/certificates.js';
 export * from './dataplane/types.js';
+export * from './dataplane/sealed.js';
 export * from './muxado/index.js';
 export * from './backoff.js';
 export * from './user-agent.js';

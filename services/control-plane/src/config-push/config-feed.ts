@@ -26,6 +26,8 @@ export interface ConfigFeedOptions {
   log: Logger;
   encode: (msg: ControlMessage) => Buffer;
   onBadPolicy?: (routeId: string, err: Error) => void;
+  /** See ReaderOptions.baseUrl. */
+  baseUrl?: string;
   /** Called with the wall time from the notification to the delta being ready (seconds). */
   observeBuild?: (seconds: number, changes: number) => void;
 }
@@ -99,7 +101,7 @@ export class ConfigFeed extends EventEmitter<FeedEvents> {
       const started = this.firstNoticeAt || performance.now();
       this.firstNoticeAt = 0;
       try {
-        const delta = await readDelta(this.opts.pool, this.lastVersion, { onBadPolicy: this.opts.onBadPolicy });
+        const delta = await readDelta(this.opts.pool, this.lastVersion, { onBadPolicy: this.opts.onBadPolicy, baseUrl: this.opts.baseUrl });
         this.backoff.reset();
         if (!delta) {
           const head = await readHead(this.opts.pool);

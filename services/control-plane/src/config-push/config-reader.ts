@@ -29,6 +29,8 @@ export interface DeltaData extends VersionInfo {
 
 export interface ReaderOptions {
   onBadPolicy?: (routeId: string, err: Error) => void;
+  /** The control plane's public base URL: saml routes are pushed with their login URL under it (dataplane.ts). */
+  baseUrl?: string;
 }
 
 /**
@@ -75,7 +77,7 @@ export function readSnapshot(pool: pg.Pool, opts: ReaderOptions = {}): Promise<S
       committedAtMs: head.committed_at.getTime(),
       entities: {
         edges: edges.map(toDpEdge),
-        routes: routes.map((r) => toDpRoute(r, opts.onBadPolicy)),
+        routes: routes.map((r) => toDpRoute(r, opts.onBadPolicy, opts.baseUrl)),
         backends: backends.map(toDpBackend),
         ipPolicies: ipPolicies.map(toDpIpPolicy),
         certificateAuthorities: cas.map(toDpCertificateAuthority),
@@ -120,7 +122,7 @@ export function readDelta(pool: pg.Pool, fromVersion: number, opts: ReaderOption
       changes: rows.length,
       upserts: {
         edges: edges.map(toDpEdge),
-        routes: routes.map((r) => toDpRoute(r, opts.onBadPolicy)),
+        routes: routes.map((r) => toDpRoute(r, opts.onBadPolicy, opts.baseUrl)),
         backends: backends.map(toDpBackend),
         ipPolicies: ipPolicies.map(toDpIpPolicy),
         certificateAuthorities: cas.map(toDpCertificateAuthority),

@@ -13,6 +13,7 @@ import {
   type EventTargetKind,
   type TrafficEventType,
 } from '@warren/shared';
+import { samlForDataplane, type StoredSaml } from '../modules/https-edge-routes/saml.js';
 import type { BackendDpRow, CaDpRow, CredentialDpRow, EdgeDpRow, EventSubscriptionDpRow, IpPolicyDpRow, OutboxRefRow, RouteDpRow } from './dataplane.repo.js';
 
 /** Pure mapping from stored rows to the data-plane types, and from outbox rows to what changed. */
@@ -39,8 +40,9 @@ interface StoredRouteModules {
  * stored one no longer parse (a stricter parser), the module travels with `value: null` and
  * `onBadPolicy` is told, rather than holding back every other change.
  */
-export function toDpRoute(r: RouteDpRow, onBadPolicy?: (routeId: string, err: Error) => void): DpRoute {
+export function toDpRoute(r: RouteDpRow, onBadPolicy?: (routeId: string, err: Error) => void, baseUrl?: string): DpRoute {
   const { traffic_policy: tp, ...modules } = r.modules as StoredRouteModules;
+  if (modules.saml) modules.saml = samlForDataplane(modules.saml as StoredSaml, r.id, baseUrl);
   let trafficPolicy: DpRoute['trafficPolicy'] = null;
   if (tp) {
     let value: unknown = null;

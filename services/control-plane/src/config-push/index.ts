@@ -66,6 +66,7 @@ export async function startConfigPush(opts: ConfigPushOptions): Promise<ConfigPu
     log,
     encode: codec.encodeControl,
     onBadPolicy,
+    baseUrl: opts.baseUrl,
     observeBuild: (s) => metrics.deltaBuild.observe(s),
   });
   const directory = new TunnelDirectory(opts.db.pool, listener, log);

@@ -279,7 +279,7 @@ export class NodeStream {
   private async syncLocked(applied: number, epoch: string, requested: boolean): Promise<void> {
     if (this.closed) return;
     const { db, feed, directory, metrics } = this.deps;
-    const delta = applied > 0 && epoch === feed.epoch ? await readDelta(db.pool, applied, { maxChanges: this.deps.resumeMaxChanges, onBadPolicy: this.deps.onBadPolicy }) : null;
+    const delta = applied > 0 && epoch === feed.epoch ? await readDelta(db.pool, applied, { maxChanges: this.deps.resumeMaxChanges, onBadPolicy: this.deps.onBadPolicy, baseUrl: this.deps.baseUrl }) : null;
     if (this.closed) return;
     const head = () => Math.max(feed.headVersion, this.sentVersion);
     if (delta) {
@@ -301,7 +301,7 @@ export class NodeStream {
       if (!this.tunnelsSent) this.write({ tunnels: { up: directory.remoteFor(this.nodeId).map(tunnelToProto), down: [], replaceAll: true }, headVersion: head() });
     } else {
       metrics.syncs.inc({ kind: 'snapshot' });
-      const snap = await readSnapshot(db.pool, { onBadPolicy: this.deps.onBadPolicy });
+      const snap = await readSnapshot(db.pool, { onBadPolicy: this.deps.onBadPolicy, baseUrl: this.deps.baseUrl });
       if (this.closed) return;
       this.sentVersion = snap.version;
       this.write({

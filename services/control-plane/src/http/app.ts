@@ -9,6 +9,7 @@ import { errorHandler } from './error-handler.js';
 import { createApiRouter } from './router.js';
 import { OpenApiRegistry } from './openapi.js';
 import { registerAllModules } from '../modules/index.js';
+import { createSamlRouter } from '../modules/https-edge-routes/saml.http.js';
 
 export interface AppOptions {
   db: Db;
@@ -82,6 +83,9 @@ export function createApp(opts: AppOptions): { app: express.Express; openapi: Op
     res.setHeader('Content-Type', 'application/json; charset=utf-8');
     res.end(openapiDoc);
   });
+
+  // The SAML SP endpoints of saml routes: browser-facing, outside the API (no key, no version header).
+  app.use(createSamlRouter({ db, log, baseUrl }));
 
   // Version header, then authentication, then path and method (wire-conventions.md §1).
   app.use(async (req: Request, res: Response, next: NextFunction) => {

@@ -19,6 +19,7 @@ describe('routeStageFactories', () => {
       user_agent_filter: { enabled: true, allow: ['a'], deny: [] },
       oauth: { enabled: true, provider: { github: { client_id: 'c', client_secret: 's' } } },
       oidc: { enabled: true, issuer: 'https://id.example.test', client_id: 'c', client_secret: 's', scopes: [] },
+      saml: { enabled: true, handoff_secret: 's', login_url: 'https://cp.example.test/saml/edghtsrt_test/login' },
       webhook_verification: { enabled: true, provider: 'github', secret: 's' },
       websocket_tcp_converter: { enabled: true },
       circuit_breaker: { enabled: true, tripped_duration: 1, rolling_window: 1, num_buckets: 1, volume_threshold: 1, error_threshold_percentage: 1 },

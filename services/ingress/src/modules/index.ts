@@ -1,11 +1,11 @@
 import { trafficPolicyStage } from '../policy/index.js';
-import { unenforcedAuthStage } from './unenforced-auth.js';
 import type { StageFactory } from '../pipeline/types.js';
 import { circuitBreakerStage } from './circuit-breaker.js';
 import { compressionStage } from './compression.js';
 import { ipRestrictionStage } from './ip-restriction.js';
 import { oauthStage } from './oauth.js';
 import { oidcStage } from './oidc.js';
+import { samlStage } from './saml.js';
 import { requestHeadersStage } from './request-headers.js';
 import { responseHeadersStage } from './response-headers.js';
 import { userAgentFilterStage } from './user-agent-filter.js';
@@ -18,7 +18,7 @@ import { websocketTcpConverterStage } from './websocket-tcp-converter.js';
  *
  * 1. ip_restriction — cheapest refusal first, before any other work or body buffering;
  * 2. user_agent_filter — header-only refusal;
- * 3. oauth / oidc — sign-in (a cookie check on the hot path), before any body is buffered; it sets
+ * 3. oauth / oidc / saml — sign-in (a cookie check on the hot path), before any body is buffered; it sets
  *    the identity headers that later stages and the traffic policy may read (a route has at most
  *    one of them);
  * 4. webhook_verification — buffers and authenticates the body;
@@ -29,15 +29,15 @@ import { websocketTcpConverterStage } from './websocket-tcp-converter.js';
  * 8. response_headers — on the response;
  * 9. compression — last on the response (transformBody sees the final head).
  *
- * saml is not enforced yet: `unenforcedAuthStage` refuses a route that enables it (never served
- * open). The traffic policy runs after the security checks, before the circuit
- * breaker. backend is routing, not a stage.
+ * The traffic policy runs after the security checks, before the circuit breaker. backend is
+ * routing, not a stage.
  */
 export const routeStageFactories: Array<{ module: string; factory: StageFactory }> = [
   { module: 'ip_restriction', factory: ipRestrictionStage },
   { module: 'user_agent_filter', factory: userAgentFilterStage },
   { module: 'oauth', factory: oauthStage },
   { module: 'oidc', factory: oidcStage },
+  { module: 'saml', factory: samlStage },
   { module: 'webhook_verification', factory: webhookVerificationStage },
   { module: 'websocket_tcp_converter', factory: websocketTcpConverterStage },
   { module: 'circuit_breaker', factory: circuitBreakerStage },
@@ -47,11 +47,10 @@ export const routeStageFactories: Array<{ module: string; factory: StageFactory 
 ];
 
 /**
- * Every stage factory of a route in run order: the guard for unenforced auth modules, then the
- * module stages with the traffic policy after the security checks (it may refuse with 429 or
+ * Every stage factory of a route in run order: the module stages with the traffic policy after the security checks (it may refuse with 429 or
  * deny) and before the circuit breaker counts anything.
  */
-export const pipelineStageFactories: StageFactory[] = [unenforcedAuthStage];
+export const pipelineStageFactories: StageFactory[] = [];
 for (const { module, factory } of routeStageFactories) {
   if (module === 'websocket_tcp_converter') pipelineStageFactories.push(trafficPolicyStage);
   pipelineStageFactories.push(factory);
@@ -63,6 +62,7 @@ export { userAgentFilterStage, compileUserAgentPattern } from './user-agent-filt
 export { oidcStage, createOidcStage, type OidcOptions } from './oidc.js';
 export { DiscoveryCache } from './oidc-discovery.js';
 export { oauthStage, createOAuthStage, type OAuthOptions } from './oauth.js';
+export { samlStage, createSamlStage, type SamlOptions } from './saml.js';
 export { webhookVerificationStage, createWebhookVerificationStage, SUPPORTED_WEBHOOK_PROVIDERS, TIMESTAMP_TOLERANCE_MS, type WebhookVerificationOptions } from './webhook-verification.js';
 export { SnsCertificateCache, fetchCertificate, isSnsCertificateUrl, type CertificateFetcher } from './webhook-sns.js';
 export { circuitBreakerStage, createCircuitBreakerStage, CircuitBreaker, type CircuitBreakerSettings, type CircuitState } from './circuit-breaker.js';

@@ -1,24 +1,17 @@
-import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from 'node:crypto';
+import { hkdfSync, randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import type { DpRoute } from '@warren/shared';
+import { seal, unseal, type DpRoute } from '@warren/shared';
 import type { Outcome, RequestState, RouteStage } from '../pipeline/types.js';
 import { splitMatch } from '../http/routing.js';
 import { moduleError } from './common.js';
 
 /**
- * The sign-in machinery shared by the `oidc` (oidc.ts) and `oauth` (oauth.ts) route modules: key
+ * The sign-in machinery shared by the `oidc` (oidc.ts), `oauth` (oauth.ts) and `saml` (saml.ts) route modules: key
  * derivation, the sealed cookies, session expiry, return-to sanitizing, the identity headers (all
  * pure: no network, no clock of its own), and the sign-in gate (`signInGate`, at the end), which
  * answers the reserved paths and decides 302/401/forward; the module supplies only how to reach
  * its provider.
  */
-
-/** A cookie value: `v1.` + base64url(12-byte IV ‖ AES-256-GCM ciphertext ‖ 16-byte tag). */
-const VERSION = 'v1.';
-const IV_BYTES = 12;
-const TAG_BYTES = 16;
-/** Larger cookies are refused without decrypting (browsers cap a cookie at ~4 KiB anyway). */
-const MAX_COOKIE_CHARS = 4096;
 
 export interface OidcKeys {
   /** Seals the session cookie. */
@@ -46,30 +39,8 @@ export function deriveSessionKeys(module: string, clientSecret: string, routeId:
   return { session: derive('session'), login: derive('login') };
 }
 
-/** Encrypts and authenticates `payload` (JSON) under `key`; `aad` binds the value to its cookie's purpose. */
-export function seal(key: Buffer, aad: string, payload: unknown): string {
-  const iv = randomBytes(IV_BYTES);
-  const cipher = createCipheriv('aes-256-gcm', key, iv);
-  cipher.setAAD(Buffer.from(aad, 'utf8'));
-  const ct = Buffer.concat([cipher.update(JSON.stringify(payload), 'utf8'), cipher.final()]);
-  return VERSION + Buffer.concat([iv, ct, cipher.getAuthTag()]).toString('base64url');
-}
-
-/** The payload of a sealed value, or null when it is malformed, tampered with, or sealed under another key or purpose. */
-export function unseal(key: Buffer, aad: string, value: string | undefined): unknown {
-  if (!value || value.length > MAX_COOKIE_CHARS || !value.startsWith(VERSION)) return null;
-  const raw = Buffer.from(value.slice(VERSION.length), 'base64url');
-  if (raw.length < IV_BYTES + TAG_BYTES + 2) return null;
-  try {
-    const decipher = createDecipheriv('aes-256-gcm', key, raw.subarray(0, IV_BYTES));
-    decipher.setAAD(Buffer.from(aad, 'utf8'));
-    decipher.setAuthTag(raw.subarray(raw.length - TAG_BYTES));
-    const pt = Buffer.concat([decipher.update(raw.subarray(IV_BYTES, raw.length - TAG_BYTES)), decipher.final()]);
-    return JSON.parse(pt.toString('utf8')) as unknown;
-  } catch {
-    return null;
-  }
-}
+/** Sealing lives in @warren/shared (the control plane seals SAML hand-offs with it too). */
+export { seal, unseal };
 
 // ---------------------------------------------------------------- session
 
@@ -284,7 +255,7 @@ export interface SignInProvider {
 }
 
 export interface SignInGateOptions {
-  /** `oidc` or `oauth`: the reserved paths `<base>/.warren/<module>/…`, the cookie `<prefix><module>`, log fields. */
+  /** `oidc`, `oauth` or `saml`: the reserved paths `<base>/.warren/<module>/…`, the cookie `<prefix><module>`, log fields. */
   module: string;
   route: DpRoute;
   keys: OidcKeys;

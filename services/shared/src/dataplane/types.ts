@@ -27,7 +27,9 @@ export interface DpRoute {
    * Route modules as stored, keyed by module name (`backend`, `ip_restriction`,
    * `circuit_breaker`, `compression`, `request_headers`, `response_headers`,
    * `webhook_verification`, `oauth`, `saml`, `oidc`, `websocket_tcp_converter`,
-   * `user_agent_filter`), secrets included. `backend` is `{ enabled, backend_id }`.
+   * `user_agent_filter`), secrets included. `backend` is `{ enabled, backend_id }`. `saml` is
+   * the stored module without its SP signing key pair, plus `handoff_secret` (derived from that
+   * key; sealed.ts `samlHandoffKey`) and `login_url` (the control plane's `/saml/<route id>/login`).
    */
   modules: Record<string, unknown>;
   /** The backend module's tunnel group backend id when the module is set and enabled. */

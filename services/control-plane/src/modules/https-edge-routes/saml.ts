@@ -1,8 +1,11 @@
+import { hkdfSync } from 'node:crypto';
 import { DOMParser } from '@xmldom/xmldom';
 import { createSelfSignedCertificate } from '@warren/shared';
+import type { StoredModules } from './route-modules.js';
 
 /**
- * SAML module support: the IdP metadata check and the SP side (URLs and request-signing key).
+ * SAML module support: the IdP metadata check and parsing, the SP side (URLs and request-signing
+ * key), and what of it is pushed to ingress nodes. The SP endpoints are in saml.http.ts.
  *
  * `idp_metadata` is parsed with `@xmldom/xmldom`, a namespace-aware W3C DOM parser (the XML
  * base of the Node SAML/XML-DSig libraries the ingress will need); any parser report (warning,
@@ -84,4 +87,93 @@ export interface SamlSigningKey {
 export async function newSamlSigningKey(routeId: string): Promise<SamlSigningKey> {
   const c = await createSelfSignedCertificate({ commonName: `Warren SAML SP ${routeId}`, days: 3650 });
   return { certificate_pem: c.certificatePem, private_key_pem: c.privateKeyPem };
+}
+
+// ---------------------------------------------------------------- pushed to ingress nodes
+
+export type StoredSaml = NonNullable<StoredModules['saml']>;
+
+/**
+ * The per-route secret the ingress nodes seal and open sign-in hand-offs and session cookies with
+ * (`samlHandoffKey` in @warren/shared): HKDF-SHA256 over the route's SP private key (salt: route
+ * id). The private key itself never leaves the control plane; a new key pair (the module deleted
+ * and set again) ends every session of the route.
+ */
+export function samlHandoffSecret(privateKeyPem: string, routeId: string): string {
+  return Buffer.from(hkdfSync('sha256', Buffer.from(privateKeyPem, 'utf8'), Buffer.from(routeId, 'utf8'), Buffer.from('warren/saml/handoff-secret/v1', 'utf8'), 32)).toString('base64url');
+}
+
+/** The key sealing RelayState (control plane only). */
+export function samlRelayKey(privateKeyPem: string, routeId: string): Buffer {
+  return Buffer.from(hkdfSync('sha256', Buffer.from(privateKeyPem, 'utf8'), Buffer.from(routeId, 'utf8'), Buffer.from('warren/saml/relay/v1', 'utf8'), 32));
+}
+
+/**
+ * The saml module as pushed to ingress nodes: the stored module without the SP signing key pair,
+ * plus `handoff_secret` and `login_url` (under the control plane's public base URL; absent when
+ * the reader was given none, and the ingress then refuses the route with 503).
+ */
+export function samlForDataplane(stored: StoredSaml, routeId: string, baseUrl: string | undefined): Record<string, unknown> {
+  const { signing, ...rest } = stored;
+  const out: Record<string, unknown> = { ...rest, handoff_secret: signing?.private_key_pem ? samlHandoffSecret(signing.private_key_pem, routeId) : '' };
+  if (baseUrl) out.login_url = `${baseUrl}/saml/${routeId}/login`;
+  return out;
+}
+
+// ---------------------------------------------------------------- IdP metadata
+
+export interface IdpInfo {
+  entityId: string;
+  /** SingleSignOnService locations by binding. */
+  ssoRedirect: string | null;
+  ssoPost: string | null;
+  /** Signing certificates (PEM). */
+  certs: string[];
+}
+
+const HTTP_REDIRECT = 'urn:oasis:names:tc:SAML:2.0:bindings:HTTP-Redirect';
+const HTTP_POST = 'urn:oasis:names:tc:SAML:2.0:bindings:HTTP-POST';
+const DS_NS = 'http://www.w3.org/2000/09/xmldsig#';
+
+function descendants(el: XmlElement, ns: string, local: string, out: XmlElement[] = []): XmlElement[] {
+  for (const c of childElements(el)) {
+    if (c.localName === local && c.namespaceURI === ns) out.push(c);
+    descendants(c, ns, local, out);
+  }
+  return out;
+}
+
+/**
+ * What the SP needs from `idp_metadata` (already checked by `checkIdpMetadata` when stored): the
+ * entity id, the SSO endpoints and the signing certificates (KeyDescriptors with `use="signing"`
+ * or no `use`). Throws with a reason when the IdP cannot be used.
+ */
+export function parseIdpMetadata(xml: string): IdpInfo {
+  const problem = checkIdpMetadata(xml);
+  if (problem) throw new Error(`idp_metadata: ${problem}`);
+  const doc = new DOMParser().parseFromString(xml, 'text/xml');
+  let root = doc.documentElement as unknown as XmlElement;
+  if (isMd(root, 'EntitiesDescriptor')) root = childElements(root).find(isIdpEntity)!;
+  const idp = childElements(root).find((c) => isMd(c, 'IDPSSODescriptor'))!;
+  let ssoRedirect: string | null = null;
+  let ssoPost: string | null = null;
+  for (const s of childElements(idp).filter((c) => isMd(c, 'SingleSignOnService'))) {
+    const binding = s.getAttribute('Binding');
+    const loc = s.getAttribute('Location');
+    if (!loc || !/^https?:\/\//i.test(loc)) continue;
+    if (binding === HTTP_REDIRECT) ssoRedirect ??= loc;
+    if (binding === HTTP_POST) ssoPost ??= loc;
+  }
+  const certs: string[] = [];
+  for (const kd of childElements(idp).filter((c) => isMd(c, 'KeyDescriptor'))) {
+    const use = kd.getAttribute('use');
+    if (use && use !== 'signing') continue;
+    for (const x of descendants(kd, DS_NS, 'X509Certificate')) {
+      const b64 = ((x as unknown as { textContent: string | null }).textContent ?? '').replace(/\s+/g, '');
+      if (b64) certs.push(`-----BEGIN CERTIFICATE-----\n${b64.replace(/(.{64})/g, '$1\n').replace(/\n$/, '')}\n-----END CERTIFICATE-----\n`);
+    }
+  }
+  if (!ssoRedirect && !ssoPost) throw new Error('idp_metadata: the IDPSSODescriptor has no SingleSignOnService with the HTTP-Redirect or HTTP-POST binding');
+  if (certs.length === 0) throw new Error('idp_metadata: the IDPSSODescriptor has no signing certificate (KeyDescriptor with an X509Certificate)');
+  return { entityId: root.getAttribute('entityID')!, ssoRedirect, ssoPost, certs };
 }

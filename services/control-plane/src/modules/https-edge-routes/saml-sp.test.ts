@@ -1,0 +1,180 @@
+import { beforeAll, describe, expect, it } from 'vitest';
+import { openSamlHandoff, samlHandoffKey, unseal } from '@warren/shared';
+import { newSamlKey, TestSamlIdp } from '../../../../../test/support/saml-idp.js';
+import { acceptResponse, SamlRefused, spMetadata, startLogin, type ReplayStore, type SpContext } from './saml-sp.js';
+import { newSamlSigningKey, parseIdpMetadata, samlForDataplane, samlHandoffSecret, samlRelayKey, type StoredSaml } from './saml.js';
+
+const BASE = 'https://cp.example.test';
+const ROUTE = 'edghtsrt_saml1';
+const ACS = `${BASE}/saml/${ROUTE}/acs`;
+const ENTITY = `${BASE}/saml/${ROUTE}/metadata`;
+const CALLBACK = 'https://app.example.test/.warren/saml/callback';
+const STATE = 'state-0123456789abcdef';
+
+let idp: TestSamlIdp;
+let module: StoredSaml;
+
+function ctx(over: Partial<StoredSaml> = {}): SpContext {
+  return { routeId: ROUTE, baseUrl: BASE, module: { ...module, ...over } };
+}
+
+function memoryReplay(): ReplayStore {
+  const seen = new Set<string>();
+  return async (id) => {
+    if (seen.has(id)) return false;
+    seen.add(id);
+    return true;
+  };
+}
+
+/** A fresh SP-initiated login: the request id and the RelayState the CP sent the IdP. */
+async function login(c = ctx()): Promise<{ id: string; relay: string }> {
+  const out = await startLogin(c, STATE, CALLBACK, Date.now());
+  if (!('redirect' in out)) throw new Error('expected a redirect');
+  const req = idp.readRequest(out.redirect, c.module.signing.certificate_pem);
+  return { id: req.id, relay: req.relayState! };
+}
+
+async function refusal(p: Promise<unknown>): Promise<SamlRefused> {
+  const err = await p.then(
+    () => null,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(SamlRefused);
+  return err as SamlRefused;
+}
+
+beforeAll(async () => {
+  idp = await TestSamlIdp.create();
+  module = {
+    enabled: true,
+    options_passthrough: false,
+    cookie_prefix: 'warren.',
+    inactivity_timeout: 0,
+    maximum_duration: 0,
+    idp_metadata: idp.metadata(),
+    force_authn: false,
+    allow_idp_initiated: false,
+    authorized_groups: [],
+    nameid_format: 'urn:oasis:names:tc:SAML:2.0:nameid-format:persistent',
+    signing: await newSamlSigningKey(ROUTE),
+  };
+});
+
+describe('saml SP', () => {
+  it('reads the IdP metadata', () => {
+    const info = parseIdpMetadata(idp.metadata());
+    expect(info).toMatchObject({ entityId: idp.entityId, ssoRedirect: idp.ssoUrl, ssoPost: null });
+    expect(info.certs).toHaveLength(1);
+    expect(() => parseIdpMetadata(idp.metadata().replace(/<md:KeyDescriptor[\s\S]*<\/md:KeyDescriptor>/, ''))).toThrow(/no signing certificate/);
+  });
+
+  it('sends a signed AuthnRequest with force_authn and the NameID format; RelayState is sealed', async () => {
+    const c = ctx({ force_authn: true, nameid_format: 'urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress' });
+    const out = await startLogin(c, STATE, CALLBACK, Date.now());
+    expect('redirect' in out && out.redirect.startsWith(`${idp.ssoUrl}?`)).toBe(true);
+    const req = idp.readRequest((out as { redirect: string }).redirect, c.module.signing.certificate_pem);
+    expect(req).toMatchObject({ acs: ACS, issuer: ENTITY, forceAuthn: true, nameIdFormat: 'urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress', signatureValid: true });
+    expect(unseal(samlRelayKey(c.module.signing.private_key_pem, ROUTE), 'saml-relay', req.relayState)).toMatchObject({ i: req.id, s: STATE, c: CALLBACK });
+    // another key's signature does not verify
+    expect(idp.readRequest((out as { redirect: string }).redirect, (await newSamlKey()).cert).signatureValid).toBe(false);
+  });
+
+  it('accepts a good response and reads the identity', async () => {
+    const { id, relay } = await login();
+    const res = idp.response({
+      acs: ACS,
+      audience: ENTITY,
+      inResponseTo: id,
+      nameId: 'u-1',
+      attributes: { email: ['alice@example.test'], displayName: ['Alice Example'] },
+    });
+    const ok = await acceptResponse(ctx(), res, relay, Date.now(), memoryReplay());
+    expect(ok).toEqual({ identity: { sub: 'u-1', email: 'alice@example.test', name: 'Alice Example' }, relay: { state: STATE, callbackUrl: CALLBACK }, target: null });
+  });
+
+  it('refuses a bad signature, a tampered assertion and an unsigned one', async () => {
+    const { id, relay } = await login();
+    const other = await newSamlKey('evil');
+    const bad = idp.response({ acs: ACS, audience: ENTITY, inResponseTo: id, signer: other });
+    expect((await refusal(acceptResponse(ctx(), bad, relay, Date.now(), memoryReplay()))).message).toMatch(/signature/i);
+    const tampered = idp.response({ acs: ACS, audience: ENTITY, inResponseTo: id, nameId: 'alice', tamper: (x) => x.replace('>alice</saml:NameID>', '>admin</saml:NameID>') });
+    expect((await refusal(acceptResponse(ctx(), tampered, relay, Date.now(), memoryReplay()))).code).toBe(7111);
+    const unsigned = idp.response({ acs: ACS, audience: ENTITY, inResponseTo: id, unsigned: true });
+    expect((await refusal(acceptResponse(ctx(), unsigned, relay, Date.now(), memoryReplay()))).message).toMatch(/signature/i);
+  });
+
+  it('refuses a wrong audience, recipient, destination or issuer', async () => {
+    const { id, relay } = await login();
+    const cases: Array<[Parameters<TestSamlIdp['response']>[0], RegExp]> = [
+      [{ acs: ACS, audience: 'https://other.example/sp', inResponseTo: id }, /audience/i],
+      [{ acs: ACS, audience: ENTITY, inResponseTo: id, recipient: 'https://evil.test/acs' }, /Recipient/],
+      [{ acs: ACS, audience: ENTITY, inResponseTo: id, destination: 'https://evil.test/acs' }, /Destination/],
+      [{ acs: ACS, audience: ENTITY, inResponseTo: id, issuer: 'https://other-idp.test' }, /issuer/],
+    ];
+    for (const [o, msg] of cases) expect((await refusal(acceptResponse(ctx(), idp.response(o), relay, Date.now(), memoryReplay()))).message).toMatch(msg);
+  });
+
+  it('refuses expired, not yet valid and too old assertions', async () => {
+    const { id, relay } = await login();
+    const expired = idp.response({ acs: ACS, audience: ENTITY, inResponseTo: id, notBeforeMs: -600_000, notOnOrAfterMs: -120_000, issueInstantMs: -600_000 });
+    expect((await refusal(acceptResponse(ctx(), expired, relay, Date.now(), memoryReplay()))).message).toMatch(/expired/i);
+    const early = idp.response({ acs: ACS, audience: ENTITY, inResponseTo: id, notBeforeMs: 300_000, notOnOrAfterMs: 600_000 });
+    expect((await refusal(acceptResponse(ctx(), early, relay, Date.now(), memoryReplay()))).message).toMatch(/not yet valid/i);
+    const old = idp.response({ acs: ACS, audience: ENTITY, inResponseTo: id, issueInstantMs: -20 * 60_000, notOnOrAfterMs: 3600_000 });
+    expect((await refusal(acceptResponse(ctx(), old, relay, Date.now(), memoryReplay()))).message).toMatch(/too old|expired/i);
+  });
+
+  it('refuses a replayed assertion', async () => {
+    const { id, relay } = await login();
+    const replay = memoryReplay();
+    const res = idp.response({ acs: ACS, audience: ENTITY, inResponseTo: id });
+    await acceptResponse(ctx(), res, relay, Date.now(), replay);
+    expect((await refusal(acceptResponse(ctx(), res, relay, Date.now(), replay))).message).toMatch(/replay/);
+  });
+
+  it('checks InResponseTo against the request id sealed in RelayState', async () => {
+    const { relay } = await login();
+    const other = await login();
+    const res = idp.response({ acs: ACS, audience: ENTITY, inResponseTo: other.id });
+    expect((await refusal(acceptResponse(ctx(), res, relay, Date.now(), memoryReplay()))).message).toMatch(/another sign-in request/);
+    const noRelay = idp.response({ acs: ACS, audience: ENTITY, inResponseTo: other.id });
+    expect((await refusal(acceptResponse(ctx(), noRelay, 'https://app.example.test/', Date.now(), memoryReplay()))).message).toMatch(/did not issue/);
+  });
+
+  it('refuses IdP-initiated responses unless allow_idp_initiated', async () => {
+    const res = () => idp.response({ acs: ACS, audience: ENTITY, inResponseTo: null, nameId: 'bob' });
+    expect((await refusal(acceptResponse(ctx(), res(), 'https://app.example.test/x', Date.now(), memoryReplay()))).message).toMatch(/IdP-initiated/);
+    const ok = await acceptResponse(ctx({ allow_idp_initiated: true }), res(), 'https://app.example.test/x', Date.now(), memoryReplay());
+    expect(ok).toMatchObject({ identity: { sub: 'bob' }, relay: null, target: 'https://app.example.test/x' });
+  });
+
+  it('checks authorized_groups against the group attributes', async () => {
+    const c = ctx({ authorized_groups: ['admins', 'ops'] });
+    const { id, relay } = await login(c);
+    const outsider = idp.response({ acs: ACS, audience: ENTITY, inResponseTo: id, attributes: { groups: ['staff'] } });
+    const r = await refusal(acceptResponse(c, outsider, relay, Date.now(), memoryReplay()));
+    expect(r.code).toBe(7109);
+    const member = idp.response({ acs: ACS, audience: ENTITY, inResponseTo: id, attributes: { 'http://schemas.microsoft.com/ws/2008/06/identity/claims/groups': ['staff', 'ops'] } });
+    expect((await acceptResponse(c, member, relay, Date.now(), memoryReplay())).identity.sub).toBe('alice');
+    const memberOf = idp.response({ acs: ACS, audience: ENTITY, inResponseTo: id, attributes: { memberOf: ['admins'] } });
+    expect((await acceptResponse(c, memberOf, relay, Date.now(), memoryReplay())).identity.sub).toBe('alice');
+  });
+
+  it('serves SP metadata with the ACS, SLO and signing certificate', () => {
+    const xml = spMetadata(ctx());
+    expect(xml).toContain(`entityID="${ENTITY}"`);
+    expect(xml).toContain(`Location="${ACS}"`);
+    expect(xml).toContain(`${BASE}/saml/${ROUTE}/slo`);
+    expect(xml).toContain(module.signing.certificate_pem.replace(/-----[^-]+-----/g, '').replace(/\s+/g, '').slice(0, 60));
+  });
+
+  it('pushes a derived hand-off secret, never the private key', () => {
+    const pushed = samlForDataplane(module, ROUTE, BASE);
+    expect(JSON.stringify(pushed)).not.toContain('PRIVATE KEY');
+    expect(pushed).not.toHaveProperty('signing');
+    expect(pushed).toMatchObject({ handoff_secret: samlHandoffSecret(module.signing.private_key_pem, ROUTE), login_url: `${BASE}/saml/${ROUTE}/login` });
+    const key = samlHandoffKey(pushed.handoff_secret as string, ROUTE);
+    expect(openSamlHandoff(key, 'v1.garbage', 0)).toBeNull();
+  });
+});

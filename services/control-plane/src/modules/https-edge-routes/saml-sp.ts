@@ -1,0 +1,250 @@
+import { randomBytes } from 'node:crypto';
+import { DOMParser } from '@xmldom/xmldom';
+import { SAML, ValidateInResponseTo, type Profile } from '@node-saml/node-saml';
+import { seal, unseal } from '@warren/shared';
+import { parseIdpMetadata, samlRelayKey, samlServiceUrls, type IdpInfo, type StoredSaml } from './saml.js';
+
+/**
+ * The SAML service provider of one route (node-saml for the protocol and XML-DSig): the signed
+ * AuthnRequest, the checks on the IdP's Response, and the SP metadata. Pure apart from the replay
+ * store it is given; the HTTP side is saml.http.ts.
+ *
+ * Checks on a Response (all must pass):
+ * - node-saml: an XML signature by one of the IdP's signing certificates from `idp_metadata`
+ *   over the assertion, or over the whole Response (then the assertion is read from the signed
+ *   Response), exactly one assertion (encrypted assertions are not supported), audience = our entity id, NotBefore /
+ *   NotOnOrAfter of the Conditions and of the bearer SubjectConfirmation with CLOCK_SKEW_MS, and
+ *   at most MAX_ASSERTION_AGE_MS after IssueInstant;
+ * - here: the assertion's Issuer = the IdP's entityID; IssueInstant not in the future; the
+ *   bearer SubjectConfirmationData's Recipient and the Response's Destination (when present) =
+ *   our ACS URL; InResponseTo (Response and SubjectConfirmationData, when present) = the request
+ *   id sealed in RelayState; no InResponseTo at all is an IdP-initiated Response, refused unless
+ *   `allow_idp_initiated`; the assertion ID not seen before for this route (replay store, rows
+ *   kept REPLAY_WINDOW_MS); `authorized_groups` against GROUP_ATTRIBUTES.
+ */
+
+export const CLOCK_SKEW_MS = 60_000;
+/** An assertion is accepted at most this long after its IssueInstant (browsers post it at once). */
+export const MAX_ASSERTION_AGE_MS = 10 * 60_000;
+/** How long an accepted assertion id is remembered: no assertion can pass the time checks after it. */
+export const REPLAY_WINDOW_MS = MAX_ASSERTION_AGE_MS + 2 * CLOCK_SKEW_MS;
+/** How long the IdP may take to answer a request (RelayState lifetime). */
+export const LOGIN_SECONDS = 600;
+
+/**
+ * Attribute names whose values are the user's groups for `authorized_groups` (values compared
+ * exactly, case-sensitively): `groups`, `group`, `memberOf`, `isMemberOf`, Entra ID's
+ * `http://schemas.microsoft.com/ws/2008/06/identity/claims/groups` (object ids, or names when the
+ * app is so configured), ADFS's `http://schemas.xmlsoap.org/claims/Group`, and eduPerson's
+ * `urn:oid:1.3.6.1.4.1.5923.1.5.1.1` (isMemberOf).
+ */
+export const GROUP_ATTRIBUTES = [
+  'groups',
+  'group',
+  'memberOf',
+  'isMemberOf',
+  'http://schemas.microsoft.com/ws/2008/06/identity/claims/groups',
+  'http://schemas.xmlsoap.org/claims/Group',
+  'urn:oid:1.3.6.1.4.1.5923.1.5.1.1',
+];
+const EMAIL_ATTRIBUTES = ['email', 'mail', 'emailAddress', 'http://schemas.xmlsoap.org/ws/2005/05/identity/claims/emailaddress', 'urn:oid:0.9.2342.19200300.100.1.3'];
+const NAME_ATTRIBUTES = [
+  'displayName',
+  'name',
+  'http://schemas.microsoft.com/identity/claims/displayname',
+  'http://schemas.xmlsoap.org/ws/2005/05/identity/claims/name',
+  'urn:oid:2.16.840.1.113730.3.1.241',
+  'cn',
+];
+const EMAIL_NAMEID = 'urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress';
+
+/** A refusal of the IdP's answer or of the request: 400 (7111/7110) or 403 (7109). */
+export class SamlRefused extends Error {
+  constructor(
+    readonly code: 7109 | 7110 | 7111,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Remembers an assertion id until `expiresAtMs`; false when it was already there (a replay). */
+export type ReplayStore = (assertionId: string, expiresAtMs: number) => Promise<boolean>;
+
+export interface SpContext {
+  routeId: string;
+  /** The control plane's public base URL. */
+  baseUrl: string;
+  module: StoredSaml;
+}
+
+/** What RelayState carries, sealed: the request id, the ingress's state and callback URL. */
+interface Relay {
+  i: string;
+  s: string;
+  c: string;
+  e: number;
+}
+
+export interface SpInstance {
+  idp: IdpInfo;
+  urls: ReturnType<typeof samlServiceUrls>;
+  saml: SAML;
+}
+
+/** The route's SP (throws with a reason when `idp_metadata` cannot be used). */
+export function serviceProvider(c: SpContext, requestId?: string): SpInstance {
+  const idp = parseIdpMetadata(c.module.idp_metadata);
+  const urls = samlServiceUrls(c.baseUrl, c.routeId);
+  const saml = new SAML({
+    idpCert: idp.certs,
+    issuer: urls.entity_id,
+    audience: urls.entity_id,
+    callbackUrl: urls.assertion_consumer_service_url,
+    logoutCallbackUrl: urls.single_logout_url,
+    entryPoint: idp.ssoRedirect ?? idp.ssoPost ?? undefined,
+    authnRequestBinding: idp.ssoRedirect ? 'HTTP-Redirect' : 'HTTP-POST',
+    privateKey: c.module.signing.private_key_pem,
+    publicCert: c.module.signing.certificate_pem,
+    signatureAlgorithm: 'sha256',
+    digestAlgorithm: 'sha256',
+    identifierFormat: c.module.nameid_format,
+    forceAuthn: c.module.force_authn,
+    // Many IdPs fail a request that asks for password authentication when the user signed in otherwise.
+    disableRequestedAuthnContext: true,
+    // Either the Response or the assertion must carry a valid signature (node-saml then reads
+    // only the signed part).
+    wantAssertionsSigned: false,
+    wantAuthnResponseSigned: false,
+    acceptedClockSkewMs: CLOCK_SKEW_MS,
+    maxAssertionAgeMs: MAX_ASSERTION_AGE_MS,
+    // InResponseTo is checked here against the id sealed in RelayState (no shared request cache).
+    validateInResponseTo: ValidateInResponseTo.never,
+    generateUniqueId: () => requestId ?? newRequestId(),
+  });
+  return { idp, urls, saml };
+}
+
+/** An AuthnRequest ID (an XML NCName). */
+export function newRequestId(): string {
+  return `_${randomBytes(20).toString('hex')}`;
+}
+
+/**
+ * Where to send the browser to sign in: the IdP's SSO URL with a signed AuthnRequest (HTTP-Redirect
+ * binding), or, for an IdP with only HTTP-POST, an auto-submitting form page.
+ */
+export async function startLogin(c: SpContext, state: string, callbackUrl: string, nowMs: number): Promise<{ redirect: string } | { form: string }> {
+  const requestId = newRequestId();
+  const sp = serviceProvider(c, requestId);
+  const relay: Relay = { i: requestId, s: state, c: callbackUrl, e: Math.floor(nowMs / 1000) + LOGIN_SECONDS };
+  const relayState = seal(samlRelayKey(c.module.signing.private_key_pem, c.routeId), 'saml-relay', relay);
+  if (sp.idp.ssoRedirect) return { redirect: await sp.saml.getAuthorizeUrlAsync(relayState, undefined, {}) };
+  return { form: await sp.saml.getAuthorizeFormAsync(relayState) };
+}
+
+export function spMetadata(c: SpContext): string {
+  const urls = samlServiceUrls(c.baseUrl, c.routeId);
+  const saml = new SAML({
+    idpCert: 'unused',
+    issuer: urls.entity_id,
+    callbackUrl: urls.assertion_consumer_service_url,
+    logoutCallbackUrl: urls.single_logout_url,
+    identifierFormat: c.module.nameid_format,
+    privateKey: c.module.signing.private_key_pem,
+    wantAssertionsSigned: true,
+  });
+  return saml.generateServiceProviderMetadata(null, c.module.signing.certificate_pem);
+}
+
+export interface AcceptedLogin {
+  identity: { sub: string; email: string; name: string };
+  /** SP-initiated: the ingress callback and state from RelayState. IdP-initiated: null. */
+  relay: { state: string; callbackUrl: string } | null;
+  /** IdP-initiated: the RelayState as the IdP sent it (a target URL, unchecked). */
+  target: string | null;
+}
+
+type Xml2Js = Record<string, unknown> & { $?: Record<string, string> };
+const first = (v: unknown): Xml2Js | undefined => (Array.isArray(v) ? (v[0] as Xml2Js) : undefined);
+const text = (v: unknown): string => (typeof v === 'string' ? v : v && typeof v === 'object' && typeof (v as { _?: unknown })._ === 'string' ? (v as { _: string })._ : '');
+
+function values(profile: Profile, names: readonly string[]): string[] {
+  const attrs = (profile.attributes ?? {}) as Record<string, unknown>;
+  const out: string[] = [];
+  for (const n of names) {
+    const v = attrs[n];
+    for (const x of Array.isArray(v) ? v : [v]) {
+      const s = text(x);
+      if (s) out.push(s);
+    }
+  }
+  return out;
+}
+
+/** Validates a posted SAMLResponse (base64) with its RelayState; see the checks at the top. */
+export async function acceptResponse(c: SpContext, samlResponse: string, relayState: string | undefined, nowMs: number, replay: ReplayStore): Promise<AcceptedLogin> {
+  if (!samlResponse || samlResponse.length > 2 * 1024 * 1024) throw new SamlRefused(7111, 'the SAMLResponse is missing or too large');
+  const xml = Buffer.from(samlResponse, 'base64').toString('utf8');
+  if (/<!DOCTYPE/i.test(xml)) throw new SamlRefused(7111, 'the SAMLResponse holds a DOCTYPE declaration');
+  let root: { localName: string | null; getAttribute(name: string): string | null } | null = null;
+  try {
+    root = new DOMParser({ onError: () => {} }).parseFromString(xml, 'text/xml').documentElement;
+  } catch {
+    root = null;
+  }
+  if (!root || root.localName !== 'Response') throw new SamlRefused(7111, 'the SAMLResponse is not a SAML Response');
+
+  const relay = unseal(samlRelayKey(c.module.signing.private_key_pem, c.routeId), 'saml-relay', relayState) as Relay | null;
+  let sp: SpInstance;
+  try {
+    sp = serviceProvider(c);
+  } catch (err) {
+    throw new SamlRefused(7110, `the route's SAML configuration cannot be used: ${(err as Error).message}`);
+  }
+  let profile: Profile | null;
+  try {
+    ({ profile } = await sp.saml.validatePostResponseAsync({ SAMLResponse: samlResponse }));
+  } catch (err) {
+    throw new SamlRefused(7111, `the SAML response was not accepted: ${String((err as Error)?.message ?? err).slice(0, 300)}`);
+  }
+  if (!profile) throw new SamlRefused(7111, 'the SAML response carries no assertion');
+  const acs = sp.urls.assertion_consumer_service_url;
+
+  const destination = root.getAttribute('Destination');
+  if (destination && destination !== acs) throw new SamlRefused(7111, `the response's Destination is not this service's ACS URL (${acs})`);
+  if (profile.issuer !== sp.idp.entityId) throw new SamlRefused(7111, `the assertion's issuer is not the IdP of idp_metadata (${sp.idp.entityId})`);
+
+  const assertion = (profile.getAssertion?.() as { Assertion?: Xml2Js } | undefined)?.Assertion;
+  const attrs = assertion?.$ ?? {};
+  const assertionId = attrs.ID ?? '';
+  if (!assertionId) throw new SamlRefused(7111, 'the assertion has no ID');
+  const issued = Date.parse(attrs.IssueInstant ?? '');
+  if (!Number.isFinite(issued) || issued > nowMs + CLOCK_SKEW_MS) throw new SamlRefused(7111, "the assertion's IssueInstant is missing or in the future");
+  const confirmations = (first(assertion?.Subject)?.SubjectConfirmation as Xml2Js[] | undefined) ?? [];
+  const bearer = confirmations.filter((s) => s.$?.Method === 'urn:oasis:names:tc:SAML:2.0:cm:bearer').map((s) => first(s.SubjectConfirmationData)?.$ ?? {});
+  if (bearer.length === 0) throw new SamlRefused(7111, 'the assertion has no bearer SubjectConfirmation');
+  if (!bearer.some((d) => d.Recipient === acs)) throw new SamlRefused(7111, `the assertion's Recipient is not this service's ACS URL (${acs})`);
+
+  const inResponseTo = [root.getAttribute('InResponseTo') ?? '', ...bearer.map((d) => d.InResponseTo ?? '')].filter((v) => v);
+  let accepted: AcceptedLogin['relay'] = null;
+  if (inResponseTo.length > 0) {
+    if (!relay || typeof relay.i !== 'string' || relay.e * 1000 <= nowMs) throw new SamlRefused(7111, 'the response answers a sign-in request this service did not issue, or that expired; start again');
+    if (inResponseTo.some((v) => v !== relay.i)) throw new SamlRefused(7111, 'the response answers another sign-in request (InResponseTo)');
+    accepted = { state: relay.s, callbackUrl: relay.c };
+  } else if (!c.module.allow_idp_initiated) {
+    throw new SamlRefused(7111, 'IdP-initiated sign-in is not allowed on this route (allow_idp_initiated is false)');
+  }
+
+  if (!(await replay(assertionId, nowMs + REPLAY_WINDOW_MS))) throw new SamlRefused(7111, 'the assertion was already used (replay)');
+
+  if (!profile.nameID) throw new SamlRefused(7111, 'the assertion has no NameID');
+  if (c.module.authorized_groups.length > 0) {
+    const groups = new Set(values(profile, GROUP_ATTRIBUTES));
+    if (!c.module.authorized_groups.some((g) => groups.has(g))) throw new SamlRefused(7109, `${profile.nameID} is not a member of any group this route allows`);
+  }
+  const email = values(profile, EMAIL_ATTRIBUTES)[0] ?? (profile.nameIDFormat === EMAIL_NAMEID ? profile.nameID : '');
+  let name = values(profile, NAME_ATTRIBUTES)[0] ?? '';
+  if (!name) name = [values(profile, ['givenName', 'http://schemas.xmlsoap.org/ws/2005/05/identity/claims/givenname'])[0], values(profile, ['sn', 'surname', 'http://schemas.xmlsoap.org/ws/2005/05/identity/claims/surname'])[0]].filter(Boolean).join(' ');
+  return { identity: { sub: profile.nameID, email, name }, relay: accepted, target: accepted ? null : (relayState ?? null) };
+}

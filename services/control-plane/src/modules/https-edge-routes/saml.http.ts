@@ -1,0 +1,204 @@
+import express, { type NextFunction, type Request, type Response } from 'express';
+import { AppError, errorCodeName, SAML_HANDOFF_SECONDS, samlHandoffKey, sealSamlHandoff, type Logger } from '@warren/shared';
+import type { Db } from '../../db/pool.js';
+import { toAppError } from '../../http/error-handler.js';
+import { acceptResponse, SamlRefused, spMetadata, startLogin, type SpContext } from './saml-sp.js';
+import { samlHandoffSecret } from './saml.js';
+import { samlRepo, type SamlRouteRow } from './saml.repo.js';
+
+/**
+ * The SAML service-provider endpoints of `saml` routes, on the control plane's public URL (the
+ * URLs the API returns: `entity_id`/`metadata_url`, `assertion_consumer_service_url`,
+ * `single_logout_url`). Browser-facing, so outside the management API: no API key, no version
+ * header. Errors use the wire error body (JSON), or a small HTML page when the client accepts
+ * text/html; bad input is a 4xx, never a 500.
+ *
+ * - `GET /saml/{route id}/metadata`: the SP metadata (entity id, ACS with HTTP-POST, SLO, the
+ *   request-signing certificate, NameID format).
+ * - `GET /saml/{route id}/login?state=…&redirect_uri=…`: started by the ingress (saml.ts there).
+ *   `redirect_uri` must be `http(s)://<a hostname of the route's edge><prefix>/.warren/saml/callback`
+ *   (no open redirect); answers a 302 to the IdP's SSO URL with a signed AuthnRequest
+ *   (HTTP-Redirect binding; an auto-posting form for an IdP with only HTTP-POST), RelayState a
+ *   sealed (request id, state, redirect_uri), valid 10 minutes.
+ * - `POST /saml/{route id}/acs`: the IdP's Response (HTTP-POST binding), checked by saml-sp.ts;
+ *   then a 302 to `redirect_uri?state=…&handoff=…` (the identity, sealed for the ingress, 60 s).
+ *   An IdP-initiated Response (with `allow_idp_initiated`) is checked the same way, and the
+ *   browser is then sent to the edge's `…/.warren/saml/login?return_to=<RelayState's path>`, so
+ *   that its session comes from a sign-in bound to its own pre-login cookie (no session planted
+ *   by a cross-site POST); the IdP usually answers that second request without a prompt.
+ * - `GET|POST /saml/{route id}/slo`: single logout is not implemented; answers a page saying so
+ *   (sessions end at the edge's `…/.warren/saml/logout`, or when they expire).
+ */
+
+export interface SamlRouterOptions {
+  db: Db;
+  log: Logger;
+  baseUrl: string;
+}
+
+const STATE = /^[A-Za-z0-9_-]{16,128}$/;
+const htmlEscape = (v: string) => v.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+
+/** The route's path prefix without a trailing slash, and its host when the match names one. */
+function splitRouteMatch(match: string): { host: string | null; base: string } {
+  const slash = match.indexOf('/');
+  const host = slash === 0 ? null : (slash < 0 ? match : match.slice(0, slash)).toLowerCase();
+  const path = slash < 0 ? '/' : match.slice(slash);
+  return { host, base: path.endsWith('/') ? path.slice(0, -1) : path };
+}
+
+/** `url` when it is an http(s) URL on a hostname of the route's edge (and of its match), else null. */
+function onEdge(row: SamlRouteRow, raw: string): URL | null {
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    return null;
+  }
+  if ((u.protocol !== 'https:' && u.protocol !== 'http:') || u.username || u.password) return null;
+  const hostnames = new Set(row.hostports.map((hp) => hp.replace(/:\d+$/, '').toLowerCase()));
+  const { host } = splitRouteMatch(row.match);
+  const h = u.hostname.toLowerCase();
+  if (!hostnames.has(h) || (host !== null && host !== h)) return null;
+  return u;
+}
+
+function fail(code: 4001 | 7109 | 7110 | 7111, message: string): AppError {
+  return new AppError(code, message.slice(0, 500));
+}
+
+export function createSamlRouter(opts: SamlRouterOptions): express.Router {
+  const { db, log, baseUrl } = opts;
+  const router = express.Router({ caseSensitive: true });
+
+  const context = async (routeId: string): Promise<{ row: SamlRouteRow; sp: SpContext }> => {
+    if (!/^[A-Za-z0-9_]{1,64}$/.test(routeId)) throw fail(4001, 'no SAML route with this id');
+    const row = await samlRepo.route(db, routeId);
+    const saml = row?.modules.saml;
+    if (!row || !saml || saml.enabled === false || !saml.signing?.private_key_pem) throw fail(4001, `no route with an enabled saml module has id ${routeId}`);
+    return { row, sp: { routeId: row.id, baseUrl, module: saml } };
+  };
+
+  /** Wraps a handler: every throw becomes an error answer. */
+  const handle = (fn: (req: Request, res: Response) => Promise<void>) => (req: Request, res: Response, next: NextFunction) => {
+    fn(req, res).catch(next);
+  };
+
+  router.get(
+    '/saml/:routeId/metadata',
+    handle(async (req, res) => {
+      const { sp } = await context(String(req.params.routeId));
+      res.status(200).setHeader('content-type', 'application/samlmetadata+xml; charset=utf-8').setHeader('cache-control', 'no-cache').end(spMetadata(sp));
+    }),
+  );
+
+  router.get(
+    '/saml/:routeId/login',
+    handle(async (req, res) => {
+      const { row, sp } = await context(String(req.params.routeId));
+      const state = typeof req.query.state === 'string' ? req.query.state : '';
+      const redirect = typeof req.query.redirect_uri === 'string' ? req.query.redirect_uri : '';
+      if (!STATE.test(state)) throw fail(7110, 'state is missing or malformed; start the sign-in from the protected URL');
+      const cb = onEdge(row, redirect);
+      const { base } = splitRouteMatch(row.match);
+      if (!cb || cb.pathname !== `${base}/.warren/saml/callback` || cb.search || cb.hash)
+        throw fail(7110, `redirect_uri must be the sign-in callback ${base}/.warren/saml/callback on a hostname of this route's edge`);
+      let out: Awaited<ReturnType<typeof startLogin>>;
+      try {
+        out = await startLogin(sp, state, cb.href, Date.now());
+      } catch (err) {
+        throw fail(7110, `the route's SAML configuration cannot be used: ${(err as Error).message}`);
+      }
+      res.setHeader('cache-control', 'no-store');
+      if ('redirect' in out) res.redirect(302, out.redirect);
+      else res.status(200).setHeader('content-type', 'text/html; charset=utf-8').end(out.form);
+    }),
+  );
+
+  router.post(
+    '/saml/:routeId/acs',
+    express.urlencoded({ extended: false, limit: '2mb', parameterLimit: 10 }),
+    handle(async (req, res) => {
+      const { row, sp } = await context(String(req.params.routeId));
+      const body = (req.body ?? {}) as Record<string, unknown>;
+      const samlResponse = typeof body.SAMLResponse === 'string' ? body.SAMLResponse : '';
+      const relayState = typeof body.RelayState === 'string' ? body.RelayState : undefined;
+      if (!samlResponse) throw fail(7111, 'SAMLResponse is missing: the IdP must POST it as a form field (HTTP-POST binding)');
+      let ok: Awaited<ReturnType<typeof acceptResponse>>;
+      try {
+        ok = await acceptResponse(sp, samlResponse, relayState, Date.now(), (id, exp) => samlRepo.remember(db, row.id, id, new Date(exp)));
+      } catch (err) {
+        if (err instanceof SamlRefused) {
+          log.info({ route: row.id, reason: err.message }, 'saml: response refused');
+          throw fail(err.code, err.message);
+        }
+        throw err;
+      }
+      res.setHeader('cache-control', 'no-store');
+      const { base } = splitRouteMatch(row.match);
+      if (ok.relay) {
+        const cb = onEdge(row, ok.relay.callbackUrl);
+        if (!cb) throw fail(7110, 'the sign-in was started for a hostname this route no longer has; start again');
+        const secret = samlHandoffSecret(sp.module.signing.private_key_pem, row.id);
+        const handoff = sealSamlHandoff(samlHandoffKey(secret, row.id), { ...ok.identity, st: ok.relay.state, cb: cb.href, exp: Math.floor(Date.now() / 1000) + SAML_HANDOFF_SECONDS });
+        cb.searchParams.set('state', ok.relay.state);
+        cb.searchParams.set('handoff', handoff);
+        res.redirect(302, cb.href);
+        return;
+      }
+      // IdP-initiated: sign in again from the edge, bound to this browser (see above).
+      const target = ok.target ? onEdge(row, ok.target) : null;
+      const host = target?.host ?? row.hostports[0]?.replace(/:443$/, '');
+      if (!host) throw fail(7110, "the route's edge has no hostname");
+      const scheme = target?.protocol ?? 'https:';
+      const returnTo = target ? target.pathname + target.search : ok.target?.startsWith('/') && !ok.target.startsWith('//') ? ok.target : base || '/';
+      res.redirect(302, `${scheme}//${host}${base}/.warren/saml/login?return_to=${encodeURIComponent(returnTo)}`);
+    }),
+  );
+
+  const slo = handle(async (req, res) => {
+    await context(String(req.params.routeId));
+    res
+      .status(200)
+      .setHeader('content-type', 'text/html; charset=utf-8')
+      .setHeader('cache-control', 'no-store')
+      .end(
+        `<!doctype html><html><head><meta charset="utf-8"><title>Single logout</title></head><body><h1>Single logout is not supported</h1><p>Sessions of this route end when they expire, or at ${htmlEscape('<prefix>/.warren/saml/logout')} on the route's hostname.</p></body></html>\n`,
+      );
+  });
+  router.get('/saml/:routeId/slo', slo);
+  router.post('/saml/:routeId/slo', slo);
+
+  router.all('/saml/:routeId/:endpoint', (req: Request, _res: Response, next: NextFunction) => {
+    next(['metadata', 'login', 'acs', 'slo'].includes(String(req.params.endpoint)) ? new AppError(2010, 'method not allowed on this SAML endpoint') : new AppError(4000, 'no such SAML endpoint'));
+  });
+
+  // Errors of these endpoints: the wire error body, or an HTML page for browsers.
+  router.use('/saml', (err: unknown, req: Request, res: Response, _next: NextFunction) => {
+    const e = err as { type?: string; status?: number };
+    const appErr =
+      err instanceof AppError
+        ? err
+        : e?.type === 'entity.too.large'
+          ? new AppError(7111, 'the SAMLResponse is over 2 MiB')
+          : e?.status === 400 || e?.type === 'entity.parse.failed' || e?.type === 'parameters.too.many'
+            ? new AppError(7111, 'the form body could not be read')
+            : toAppError(err, req.method);
+    const opId = res.locals.operationId as string;
+    if (appErr.status >= 500) log.error({ err, op: opId, path: req.path }, 'saml endpoint failed');
+    if (res.headersSent) return void res.end();
+    for (const [k, v] of Object.entries(appErr.headers)) res.setHeader(k, v);
+    const name = errorCodeName(appErr.code);
+    res.status(appErr.status).setHeader('cache-control', 'no-store');
+    if ((req.headers.accept ?? '').includes('text/html')) {
+      res
+        .setHeader('content-type', 'text/html; charset=utf-8')
+        .end(
+          `<!doctype html><html><head><meta charset="utf-8"><title>${appErr.status} ${name}</title></head><body><h1>Sign-in failed</h1><p>${htmlEscape(appErr.message)}</p><p><code>${name}</code> · ${htmlEscape(opId ?? '')}</p></body></html>\n`,
+        );
+      return;
+    }
+    res.json({ error_code: name, status_code: appErr.status, msg: appErr.message, details: { ...appErr.details, operation_id: opId } });
+  });
+  return router;
+}

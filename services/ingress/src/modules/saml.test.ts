@@ -1,0 +1,88 @@
+import { describe, expect, it } from 'vitest';
+import { samlHandoffKey, sealSamlHandoff, type SamlHandoff } from '@warren/shared';
+import { createSamlStage } from './saml.js';
+import { getCookie } from './oidc-session.js';
+import { makeConfig, makeEdge, makeRoute, makeState, testDeps } from './testing.js';
+import type { Outcome, RouteStage } from '../pipeline/types.js';
+
+const ROUTE = 'edghtsrt_test';
+const SECRET = 'handoff-secret-0123456789';
+const LOGIN = 'https://cp.example.test/saml/edghtsrt_test/login';
+const MOD = { enabled: true, handoff_secret: SECRET, login_url: LOGIN, cookie_prefix: 'warren.', maximum_duration: 3600, inactivity_timeout: 0, options_passthrough: false, idp_metadata: '<x/>' };
+const T = 1_800_000_000_000;
+const CALLBACK = 'https://app.example.test/.warren/saml/callback';
+const html = ['Accept', 'text/html,application/xhtml+xml'];
+
+function stage(mod: Record<string, unknown> = {}): RouteStage {
+  return createSamlStage({ now: () => T })(makeRoute({ saml: { ...MOD, ...mod } }), makeEdge(), makeConfig(), testDeps())!;
+}
+
+async function run(st: RouteStage, o: Parameters<typeof makeState>[0] = {}) {
+  const s = makeState({ ...o, headers: ['Host', 'app.example.test', ...(o.headers ?? [])] });
+  const out: Outcome = await st.onRequest!(s);
+  return { s, out };
+}
+
+const handoff = (over: Partial<SamlHandoff> = {}) =>
+  sealSamlHandoff(samlHandoffKey(SECRET, ROUTE), { sub: 'u-1', email: 'alice@example.test', name: 'Alice', st: '', cb: CALLBACK, exp: T / 1000 + 60, ...over });
+
+/** Starts a sign-in: the pre-login cookie (name=value) and the state sent to the control plane. */
+async function start(st: RouteStage): Promise<{ cookie: string; state: string }> {
+  const { out } = await run(st, { url: '/app?x=1', headers: html });
+  expect(out!.status).toBe(302);
+  const loc = new URL(out!.headers!.location!);
+  expect(loc.origin + loc.pathname).toBe(LOGIN);
+  expect(loc.searchParams.get('redirect_uri')).toBe(CALLBACK);
+  return { cookie: out!.headers!['set-cookie']!.split(';')[0]!, state: loc.searchParams.get('state')! };
+}
+
+describe('saml stage', () => {
+  it('is absent unless enabled; refuses exact_path routes and a module without hand-off secret', () => {
+    const f = createSamlStage();
+    expect(f(makeRoute({}), makeEdge(), makeConfig(), testDeps())).toBeNull();
+    expect(f(makeRoute({ saml: { ...MOD, enabled: false } }), makeEdge(), makeConfig(), testDeps())).toBeNull();
+    expect(() => f(makeRoute({ saml: MOD }, { matchType: 'exact_path', match: '/x' }), makeEdge(), makeConfig(), testDeps())).toThrow(/exact_path/);
+    expect(() => f(makeRoute({ saml: { ...MOD, handoff_secret: '' } }), makeEdge(), makeConfig(), testDeps())).toThrow(/hand-off secret/);
+  });
+
+  it('sends browsers to the control plane login, and gives other clients 401', async () => {
+    const st = stage();
+    await start(st);
+    const { out } = await run(st, { url: '/api', headers: ['Accept', 'application/json'] });
+    expect(out!.status).toBe(401);
+    expect(out!.headers!['www-authenticate']).toMatch(/^SAML realm="app.example.test", login="https:\/\/app.example.test\/.warren\/saml\/login\?return_to=%2Fapi"$/);
+  });
+
+  it('turns a valid hand-off into a session and forwards the identity', async () => {
+    const st = stage();
+    const { cookie, state } = await start(st);
+    const { out } = await run(st, { url: `/.warren/saml/callback?state=${state}&handoff=${handoff({ st: state })}`, headers: [...html, 'Cookie', cookie] });
+    expect(out!.status).toBe(302);
+    expect(out!.headers!.location).toBe('/app?x=1');
+    const session = getCookie(out!.headers!['set-cookie']!.split(';')[0], 'warren.saml');
+    expect(session).toMatch(/^v1\./);
+    const { s, out: fwd } = await run(st, { url: '/app', headers: ['Cookie', `warren.saml=${session}`, 'ngrok-auth-user-id', 'root'] });
+    expect(fwd).toBeNull();
+    const h = Object.fromEntries(Array.from({ length: s.headers.length / 2 }, (_, i) => [s.headers[2 * i]!.toLowerCase(), s.headers[2 * i + 1]!]));
+    expect(h).toMatchObject({ 'ngrok-auth-user-id': 'u-1', 'ngrok-auth-user-email': 'alice@example.test', 'ngrok-auth-user-name': 'Alice' });
+  });
+
+  it('refuses a hand-off for another sign-in, another callback, an expired or a forged one', async () => {
+    const st = stage();
+    const { cookie, state } = await start(st);
+    const bad = [
+      handoff({ st: 'someone-elses-state' }),
+      handoff({ st: state, cb: 'https://evil.test/.warren/saml/callback' }),
+      handoff({ st: state, exp: T / 1000 - 1 }),
+      sealSamlHandoff(samlHandoffKey('another-secret', ROUTE), { sub: 'u-1', email: '', name: '', st: state, cb: CALLBACK, exp: T / 1000 + 60 }),
+    ];
+    for (const h of bad) {
+      const { out } = await run(st, { url: `/.warren/saml/callback?state=${state}&handoff=${h}`, headers: [...html, 'Cookie', cookie] });
+      expect(out!.status).toBe(400);
+      expect(out!.headers!['warren-error-code']).toBe('ERR_WARREN_7108');
+    }
+    // without the browser's pre-login cookie
+    const { out } = await run(st, { url: `/.warren/saml/callback?state=${state}&handoff=${handoff({ st: state })}`, headers: html });
+    expect(out!.status).toBe(400);
+  });
+});

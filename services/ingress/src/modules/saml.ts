@@ -1,0 +1,85 @@
+import { openSamlHandoff, samlHandoffKey } from '@warren/shared';
+import type { RouteStage, StageFactory } from '../pipeline/types.js';
+import { enabledModule } from './common.js';
+import { deriveSessionKeys, signInGate, type Identity, type SessionPolicy, type SignInModuleFields } from './oidc-session.js';
+
+/**
+ * `saml`: SAML 2.0 sign-in in front of a route, on the `oidc` module's machinery (oidc-session.ts
+ * `signInGate`): reserved paths `<base>/.warren/saml/{callback,login,logout}`, 302 for browser
+ * navigations and 401 (7106, `WWW-Authenticate: SAML realm=…, login=…`) otherwise,
+ * `options_passthrough`, the sealed session cookie `<cookie_prefix>saml`, `inactivity_timeout`,
+ * `maximum_duration`, and the `ngrok-auth-user-*` headers (id: the NameID).
+ *
+ * The SAML service provider itself is central, on the control plane's public URL, as the API
+ * says (`entity_id`, `assertion_consumer_service_url`, … under `<PUBLIC_BASE_URL>/saml/<route id>/`,
+ * see services/control-plane/src/modules/https-edge-routes/saml.http.ts). This stage never sees
+ * SAML XML:
+ * 1. A browser without a session gets the pre-login cookie (state, return-to; as oidc) and a 302
+ *    to the control plane's `…/saml/<route id>/login?state=<state>&redirect_uri=<callback URL>`.
+ * 2. The control plane sends the browser to the IdP with a signed AuthnRequest, checks the IdP's
+ *    answer at its ACS, and redirects to the callback with `state` and `handoff`: the identity,
+ *    sealed (AES-256-GCM) with a key both sides derive from the route's `handoff_secret`, valid 60 s,
+ *    bound to the callback URL and to the `state` of this browser's pre-login cookie.
+ * 3. Here the callback opens the hand-off, checks both bindings, and sets the session cookie.
+ *
+ * Pushed config (services/control-plane/src/config-push/dataplane.ts): the module as stored
+ * without its SP signing key, plus `handoff_secret` (HKDF of that key) and `login_url`.
+ */
+
+interface SamlModule extends SignInModuleFields {
+  handoff_secret?: string;
+  login_url?: string;
+}
+
+export interface SamlOptions {
+  /** Clock in ms. */
+  now?: () => number;
+}
+
+export function createSamlStage(opts: SamlOptions = {}): StageFactory {
+  const nowMs = opts.now ?? Date.now;
+  return (route, _edge, _config, deps): RouteStage | null => {
+    const m = enabledModule<SamlModule>(route, 'saml');
+    if (!m) return null;
+    if (route.matchType === 'exact_path') throw new Error('saml: an exact_path route cannot carry the sign-in callback; use a path_prefix route');
+    const secret = m.handoff_secret ?? '';
+    const loginUrl = m.login_url ?? '';
+    if (!secret || !loginUrl) throw new Error('saml: the control plane sent no hand-off secret or login URL for this route (is it older than this ingress?)');
+    try {
+      new URL(loginUrl);
+    } catch {
+      throw new Error('saml: the login URL is not a URL');
+    }
+    const policy: SessionPolicy = { maximumDuration: m.maximum_duration ?? 0, inactivityTimeout: m.inactivity_timeout ?? 0 };
+    const handoffKey = samlHandoffKey(secret, route.id);
+    return signInGate({
+      module: 'saml',
+      route,
+      keys: deriveSessionKeys('saml', secret, route.id, 'saml', ''),
+      policy,
+      cookiePrefix: m.cookie_prefix || 'warren.',
+      optionsPassthrough: m.options_passthrough === true,
+      challenge: 'SAML',
+      providerName: 'the SAML identity provider',
+      providerLabel: new URL(loginUrl).origin,
+      nowMs,
+      log: deps.log.child({ module: 'saml', routeId: route.id }),
+      provider: {
+        authorizationUrl: async (login, redirectUri) => {
+          const u = new URL(loginUrl);
+          u.searchParams.set('state', login.state);
+          u.searchParams.set('redirect_uri', redirectUri);
+          return u;
+        },
+        exchange: async (url, login, redirectUri): Promise<Identity> => {
+          const h = openSamlHandoff(handoffKey, url.searchParams.get('handoff'), Math.floor(nowMs() / 1000));
+          if (!h) throw new Error('the sign-in hand-off is missing, expired or not authentic');
+          if (h.st !== login.state || h.cb !== redirectUri) throw new Error('the sign-in hand-off belongs to another sign-in');
+          return { sub: h.sub, email: h.email, name: h.name };
+        },
+      },
+    });
+  };
+}
+
+export const samlStage: StageFactory = createSamlStage();

@@ -1,0 +1,242 @@
+import http from 'node:http';
+import path from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freshDatabase } from '../support/databases.js';
+import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
+import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
+import { Browser, type BrowserResponse } from '../support/browser.js';
+import { TestSamlIdp, type ResponseOptions } from '../support/saml-idp.js';
+import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
+import { migrate } from '../../services/control-plane/src/db/migrate.js';
+import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
+import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+
+/**
+ * The `saml` route module on live traffic: a control plane (the SP endpoints under its public
+ * URL), two ingress nodes, our agent and an upstream that echoes the headers it got. The IdP is
+ * in this process (test/support/saml-idp.ts): it reads the signed AuthnRequest from the redirect
+ * and answers with a Response signed by the key whose certificate is in the route's idp_metadata;
+ * a scripted browser (cookie jar) carries everything, posting the Response to the ACS itself.
+ */
+
+const HOST = 'saml.e2e.test';
+const ORIGIN = `https://${HOST}`;
+
+let db: Awaited<ReturnType<typeof freshDatabase>>;
+let cp: ControlPlaneProcess;
+let a: IngressProcess;
+let b: IngressProcess;
+let agent: AgentProcess;
+let idp: TestSamlIdp;
+let apiKey: string;
+let upstream: http.Server;
+let edgeId: string;
+let backendId: string;
+let ca: string;
+let node: () => IngressProcess;
+
+interface SamlRoute {
+  id: string;
+  acs: string;
+  entityId: string;
+  cert: string;
+}
+let main: SamlRoute;
+let admins: SamlRoute;
+let unsolicited: SamlRoute;
+
+const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
+
+function browser(): Browser {
+  return new Browser({ ca, resolve: (u) => (u.hostname === HOST ? { host: '127.0.0.1', port: node().https } : null) });
+}
+
+async function route(match: string, saml: Record<string, unknown>): Promise<SamlRoute> {
+  const r = await api('POST', `/edges/https/${edgeId}/routes`, {
+    match_type: 'path_prefix',
+    match,
+    backend: { enabled: true, backend_id: backendId },
+    saml: { idp_metadata: idp.metadata(), ...saml },
+  });
+  if (r.status !== 201) throw new Error(`route ${match}: ${r.status} ${JSON.stringify(r.body)}`);
+  for (const n of [a, b]) {
+    const prev = node;
+    node = () => n;
+    await waitFor(`${n.nodeId} applies ${match}`, async () => (await browser().request(`${ORIGIN}${match}`, { headers: { accept: 'application/json' } })).headers['warren-error-code'] === 'ERR_WARREN_7106');
+    node = prev;
+  }
+  return { id: r.body.id, acs: r.body.saml.assertion_consumer_service_url, entityId: r.body.saml.entity_id, cert: r.body.saml.request_signing_certificate_pem };
+}
+
+const form = (fields: Record<string, string>) => ({ method: 'POST', body: new URLSearchParams(fields).toString(), headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+
+/**
+ * Edge → control plane login → IdP (the AuthnRequest read and its signature checked) → the
+ * Response posted to the ACS. Returns the ACS answer, the Response and its RelayState.
+ */
+async function toAcs(br: Browser, url: string, r: SamlRoute, o: Partial<ResponseOptions> = {}): Promise<{ acs: BrowserResponse; saml: string; relay: string }> {
+  const edge = await br.request(url);
+  expect(edge.status).toBe(302);
+  const login = await br.request(edge.headers.location!);
+  expect(login.status, login.body).toBe(302);
+  const req = idp.readRequest(login.headers.location!, r.cert);
+  expect(req.signatureValid).toBe(true);
+  expect(req.acs).toBe(r.acs);
+  const saml = idp.response({ acs: r.acs, audience: r.entityId, inResponseTo: req.id, ...o });
+  const acs = await br.request(r.acs, form({ SAMLResponse: saml, RelayState: req.relayState! }));
+  return { acs, saml, relay: req.relayState! };
+}
+
+beforeAll(async () => {
+  db = await freshDatabase();
+  const pool = createPool(db.url, 2);
+  await migrate(pool);
+  apiKey = (await createAccountWithKey(createDb(pool), 'saml-e2e')).token;
+  await pool.end();
+  const tlsDir = tempDir('warren-saml-tls-');
+  const tls = await ensureLocalTls(tlsDir, [HOST]);
+  ca = tls.caPem!;
+  idp = await TestSamlIdp.create();
+  const nodeToken = randomBytes(16).toString('hex');
+  cp = await startControlPlane({ databaseUrl: db.url, env: { WARREN_NODE_TOKEN: nodeToken } });
+  const env = { TLS_CERT_FILE: path.join(tlsDir, 'cert.pem'), TLS_KEY_FILE: path.join(tlsDir, 'key.pem') };
+  [a, b] = (await Promise.all(['saml-a', 'saml-b'].map((nodeId) => startIngress({ nodeId, controlPlane: [`127.0.0.1:${cp.grpcPort}`], nodeToken, env })))) as [IngressProcess, IngressProcess];
+  node = () => a;
+
+  upstream = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ url: req.url, method: req.method, headers: req.headers }));
+    });
+  });
+  const upPort = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as { port: number }).port)));
+  const cred = await api('POST', '/credentials', {});
+  backendId = (await api('POST', '/backends/tunnel_group', { labels: { app: 'saml' } })).body.id;
+  edgeId = (await api('POST', '/edges/https', { hostports: [`${HOST}:443`] })).body.id;
+  agent = startAgentProcess(['http', String(upPort), '--label', 'app=saml', '--authtoken', cred.body.token, '--server', `localhost:${a.agent}`, '--ca', tls.caFile]);
+  await agent.waitForOutput('online');
+  main = await route('/', {});
+  admins = await route('/admins', { cookie_prefix: 'adm.', authorized_groups: ['admins'] });
+  unsolicited = await route('/idp', { cookie_prefix: 'idp.', allow_idp_initiated: true });
+}, 120_000);
+
+afterAll(async () => {
+  await Promise.allSettled([agent?.stop({ timeoutMs: 10_000 }), a?.stop({ timeoutMs: 10_000 }), b?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);
+  upstream?.close();
+  await db?.drop();
+  cleanupTempDirs();
+}, 60_000);
+
+describe('saml on live traffic', () => {
+  it('sends an unauthenticated browser to the control plane login, and an API client gets 401', async () => {
+    node = () => a;
+    const br = browser();
+    const r = await br.request(`${ORIGIN}/app/page?x=1`);
+    expect(r.status).toBe(302);
+    const loc = new URL(r.headers.location!);
+    expect(loc.origin + loc.pathname).toBe(`${cp.baseUrl}/saml/${main.id}/login`);
+    expect(loc.searchParams.get('redirect_uri')).toBe(`${ORIGIN}/.warren/saml/callback`);
+    expect(r.headers['set-cookie']?.[0]).toMatch(/^warren\.saml\.login\.[^=]+=v1\..*; Path=\/\.warren\/saml\/callback; Max-Age=600; HttpOnly; SameSite=Lax; Secure$/);
+    const apiRes = await br.request(`${ORIGIN}/api/items`, { headers: { accept: 'application/json' }, cookies: false });
+    expect(apiRes.status).toBe(401);
+    expect(apiRes.headers['www-authenticate']).toContain(`SAML realm=`);
+  });
+
+  it('signs in through the IdP and forwards the identity; the cookie works on the other node', async () => {
+    node = () => a;
+    const br = browser();
+    const { acs } = await toAcs(br, `${ORIGIN}/app/page?x=1`, main, { nameId: 'alice', attributes: { email: ['alice@example.test'], displayName: ['Alice Example'] } });
+    expect(acs.status, acs.body).toBe(302);
+    const cb = new URL(acs.headers.location!);
+    expect(cb.origin + cb.pathname).toBe(`${ORIGIN}/.warren/saml/callback`);
+    const steps = await br.navigate(cb);
+    expect(steps[0]!.status).toBe(302);
+    expect(steps[0]!.headers.location).toBe('/app/page?x=1');
+    const last = steps.at(-1)!;
+    expect(last.status).toBe(200);
+    const seen = JSON.parse(last.body);
+    expect(seen.url).toBe('/app/page?x=1');
+    expect(seen.headers).toMatchObject({ 'ngrok-auth-user-email': 'alice@example.test', 'ngrok-auth-user-id': 'alice', 'ngrok-auth-user-name': 'Alice Example' });
+    expect(br.jar.get(HOST, 'warren.saml')).toMatch(/^v1\./);
+
+    // the hand-off is bound to this browser's pre-login cookie: another browser cannot use it
+    const thief = browser();
+    const stolen = await thief.request(cb);
+    expect(stolen.status).toBe(400);
+
+    node = () => b;
+    const onB = await br.request(`${ORIGIN}/on-b`, { headers: { accept: 'application/json' } });
+    expect(onB.status).toBe(200);
+    expect(JSON.parse(onB.body).headers['ngrok-auth-user-id']).toBe('alice');
+    node = () => a;
+  });
+
+  it('refuses a user outside authorized_groups with 403, and admits a member', async () => {
+    node = () => a;
+    const out = await toAcs(browser(), `${ORIGIN}/admins/x`, admins, { nameId: 'mallory', attributes: { groups: ['staff'] } });
+    expect(out.acs.status).toBe(403);
+    expect(out.acs.body).toContain('ERR_WARREN_7109');
+    const br = browser();
+    const ok = await toAcs(br, `${ORIGIN}/admins/x`, admins, { nameId: 'root', attributes: { groups: ['staff', 'admins'] } });
+    expect(ok.acs.status).toBe(302);
+    const last = (await br.navigate(ok.acs.headers.location!)).at(-1)!;
+    expect(last.status).toBe(200);
+    expect(JSON.parse(last.body).headers['ngrok-auth-user-id']).toBe('root');
+  });
+
+  it('refuses a tampered response and a replayed one', async () => {
+    node = () => a;
+    const tampered = await toAcs(browser(), `${ORIGIN}/t`, main, { nameId: 'alice', tamper: (x) => x.replace('>alice</saml:NameID>', '>admin</saml:NameID>') });
+    expect(tampered.acs.status).toBe(400);
+    expect(tampered.acs.body).toContain('ERR_WARREN_7111');
+    const br = browser();
+    const first = await toAcs(br, `${ORIGIN}/r`, main, { nameId: 'alice' });
+    expect(first.acs.status).toBe(302);
+    const again = await br.request(main.acs, form({ SAMLResponse: first.saml, RelayState: first.relay }));
+    expect(again.status).toBe(400);
+    expect(again.body).toContain('replay');
+  });
+
+  it('IdP-initiated: refused unless allow_idp_initiated; allowed, the browser signs in from the edge', async () => {
+    node = () => a;
+    const br = browser();
+    const refused = await br.request(main.acs, form({ SAMLResponse: idp.response({ acs: main.acs, audience: main.entityId, nameId: 'alice' }), RelayState: `${ORIGIN}/x` }));
+    expect(refused.status).toBe(400);
+    expect(refused.body).toContain('allow_idp_initiated');
+    const res = idp.response({ acs: unsolicited.acs, audience: unsolicited.entityId, nameId: 'alice' });
+    const acs = await br.request(unsolicited.acs, form({ SAMLResponse: res, RelayState: `${ORIGIN}/idp/page?y=2` }));
+    expect(acs.status, acs.body).toBe(302);
+    expect(acs.headers.location).toBe(`${ORIGIN}/idp/.warren/saml/login?return_to=${encodeURIComponent('/idp/page?y=2')}`);
+    // a RelayState on another host is not followed
+    const other = await br.request(unsolicited.acs, form({ SAMLResponse: idp.response({ acs: unsolicited.acs, audience: unsolicited.entityId }), RelayState: 'https://evil.test/x' }));
+    expect(other.headers.location).toBe(`${ORIGIN}/idp/.warren/saml/login?return_to=%2Fidp`);
+    // the bounce starts an SP-initiated sign-in bound to this browser
+    const { acs: second } = await toAcs(br, acs.headers.location!, unsolicited, { nameId: 'alice' });
+    expect(second.status).toBe(302);
+    const last = (await br.navigate(second.headers.location!)).at(-1)!;
+    expect(last.status).toBe(200);
+    expect(JSON.parse(last.body)).toMatchObject({ url: '/idp/page?y=2', headers: { 'ngrok-auth-user-id': 'alice' } });
+  });
+
+  it('the SP endpoints: metadata, no open redirect, clear 4xx for bad input', async () => {
+    const br = browser();
+    const md = await br.request(`${cp.baseUrl}/saml/${main.id}/metadata`);
+    expect(md.status).toBe(200);
+    expect(md.headers['content-type']).toContain('samlmetadata+xml');
+    expect(md.body).toContain(`entityID="${main.entityId}"`);
+    expect(md.body).toContain(`Location="${main.acs}"`);
+    const open = await br.request(`${cp.baseUrl}/saml/${main.id}/login?state=abcdefghijklmnopqrstuvwxyz&redirect_uri=${encodeURIComponent('https://evil.test/.warren/saml/callback')}`, { headers: { accept: 'application/json' } });
+    expect(open.status).toBe(400);
+    expect(JSON.parse(open.body)).toMatchObject({ error_code: 'ERR_WARREN_7110', status_code: 400 });
+    const noBody = await br.request(main.acs, form({}));
+    expect(noBody.status).toBe(400);
+    const garbage = await br.request(main.acs, form({ SAMLResponse: 'not base64 xml', RelayState: 'x' }));
+    expect(garbage.status).toBe(400);
+    const unknown = await br.request(`${cp.baseUrl}/saml/edghtsrt_nope/metadata`, { headers: { accept: 'application/json' } });
+    expect(unknown.status).toBe(404);
+    const slo = await br.request(`${cp.baseUrl}/saml/${main.id}/slo`);
+    expect(slo.status).toBe(200);
+  });
+});
