@@ -1,5 +1,6 @@
 import http from 'node:http';
 import path from 'node:path';
+import tls from 'node:tls';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freshDatabase } from '../support/databases.js';
@@ -111,6 +112,10 @@ beforeAll(async () => {
       res.end(JSON.stringify({ url: req.url, method: req.method, headers: req.headers }));
     });
   });
+  // an upgrade answers 101 with the request headers it got, then closes
+  upstream.on('upgrade', (req: http.IncomingMessage, socket: import('node:stream').Duplex) => {
+    socket.end(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n${JSON.stringify(req.headers)}`);
+  });
   const upPort = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as { port: number }).port)));
   const cred = await api('POST', '/credentials', {});
   backendId = (await api('POST', '/backends/tunnel_group', { labels: { app: 'saml' } })).body.id;
@@ -220,6 +225,42 @@ describe('saml on live traffic', () => {
     expect(JSON.parse(last.body)).toMatchObject({ url: '/idp/page?y=2', headers: { 'ngrok-auth-user-id': 'alice' } });
   });
 
+  it('gates WebSocket upgrades, strips identity header spellings, and returns only to this host', async () => {
+    node = () => a;
+    /** A raw upgrade to the node (the whole answer, read until the connection closes). */
+    const upgrade = (headers: string) =>
+      new Promise<string>((resolve, reject) => {
+        const sock = tls.connect({ host: '127.0.0.1', port: node().https, servername: HOST, ca }, () => {
+          sock.write(`GET /ws HTTP/1.1\r\nHost: ${HOST}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n${headers}\r\n`);
+        });
+        let out = '';
+        sock.setEncoding('utf8');
+        sock.on('data', (d: string) => (out += d));
+        sock.on('end', () => resolve(out));
+        sock.on('error', reject);
+        sock.setTimeout(10_000, () => sock.destroy(new Error(`upgrade timed out: ${out}`)));
+      });
+    const anon = await upgrade('ngrok-auth-user-id: root\r\n');
+    expect(anon).toMatch(/^HTTP\/1.1 401 /);
+    expect(anon).toContain('ERR_WARREN_7106');
+
+    // a return_to whose dot segments resolve to //evil.test is not followed
+    const br = browser();
+    const { acs } = await toAcs(br, `${ORIGIN}/.warren/saml/login?return_to=${encodeURIComponent('/.//evil.test/x')}`, main, { nameId: 'alice' });
+    expect(acs.status, acs.body).toBe(302);
+    const steps = await br.navigate(acs.headers.location!);
+    expect(steps[0]!.headers.location).toBe('/');
+    const session = br.jar.get(HOST, 'warren.saml')!;
+    expect(session).toMatch(/^v1\./);
+
+    const signedIn = await upgrade(`Cookie: warren.saml=${session}\r\nngrok_auth_user_email: evil@x.test\r\nNgrok-Auth-User-Id: root\r\n`);
+    expect(signedIn).toMatch(/^HTTP\/1.1 101 /);
+    const seen = JSON.parse(signedIn.slice(signedIn.indexOf('\r\n\r\n') + 4)) as Record<string, string>;
+    expect(seen['ngrok-auth-user-id']).toBe('alice');
+    expect(seen).not.toHaveProperty('ngrok_auth_user_email');
+    expect(seen.cookie ?? '').not.toContain('warren.saml');
+  });
+
   it('the SP endpoints: metadata, no open redirect, clear 4xx for bad input', async () => {
     const br = browser();
     const md = await br.request(`${cp.baseUrl}/saml/${main.id}/metadata`);
@@ -230,6 +271,11 @@ describe('saml on live traffic', () => {
     const open = await br.request(`${cp.baseUrl}/saml/${main.id}/login?state=abcdefghijklmnopqrstuvwxyz&redirect_uri=${encodeURIComponent('https://evil.test/.warren/saml/callback')}`, { headers: { accept: 'application/json' } });
     expect(open.status).toBe(400);
     expect(JSON.parse(open.body)).toMatchObject({ error_code: 'ERR_WARREN_7110', status_code: 400 });
+    // the edge's hostname on another port, or over plain http: not a hostport of the edge
+    for (const cb of [`https://${HOST}:8443/.warren/saml/callback`, `http://${HOST}/.warren/saml/callback`]) {
+      const other = await br.request(`${cp.baseUrl}/saml/${main.id}/login?state=abcdefghijklmnopqrstuvwxyz&redirect_uri=${encodeURIComponent(cb)}`, { headers: { accept: 'application/json' } });
+      expect(other.status, cb).toBe(400);
+    }
     const noBody = await br.request(main.acs, form({}));
     expect(noBody.status).toBe(400);
     const garbage = await br.request(main.acs, form({ SAMLResponse: 'not base64 xml', RelayState: 'x' }));

@@ -118,6 +118,12 @@ describe('oidc return-to', () => {
       expect(sanitizeReturnTo(bad, '/home')).toBe('/home');
     }
   });
+  it('refuses dot segments that resolve to a scheme-relative //host (open redirect)', () => {
+    for (const bad of ['/.//evil.test', '/..//evil.test/x', '/a/..//evil.test', '/%2e//evil.test', '/%2E%2E//evil.test?q=1']) {
+      expect(sanitizeReturnTo(bad, '/home')).toBe('/home');
+    }
+    expect(sanitizeReturnTo('/a/.//b', '/home')).toBe('/a//b');
+  });
   it('refuses the reserved paths', () => {
     expect(sanitizeReturnTo('/.warren/oidc/logout', '/', reserved)).toBe('/');
     expect(sanitizeReturnTo('/./.warren/oidc/callback?x', '/', reserved)).toBe('/');
@@ -129,6 +135,11 @@ describe('oidc headers and cookies', () => {
     const h = ['Host', 'h', 'Ngrok-Auth-User-Email', 'evil@x', 'ngrok-auth-user-id', '1', 'NGROK-AUTH-EMAIL', 'e', 'x-keep', 'y'];
     stripIdentityHeaders(h);
     expect(h).toEqual(['Host', 'h', 'x-keep', 'y']);
+  });
+  it('strips the underscore spellings too (CGI-style servers read them as the same header)', () => {
+    const h = ['ngrok_auth_user_email', 'evil@x', 'Ngrok_Auth-User-Id', '1', 'x_keep', 'y'];
+    stripIdentityHeaders(h);
+    expect(h).toEqual(['x_keep', 'y']);
   });
   it('makes claims safe header values', () => {
     expect(headerValue('Ann')).toBe('Ann');

@@ -185,6 +185,8 @@ export function sanitizeReturnTo(raw: string | null | undefined, fallback: strin
     return fallback;
   }
   if (u.origin !== 'https://warren.invalid') return fallback;
+  // Dot segments are resolved above: `/.//evil.com` and `/a/..//evil.com` become `//evil.com`.
+  if (u.pathname.startsWith('//')) return fallback;
   if (reserved(u.pathname)) return fallback;
   return u.pathname + u.search;
 }
@@ -196,11 +198,15 @@ export const IDENTITY_HEADERS = { email: 'ngrok-auth-user-email', id: 'ngrok-aut
 /** Every client header with this prefix is dropped, so that only the ingress sets identity headers. */
 export const IDENTITY_HEADER_PREFIX = 'ngrok-auth-';
 
-/** Drops every `ngrok-auth-*` header (any case) from raw pairs. Edits in place. */
+/**
+ * Drops every `ngrok-auth-*` header (any case, and with `_` for `-`: CGI-style servers such as
+ * WSGI, Rack and PHP map `ngrok_auth_user_email` and `ngrok-auth-user-email` to one variable) from
+ * raw pairs. Edits in place.
+ */
 export function stripIdentityHeaders(pairs: string[]): void {
   let w = 0;
   for (let i = 0; i + 1 < pairs.length; i += 2) {
-    if (pairs[i]!.toLowerCase().startsWith(IDENTITY_HEADER_PREFIX)) continue;
+    if (pairs[i]!.toLowerCase().replace(/_/g, '-').startsWith(IDENTITY_HEADER_PREFIX)) continue;
     pairs[w++] = pairs[i]!;
     pairs[w++] = pairs[i + 1]!;
   }

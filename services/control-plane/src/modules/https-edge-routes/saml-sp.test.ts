@@ -1,7 +1,12 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { once } from 'node:events';
+import express from 'express';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { openSamlHandoff, samlHandoffKey, unseal } from '@warren/shared';
+import { createLogger, openSamlHandoff, samlHandoffKey, unseal } from '@warren/shared';
 import { newSamlKey, TestSamlIdp } from '../../../../../test/support/saml-idp.js';
-import { acceptResponse, SamlRefused, spMetadata, startLogin, type ReplayStore, type SpContext } from './saml-sp.js';
+import { acceptResponse, MAX_RELAY_STATE_CHARS, SamlRefused, spMetadata, startLogin, type ReplayStore, type SpContext } from './saml-sp.js';
+import { createSamlRouter, onEdge } from './saml.http.js';
 import { newSamlSigningKey, parseIdpMetadata, samlForDataplane, samlHandoffSecret, samlRelayKey, type StoredSaml } from './saml.js';
 
 const BASE = 'https://cp.example.test';
@@ -142,6 +147,34 @@ describe('saml SP', () => {
     expect((await refusal(acceptResponse(ctx(), noRelay, 'https://app.example.test/', Date.now(), memoryReplay()))).message).toMatch(/did not issue/);
   });
 
+  it('refuses an unsolicited assertion passed off as a reply by an InResponseTo on the unsigned Response', async () => {
+    // the attacker starts a sign-in of their own (RelayState with their state), then posts an
+    // unsolicited assertion with that request's id added to the Response element (not signed)
+    const { id, relay } = await login();
+    const spliced = idp.response({ acs: ACS, audience: ENTITY, inResponseTo: null, nameId: 'victim', tamper: (x) => x.replace('<samlp:Response ', `<samlp:Response InResponseTo="${id}" `) });
+    expect((await refusal(acceptResponse(ctx(), spliced, relay, Date.now(), memoryReplay()))).message).toMatch(/InResponseTo is not in the signed assertion/);
+    // with allow_idp_initiated it is an IdP-initiated response: no hand-off for the RelayState's browser
+    const again = idp.response({ acs: ACS, audience: ENTITY, inResponseTo: null, nameId: 'victim', tamper: (x) => x.replace('<samlp:Response ', `<samlp:Response InResponseTo="${id}" `) });
+    expect(await acceptResponse(ctx({ allow_idp_initiated: true }), again, relay, Date.now(), memoryReplay())).toMatchObject({ relay: null });
+  });
+
+  it('refuses an overlong RelayState', async () => {
+    const res = idp.response({ acs: ACS, audience: ENTITY, inResponseTo: null });
+    expect((await refusal(acceptResponse(ctx({ allow_idp_initiated: true }), res, `https://app.example.test/${'a'.repeat(MAX_RELAY_STATE_CHARS)}`, Date.now(), memoryReplay()))).code).toBe(7111);
+  });
+
+  it('takes a callback only on a hostport of the edge (no other port, no plain http for a :443 edge)', () => {
+    const row = { hostports: ['app.example.test:443', 'alt.example.test:8443', 'plain.example.test:80'], match: '/' };
+    expect(onEdge(row, CALLBACK)?.href).toBe(CALLBACK);
+    expect(onEdge(row, 'https://app.example.test:443/.warren/saml/callback')).not.toBeNull();
+    expect(onEdge(row, 'https://alt.example.test:8443/.warren/saml/callback')).not.toBeNull();
+    expect(onEdge(row, 'http://plain.example.test/.warren/saml/callback')).not.toBeNull();
+    for (const bad of ['http://app.example.test/.warren/saml/callback', 'https://app.example.test:9999/.warren/saml/callback', 'https://alt.example.test/.warren/saml/callback', 'https://evil.test/.warren/saml/callback', 'https://u:p@app.example.test/x']) {
+      expect(onEdge(row, bad)).toBeNull();
+    }
+    expect(onEdge({ hostports: ['app.example.test:443', 'other.example.test:443'], match: 'app.example.test/x' }, 'https://other.example.test/x/.warren/saml/callback')).toBeNull();
+  });
+
   it('refuses IdP-initiated responses unless allow_idp_initiated', async () => {
     const res = () => idp.response({ acs: ACS, audience: ENTITY, inResponseTo: null, nameId: 'bob' });
     expect((await refusal(acceptResponse(ctx(), res(), 'https://app.example.test/x', Date.now(), memoryReplay()))).message).toMatch(/IdP-initiated/);
@@ -176,5 +209,24 @@ describe('saml SP', () => {
     expect(pushed).toMatchObject({ handoff_secret: samlHandoffSecret(module.signing.private_key_pem, ROUTE), login_url: `${BASE}/saml/${ROUTE}/login` });
     const key = samlHandoffKey(pushed.handoff_secret as string, ROUTE);
     expect(openSamlHandoff(key, 'v1.garbage', 0)).toBeNull();
+  });
+});
+
+describe('saml SP endpoints', () => {
+  it('answers a form body it cannot read (charset, content-encoding) with 400, not 500', async () => {
+    const app = express();
+    app.use(createSamlRouter({ db: {} as never, log: createLogger('saml-test', 'silent'), baseUrl: BASE }));
+    const srv = http.createServer(app).listen(0, '127.0.0.1');
+    await once(srv, 'listening');
+    try {
+      const url = `http://127.0.0.1:${(srv.address() as AddressInfo).port}/saml/${ROUTE}/acs`;
+      for (const headers of [{ 'content-type': 'application/x-www-form-urlencoded; charset=koi8-r' } as Record<string, string>, { 'content-type': 'application/x-www-form-urlencoded', 'content-encoding': 'x-unknown' }]) {
+        const r = await fetch(url, { method: 'POST', headers, body: 'SAMLResponse=abc' });
+        expect(r.status).toBe(400);
+        expect(await r.json()).toMatchObject({ error_code: 'ERR_WARREN_7111' });
+      }
+    } finally {
+      srv.close();
+    }
   });
 });

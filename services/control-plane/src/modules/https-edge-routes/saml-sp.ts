@@ -28,6 +28,8 @@ export const CLOCK_SKEW_MS = 60_000;
 export const MAX_ASSERTION_AGE_MS = 10 * 60_000;
 /** How long an accepted assertion id is remembered: no assertion can pass the time checks after it. */
 export const REPLAY_WINDOW_MS = MAX_ASSERTION_AGE_MS + 2 * CLOCK_SKEW_MS;
+/** A longer RelayState is refused (ours are sealed values of a few hundred characters; SAML bindings §3.4.3 even say 80 bytes). */
+export const MAX_RELAY_STATE_CHARS = 4096;
 /** How long the IdP may take to answer a request (RelayState lifetime). */
 export const LOGIN_SECONDS = 600;
 
@@ -185,6 +187,7 @@ function values(profile: Profile, names: readonly string[]): string[] {
 /** Validates a posted SAMLResponse (base64) with its RelayState; see the checks at the top. */
 export async function acceptResponse(c: SpContext, samlResponse: string, relayState: string | undefined, nowMs: number, replay: ReplayStore): Promise<AcceptedLogin> {
   if (!samlResponse || samlResponse.length > 2 * 1024 * 1024) throw new SamlRefused(7111, 'the SAMLResponse is missing or too large');
+  if (relayState !== undefined && relayState.length > MAX_RELAY_STATE_CHARS) throw new SamlRefused(7111, `the RelayState is over ${MAX_RELAY_STATE_CHARS} characters`);
   const xml = Buffer.from(samlResponse, 'base64').toString('utf8');
   if (/<!DOCTYPE/i.test(xml)) throw new SamlRefused(7111, 'the SAMLResponse holds a DOCTYPE declaration');
   let root: { localName: string | null; getAttribute(name: string): string | null } | null = null;
@@ -226,9 +229,17 @@ export async function acceptResponse(c: SpContext, samlResponse: string, relaySt
   if (bearer.length === 0) throw new SamlRefused(7111, 'the assertion has no bearer SubjectConfirmation');
   if (!bearer.some((d) => d.Recipient === acs)) throw new SamlRefused(7111, `the assertion's Recipient is not this service's ACS URL (${acs})`);
 
-  const inResponseTo = [root.getAttribute('InResponseTo') ?? '', ...bearer.map((d) => d.InResponseTo ?? '')].filter((v) => v);
+  // Whether this answers our request is decided by the signed assertion's bearer InResponseTo
+  // (SAML profiles §4.1.4.2 requires it there): the Response element is often unsigned, so an
+  // InResponseTo only there could be added to an unsolicited assertion to redeem it as a reply to
+  // someone else's request (RelayState). When both are present, both must match.
+  const signedInResponseTo = bearer.map((d) => d.InResponseTo ?? '').filter((v) => v);
+  const inResponseTo = [root.getAttribute('InResponseTo') ?? '', ...signedInResponseTo].filter((v) => v);
+  if (signedInResponseTo.length === 0 && inResponseTo.length > 0 && !c.module.allow_idp_initiated) {
+    throw new SamlRefused(7111, "the response's InResponseTo is not in the signed assertion's SubjectConfirmationData");
+  }
   let accepted: AcceptedLogin['relay'] = null;
-  if (inResponseTo.length > 0) {
+  if (signedInResponseTo.length > 0) {
     if (!relay || typeof relay.i !== 'string' || relay.e * 1000 <= nowMs) throw new SamlRefused(7111, 'the response answers a sign-in request this service did not issue, or that expired; start again');
     if (inResponseTo.some((v) => v !== relay.i)) throw new SamlRefused(7111, 'the response answers another sign-in request (InResponseTo)');
     accepted = { state: relay.s, callbackUrl: relay.c };

@@ -16,8 +16,9 @@ import { samlRepo, type SamlRouteRow } from './saml.repo.js';
  * - `GET /saml/{route id}/metadata`: the SP metadata (entity id, ACS with HTTP-POST, SLO, the
  *   request-signing certificate, NameID format).
  * - `GET /saml/{route id}/login?state=…&redirect_uri=…`: started by the ingress (saml.ts there).
- *   `redirect_uri` must be `http(s)://<a hostname of the route's edge><prefix>/.warren/saml/callback`
- *   (no open redirect); answers a 302 to the IdP's SSO URL with a signed AuthnRequest
+ *   `redirect_uri` must be `http(s)://<a hostport of the route's edge><prefix>/.warren/saml/callback`
+ *   (no open redirect; the port is the scheme's default unless written, so an edge on `:443` takes
+ *   only https on the default port); answers a 302 to the IdP's SSO URL with a signed AuthnRequest
  *   (HTTP-Redirect binding; an auto-posting form for an IdP with only HTTP-POST), RelayState a
  *   sealed (request id, state, redirect_uri), valid 10 minutes.
  * - `POST /saml/{route id}/acs`: the IdP's Response (HTTP-POST binding), checked by saml-sp.ts;
@@ -47,8 +48,12 @@ function splitRouteMatch(match: string): { host: string | null; base: string } {
   return { host, base: path.endsWith('/') ? path.slice(0, -1) : path };
 }
 
-/** `url` when it is an http(s) URL on a hostname of the route's edge (and of its match), else null. */
-function onEdge(row: SamlRouteRow, raw: string): URL | null {
+/**
+ * `url` when it is an http(s) URL on a hostport of the route's edge (and on the host of its
+ * match), else null. The port counts (the scheme's default when absent): a hand-off must not be
+ * sent to another port of the hostname, nor over plain http to an edge whose hostports are 443.
+ */
+export function onEdge(row: Pick<SamlRouteRow, 'hostports' | 'match'>, raw: string): URL | null {
   let u: URL;
   try {
     u = new URL(raw);
@@ -56,10 +61,11 @@ function onEdge(row: SamlRouteRow, raw: string): URL | null {
     return null;
   }
   if ((u.protocol !== 'https:' && u.protocol !== 'http:') || u.username || u.password) return null;
-  const hostnames = new Set(row.hostports.map((hp) => hp.replace(/:\d+$/, '').toLowerCase()));
+  const hostports = new Set(row.hostports.map((hp) => hp.toLowerCase()));
   const { host } = splitRouteMatch(row.match);
   const h = u.hostname.toLowerCase();
-  if (!hostnames.has(h) || (host !== null && host !== h)) return null;
+  const port = u.port || (u.protocol === 'https:' ? '443' : '80');
+  if (!hostports.has(`${h}:${port}`) || (host !== null && host !== h)) return null;
   return u;
 }
 
@@ -181,7 +187,8 @@ export function createSamlRouter(opts: SamlRouterOptions): express.Router {
         ? err
         : e?.type === 'entity.too.large'
           ? new AppError(7111, 'the SAMLResponse is over 2 MiB')
-          : e?.status === 400 || e?.type === 'entity.parse.failed' || e?.type === 'parameters.too.many'
+          : // body-parser's other refusals of the request (400, and 415 for an unsupported charset or content-encoding)
+            e?.status === 400 || (typeof e?.type === 'string' && typeof e?.status === 'number' && e.status >= 400 && e.status < 500) || e?.type === 'entity.parse.failed' || e?.type === 'parameters.too.many'
             ? new AppError(7111, 'the form body could not be read')
             : toAppError(err, req.method);
     const opId = res.locals.operationId as string;
