@@ -1,17 +1,10 @@
-import http from 'node:http';
-import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freshDatabase } from '../support/databases.js';
-import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
-import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
-import { Browser, formPost, type BrowserResponse } from '../support/browser.js';
+import { waitFor, type IngressProcess } from '../support/cluster.js';
+import { formPost, type Browser, type BrowserResponse } from '../support/browser.js';
 import { startTestIdp, type TestIdp } from '../support/oidc-idp.js';
 import { startFakeGithub, type FakeGithub } from '../support/github-fake.js';
-import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
-import { migrate } from '../../services/control-plane/src/db/migrate.js';
-import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
-import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { startSignInCluster, type SignInCluster } from '../support/sign-in-cluster.js';
 
 /**
  * The `oauth` route module on live traffic, two ingress nodes pointed at local providers through
@@ -27,32 +20,23 @@ const GH_SECRET = `gh-${randomBytes(12).toString('hex')}`;
 const G_ID = 'google-e2e';
 const G_SECRET = `g-${randomBytes(12).toString('hex')}`;
 
-let db: Awaited<ReturnType<typeof freshDatabase>>;
-let cp: ControlPlaneProcess;
-let a: IngressProcess;
-let b: IngressProcess;
-let agent: AgentProcess;
-let gh: FakeGithub;
-let idp: TestIdp;
-let apiKey: string;
-let upstream: http.Server;
-let edgeId: string;
-let backendId: string;
-let ca: string;
-let node: () => IngressProcess;
+interface Providers {
+  gh: FakeGithub;
+  idp: TestIdp;
+  close(): Promise<void>;
+}
 
-const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
-const browser = () => new Browser({ ca, resolve: (u) => (u.hostname === HOST ? { host: '127.0.0.1', port: node().https } : null) });
+let c: SignInCluster<Providers>;
+let gh: FakeGithub, idp: TestIdp;
+/** The two ingress nodes, and which one the browser's requests to HOST reach. */
+let a: IngressProcess, b: IngressProcess, node: () => IngressProcess;
+let edgeId: string, backendId: string;
+
+const api = (method: string, p: string, body?: unknown) => c.api(method, p, body);
+const browser = (): Browser => c.browser(() => node());
 
 async function route(match: string, oauth: Record<string, unknown>): Promise<void> {
-  const r = await api('POST', `/edges/https/${edgeId}/routes`, { match_type: 'path_prefix', match, backend: { enabled: true, backend_id: backendId }, oauth });
-  if (r.status !== 201) throw new Error(`route ${match}: ${r.status} ${JSON.stringify(r.body)}`);
-  for (const n of [a, b]) {
-    const prev = node;
-    node = () => n;
-    await waitFor(`${n.nodeId} applies ${match}`, async () => (await browser().request(`${ORIGIN}${match}/x`, { headers: { accept: 'application/json' } })).headers['warren-error-code'] === 'ERR_WARREN_7106');
-    node = prev;
-  }
+  await c.route(match, { oauth }, `${match}/x`);
 }
 
 const github = (rules: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({ provider: { github: { client_id: GH_ID, client_secret: GH_SECRET, ...rules } }, ...extra });
@@ -64,59 +48,33 @@ async function githubSignIn(url: string, login: string): Promise<BrowserResponse
 }
 
 beforeAll(async () => {
-  db = await freshDatabase();
-  const pool = createPool(db.url, 2);
-  await migrate(pool);
-  apiKey = (await createAccountWithKey(createDb(pool), 'oauth-e2e')).token;
-  await pool.end();
-  const tlsDir = tempDir('warren-oauth-tls-');
-  const tls = await ensureLocalTls(tlsDir, [HOST]);
-  ca = tls.caPem!;
-  gh = await startFakeGithub({ cert: tls.cert, key: tls.key, clientId: GH_ID, clientSecret: GH_SECRET });
-  gh.users.set('alice', { id: 101, login: 'alice', name: 'Alice Liddell', emails: [{ email: 'alice@corp.test', verified: true, primary: true }], orgs: ['acme'], teams: ['acme/ops'] });
-  gh.users.set('bob', { id: 102, login: 'bob', name: null, emails: [{ email: 'bob@corp.test', verified: true, primary: true }], orgs: [], teams: [] });
-  gh.users.set('carol', { id: 103, login: 'carol', name: 'Carol', emails: [{ email: 'carol@corp.test', verified: true, primary: true }], orgs: ['other'], teams: ['other/ops'] });
-  gh.users.set('eve', { id: 104, login: 'eve', name: 'Eve', emails: [{ email: 'eve@evil.test', verified: true, primary: true }, { email: 'carol@corp.test', verified: false, primary: false }], orgs: [], teams: [] });
-  idp = await startTestIdp({ cert: tls.cert, key: tls.key, clientId: G_ID, clientSecret: G_SECRET, redirectUris: [`${ORIGIN}/g/.warren/oauth/callback`] });
-
-  const nodeToken = randomBytes(16).toString('hex');
-  cp = await startControlPlane({ databaseUrl: db.url, env: { WARREN_NODE_TOKEN: nodeToken } });
-  const env = {
-    TLS_CERT_FILE: path.join(tlsDir, 'cert.pem'),
-    TLS_KEY_FILE: path.join(tlsDir, 'key.pem'),
-    NODE_EXTRA_CA_CERTS: tls.caFile,
-    WARREN_OAUTH_PROVIDER_ENDPOINTS: JSON.stringify({ github: gh.endpoints, google: { issuer: idp.issuer } }),
-  };
-  [a, b] = (await Promise.all(['oauth-a', 'oauth-b'].map((nodeId) => startIngress({ nodeId, controlPlane: [`127.0.0.1:${cp.grpcPort}`], nodeToken, env })))) as [IngressProcess, IngressProcess];
-  node = () => a;
-
-  upstream = http.createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ url: req.url, headers: req.headers }));
-    });
+  c = await startSignInCluster<Providers>({
+    name: 'oauth',
+    host: HOST,
+    providers: async (tls) => {
+      const gh = await startFakeGithub({ cert: tls.cert, key: tls.key, clientId: GH_ID, clientSecret: GH_SECRET });
+      gh.users.set('alice', { id: 101, login: 'alice', name: 'Alice Liddell', emails: [{ email: 'alice@corp.test', verified: true, primary: true }], orgs: ['acme'], teams: ['acme/ops'] });
+      gh.users.set('bob', { id: 102, login: 'bob', name: null, emails: [{ email: 'bob@corp.test', verified: true, primary: true }], orgs: [], teams: [] });
+      gh.users.set('carol', { id: 103, login: 'carol', name: 'Carol', emails: [{ email: 'carol@corp.test', verified: true, primary: true }], orgs: ['other'], teams: ['other/ops'] });
+      gh.users.set('eve', { id: 104, login: 'eve', name: 'Eve', emails: [{ email: 'eve@evil.test', verified: true, primary: true }, { email: 'carol@corp.test', verified: false, primary: false }], orgs: [], teams: [] });
+      const idp = await startTestIdp({ cert: tls.cert, key: tls.key, clientId: G_ID, clientSecret: G_SECRET, redirectUris: [`${ORIGIN}/g/.warren/oauth/callback`] }).catch(async (e) => {
+        await gh.close();
+        throw e;
+      });
+      return { gh, idp, close: async () => void (await Promise.allSettled([gh.close(), idp.close()])) };
+    },
+    ingressEnv: (tls, p) => ({ NODE_EXTRA_CA_CERTS: tls.caFile, WARREN_OAUTH_PROVIDER_ENDPOINTS: JSON.stringify({ github: p.gh.endpoints, google: { issuer: p.idp.issuer } }) }),
   });
-  const upPort = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as { port: number }).port)));
-  const cred = await api('POST', '/credentials', {});
-  backendId = (await api('POST', '/backends/tunnel_group', { labels: { app: 'oauth' } })).body.id;
-  edgeId = (await api('POST', '/edges/https', { hostports: [`${HOST}:443`] })).body.id;
-  agent = startAgentProcess(['http', String(upPort), '--label', 'app=oauth', '--authtoken', cred.body.token, '--server', `localhost:${a.agent}`, '--ca', tls.caFile]);
-  await agent.waitForOutput('online');
+  ({ a, b, edgeId, backendId } = c);
+  ({ gh, idp } = c.providers);
+  node = () => a;
   await route('/org', github({ organizations: ['acme'] }, { cookie_prefix: 'org.' }));
   await route('/team', github({ teams: ['acme/ops'] }, { cookie_prefix: 'team.' }));
   await route('/mail', github({ email_addresses: ['carol@corp.test'] }, { cookie_prefix: 'mail.' }));
   await route('/g', { provider: { google: { client_id: G_ID, client_secret: G_SECRET, email_domains: ['example.test'] } }, cookie_prefix: 'g.' });
 }, 120_000);
 
-afterAll(async () => {
-  await Promise.allSettled([agent?.stop({ timeoutMs: 10_000 }), a?.stop({ timeoutMs: 10_000 }), b?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);
-  upstream?.close();
-  await gh?.close();
-  await idp?.close();
-  await db?.drop();
-  cleanupTempDirs();
-}, 60_000);
+afterAll(() => c?.stop(), 60_000);
 
 describe('oauth on live traffic', () => {
   it('github: an org member signs in, the identity reaches the upstream, the cookie works on the other node; logout ends it', async () => {
@@ -143,7 +101,7 @@ describe('oauth on live traffic', () => {
 
     const out = await br.request(`${ORIGIN}/org/.warren/oauth/logout`);
     expect(out.status).toBe(200);
-    expect(out.headers['set-cookie']?.[0]).toMatch(/^org\.oauth=; Path=\/; Max-Age=0/);
+    expect(out.headers['set-cookie']?.[0]).toMatch(/^__Host-org\.oauth=; Path=\/; Max-Age=0/);
     expect((await br.request(`${ORIGIN}/org/after`, { headers: { accept: 'application/json' } })).status).toBe(401);
   });
 
@@ -164,7 +122,10 @@ describe('oauth on live traffic', () => {
       if (status === 403) {
         expect(last.headers['warren-error-code']).toBe('ERR_WARREN_7109');
         expect(last.body).toContain('is not allowed to use this route');
-        expect(last.headers['set-cookie']).toBeUndefined();
+        // no session is set; only the spent pre-login cookie is cleared
+        const set = ([] as string[]).concat(last.headers['set-cookie'] ?? []);
+        expect(set.some((c) => /^__Host-[^=]*oauth=v1\./.test(c))).toBe(false);
+        expect(set.every((c) => /\.oauth\.login\.[^=]+=; Path=[^;]+; Max-Age=0/.test(c))).toBe(true);
       } else {
         expect(JSON.parse(last.body).headers['ngrok-auth-user-id']).toBe(String(gh.users.get(login)!.id));
       }
@@ -195,7 +156,7 @@ describe('oauth on live traffic', () => {
     expect(authz.searchParams.get('scope')).toBe('openid email profile');
     expect(authz.searchParams.get('redirect_uri')).toBe(`${ORIGIN}/g/.warren/oauth/callback`);
     expect(JSON.parse(last.body).headers).toMatchObject({ 'ngrok-auth-user-email': 'alice@example.test', 'ngrok-auth-user-id': 'alice', 'ngrok-auth-user-name': 'Alice Example' });
-    expect(br.jar.get(HOST, 'g.oauth')).toMatch(/^v1\./);
+    expect(br.jar.get(HOST, '__Host-g.oauth')).toMatch(/^v1\./);
   });
 
   it('a route without client_id and client_secret answers 503 (Warren has no managed app)', async () => {

@@ -1,16 +1,10 @@
 import http from 'node:http';
-import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freshDatabase } from '../support/databases.js';
-import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
-import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
-import { Browser, formPost, type BrowserResponse } from '../support/browser.js';
+import { waitFor, type IngressProcess } from '../support/cluster.js';
+import { formPost, type Browser, type BrowserResponse } from '../support/browser.js';
 import { startTestIdp, type TestIdp } from '../support/oidc-idp.js';
-import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
-import { migrate } from '../../services/control-plane/src/db/migrate.js';
-import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
-import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { startSignInCluster, type SignInCluster } from '../support/sign-in-cluster.js';
 
 /**
  * The `oidc` route module on live traffic: a real OpenID Provider (oidc-provider over HTTPS, in
@@ -24,25 +18,15 @@ const CLIENT_ID = 'warren-e2e';
 const CLIENT_SECRET = `e2e-${randomBytes(16).toString('hex')}`;
 const ORIGIN = `https://${HOST}`;
 
-let db: Awaited<ReturnType<typeof freshDatabase>>;
-let cp: ControlPlaneProcess;
-let a: IngressProcess;
-let b: IngressProcess;
-let agent: AgentProcess;
+let c: SignInCluster<TestIdp>;
 let idp: TestIdp;
-let apiKey: string;
-let upstream: http.Server;
-let edgeId: string;
-let backendId: string;
-let ca: string;
-/** Which ingress node the browser's requests to HOST reach. */
-let node: () => IngressProcess;
+/** The two ingress nodes, and which one the browser's requests to HOST reach. */
+let a: IngressProcess, b: IngressProcess, node: () => IngressProcess;
+/** The edge and the backend the routes are made of (from the cluster). */
+let edgeId: string, backendId: string;
 
-const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
-
-function browser(): Browser {
-  return new Browser({ ca, resolve: (u) => (u.hostname === HOST ? { host: '127.0.0.1', port: node().https } : null) });
-}
+const api = (method: string, p: string, body?: unknown) => c.api(method, p, body);
+const browser = (): Browser => c.browser(() => node());
 
 /** Follows a sign-in through the provider's dev login (as `user`) and consent pages. */
 async function signIn(br: Browser, url: string, user = 'alice'): Promise<BrowserResponse[]> {
@@ -55,69 +39,32 @@ async function signIn(br: Browser, url: string, user = 'alice'): Promise<Browser
 }
 
 async function route(match: string, oidc: Record<string, unknown>): Promise<string> {
-  const r = await api('POST', `/edges/https/${edgeId}/routes`, {
-    match_type: 'path_prefix',
-    match,
-    backend: { enabled: true, backend_id: backendId },
-    oidc: { issuer: idp.issuer, client_id: CLIENT_ID, client_secret: CLIENT_SECRET, ...oidc },
-  });
-  if (r.status !== 201) throw new Error(`route ${match}: ${r.status} ${JSON.stringify(r.body)}`);
-  for (const n of [a, b]) {
-    const prev = node;
-    node = () => n;
-    await waitFor(`${n.nodeId} applies ${match}`, async () => (await browser().request(`${ORIGIN}${match}`, { headers: { accept: 'application/json' } })).headers['warren-error-code'] === 'ERR_WARREN_7106');
-    node = prev;
-  }
-  return r.body.id;
+  return (await c.route(match, { oidc: { issuer: idp.issuer, client_id: CLIENT_ID, client_secret: CLIENT_SECRET, ...oidc } })).id;
 }
 
 beforeAll(async () => {
-  db = await freshDatabase();
-  const pool = createPool(db.url, 2);
-  await migrate(pool);
-  apiKey = (await createAccountWithKey(createDb(pool), 'oidc-e2e')).token;
-  await pool.end();
-  const tlsDir = tempDir('warren-oidc-tls-');
-  const tls = await ensureLocalTls(tlsDir, [HOST]);
-  ca = tls.caPem!;
-  idp = await startTestIdp({
-    cert: tls.cert,
-    key: tls.key,
-    clientId: CLIENT_ID,
-    clientSecret: CLIENT_SECRET,
-    redirectUris: [`${ORIGIN}/.warren/oidc/callback`, `${ORIGIN}/short/.warren/oidc/callback`, `${ORIGIN}/idle/.warren/oidc/callback`],
+  c = await startSignInCluster({
+    name: 'oidc',
+    host: HOST,
+    providers: (tls) =>
+      startTestIdp({
+        cert: tls.cert,
+        key: tls.key,
+        clientId: CLIENT_ID,
+        clientSecret: CLIENT_SECRET,
+        redirectUris: [`${ORIGIN}/.warren/oidc/callback`, `${ORIGIN}/short/.warren/oidc/callback`, `${ORIGIN}/idle/.warren/oidc/callback`],
+      }),
+    ingressEnv: (tls) => ({ NODE_EXTRA_CA_CERTS: tls.caFile }),
+    upstreamSetCookie: 'app=1; Path=/',
   });
-  const nodeToken = randomBytes(16).toString('hex');
-  cp = await startControlPlane({ databaseUrl: db.url, env: { WARREN_NODE_TOKEN: nodeToken } });
-  const env = { TLS_CERT_FILE: path.join(tlsDir, 'cert.pem'), TLS_KEY_FILE: path.join(tlsDir, 'key.pem'), NODE_EXTRA_CA_CERTS: tls.caFile };
-  [a, b] = (await Promise.all(['oidc-a', 'oidc-b'].map((nodeId) => startIngress({ nodeId, controlPlane: [`127.0.0.1:${cp.grpcPort}`], nodeToken, env })))) as [IngressProcess, IngressProcess];
+  ({ a, b, providers: idp, edgeId, backendId } = c);
   node = () => a;
-
-  upstream = http.createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'application/json', 'set-cookie': 'app=1; Path=/' });
-      res.end(JSON.stringify({ url: req.url, method: req.method, headers: req.headers }));
-    });
-  });
-  const upPort = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as { port: number }).port)));
-  const cred = await api('POST', '/credentials', {});
-  backendId = (await api('POST', '/backends/tunnel_group', { labels: { app: 'oidc' } })).body.id;
-  edgeId = (await api('POST', '/edges/https', { hostports: [`${HOST}:443`] })).body.id;
-  agent = startAgentProcess(['http', String(upPort), '--label', 'app=oidc', '--authtoken', cred.body.token, '--server', `localhost:${a.agent}`, '--ca', tls.caFile]);
-  await agent.waitForOutput('online');
   await route('/', {});
   await route('/short', { cookie_prefix: 'short.', maximum_duration: 2 });
   await route('/idle', { cookie_prefix: 'idle.', maximum_duration: 3600, inactivity_timeout: 2 });
 }, 120_000);
 
-afterAll(async () => {
-  await Promise.allSettled([agent?.stop({ timeoutMs: 10_000 }), a?.stop({ timeoutMs: 10_000 }), b?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);
-  upstream?.close();
-  await idp?.close();
-  await db?.drop();
-  cleanupTempDirs();
-}, 60_000);
+afterAll(() => c?.stop(), 60_000);
 
 describe('oidc on live traffic', () => {
   it('sends an unauthenticated browser to the provider, and an API client gets 401', async () => {
@@ -149,10 +96,10 @@ describe('oidc on live traffic', () => {
     expect(seen.url).toBe('/app/page?x=1');
     expect(seen.headers).toMatchObject({ 'ngrok-auth-user-email': 'alice@example.test', 'ngrok-auth-user-id': 'alice', 'ngrok-auth-user-name': 'Alice Example' });
     expect(seen.headers.cookie ?? '').not.toContain('warren.oidc');
-    const session = br.jar.get(HOST, 'warren.oidc');
+    const session = br.jar.get(HOST, '__Host-warren.oidc');
     expect(session).toMatch(/^v1\./);
     const setCookie = steps.find((s) => s.url.pathname === '/.warren/oidc/callback')!.headers['set-cookie']![0]!;
-    expect(setCookie).toMatch(/^warren\.oidc=v1\.[^;]+; Path=\/; Max-Age=\d+; HttpOnly; SameSite=Lax; Secure$/);
+    expect(setCookie).toMatch(/^__Host-warren\.oidc=v1\.[^;]+; Path=\/; Max-Age=\d+; HttpOnly; SameSite=Lax; Secure$/);
     // the provider was asked for the code exchange and userinfo (the ID token lacks email and name)
     expect(idp.requests.some((r) => r.startsWith('POST /token'))).toBe(true);
     expect(idp.requests.some((r) => r.startsWith('GET /me'))).toBe(true);
@@ -171,17 +118,17 @@ describe('oidc on live traffic', () => {
 
     // a tampered cookie is no session
     const bad = session!.slice(0, 20) + (session![20] === 'A' ? 'B' : 'A') + session!.slice(21);
-    const tampered = await br.request(`${ORIGIN}/x`, { headers: { accept: 'application/json', cookie: `warren.oidc=${bad}` } });
+    const tampered = await br.request(`${ORIGIN}/x`, { headers: { accept: 'application/json', cookie: `__Host-warren.oidc=${bad}` } });
     expect(tampered.status).toBe(401);
-    const forgedCookie = await br.request(`${ORIGIN}/x`, { headers: { cookie: 'warren.oidc=v1.eyJzdWIiOiJyb290In0' } });
+    const forgedCookie = await br.request(`${ORIGIN}/x`, { headers: { cookie: '__Host-warren.oidc=v1.eyJzdWIiOiJyb290In0' } });
     expect(forgedCookie.status).toBe(302);
 
     // logout clears it
     node = () => a;
     const out = await br.request(`${ORIGIN}/.warren/oidc/logout`);
     expect(out.status).toBe(200);
-    expect(out.headers['set-cookie']?.[0]).toMatch(/^warren\.oidc=; Path=\/; Max-Age=0/);
-    expect(br.jar.get(HOST, 'warren.oidc')).toBeUndefined();
+    expect(out.headers['set-cookie']?.[0]).toMatch(/^__Host-warren\.oidc=; Path=\/; Max-Age=0/);
+    expect(br.jar.get(HOST, '__Host-warren.oidc')).toBeUndefined();
     expect((await br.request(`${ORIGIN}/after-logout`, { headers: { accept: 'application/json' } })).status).toBe(401);
   });
 
@@ -206,11 +153,11 @@ describe('oidc on live traffic', () => {
     const steps = await signIn(br, `${ORIGIN}/short/page`, 'bob');
     expect(steps.at(-1)!.status).toBe(200);
     expect(JSON.parse(steps.at(-1)!.body).headers['ngrok-auth-user-email']).toBe('bob@example.test');
-    expect(br.jar.get(HOST, 'short.oidc')).toMatch(/^v1\./);
+    expect(br.jar.get(HOST, '__Host-short.oidc')).toMatch(/^v1\./);
     // keep the cookie past its Max-Age, as a client that ignores it would
-    const cookie = br.jar.get(HOST, 'short.oidc')!;
+    const cookie = br.jar.get(HOST, '__Host-short.oidc')!;
     await new Promise((r) => setTimeout(r, 3100));
-    const late = await br.request(`${ORIGIN}/short/page`, { headers: { cookie: `short.oidc=${cookie}` } });
+    const late = await br.request(`${ORIGIN}/short/page`, { headers: { cookie: `__Host-short.oidc=${cookie}` } });
     expect(late.status).toBe(302);
     expect(new URL(late.headers.location!).searchParams.get('redirect_uri')).toBe(`${ORIGIN}/short/.warren/oidc/callback`);
     // idle for more than inactivity_timeout (its cookie is still within its Max-Age)

@@ -1,17 +1,10 @@
-import http from 'node:http';
-import path from 'node:path';
 import tls from 'node:tls';
-import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freshDatabase } from '../support/databases.js';
-import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
-import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
-import { Browser, type BrowserResponse } from '../support/browser.js';
+import type { ControlPlaneProcess } from '../support/processes.js';
+import type { IngressProcess } from '../support/cluster.js';
+import type { Browser, BrowserResponse } from '../support/browser.js';
 import { TestSamlIdp, type ResponseOptions } from '../support/saml-idp.js';
-import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
-import { migrate } from '../../services/control-plane/src/db/migrate.js';
-import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
-import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { startSignInCluster, type SignInCluster } from '../support/sign-in-cluster.js';
 
 /**
  * The `saml` route module on live traffic: a control plane (the SP endpoints under its public
@@ -24,18 +17,12 @@ import { ensureLocalTls } from '../../services/ingress/src/tls.js';
 const HOST = 'saml.e2e.test';
 const ORIGIN = `https://${HOST}`;
 
-let db: Awaited<ReturnType<typeof freshDatabase>>;
-let cp: ControlPlaneProcess;
-let a: IngressProcess;
-let b: IngressProcess;
-let agent: AgentProcess;
+let c: SignInCluster<TestSamlIdp>;
 let idp: TestSamlIdp;
-let apiKey: string;
-let upstream: http.Server;
-let edgeId: string;
-let backendId: string;
-let ca: string;
-let node: () => IngressProcess;
+/** The two ingress nodes, and which one the browser's requests to HOST reach. */
+let a: IngressProcess, b: IngressProcess, node: () => IngressProcess;
+/** The control plane (its SP endpoints) and the CA the browser trusts (for raw TLS upgrades). */
+let cp: ControlPlaneProcess, ca: string;
 
 interface SamlRoute {
   id: string;
@@ -47,27 +34,11 @@ let main: SamlRoute;
 let admins: SamlRoute;
 let unsolicited: SamlRoute;
 
-const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
-
-function browser(): Browser {
-  return new Browser({ ca, resolve: (u) => (u.hostname === HOST ? { host: '127.0.0.1', port: node().https } : null) });
-}
+const browser = (): Browser => c.browser(() => node());
 
 async function route(match: string, saml: Record<string, unknown>): Promise<SamlRoute> {
-  const r = await api('POST', `/edges/https/${edgeId}/routes`, {
-    match_type: 'path_prefix',
-    match,
-    backend: { enabled: true, backend_id: backendId },
-    saml: { idp_metadata: idp.metadata(), ...saml },
-  });
-  if (r.status !== 201) throw new Error(`route ${match}: ${r.status} ${JSON.stringify(r.body)}`);
-  for (const n of [a, b]) {
-    const prev = node;
-    node = () => n;
-    await waitFor(`${n.nodeId} applies ${match}`, async () => (await browser().request(`${ORIGIN}${match}`, { headers: { accept: 'application/json' } })).headers['warren-error-code'] === 'ERR_WARREN_7106');
-    node = prev;
-  }
-  return { id: r.body.id, acs: r.body.saml.assertion_consumer_service_url, entityId: r.body.saml.entity_id, cert: r.body.saml.request_signing_certificate_pem };
+  const r = await c.route(match, { saml: { idp_metadata: idp.metadata(), ...saml } });
+  return { id: r.id, acs: r.saml.assertion_consumer_service_url, entityId: r.saml.entity_id, cert: r.saml.request_signing_certificate_pem };
 }
 
 const form = (fields: Record<string, string>) => ({ method: 'POST', body: new URLSearchParams(fields).toString(), headers: { 'content-type': 'application/x-www-form-urlencoded' } });
@@ -90,49 +61,15 @@ async function toAcs(br: Browser, url: string, r: SamlRoute, o: Partial<Response
 }
 
 beforeAll(async () => {
-  db = await freshDatabase();
-  const pool = createPool(db.url, 2);
-  await migrate(pool);
-  apiKey = (await createAccountWithKey(createDb(pool), 'saml-e2e')).token;
-  await pool.end();
-  const tlsDir = tempDir('warren-saml-tls-');
-  const tls = await ensureLocalTls(tlsDir, [HOST]);
-  ca = tls.caPem!;
-  idp = await TestSamlIdp.create();
-  const nodeToken = randomBytes(16).toString('hex');
-  cp = await startControlPlane({ databaseUrl: db.url, env: { WARREN_NODE_TOKEN: nodeToken } });
-  const env = { TLS_CERT_FILE: path.join(tlsDir, 'cert.pem'), TLS_KEY_FILE: path.join(tlsDir, 'key.pem') };
-  [a, b] = (await Promise.all(['saml-a', 'saml-b'].map((nodeId) => startIngress({ nodeId, controlPlane: [`127.0.0.1:${cp.grpcPort}`], nodeToken, env })))) as [IngressProcess, IngressProcess];
+  c = await startSignInCluster({ name: 'saml', host: HOST, providers: () => TestSamlIdp.create() });
+  ({ cp, a, b, providers: idp, ca } = c);
   node = () => a;
-
-  upstream = http.createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ url: req.url, method: req.method, headers: req.headers }));
-    });
-  });
-  // an upgrade answers 101 with the request headers it got, then closes
-  upstream.on('upgrade', (req: http.IncomingMessage, socket: import('node:stream').Duplex) => {
-    socket.end(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n${JSON.stringify(req.headers)}`);
-  });
-  const upPort = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as { port: number }).port)));
-  const cred = await api('POST', '/credentials', {});
-  backendId = (await api('POST', '/backends/tunnel_group', { labels: { app: 'saml' } })).body.id;
-  edgeId = (await api('POST', '/edges/https', { hostports: [`${HOST}:443`] })).body.id;
-  agent = startAgentProcess(['http', String(upPort), '--label', 'app=saml', '--authtoken', cred.body.token, '--server', `localhost:${a.agent}`, '--ca', tls.caFile]);
-  await agent.waitForOutput('online');
   main = await route('/', {});
   admins = await route('/admins', { cookie_prefix: 'adm.', authorized_groups: ['admins'] });
   unsolicited = await route('/idp', { cookie_prefix: 'idp.', allow_idp_initiated: true });
 }, 120_000);
 
-afterAll(async () => {
-  await Promise.allSettled([agent?.stop({ timeoutMs: 10_000 }), a?.stop({ timeoutMs: 10_000 }), b?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);
-  upstream?.close();
-  await db?.drop();
-  cleanupTempDirs();
-}, 60_000);
+afterAll(() => c?.stop(), 60_000);
 
 describe('saml on live traffic', () => {
   it('sends an unauthenticated browser to the control plane login, and an API client gets 401', async () => {
@@ -164,7 +101,7 @@ describe('saml on live traffic', () => {
     const seen = JSON.parse(last.body);
     expect(seen.url).toBe('/app/page?x=1');
     expect(seen.headers).toMatchObject({ 'ngrok-auth-user-email': 'alice@example.test', 'ngrok-auth-user-id': 'alice', 'ngrok-auth-user-name': 'Alice Example' });
-    expect(br.jar.get(HOST, 'warren.saml')).toMatch(/^v1\./);
+    expect(br.jar.get(HOST, '__Host-warren.saml')).toMatch(/^v1\./);
 
     // the hand-off is bound to this browser's pre-login cookie: another browser cannot use it
     const thief = browser();
@@ -250,10 +187,10 @@ describe('saml on live traffic', () => {
     expect(acs.status, acs.body).toBe(302);
     const steps = await br.navigate(acs.headers.location!);
     expect(steps[0]!.headers.location).toBe('/');
-    const session = br.jar.get(HOST, 'warren.saml')!;
+    const session = br.jar.get(HOST, '__Host-warren.saml')!;
     expect(session).toMatch(/^v1\./);
 
-    const signedIn = await upgrade(`Cookie: warren.saml=${session}\r\nngrok_auth_user_email: evil@x.test\r\nNgrok-Auth-User-Id: root\r\n`);
+    const signedIn = await upgrade(`Cookie: __Host-warren.saml=${session}\r\nngrok_auth_user_email: evil@x.test\r\nNgrok-Auth-User-Id: root\r\n`);
     expect(signedIn).toMatch(/^HTTP\/1.1 101 /);
     const seen = JSON.parse(signedIn.slice(signedIn.indexOf('\r\n\r\n') + 4)) as Record<string, string>;
     expect(seen['ngrok-auth-user-id']).toBe('alice');

@@ -12,7 +12,8 @@ import { listenLocal } from './local-https.js';
  * - `POST /login/oauth/access_token`: form body with client_id, client_secret, code,
  *   redirect_uri and (when the authorization had a challenge) code_verifier; JSON answer;
  * - `GET /api/v3/user`, `/user/emails`, `/user/orgs`, `/user/teams` with `Authorization: Bearer`,
- *   paginated by `per_page` with `Link: <…>; rel="next"` like GitHub.
+ *   paginated by `per_page` with `Link: <…>; rel="next"` like GitHub; `delays` holds back an
+ *   API path's answers (a slow GitHub).
  */
 
 export interface FakeGithubUser {
@@ -36,6 +37,8 @@ export interface FakeGithub {
   requests: string[];
   /** The `scope` of each authorization request. */
   scopes: string[];
+  /** Milliseconds to wait before answering an API path (`/user/orgs`, without `/api/v3`); empty by default. */
+  delays: Map<string, number>;
   close(): Promise<void>;
 }
 
@@ -50,7 +53,7 @@ interface Grant {
 export async function startFakeGithub(o: { cert: string; key: string; clientId: string; clientSecret: string; host?: string }): Promise<FakeGithub> {
   const codes = new Map<string, Grant>();
   const tokens = new Map<string, { login: string; scope: string }>();
-  const fake: Omit<FakeGithub, 'origin' | 'endpoints' | 'close'> = { users: new Map(), signInAs: null, requests: [], scopes: [] };
+  const fake: Omit<FakeGithub, 'origin' | 'endpoints' | 'close'> = { users: new Map(), signInAs: null, requests: [], scopes: [], delays: new Map() };
 
   const json = (res: import('node:http').ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}) => {
     res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', ...headers });
@@ -96,41 +99,47 @@ export async function startFakeGithub(o: { cert: string; key: string; clientId: 
       return;
     }
     if (req.method === 'GET' && url.pathname.startsWith('/api/v3/')) {
-      const auth = req.headers.authorization ?? '';
-      const t = tokens.get(auth.replace(/^(Bearer|token) /i, ''));
-      if (!t) return json(res, 401, { message: 'Bad credentials' });
-      const u = fake.users.get(t.login);
-      if (!u) return json(res, 404, { message: 'Not Found' });
-      const scopes = t.scope.split(/[ ,]+/);
-      const page = <T>(items: T[]) => {
-        const per = Math.max(1, Math.min(100, Number(url.searchParams.get('per_page') ?? 30)));
-        const n = Math.max(1, Number(url.searchParams.get('page') ?? 1));
-        const headers: Record<string, string> = {};
-        if (n * per < items.length) {
-          const next = new URL(url);
-          next.searchParams.set('page', String(n + 1));
-          headers.link = `<${next.href}>; rel="next"`;
-        }
-        json(res, 200, items.slice((n - 1) * per, n * per), headers);
-      };
-      switch (url.pathname.slice('/api/v3'.length)) {
-        case '/user':
-          return json(res, 200, { id: u.id, login: u.login, name: u.name, email: u.emails.find((e) => e.primary)?.email ?? null });
-        case '/user/emails':
-          if (!scopes.includes('user:email') && !scopes.includes('user')) return json(res, 404, { message: 'Not Found' });
-          return page(u.emails);
-        case '/user/orgs':
-          // without read:org only public memberships show; the fake treats them all as private
-          return page(scopes.includes('read:org') ? u.orgs.map((login) => ({ login })) : []);
-        case '/user/teams':
-          if (!scopes.includes('read:org')) return json(res, 403, { message: 'Resource not accessible' });
-          return page(u.teams.map((t) => ({ slug: t.split('/')[1], organization: { login: t.split('/')[0] } })));
-        default:
-          return json(res, 404, { message: 'Not Found' });
-      }
+      const delay = fake.delays.get(url.pathname.slice('/api/v3'.length)) ?? 0;
+      if (delay > 0) return void setTimeout(() => !res.destroyed && api(req, res, url), delay);
+      return api(req, res, url);
     }
     json(res, 404, { message: 'Not Found' });
   });
+  /** GitHub's REST API (`/api/v3/…`) with the user's token. */
+  const api = (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse, url: URL) => {
+    const auth = req.headers.authorization ?? '';
+    const t = tokens.get(auth.replace(/^(Bearer|token) /i, ''));
+    if (!t) return json(res, 401, { message: 'Bad credentials' });
+    const u = fake.users.get(t.login);
+    if (!u) return json(res, 404, { message: 'Not Found' });
+    const scopes = t.scope.split(/[ ,]+/);
+    const page = <T>(items: T[]) => {
+      const per = Math.max(1, Math.min(100, Number(url.searchParams.get('per_page') ?? 30)));
+      const n = Math.max(1, Number(url.searchParams.get('page') ?? 1));
+      const headers: Record<string, string> = {};
+      if (n * per < items.length) {
+        const next = new URL(url);
+        next.searchParams.set('page', String(n + 1));
+        headers.link = `<${next.href}>; rel="next"`;
+      }
+      json(res, 200, items.slice((n - 1) * per, n * per), headers);
+    };
+    switch (url.pathname.slice('/api/v3'.length)) {
+      case '/user':
+        return json(res, 200, { id: u.id, login: u.login, name: u.name, email: u.emails.find((e) => e.primary)?.email ?? null });
+      case '/user/emails':
+        if (!scopes.includes('user:email') && !scopes.includes('user')) return json(res, 404, { message: 'Not Found' });
+        return page(u.emails);
+      case '/user/orgs':
+        // without read:org only public memberships show; the fake treats them all as private
+        return page(scopes.includes('read:org') ? u.orgs.map((login) => ({ login })) : []);
+      case '/user/teams':
+        if (!scopes.includes('read:org')) return json(res, 403, { message: 'Resource not accessible' });
+        return page(u.teams.map((t) => ({ slug: t.split('/')[1], organization: { login: t.split('/')[0] } })));
+      default:
+        return json(res, 404, { message: 'Not Found' });
+    }
+  };
   const { port, close } = await listenLocal(server);
   const origin = `https://${o.host ?? '127.0.0.1'}:${port}`;
   return Object.assign(fake, {

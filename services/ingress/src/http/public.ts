@@ -338,7 +338,7 @@ const EMPTY_SET: ReadonlySet<string> = new Set();
 /** Sends a stage's own answer (deny, 429, custom response, …). */
 export function sendOutcome(req: http.IncomingMessage, res: http.ServerResponse, out: Exclude<Outcome, null>): number {
   const body = out.body === undefined ? '' : out.body;
-  const headers: Record<string, string | number> = { ...out.headers };
+  const headers: Record<string, string | string[] | number> = { ...out.headers };
   if (!Object.keys(headers).some((h) => h.toLowerCase() === 'content-length')) headers['content-length'] = Buffer.byteLength(body);
   res.writeHead(out.status, headers);
   res.end(req.method === 'HEAD' ? undefined : body);

@@ -124,8 +124,8 @@ describe('oauth with github (a local fake of GitHub over HTTPS)', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const stage = (provider: Record<string, unknown>): RouteStage =>
-    createOAuthStage({ endpoints: JSON.stringify({ github: gh.endpoints }), fetch: fetchVia })(
+  const stage = (provider: Record<string, unknown>, githubDeadlineMs?: number): RouteStage =>
+    createOAuthStage({ endpoints: JSON.stringify({ github: gh.endpoints }), fetch: fetchVia, githubDeadlineMs })(
       makeRoute({ oauth: { provider: { github: { client_id: 'ghid', client_secret: 'ghsecret', ...provider } }, cookie_prefix: 'warren.' } }),
       makeEdge(),
       makeConfig(),
@@ -137,24 +137,27 @@ describe('oauth with github (a local fake of GitHub over HTTPS)', () => {
     gh.signInAs = login;
     const start = await st.onRequest!(makeState({ url: '/page', headers: ['Host', 'app.example.test', 'Accept', 'text/html'] }));
     expect(start!.status).toBe(302);
-    const loginCookie = start!.headers!['set-cookie']!.split(';')[0]!;
-    const authz = await undiciFetch(start!.headers!.location!, { redirect: 'manual', dispatcher: agent });
+    const loginCookie = String(start!.headers!['set-cookie']).split(';')[0]!;
+    const authz = await undiciFetch(String(start!.headers!.location), { redirect: 'manual', dispatcher: agent });
     const cb = new URL(authz.headers.get('location')!);
     expect(cb.origin + cb.pathname).toBe('https://app.example.test/.warren/oauth/callback');
-    return { start, out: await st.onRequest!(makeState({ url: cb.pathname + cb.search, headers: ['Host', 'app.example.test', 'Accept', 'text/html', 'Cookie', loginCookie] })) };
+    return { start, loginCookie, out: await st.onRequest!(makeState({ url: cb.pathname + cb.search, headers: ['Host', 'app.example.test', 'Accept', 'text/html', 'Cookie', loginCookie] })) };
   }
 
   it('signs in, asks read:org for org rules, and sets the identity from the verified primary email', async () => {
     const st = stage({ organizations: ['ACME'] });
-    const { start, out } = await signIn(st, 'ann');
-    const authz = new URL(start!.headers!.location!);
+    const { start, loginCookie, out } = await signIn(st, 'ann');
+    const authz = new URL(String(start!.headers!.location));
     expect(authz.searchParams.get('scope')).toBe('read:user user:email read:org');
     expect(authz.searchParams.get('code_challenge_method')).toBe('S256');
     expect(out!.status).toBe(302);
     expect(out!.headers!.location).toBe('/page');
-    const session = getCookie(out!.headers!['set-cookie']!, 'warren.oauth');
+    // the session (__Host- on https) and the consumed pre-login cookie cleared: two Set-Cookie
+    const [sessionCookie, cleared] = out!.headers!['set-cookie'] as string[];
+    const session = getCookie(sessionCookie, '__Host-warren.oauth');
     expect(session).toMatch(/^v1\./);
-    const s = makeState({ url: '/x', headers: ['Host', 'app.example.test', 'Cookie', `warren.oauth=${session}`, 'ngrok-auth-user-id', 'forged'] });
+    expect(cleared).toBe(`${loginCookie.slice(0, loginCookie.indexOf('='))}=; Path=/.warren/oauth/callback; Max-Age=0; HttpOnly; SameSite=Lax; Secure`);
+    const s = makeState({ url: '/x', headers: ['Host', 'app.example.test', 'Cookie', `__Host-warren.oauth=${session}`, 'ngrok-auth-user-id', 'forged'] });
     expect(await st.onRequest!(s)).toBeNull();
     const h = Object.fromEntries(Array.from({ length: s.headers.length / 2 }, (_, i) => [s.headers[2 * i]!.toLowerCase(), s.headers[2 * i + 1]!]));
     expect(h).toMatchObject({ 'ngrok-auth-user-email': 'Ann@Corp.test', 'ngrok-auth-user-id': '7', 'ngrok-auth-user-name': 'Ann A' });
@@ -176,5 +179,30 @@ describe('oauth with github (a local fake of GitHub over HTTPS)', () => {
     const denied = (await signIn(stage({}), null)).out!;
     expect(denied.status).toBe(400);
     expect(String(denied.body)).toContain('access_denied');
+    expect(String(denied.headers!['set-cookie'])).toMatch(/^warren\.oauth\.login\.[^=]+=; Path=\/\.warren\/oauth\/callback; Max-Age=0;/);
+  });
+
+  it('bounds the whole post-token phase (user, emails, org and team pages) by one deadline: 502 past it', async () => {
+    gh.delays.set('/user/orgs', 600);
+    try {
+      const t0 = Date.now();
+      // each request would finish well within its own 10 s; the overall deadline (200 ms here) ends it
+      const { out, loginCookie } = await signIn(stage({ organizations: ['other'], teams: ['acme/ops'] }, 200), 'ann');
+      expect(Date.now() - t0).toBeLessThan(550);
+      expect(out!.status).toBe(502);
+      expect(out!.headers!['warren-error-code']).toBe('ERR_WARREN_7107');
+      expect(out!.headers!['retry-after']).toBe('5');
+      expect(String(out!.body)).toContain('did not finish within 0.2 s');
+      // the consumed pre-login cookie is cleared on this answer too
+      expect(String(out!.headers!['set-cookie'])).toBe(`${loginCookie.slice(0, loginCookie.indexOf('='))}=; Path=/.warren/oauth/callback; Max-Age=0; HttpOnly; SameSite=Lax; Secure`);
+      // past the deadline no further request is made (the teams check would come after the orgs page)
+      const seen = gh.requests.length;
+      await new Promise((r) => setTimeout(r, 700));
+      expect(gh.requests.slice(seen).filter((r) => r.includes('/user/teams'))).toEqual([]);
+      // within the deadline the same slow GitHub signs in
+      expect((await signIn(stage({ organizations: ['other'], teams: ['acme/ops'] }, 5_000), 'ann')).out!.status).toBe(302);
+    } finally {
+      gh.delays.clear();
+    }
   });
 });

@@ -3,7 +3,7 @@ import type { RouteStage, StageFactory } from '../pipeline/types.js';
 import { enabledModule } from './common.js';
 import { DiscoveryCache, REQUEST_TIMEOUT_S } from './oidc-discovery.js';
 import { oidcAuthorizationUrl, oidcExchange } from './oidc.js';
-import { DEFAULT_MAXIMUM_DURATION, deriveSessionKeys, signInGate, type Identity, type LoginState, type Refusal, type SessionPolicy, type SignInModuleFields } from './oidc-session.js';
+import { DEFAULT_MAXIMUM_DURATION, ProviderUnavailable, deriveSessionKeys, signInGate, type Identity, type LoginState, type Refusal, type SessionPolicy, type SignInModuleFields } from './oidc-session.js';
 import { MICROSOFT_CONSUMER_TENANT, OAUTH_PROVIDER_KINDS, PROVIDERS, parseEndpointOverrides, type OAuthProviderKind, type ProviderEndpoints, type ProviderSpec } from './oauth-providers.js';
 import { isAllowed, rulesFrom, verifiedOidcEmail, type AllowRules, type UserFacts } from './oauth-rules.js';
 
@@ -14,7 +14,8 @@ import { isAllowed, rulesFrom, verifiedOidcEmail, type AllowRules, type UserFact
  * the route's prefix, `<base>/.warren/oauth/{callback,login,logout}` (register
  * `https://<hostname><base>/.warren/oauth/callback` as the app's redirect URI), the same 302 for
  * browser navigations and 401 (7106, `WWW-Authenticate: OAuth realm=…, login=…`) otherwise,
- * `options_passthrough`, the sealed session cookie `<cookie_prefix>oauth` (keys from HKDF over the
+ * `options_passthrough`, the sealed session cookie `__Host-<cookie_prefix>oauth` on HTTPS and
+ * `<cookie_prefix>oauth` on plain HTTP (as oidc.ts explains; keys from HKDF over the
  * route's `client_secret`), `inactivity_timeout` and `maximum_duration`, and the identity headers
  * `ngrok-auth-user-email` (only an address the provider vouches for), `ngrok-auth-user-id` (the
  * provider's user id: GitHub's numeric id, the OpenID `sub`, Facebook's id, Amazon's `user_id`)
@@ -23,7 +24,10 @@ import { isAllowed, rulesFrom, verifiedOidcEmail, type AllowRules, type UserFact
  *
  * Authorization (oauth-rules.ts) runs at sign-in with the user's token: no lists → any user of
  * the provider; otherwise a matching verified email, email domain, GitHub organization or GitHub
- * team. A signed-in user who matches none gets 403 (7109) with a page saying so.
+ * team. A signed-in user who matches none gets 403 (7109) with a page saying so. GitHub's part
+ * after the token (user, emails, organization and team pages, each request bounded at 10 s) has
+ * one overall deadline, GITHUB_AUTHORIZATION_DEADLINE_MS; past it the callback answers 502 (7107)
+ * like any unreachable provider.
  *
  * Scopes: the route's `scopes` when given (OpenID providers always get `openid` too), else the
  * provider's defaults; for github `read:user user:email`, plus `read:org` when `organizations` or
@@ -67,6 +71,32 @@ export interface OAuthOptions {
   endpoints?: string;
   /** fetch for the OAuth 2.0 providers' token and API requests (tests). */
   fetch?: client.CustomFetch;
+  /** The deadline of GitHub's post-token checks (default GITHUB_AUTHORIZATION_DEADLINE_MS; tests). */
+  githubDeadlineMs?: number;
+}
+
+/** The whole of GitHub's post-token phase (user, emails, every organization and team page) ends within this. */
+export const GITHUB_AUTHORIZATION_DEADLINE_MS = 20_000;
+
+/**
+ * `run` (given an AbortSignal that fires at the deadline, to stop issuing requests) raced against
+ * `ms`: past it, ProviderUnavailable (502) saying what did not finish.
+ */
+async function withDeadline<T>(ms: number, what: string, run: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  const ac = new AbortController();
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      const err = new ProviderUnavailable(`${what} did not finish within ${ms / 1000} s`);
+      ac.abort(err);
+      reject(err);
+    }, ms);
+  });
+  try {
+    return await Promise.race([run(ac.signal), expired]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** How many pages of /user/orgs or /user/teams (100 each) are read at most. */
@@ -88,7 +118,8 @@ export function oauthScopes(spec: ProviderSpec, configured: readonly string[] | 
 const str = (v: unknown) => (typeof v === 'string' ? v : typeof v === 'number' ? String(v) : '');
 
 /** A JSON GET with the user's token; throws on a non-2xx answer (naming the path, never the token). */
-async function getJson(config: client.Configuration, token: string, url: URL, headers: Record<string, string> = {}): Promise<{ body: unknown; next: URL | null }> {
+async function getJson(config: client.Configuration, token: string, url: URL, headers: Record<string, string> = {}, signal?: AbortSignal): Promise<{ body: unknown; next: URL | null }> {
+  signal?.throwIfAborted();
   const res = await client.fetchProtectedResource(config, token, url, 'GET', undefined, new Headers({ accept: 'application/json', ...headers }));
   if (!res.ok) {
     await res.body?.cancel();
@@ -105,14 +136,14 @@ async function getJson(config: client.Configuration, token: string, url: URL, he
 }
 
 /** The GitHub REST API with the user's token (https://docs.github.com/en/rest). */
-function githubUser(config: client.Configuration, token: string, api: string) {
+function githubUser(config: client.Configuration, token: string, api: string, signal: AbortSignal) {
   const headers = { accept: 'application/vnd.github+json', 'x-github-api-version': '2022-11-28', 'user-agent': 'warren-ingress' };
-  const get = (path: string) => getJson(config, token, new URL(api + path), headers);
+  const get = (path: string) => getJson(config, token, new URL(api + path), headers, signal);
   const pages = async <T>(path: string, pick: (item: T) => string): Promise<string[]> => {
     const out: string[] = [];
     let url: URL | null = new URL(`${api}${path}?per_page=100`);
     for (let i = 0; url && i < MAX_PAGES; i++) {
-      const r: { body: unknown; next: URL | null } = await getJson(config, token, url, headers);
+      const r: { body: unknown; next: URL | null } = await getJson(config, token, url, headers, signal);
       if (!Array.isArray(r.body)) throw new Error(`${path} did not answer a list`);
       for (const item of r.body as T[]) out.push(pick(item));
       url = r.next;
@@ -147,7 +178,7 @@ function githubUser(config: client.Configuration, token: string, api: string) {
 }
 
 /** The provider-specific half of a sign-in. */
-function makeProvider(kind: OAuthProviderKind, spec: ProviderSpec, eps: ProviderEndpoints, clientId: string, secret: string, scope: string, rules: AllowRules, discovery: DiscoveryCache, log: { info(o: object, m: string): void }, fetchImpl?: client.CustomFetch) {
+function makeProvider(kind: OAuthProviderKind, spec: ProviderSpec, eps: ProviderEndpoints, clientId: string, secret: string, scope: string, rules: AllowRules, discovery: DiscoveryCache, log: { info(o: object, m: string): void }, fetchImpl?: client.CustomFetch, githubDeadlineMs = GITHUB_AUTHORIZATION_DEADLINE_MS) {
   const refusal = (who: string): Refusal => ({
     refused: `the ${spec.label} account ${who} is not allowed to use this route: it matches none of the route's allowed email addresses, email domains${kind === 'github' ? ', organizations or teams' : ''}`,
   });
@@ -185,9 +216,11 @@ function makeProvider(kind: OAuthProviderKind, spec: ProviderSpec, eps: Provider
       const tokens = await client.authorizationCodeGrant(config, url, { pkceCodeVerifier: spec.pkce ? login.verifier : undefined, expectedState: login.state, idTokenExpected: false });
       const token = tokens.access_token;
       if (kind === 'github') {
-        const gh = githubUser(config, token, eps.api!);
-        const { id, facts } = await gh.identity(rules.emailAddresses.length + rules.emailDomains.length > 0);
-        return checked(id, facts, id.email || id.name);
+        return withDeadline(githubDeadlineMs, "GitHub's user, email, organization and team checks", async (signal) => {
+          const gh = githubUser(config, token, eps.api!, signal);
+          const { id, facts } = await gh.identity(rules.emailAddresses.length + rules.emailDomains.length > 0);
+          return checked(id, facts, id.email || id.name);
+        });
       }
       // facebook: {id, name, email}; amazon: {user_id, name, email}
       const u = (await getJson(config, token, new URL(eps.userinfo!))).body as Record<string, unknown>;
@@ -245,7 +278,7 @@ export function createOAuthStage(opts: OAuthOptions = {}): StageFactory {
       providerLabel: spec.family === 'oidc' ? eps.issuer! : new URL(eps.token!).origin,
       nowMs,
       log,
-      provider: makeProvider(kind, spec, eps, clientId, secret, scope, rules, discovery, log, opts.fetch),
+      provider: makeProvider(kind, spec, eps, clientId, secret, scope, rules, discovery, log, opts.fetch, opts.githubDeadlineMs),
     });
   };
 }

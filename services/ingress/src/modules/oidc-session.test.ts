@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   DEFAULT_MAXIMUM_DURATION,
+  addSetCookie,
   deriveOidcKeys,
   getCookie,
   headerValue,
@@ -10,6 +11,7 @@ import {
   readSession,
   sanitizeReturnTo,
   seal,
+  sessionCookieName,
   setCookie,
   stripIdentityHeaders,
   unseal,
@@ -155,5 +157,19 @@ describe('oidc headers and cookies', () => {
     expect(withoutCookies('warren.oidc=x', (n) => n === 'warren.oidc')).toBeNull();
     expect(setCookie('n', 'v', { path: '/', maxAge: 60, secure: true })).toBe('n=v; Path=/; Max-Age=60; HttpOnly; SameSite=Lax; Secure');
     expect(setCookie('n', '', { path: '/', maxAge: -5, secure: false })).toBe('n=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax');
+  });
+  it('names the session cookie __Host-… on https (Secure, Path=/, no Domain) and plainly on http', () => {
+    expect(sessionCookieName('warren.', 'oidc', 'https')).toBe('__Host-warren.oidc');
+    expect(sessionCookieName('warren.', 'oauth', 'http')).toBe('warren.oauth');
+    const c = setCookie(sessionCookieName('x.', 'saml', 'https'), 'v', { path: '/', maxAge: 60, secure: true });
+    expect(c).toMatch(/^__Host-x\.saml=v; Path=\/; .*; Secure$/);
+    expect(c).not.toMatch(/domain=/i);
+  });
+  it('adds a Set-Cookie to an answer: a string, then an array of separate values', () => {
+    const one = addSetCookie({ status: 400, headers: { 'content-type': 'text/html' } }, 'a=; Max-Age=0');
+    expect(one.headers).toEqual({ 'content-type': 'text/html', 'set-cookie': 'a=; Max-Age=0' });
+    const two = addSetCookie({ status: 302, headers: { 'Set-Cookie': 's=1' } }, 'a=; Max-Age=0');
+    expect(two.headers).toEqual({ 'Set-Cookie': ['s=1', 'a=; Max-Age=0'] });
+    expect(addSetCookie({ status: 200 }, 'b=2').headers).toEqual({ 'set-cookie': 'b=2' });
   });
 });

@@ -166,6 +166,25 @@ export function setCookie(name: string, value: string, a: CookieAttributes): str
   return `${name}=${value}; Path=${a.path}; Max-Age=${Math.max(0, Math.floor(a.maxAge))}; HttpOnly; SameSite=Lax${a.secure ? '; Secure' : ''}`;
 }
 
+/**
+ * The session cookie's name for a request's scheme: on HTTPS `__Host-<prefix><module>` (RFC 6265bis
+ * §4.1.3.2: the browser keeps it only when set Secure, with Path=/ and no Domain, so neither a
+ * sibling subdomain nor a plain-HTTP response can plant or overwrite it); on plain HTTP, where
+ * browsers refuse a `__Host-` cookie, `<prefix><module>`.
+ */
+export function sessionCookieName(cookiePrefix: string, module: string, scheme: 'http' | 'https'): string {
+  return `${scheme === 'https' ? '__Host-' : ''}${cookiePrefix}${module}`;
+}
+
+/** `out` with one more `Set-Cookie` (an array when it then has several: each is sent as its own header). */
+export function addSetCookie(out: NonNullable<Outcome>, cookie: string): NonNullable<Outcome> {
+  const headers = { ...out.headers };
+  const key = Object.keys(headers).find((h) => h.toLowerCase() === 'set-cookie') ?? 'set-cookie';
+  const had = headers[key];
+  headers[key] = had === undefined ? cookie : [...(Array.isArray(had) ? had : [had]), cookie];
+  return { ...out, headers };
+}
+
 // ---------------------------------------------------------------- return-to
 
 const CONTROL = /[\u0000-\u001f\u007f]/;
@@ -317,7 +336,8 @@ function isTransportError(err: unknown): boolean {
 export function signInGate(o: SignInGateOptions): RouteStage {
   const { module, keys, policy, provider, log } = o;
   const reserved = `/.warren/${module}/`;
-  const sessionCookie = `${o.cookiePrefix}${module}`;
+  const sessionCookie = (s: RequestState) => sessionCookieName(o.cookiePrefix, module, s.scheme);
+  const sessionCookieNames = new Set([sessionCookieName(o.cookiePrefix, module, 'http'), sessionCookieName(o.cookiePrefix, module, 'https')]);
   const loginCookiePrefix = `${o.cookiePrefix}${module}.login.`;
   const base = routeBase(o.route);
   const reservedPrefix = `${base}${reserved}`;
@@ -331,7 +351,8 @@ export function signInGate(o: SignInGateOptions): RouteStage {
   const nowS = () => Math.floor(o.nowMs() / 1000);
   const origin = (s: RequestState) => `${s.scheme}://${(s.req.headers.host ?? s.host).toLowerCase()}`;
   const cookieAttrs = (s: RequestState, maxAge: number, path = '/') => ({ path, maxAge, secure: s.scheme === 'https' });
-  const dropOurCookies = (name: string) => name === sessionCookie || name.startsWith(loginCookiePrefix);
+  /** Both session names (whichever scheme) and every pre-login cookie stay away from the upstream. */
+  const dropOurCookies = (name: string) => sessionCookieNames.has(name) || name.startsWith(loginCookiePrefix);
   /** The request's own path and query, as the place to return to after sign-in. */
   const ownTarget = (s: RequestState) => {
     const url = s.req.url ?? '/';
@@ -407,11 +428,23 @@ export function signInGate(o: SignInGateOptions): RouteStage {
     };
   };
 
+  /**
+   * The callback's answer, with the pre-login cookie it consumed cleared (Max-Age=0, its own
+   * Path): every answer, success or failure, ends that sign-in attempt.
+   */
   const callback = async (s: RequestState): Promise<Outcome> => {
+    const state = new URL(origin(s) + ownTarget(s)).searchParams.get('state') ?? '';
+    const loginCookie = state ? loginCookiePrefix + state.slice(0, 16) : null;
+    const out = await callbackAnswer(s, loginCookie);
+    if (!loginCookie || getCookie(s.req.headers.cookie, loginCookie) === undefined) return out;
+    return addSetCookie(out, setCookie(loginCookie, '', cookieAttrs(s, 0, callbackPath)));
+  };
+
+  const callbackAnswer = async (s: RequestState, loginCookie: string | null): Promise<NonNullable<Outcome>> => {
     const url = new URL(origin(s) + ownTarget(s));
     const params = url.searchParams;
     const state = params.get('state') ?? '';
-    const login = state ? readLoginState(keys.login, getCookie(s.req.headers.cookie, loginCookiePrefix + state.slice(0, 16)), nowS()) : null;
+    const login = loginCookie ? readLoginState(keys.login, getCookie(s.req.headers.cookie, loginCookie), nowS()) : null;
     if (!login || login.state !== state) return callbackFailed(s, 'the sign-in expired, or was started in another browser');
     const idpError = params.get('error');
     if (idpError) return callbackFailed(s, `the provider answered ${idpError}${params.get('error_description') ? `: ${params.get('error_description')}` : ''}`.slice(0, 300), login.returnTo);
@@ -432,7 +465,7 @@ export function signInGate(o: SignInGateOptions): RouteStage {
       headers: {
         location: login.returnTo,
         'cache-control': 'no-store',
-        'set-cookie': setCookie(sessionCookie, seal(keys.session, 'session', session), cookieAttrs(s, session.exp - nowS())),
+        'set-cookie': setCookie(sessionCookie(s), seal(keys.session, 'session', session), cookieAttrs(s, session.exp - nowS())),
       },
       body: '',
     };
@@ -440,7 +473,7 @@ export function signInGate(o: SignInGateOptions): RouteStage {
 
   const logout = (s: RequestState): NonNullable<Outcome> => ({
     status: 200,
-    headers: { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'set-cookie': setCookie(sessionCookie, '', cookieAttrs(s, 0)) },
+    headers: { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'set-cookie': setCookie(sessionCookie(s), '', cookieAttrs(s, 0)) },
     body: `<!doctype html><html><head><meta charset="utf-8"><title>Signed out</title></head><body><h1>Signed out</h1><p><a href="${htmlEscape(base || '/')}">Sign in again</a></p></body></html>\n`,
   });
 
@@ -458,10 +491,10 @@ export function signInGate(o: SignInGateOptions): RouteStage {
         return moduleError(s, 7108, 'no such sign-in path');
       }
       const now = nowS();
-      const session = readSession(keys.session, getCookie(s.req.headers.cookie, sessionCookie), now, policy);
+      const session = readSession(keys.session, getCookie(s.req.headers.cookie, sessionCookie(s)), now, policy);
       if (session) {
         if (needsRefresh(session, now, policy)) {
-          refreshes.set(s, setCookie(sessionCookie, seal(keys.session, 'session', { ...session, seen: now }), cookieAttrs(s, session.exp - now)));
+          refreshes.set(s, setCookie(sessionCookie(s), seal(keys.session, 'session', { ...session, seen: now }), cookieAttrs(s, session.exp - now)));
         }
         return forward(s, session);
       }

@@ -61,7 +61,7 @@ describe('oidc stage', () => {
     expect(loc.searchParams.get('state')).toBeTruthy();
     expect(loc.searchParams.get('nonce')).toBeTruthy();
     expect(loc.searchParams.get('code_challenge')).toMatch(/^[A-Za-z0-9_-]{43}$/);
-    const sc = out!.headers!['set-cookie']!;
+    const sc = String(out!.headers!['set-cookie']);
     expect(sc).toMatch(new RegExp(`^warren\\.oidc\\.login\\.${loc.searchParams.get('state')!.slice(0, 16)}=v1\\.`));
     expect(sc).toContain('Path=/.warren/oidc/callback; Max-Age=600; HttpOnly; SameSite=Lax; Secure');
   });
@@ -92,7 +92,7 @@ describe('oidc stage', () => {
   it('forwards a request with a valid session: identity headers set, forged ones and its own cookies removed', async () => {
     clock = T + 10_000;
     const { out, s } = await run(stage(), {
-      headers: ['Cookie', `a=1; warren.oidc=${cookieFor()}; warren.oidc.login.abc=x`, 'Ngrok-Auth-User-Email', 'evil@x', 'ngrok-auth-user-id', 'root', 'Cookie', `warren.oidc=${cookieFor()}`],
+      headers: ['Cookie', `a=1; __Host-warren.oidc=${cookieFor()}; warren.oidc=planted; warren.oidc.login.abc=x`, 'Ngrok-Auth-User-Email', 'evil@x', 'ngrok-auth-user-id', 'root', 'Cookie', `__Host-warren.oidc=${cookieFor()}`],
     });
     expect(out).toBeNull();
     const pairs: Array<[string, string]> = [];
@@ -111,33 +111,47 @@ describe('oidc stage', () => {
     const tampered = good.slice(0, -2) + (good.endsWith('A') ? 'BB' : 'AA');
     const foreign = seal(deriveOidcKeys('other', 'edghtsrt_test', ISSUER, 'cid').session, 'session', newSession({ sub: 'u1', email: '', name: '' }, T / 1000, { maximumDuration: 3600, inactivityTimeout: 0 }));
     for (const c of [tampered, foreign, 'v1.forged', '{"sub":"admin"}']) {
-      expect((await run(stage(), { headers: ['Cookie', `warren.oidc=${c}`] })).out!.status).toBe(401);
+      expect((await run(stage(), { headers: ['Cookie', `__Host-warren.oidc=${c}`] })).out!.status).toBe(401);
     }
     clock = T + 3600_000;
-    expect((await run(stage(), { headers: ['Cookie', `warren.oidc=${good}`] })).out!.status).toBe(401); // maximum_duration
+    expect((await run(stage(), { headers: ['Cookie', `__Host-warren.oidc=${good}`] })).out!.status).toBe(401); // maximum_duration
     clock = T + 601_000;
-    expect((await run(stage(), { headers: ['Cookie', `warren.oidc=${good}`] })).out!.status).toBe(401); // inactivity
+    expect((await run(stage(), { headers: ['Cookie', `__Host-warren.oidc=${good}`] })).out!.status).toBe(401); // inactivity
   });
 
   it('slides a session by rewriting the cookie on the response, at most once a minute', async () => {
     const st = stage();
     clock = T + 30_000;
-    const early = await run(st, { headers: ['Cookie', `warren.oidc=${cookieFor()}`] });
+    const early = await run(st, { headers: ['Cookie', `__Host-warren.oidc=${cookieFor()}`] });
     const r1 = makeResponse(200, ['Set-Cookie', 'app=1']);
     await st.onResponse!(early.s, r1);
     expect(r1.headers).toEqual(['Set-Cookie', 'app=1']);
     clock = T + 90_000;
-    const later = await run(st, { headers: ['Cookie', `warren.oidc=${cookieFor()}`] });
+    const later = await run(st, { headers: ['Cookie', `__Host-warren.oidc=${cookieFor()}`] });
     const r2 = makeResponse(200, ['Set-Cookie', 'app=1']);
     await st.onResponse!(later.s, r2);
     expect(r2.headers[2]).toBe('set-cookie');
-    expect(r2.headers[3]).toMatch(/^warren\.oidc=v1\..*; Path=\/; Max-Age=3510; HttpOnly; SameSite=Lax; Secure$/);
+    expect(r2.headers[3]).toMatch(/^__Host-warren\.oidc=v1\..*; Path=\/; Max-Age=3510; HttpOnly; SameSite=Lax; Secure$/);
+  });
+
+  it('names the session cookie __Host-… on https only, and reads only the name of the request scheme', async () => {
+    clock = T + 10_000;
+    // https: a plain-named cookie (planted by a sibling subdomain or over http) is no session
+    expect((await run(stage(), { headers: ['Cookie', `warren.oidc=${cookieFor()}`] })).out!.status).toBe(401);
+    expect((await run(stage(), { headers: ['Cookie', `__Host-warren.oidc=${cookieFor()}`] })).out).toBeNull();
+    // plain http: browsers refuse __Host- without Secure, so the plain name is used
+    expect((await run(stage(), { scheme: 'http', headers: ['Cookie', `warren.oidc=${cookieFor()}`] })).out).toBeNull();
+    expect((await run(stage(), { scheme: 'http', headers: ['Cookie', `__Host-warren.oidc=${cookieFor()}`] })).out!.status).toBe(401);
+    const { out } = await run(stage(), { scheme: 'http', url: '/.warren/oidc/logout' });
+    expect(out!.headers!['set-cookie']).toBe('warren.oidc=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax');
+    const custom = await run(stage({ cookie_prefix: 'app1.' }), { headers: ['Cookie', `__Host-app1.oidc=${cookieFor()}`] });
+    expect(custom.out).toBeNull();
   });
 
   it('logout clears the session cookie', async () => {
-    const { out } = await run(stage(), { url: '/.warren/oidc/logout', headers: ['Cookie', `warren.oidc=${cookieFor()}`] });
+    const { out } = await run(stage(), { url: '/.warren/oidc/logout', headers: ['Cookie', `__Host-warren.oidc=${cookieFor()}`] });
     expect(out!.status).toBe(200);
-    expect(out!.headers!['set-cookie']).toBe('warren.oidc=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax; Secure');
+    expect(out!.headers!['set-cookie']).toBe('__Host-warren.oidc=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax; Secure');
   });
 
   it('the login path starts a sign-in returning to a sanitized return_to', async () => {
@@ -145,7 +159,7 @@ describe('oidc stage', () => {
     for (const [rt, expected] of [['/deep?x=1', '/deep?x=1'], ['https://evil.test/', '/'], ['//evil.test', '/']] as const) {
       const { out } = await run(st, { url: `/.warren/oidc/login?return_to=${encodeURIComponent(rt)}` });
       expect(out!.status).toBe(302);
-      const cookie = out!.headers!['set-cookie']!;
+      const cookie = String(out!.headers!['set-cookie']);
       const value = cookie.slice(cookie.indexOf('=') + 1, cookie.indexOf(';'));
       const { readLoginState } = await import('./oidc-session.js');
       expect(readLoginState(keys.login, value, clock / 1000)!.returnTo).toBe(expected);
@@ -157,6 +171,22 @@ describe('oidc stage', () => {
     expect(out!.status).toBe(400);
     expect(out!.headers!['warren-error-code']).toBe('ERR_WARREN_7108');
     expect(String(out!.body)).toContain('/.warren/oidc/login?return_to=');
+    expect(out!.headers!['set-cookie']).toBeUndefined();
+  });
+
+  it('clears the pre-login cookie on a failed callback (the provider refused, or a bad cookie)', async () => {
+    const st = stage();
+    const { out: start } = await run(st, { url: '/page', headers: html });
+    const login = String(start!.headers!['set-cookie']).split(';')[0]!;
+    const name = login.slice(0, login.indexOf('='));
+    const state = new URL(String(start!.headers!.location)).searchParams.get('state')!;
+    const clear = `${name}=; Path=/.warren/oidc/callback; Max-Age=0; HttpOnly; SameSite=Lax; Secure`;
+    const refused = await run(st, { url: `/.warren/oidc/callback?error=access_denied&state=${state}`, headers: [...html, 'Cookie', login] });
+    expect(refused.out!.status).toBe(400);
+    expect(refused.out!.headers!['set-cookie']).toBe(clear);
+    const bad = await run(st, { url: `/.warren/oidc/callback?code=x&state=${state}`, headers: [...html, 'Cookie', `${name}=v1.garbage`] });
+    expect(bad.out!.status).toBe(400);
+    expect(bad.out!.headers!['set-cookie']).toBe(clear);
   });
 
   it('requests openid always, and the defaults when no scopes are set', () => {

@@ -31,7 +31,11 @@ export { routeBase, isBrowserNavigation } from './oidc-session.js';
  * Scopes: `scopes`, or `openid profile email` when empty; `openid` is always added.
  *
  * Cookies (SameSite=Lax, HttpOnly, Secure on HTTPS; `cookie_prefix` defaults to `warren.`):
- * - `<prefix>oidc`, Path=/: the session, sealed with AES-256-GCM (see oidc-session.ts): subject,
+ * - `__Host-<prefix>oidc` on HTTPS (`<prefix>oidc` on plain HTTP, where browsers refuse the
+ *   `__Host-` prefix), Path=/, no Domain: the session. The prefix (RFC 6265bis) makes the browser
+ *   keep the cookie only when it was set Secure by this very host, so a sibling subdomain or a
+ *   plain-HTTP response cannot plant a session; the name read follows the request's scheme. It is
+ *   sealed with AES-256-GCM (see oidc-session.ts): subject,
  *   email, name, sign-in time, last-seen time and hard end. The session ends at
  *   `maximum_duration` after sign-in (0 = one day) or after `inactivity_timeout` seconds without a
  *   request (0 = no inactivity limit). A sliding session's cookie is rewritten (on the response)
@@ -39,7 +43,7 @@ export { routeBase, isBrowserNavigation } from './oidc-session.js';
  *   `cookie_prefix` values, or their sessions replace each other.
  * - `<prefix>oidc.login.<state tag>`, Path=the callback, 10 minutes: the pre-login state (state,
  *   nonce, PKCE verifier, return-to), sealed likewise; one per sign-in attempt, so parallel tabs
- *   do not spoil each other.
+ *   do not spoil each other. Every callback answer (signed in or failed) clears the one it read.
  * The keys come from HKDF-SHA256 over the route's `client_secret` (salt: route id), so every node
  * accepts every other node's cookies, and a changed secret ends all sessions.
  *

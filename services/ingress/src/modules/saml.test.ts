@@ -1,9 +1,12 @@
+import http from 'node:http';
+import type net from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { samlHandoffKey, sealSamlHandoff, type SamlHandoff } from '@warren/shared';
 import { createSamlStage } from './saml.js';
 import { getCookie } from './oidc-session.js';
 import { makeConfig, makeEdge, makeRoute, makeState, testDeps } from './testing.js';
 import type { Outcome, RouteStage } from '../pipeline/types.js';
+import { sendOutcome } from '../http/public.js';
 
 const ROUTE = 'edghtsrt_test';
 const SECRET = 'handoff-secret-0123456789';
@@ -33,7 +36,7 @@ async function start(st: RouteStage): Promise<{ cookie: string; state: string }>
   const loc = new URL(out!.headers!.location!);
   expect(loc.origin + loc.pathname).toBe(LOGIN);
   expect(loc.searchParams.get('redirect_uri')).toBe(CALLBACK);
-  return { cookie: out!.headers!['set-cookie']!.split(';')[0]!, state: loc.searchParams.get('state')! };
+  return { cookie: String(out!.headers!['set-cookie']).split(';')[0]!, state: loc.searchParams.get('state')! };
 }
 
 describe('saml stage', () => {
@@ -59,9 +62,13 @@ describe('saml stage', () => {
     const { out } = await run(st, { url: `/.warren/saml/callback?state=${state}&handoff=${handoff({ st: state })}`, headers: [...html, 'Cookie', cookie] });
     expect(out!.status).toBe(302);
     expect(out!.headers!.location).toBe('/app?x=1');
-    const session = getCookie(out!.headers!['set-cookie']!.split(';')[0], 'warren.saml');
+    // two Set-Cookie: the session (__Host- on https), and the consumed pre-login cookie cleared
+    const [sessionCookie, cleared] = out!.headers!['set-cookie'] as string[];
+    const session = getCookie(sessionCookie!.split(';')[0], '__Host-warren.saml');
     expect(session).toMatch(/^v1\./);
-    const { s, out: fwd } = await run(st, { url: '/app', headers: ['Cookie', `warren.saml=${session}`, 'ngrok-auth-user-id', 'root'] });
+    expect(sessionCookie).toMatch(/; Path=\/; Max-Age=3600; HttpOnly; SameSite=Lax; Secure$/);
+    expect(cleared).toBe(`${cookie.slice(0, cookie.indexOf('='))}=; Path=/.warren/saml/callback; Max-Age=0; HttpOnly; SameSite=Lax; Secure`);
+    const { s, out: fwd } = await run(st, { url: '/app', headers: ['Cookie', `__Host-warren.saml=${session}`, 'ngrok-auth-user-id', 'root'] });
     expect(fwd).toBeNull();
     const h = Object.fromEntries(Array.from({ length: s.headers.length / 2 }, (_, i) => [s.headers[2 * i]!.toLowerCase(), s.headers[2 * i + 1]!]));
     expect(h).toMatchObject({ 'ngrok-auth-user-id': 'u-1', 'ngrok-auth-user-email': 'alice@example.test', 'ngrok-auth-user-name': 'Alice' });
@@ -84,5 +91,33 @@ describe('saml stage', () => {
     // without the browser's pre-login cookie
     const { out } = await run(st, { url: `/.warren/saml/callback?state=${state}&handoff=${handoff({ st: state })}`, headers: html });
     expect(out!.status).toBe(400);
+    expect(out!.headers!['set-cookie']).toBeUndefined();
+  });
+
+  it('every refused callback clears the pre-login cookie it read', async () => {
+    const st = stage();
+    const { cookie, state } = await start(st);
+    const { out } = await run(st, { url: `/.warren/saml/callback?state=${state}&handoff=${handoff({ st: 'other' })}`, headers: [...html, 'Cookie', cookie] });
+    expect(out!.status).toBe(400);
+    expect(out!.headers!['set-cookie']).toBe(`${cookie.slice(0, cookie.indexOf('='))}=; Path=/.warren/saml/callback; Max-Age=0; HttpOnly; SameSite=Lax; Secure`);
+  });
+
+  it('both Set-Cookie headers of a signed-in callback reach the client as separate headers (sendOutcome)', async () => {
+    const st = stage();
+    const { cookie, state } = await start(st);
+    const { out } = await run(st, { url: `/.warren/saml/callback?state=${state}&handoff=${handoff({ st: state })}`, headers: [...html, 'Cookie', cookie] });
+    const server = http.createServer((req, res) => sendOutcome(req, res, out!));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    try {
+      const port = (server.address() as net.AddressInfo).port;
+      const res = await new Promise<http.IncomingMessage>((resolve, reject) => http.get({ host: '127.0.0.1', port, path: '/' }, resolve).on('error', reject));
+      res.resume();
+      expect(res.statusCode).toBe(302);
+      expect(res.headers['set-cookie']).toHaveLength(2);
+      expect(res.headers['set-cookie']![0]).toMatch(/^__Host-warren\.saml=v1\./);
+      expect(res.headers['set-cookie']![1]).toMatch(/^warren\.saml\.login\.[^=]+=; Path=\/\.warren\/saml\/callback; Max-Age=0;/);
+    } finally {
+      await new Promise((r) => server.close(r));
+    }
   });
 });

@@ -7,7 +7,8 @@ import { deriveSessionKeys, signInGate, type Identity, type SessionPolicy, type 
  * `saml`: SAML 2.0 sign-in in front of a route, on the `oidc` module's machinery (oidc-session.ts
  * `signInGate`): reserved paths `<base>/.warren/saml/{callback,login,logout}`, 302 for browser
  * navigations and 401 (7106, `WWW-Authenticate: SAML realm=…, login=…`) otherwise,
- * `options_passthrough`, the sealed session cookie `<cookie_prefix>saml`, `inactivity_timeout`,
+ * `options_passthrough`, the sealed session cookie (`__Host-<cookie_prefix>saml` on HTTPS,
+ * `<cookie_prefix>saml` on plain HTTP, as oidc.ts explains), `inactivity_timeout`,
  * `maximum_duration`, and the `ngrok-auth-user-*` headers (id: the NameID).
  *
  * The SAML service provider itself is central, on the control plane's public URL, as the API

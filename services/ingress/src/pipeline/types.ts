@@ -42,8 +42,11 @@ export interface ResponseState {
   headers: string[];
 }
 
-/** A stage's answer to a request: null to go on, or the response to send instead (the request never reaches the tunnel). */
-export type Outcome = null | { status: number; headers?: Record<string, string>; body?: string | Buffer };
+/**
+ * A stage's answer to a request: null to go on, or the response to send instead (the request never reaches the tunnel).
+ * A header given as an array is sent once per value (several `set-cookie`), as Node's writeHead does.
+ */
+export type Outcome = null | { status: number; headers?: Record<string, string | string[]>; body?: string | Buffer };
 
 export interface RouteStage {
   /** Module or policy name, for logs and metrics (`ip_restriction`, `traffic_policy`, …). */
