@@ -6,13 +6,14 @@ import { Agent, fetch as undiciFetch } from 'undici';
 import * as client from 'openid-client';
 import { DiscoveryCache } from './oidc-discovery.js';
 import { createOAuthStage, oauthScopes, oauthSessionPolicy } from './oauth.js';
-import { PROVIDERS, parseEndpointOverrides } from './oauth-providers.js';
+import { MICROSOFT_CONSUMER_TENANT, PROVIDERS, parseEndpointOverrides, type OAuthProviderKind } from './oauth-providers.js';
 import { emailAllowed, hasRules, isAllowed, rulesFrom, verifiedOidcEmail } from './oauth-rules.js';
 import { DEFAULT_MAXIMUM_DURATION, getCookie } from './oidc-session.js';
 import { makeConfig, makeEdge, makeRoute, makeState, testDeps } from './testing.js';
 import type { RouteStage } from '../pipeline/types.js';
 import { ensureLocalTls } from '../tls.js';
 import { startFakeGithub, type FakeGithub } from '../../../../test/support/github-fake.js';
+import { startFakeOAuth, type FakeOAuth, type FakeOAuthOptions } from '../../../../test/support/oauth2-fake.js';
 
 describe('oauth authorization rules', () => {
   const r = rulesFrom({ email_addresses: ['Ann@Example.test'], email_domains: ['corp.test'], organizations: ['Acme'], teams: ['acme/Ops'] });
@@ -204,5 +205,194 @@ describe('oauth with github (a local fake of GitHub over HTTPS)', () => {
     } finally {
       gh.delays.clear();
     }
+  });
+});
+
+describe('oauth with facebook, amazon, gitlab, linkedin, twitch and microsoft (local stand-ins over HTTPS)', () => {
+  const MS = 'https://login.microsoftonline.com';
+  let dir: string;
+  let tls: Awaited<ReturnType<typeof ensureLocalTls>>;
+  let agent: Agent;
+  /** Microsoft's stand-in, reached as https://login.microsoftonline.com (openid-client's Entra issuer handling keys on that origin). */
+  let msFake: FakeOAuth | undefined;
+  const fakes: FakeOAuth[] = [];
+  const mapped = (url: string) => (msFake && url.startsWith(`${MS}/`) ? msFake.origin + url.slice(MS.length) : url);
+  const fetchVia: client.CustomFetch = (url, options) => undiciFetch(mapped(url), { ...options, dispatcher: agent } as never) as never;
+  const discovery = () =>
+    new DiscoveryCache((issuer, id, secret, timeout, auth = 'basic') =>
+      client.discovery(issuer, id, secret, auth === 'post' ? client.ClientSecretPost(secret) : client.ClientSecretBasic(secret), { timeout, [client.customFetch]: fetchVia }),
+    );
+
+  beforeAll(async () => {
+    dir = mkdtempSync(path.join(os.tmpdir(), 'warren-oauth-providers-'));
+    tls = await ensureLocalTls(dir);
+    agent = new Agent({ connect: { ca: tls.caPem! } });
+  });
+  afterAll(async () => {
+    for (const f of fakes) await f.close();
+    await agent?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function fake(o: Omit<FakeOAuthOptions, 'cert' | 'key' | 'clientId' | 'clientSecret' | 'host'>): Promise<FakeOAuth> {
+    const f = await startFakeOAuth({ cert: tls.cert, key: tls.key, clientId: 'cid', clientSecret: 'c secret+/', host: 'localhost', ...o });
+    fakes.push(f);
+    return f;
+  }
+
+  const stage = (kind: OAuthProviderKind, f: FakeOAuth, provider: Record<string, unknown> = {}): RouteStage => {
+    const eps = PROVIDERS[kind].family === 'oidc' ? { issuer: f.base } : f.endpoints;
+    return createOAuthStage({ endpoints: kind === 'microsoft' ? '' : JSON.stringify({ [kind]: eps }), fetch: fetchVia, discovery: discovery() })(
+      makeRoute({ oauth: { provider: { [kind]: { client_id: 'cid', client_secret: 'c secret+/', ...provider } }, cookie_prefix: 'warren.' } }),
+      makeEdge(),
+      makeConfig(),
+      testDeps(),
+    )!;
+  };
+
+  /** A browser's sign-in as `login` through the stage and the stand-in: the authorization URL, the callback's outcome and the session's identity headers. */
+  async function signIn(st: RouteStage, f: FakeOAuth, login: string) {
+    f.signInAs = login;
+    const start = await st.onRequest!(makeState({ url: '/page', headers: ['Host', 'app.example.test', 'Accept', 'text/html'] }));
+    expect(start!.status).toBe(302);
+    const loginCookie = String(start!.headers!['set-cookie']).split(';')[0]!;
+    const authzUrl = new URL(String(start!.headers!.location));
+    const authz = await undiciFetch(mapped(authzUrl.href), { redirect: 'manual', dispatcher: agent });
+    expect(authz.status).toBe(302);
+    const cb = new URL(authz.headers.get('location')!);
+    const out = await st.onRequest!(makeState({ url: cb.pathname + cb.search, headers: ['Host', 'app.example.test', 'Accept', 'text/html', 'Cookie', loginCookie] }));
+    let identity: Record<string, string> | null = null;
+    if (out!.status === 302) {
+      const session = getCookie((out!.headers!['set-cookie'] as string[])[0]!, '__Host-warren.oauth');
+      const s = makeState({ url: '/x', headers: ['Host', 'app.example.test', 'Cookie', `__Host-warren.oauth=${session}`, 'ngrok-auth-user-email', 'forged@corp.test'] });
+      expect(await st.onRequest!(s)).toBeNull();
+      identity = Object.fromEntries(
+        Array.from({ length: s.headers.length / 2 }, (_, i) => [s.headers[2 * i]!.toLowerCase(), s.headers[2 * i + 1]!]).filter(([k]) => k!.startsWith('ngrok-auth-')),
+      );
+    }
+    return { authz: authzUrl.searchParams, out: out!, identity };
+  }
+
+  // RFC 6749 2.3.1: id and secret form-urlencoded before Base64 (the space as `+`)
+  const basic = `Basic ${Buffer.from('cid:c+secret%2B%2F').toString('base64')}`;
+
+  it('gitlab: HTTP Basic client auth, PKCE and nonce; identity from the ID token; email only when verified', async () => {
+    const f = await fake({ mode: 'oidc', auth: 'basic', pkce: 'required' });
+    f.users.set('ann', { idToken: { sub: '101', email: 'ann@corp.test', email_verified: true, name: 'Ann Lab' }, userinfo: { sub: '101' } });
+    f.users.set('bob', { idToken: { sub: '102', email: 'bob@corp.test', email_verified: false, name: 'Bob Lab' }, userinfo: { sub: '102' } });
+    const { authz, out, identity } = await signIn(stage('gitlab', f), f, 'ann');
+    expect(out.status).toBe(302);
+    expect(authz.get('scope')).toBe('openid email profile');
+    expect(authz.get('code_challenge_method')).toBe('S256');
+    expect(authz.get('nonce')).toBeTruthy();
+    expect(f.tokenRequests.at(-1)!.authorization).toBe(basic);
+    expect(f.tokenRequests.at(-1)!.body.has('client_secret')).toBe(false);
+    expect(identity).toEqual({ 'ngrok-auth-user-email': 'ann@corp.test', 'ngrok-auth-user-id': '101', 'ngrok-auth-user-name': 'Ann Lab' });
+    // bob's address is unverified: no email header, and an email_domains rule refuses him
+    expect((await signIn(stage('gitlab', f), f, 'bob')).identity).toEqual({ 'ngrok-auth-user-id': '102', 'ngrok-auth-user-name': 'Bob Lab' });
+    expect((await signIn(stage('gitlab', f, { email_domains: ['corp.test'] }), f, 'ann')).out.status).toBe(302);
+    expect((await signIn(stage('gitlab', f, { email_domains: ['corp.test'] }), f, 'bob')).out.status).toBe(403);
+    expect(f.userRequests).toEqual([]);
+  });
+
+  it('linkedin: credentials in the body, no PKCE and no nonce', async () => {
+    const f = await fake({ mode: 'oidc', auth: 'post', pkce: 'refused' });
+    f.users.set('ann', { idToken: { sub: 'li-ann', email: 'Ann@Corp.test', email_verified: true, name: 'Ann In' }, userinfo: { sub: 'li-ann' } });
+    f.users.set('eve', { idToken: { sub: 'li-eve', email: 'eve@evil.test', email_verified: true, name: 'Eve In' }, userinfo: { sub: 'li-eve' } });
+    const { authz, out, identity } = await signIn(stage('linkedin', f, { email_domains: ['corp.test'] }), f, 'ann');
+    expect(out.status).toBe(302);
+    expect(authz.get('scope')).toBe('openid email profile');
+    expect(authz.has('code_challenge')).toBe(false);
+    expect(authz.has('nonce')).toBe(false);
+    const tr = f.tokenRequests.at(-1)!;
+    expect(tr.authorization).toBeNull();
+    expect([tr.body.get('client_id'), tr.body.get('client_secret'), tr.body.has('code_verifier')]).toEqual(['cid', 'c secret+/', false]);
+    expect(identity).toEqual({ 'ngrok-auth-user-email': 'Ann@Corp.test', 'ngrok-auth-user-id': 'li-ann', 'ngrok-auth-user-name': 'Ann In' });
+    expect((await signIn(stage('linkedin', f, { email_domains: ['corp.test'] }), f, 'eve')).out.status).toBe(403);
+  });
+
+  it("twitch: credentials in the body, no PKCE, nonce, the claims parameter; preferred_username as the name; userinfo when the ID token lacks the email", async () => {
+    const f = await fake({ mode: 'oidc', auth: 'post', pkce: 'refused' });
+    f.users.set('ann', { idToken: { sub: '555', preferred_username: 'annstreams', email: 'ann@corp.test', email_verified: true }, userinfo: { sub: '555' } });
+    f.users.set('eve', { idToken: { sub: '666', preferred_username: 'evestreams' }, userinfo: { sub: '666', email: 'eve@evil.test', email_verified: true, preferred_username: 'evestreams' } });
+    const { authz, out, identity } = await signIn(stage('twitch', f, { email_domains: ['corp.test'] }), f, 'ann');
+    expect(out.status).toBe(302);
+    expect(authz.get('scope')).toBe('openid user:read:email');
+    expect(authz.has('code_challenge')).toBe(false);
+    expect(authz.get('nonce')).toBeTruthy();
+    expect(JSON.parse(authz.get('claims')!)).toEqual({
+      id_token: { email: null, email_verified: null, preferred_username: null },
+      userinfo: { email: null, email_verified: null, preferred_username: null },
+    });
+    const tr = f.tokenRequests.at(-1)!;
+    expect([tr.authorization, tr.body.get('client_id'), tr.body.get('client_secret')]).toEqual([null, 'cid', 'c secret+/']);
+    expect(identity).toEqual({ 'ngrok-auth-user-email': 'ann@corp.test', 'ngrok-auth-user-id': '555', 'ngrok-auth-user-name': 'annstreams' });
+    expect(f.userRequests).toEqual([]);
+    // eve's ID token has no email: userinfo supplies it (verified, but outside the allowed domain)
+    expect((await signIn(stage('twitch', f, { email_domains: ['corp.test'] }), f, 'eve')).out.status).toBe(403);
+    expect(f.userRequests).toHaveLength(1);
+    expect(f.userRequests[0]!.authorization).toMatch(/^Bearer [0-9a-f]{32}$/);
+    expect((await signIn(stage('twitch', f), f, 'eve')).identity).toEqual({ 'ngrok-auth-user-email': 'eve@evil.test', 'ngrok-auth-user-id': '666', 'ngrok-auth-user-name': 'evestreams' });
+  });
+
+  it("microsoft: the {tenantid} issuer is checked against each token's tid; the email counts only with xms_edov or a personal account", async () => {
+    msFake = await fake({ mode: 'oidc', auth: 'basic', pkce: 'required', publicOrigin: MS, base: '/common/v2.0', docIssuer: `${MS}/{tenantid}/v2.0` });
+    const f = msFake;
+    const T = '11111111-2222-3333-4444-555555555555';
+    const user = (sub: string, tid: string, iss: string, more: Record<string, unknown> = {}) => ({ idToken: { sub, tid, iss, name: `User ${sub}`, email: `${sub}@corp.test`, ...more }, userinfo: { sub } });
+    f.users.set('edov', user('edov', T, `${MS}/${T}/v2.0`, { xms_edov: true, email_verified: true }));
+    f.users.set('plain', user('plain', T, `${MS}/${T}/v2.0`, { email_verified: true }));
+    f.users.set('personal', user('personal', MICROSOFT_CONSUMER_TENANT, `${MS}/${MICROSOFT_CONSUMER_TENANT}/v2.0`));
+    f.users.set('forged', user('forged', T, `${MS}/99999999-2222-3333-4444-555555555555/v2.0`, { xms_edov: true }));
+    const rules = { email_domains: ['corp.test'] };
+
+    const ok = await signIn(stage('microsoft', f, rules), f, 'edov');
+    expect(ok.out.status).toBe(302);
+    expect(ok.authz.get('scope')).toBe('openid email profile');
+    expect(ok.authz.get('code_challenge_method')).toBe('S256');
+    expect(ok.authz.get('nonce')).toBeTruthy();
+    expect(f.tokenRequests.at(-1)!.authorization).toBe(basic);
+    expect(ok.identity).toEqual({ 'ngrok-auth-user-email': 'edov@corp.test', 'ngrok-auth-user-id': 'edov', 'ngrok-auth-user-name': 'User edov' });
+    expect((await signIn(stage('microsoft', f, rules), f, 'personal')).identity).toMatchObject({ 'ngrok-auth-user-email': 'personal@corp.test' });
+    // email_verified does not vouch for a Microsoft address: no header, and the domain rule refuses
+    expect((await signIn(stage('microsoft', f), f, 'plain')).identity).toEqual({ 'ngrok-auth-user-id': 'plain', 'ngrok-auth-user-name': 'User plain' });
+    expect((await signIn(stage('microsoft', f, rules), f, 'plain')).out.status).toBe(403);
+    // an ID token whose iss is another tenant's than its tid is refused
+    const forged = await signIn(stage('microsoft', f), f, 'forged');
+    expect(forged.out.status).toBe(400);
+    expect(forged.identity).toBeNull();
+  });
+
+  it('facebook: PKCE, credentials in the body, then GET /me?fields=id,name,email with the bearer token', async () => {
+    const f = await fake({ mode: 'oauth2', auth: 'post', pkce: 'required', base: '/dialog', userPath: '/me?fields=id,name,email' });
+    f.users.set('ann', { userinfo: { id: '10001', name: 'Ann Book', email: 'ann@corp.test' } });
+    f.users.set('nomail', { userinfo: { id: '10002', name: 'No Mail' } });
+    const { authz, out, identity } = await signIn(stage('facebook', f, { email_domains: ['corp.test'] }), f, 'ann');
+    expect(out.status).toBe(302);
+    expect(authz.get('scope')).toBe('public_profile email');
+    expect(authz.get('code_challenge_method')).toBe('S256');
+    const tr = f.tokenRequests.at(-1)!;
+    expect([tr.authorization, tr.body.get('client_id'), tr.body.get('client_secret')]).toEqual([null, 'cid', 'c secret+/']);
+    expect(f.userRequests).toHaveLength(1);
+    expect(f.userRequests[0]!.url).toBe('/me?fields=id,name,email');
+    expect(f.userRequests[0]!.authorization).toMatch(/^Bearer [0-9a-f]{32}$/);
+    expect(identity).toEqual({ 'ngrok-auth-user-email': 'ann@corp.test', 'ngrok-auth-user-id': '10001', 'ngrok-auth-user-name': 'Ann Book' });
+    expect((await signIn(stage('facebook', f, { email_domains: ['corp.test'] }), f, 'nomail')).out.status).toBe(403);
+    expect((await signIn(stage('facebook', f), f, 'nomail')).identity).toEqual({ 'ngrok-auth-user-id': '10002', 'ngrok-auth-user-name': 'No Mail' });
+  });
+
+  it('amazon: PKCE, credentials in the body, then GET /user/profile (user_id, name, email)', async () => {
+    const f = await fake({ mode: 'oauth2', auth: 'post', pkce: 'required', base: '/auth/o2', userPath: '/user/profile' });
+    f.users.set('ann', { userinfo: { user_id: 'amzn1.account.ANN', name: 'Ann Zon', email: 'ann@corp.test' } });
+    f.users.set('eve', { userinfo: { user_id: 'amzn1.account.EVE', name: 'Eve Zon', email: 'eve@evil.test' } });
+    const { authz, out, identity } = await signIn(stage('amazon', f, { email_addresses: ['ann@corp.test'] }), f, 'ann');
+    expect(out.status).toBe(302);
+    expect(authz.get('scope')).toBe('profile');
+    expect(authz.get('code_challenge_method')).toBe('S256');
+    expect(f.tokenRequests.at(-1)!.body.get('client_secret')).toBe('c secret+/');
+    expect(f.userRequests.map((r) => r.url)).toEqual(['/user/profile']);
+    expect(f.userRequests[0]!.authorization).toMatch(/^Bearer [0-9a-f]{32}$/);
+    expect(identity).toEqual({ 'ngrok-auth-user-email': 'ann@corp.test', 'ngrok-auth-user-id': 'amzn1.account.ANN', 'ngrok-auth-user-name': 'Ann Zon' });
+    expect((await signIn(stage('amazon', f, { email_addresses: ['ann@corp.test'] }), f, 'eve')).out.status).toBe(403);
   });
 });

@@ -44,8 +44,10 @@ import { isAllowed, rulesFrom, verifiedOidcEmail, type AllowRules, type UserFact
  * accepts it, as the API allows.
  *
  * Endpoints can be overridden per ingress process with WARREN_OAUTH_PROVIDER_ENDPOINTS (see
- * oauth-providers.ts `parseEndpointOverrides`): GitHub Enterprise Server, a self-managed GitLab, a
- * national Microsoft cloud, and tests. A provider with a private CA needs it in the ingress's
+ * oauth-providers.ts `parseEndpointOverrides`): GitHub Enterprise Server, a self-managed GitLab,
+ * and tests. A multi-tenant Microsoft issuer at another host than login.microsoftonline.com (a
+ * national cloud) is not supported: openid-client applies its {tenantid} issuer check only to that
+ * host, so discovery elsewhere fails (502). A provider with a private CA needs it in the ingress's
  * NODE_EXTRA_CA_CERTS.
  */
 
@@ -69,7 +71,7 @@ export interface OAuthOptions {
   discovery?: DiscoveryCache;
   /** Endpoint overrides; default: WARREN_OAUTH_PROVIDER_ENDPOINTS of the process. */
   endpoints?: string;
-  /** fetch for the OAuth 2.0 providers' token and API requests (tests). */
+  /** fetch for the providers' token, userinfo and API requests (tests; OpenID discovery goes through `discovery`). */
   fetch?: client.CustomFetch;
   /** The deadline of GitHub's post-token checks (default GITHUB_AUTHORIZATION_DEADLINE_MS; tests). */
   githubDeadlineMs?: number;
@@ -186,7 +188,11 @@ function makeProvider(kind: OAuthProviderKind, spec: ProviderSpec, eps: Provider
 
   if (spec.family === 'oidc') {
     const issuer = eps.issuer!;
-    const config = () => discovery.config(issuer, clientId, secret, spec.auth);
+    const config = async () => {
+      const c = await discovery.config(issuer, clientId, secret, spec.auth);
+      if (fetchImpl) c[client.customFetch] = fetchImpl;
+      return c;
+    };
     const opts = { pkce: spec.pkce, nonce: spec.nonce };
     return {
       authorizationUrl: async (login: LoginState, redirectUri: string) => oidcAuthorizationUrl(await config(), login, redirectUri, scope, spec.extra, opts),
