@@ -116,8 +116,8 @@ function want(t: Tlv | undefined, tag: number, what: string): Tlv {
 /** Dotted OIDs already decoded, by their content bytes (up to 6) as a number. */
 const OID_CACHE = new Map<number, string>();
 
-function oid(b: Uint8Array, t: Tlv): string {
-  if (t.tag !== 0x06 || t.end <= t.start) throw new CertificateParseError('expected an object identifier');
+function oid(b: Uint8Array, t: Tlv | undefined): string {
+  if (!t || t.tag !== 0x06 || t.end <= t.start) throw new CertificateParseError('expected an object identifier');
   if ((b[t.end - 1]! & 0x80) !== 0) throw new CertificateParseError('bad object identifier');
   const short = t.end - t.start <= 6;
   let key = 1;
@@ -164,6 +164,8 @@ function isAscii(b: Uint8Array, t: Tlv): boolean {
 
 const utf8 = (b: Uint8Array, t: Tlv) => (isAscii(b, t) ? latin1(b, t) : Buffer.from(b.buffer, b.byteOffset + t.start, t.end - t.start).toString('utf8'));
 
+const LONE_SURROGATE_RE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
 /** A directory string's text, or undefined for a value that is not a string type. */
 function asString(b: Uint8Array, t: Tlv): string | undefined {
   switch (t.tag) {
@@ -176,15 +178,24 @@ function asString(b: Uint8Array, t: Tlv): string | undefined {
     case 0x1a: // VisibleString
       return latin1(b, t);
     case 0x1e: {
-      // BMPString: UTF-16BE
+      // BMPString: UTF-16BE, as Go's parseBMPString (even length, a trailing NUL pair dropped,
+      // lone surrogates as U+FFFD).
+      if ((t.end - t.start) % 2 !== 0) throw new CertificateParseError('bad BMPString');
+      let end = t.end;
+      if (end - t.start >= 2 && b[end - 1] === 0 && b[end - 2] === 0) end -= 2;
       let s = '';
-      for (let i = t.start; i + 1 < t.end; i += 2) s += String.fromCharCode((b[i]! << 8) | b[i + 1]!);
-      return s;
+      for (let i = t.start; i < end; i += 2) s += String.fromCharCode((b[i]! << 8) | b[i + 1]!);
+      return s.replace(LONE_SURROGATE_RE, '\ufffd');
     }
     case 0x1c: {
       // UniversalString: UTF-32BE
+      if ((t.end - t.start) % 4 !== 0) throw new CertificateParseError('bad UniversalString');
       let s = '';
-      for (let i = t.start; i + 3 < t.end; i += 4) s += String.fromCodePoint(((b[i]! << 24) | (b[i + 1]! << 16) | (b[i + 2]! << 8) | b[i + 3]!) >>> 0);
+      for (let i = t.start; i < t.end; i += 4) {
+        const cp = ((b[i]! << 24) | (b[i + 1]! << 16) | (b[i + 2]! << 8) | b[i + 3]!) >>> 0;
+        if (cp > 0x10ffff) throw new CertificateParseError('bad UniversalString');
+        s += String.fromCodePoint(cp >= 0xd800 && cp <= 0xdfff ? 0xfffd : cp);
+      }
       return s;
     }
   }
@@ -409,13 +420,15 @@ function time(b: Uint8Array, t: Tlv): Date {
     iso = `${m[1]}-${m[2]}-${m[3]}T${m[4]}:${m[5]}:${m[6]}${m[7] ? m[7].slice(0, 4) : ''}Z`;
   }
   const d = iso ? new Date(iso) : new Date(NaN);
-  if (Number.isNaN(d.getTime())) throw new CertificateParseError('bad validity time');
+  // Date rolls over out-of-range fields (Feb 30, 24:00, :60); Go's time.Parse refuses them.
+  if (Number.isNaN(d.getTime()) || d.toISOString().slice(0, 19) !== iso!.slice(0, 19)) throw new CertificateParseError('bad validity time');
   return d;
 }
 
 /** An IP address (`b[from..to]`) as Go's `net.IP.String()` prints it. */
 export function formatIp(b: Uint8Array, from = 0, to = b.length): string {
   const n = to - from;
+  if (n === 0) return '<nil>';
   if (n === 4) return `${b[from]}.${b[from + 1]}.${b[from + 2]}.${b[from + 3]}`;
   if (n !== 16) return `?${hex(b, from, to)}`;
   let mapped = b[from + 10] === 0xff && b[from + 11] === 0xff;
@@ -516,7 +529,11 @@ export function parseCertificate(der: Uint8Array): ParsedCertificate {
       const id = oid(der, parts[0]!);
       let critical = false;
       let k = 1;
-      if (parts[k]?.tag === 0x01) critical = der[parts[k++]!.start] !== 0;
+      if (parts[k]?.tag === 0x01) {
+        const flag = parts[k++]!;
+        if (flag.end - flag.start !== 1) throw new CertificateParseError('bad extension criticality');
+        critical = der[flag.start] !== 0;
+      }
       const value = want(parts[k], 0x04, 'an extension value');
       extensions.push({ id, critical, value: new Uint8Array(der.subarray(value.start, value.end)) });
       if (id === SUBJECT_ALT_NAME) parseSan(der, value, san);
