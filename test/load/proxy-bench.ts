@@ -23,7 +23,8 @@
  * Reports medians (min–max), the ratios c0/a, c0/b0, b0/a, c/c0, c/b0, c/b, and Redis script calls per
  * request (INFO commandstats). BENCH_CASES=c0,c runs only those; BENCH_POLICY replaces the rate-limit
  * policy of case c (e.g. one whose expression never holds, to time the pipeline alone);
- * BENCH_OPEN_LOOP=1 runs the open loop with BENCH_CASES too; BENCH_REDIS=unix|tcp|system picks the
+ * BENCH_OPEN_LOOP=1 runs the open loop with BENCH_CASES too; BENCH_OPEN_LOOP_PAIRED=1 adds a paired open
+ * loop (c0 and c requests alternating in one run, so both see the same stalls); BENCH_REDIS=unix|tcp|system picks the
  * limiter's Redis (see REDIS_MODE; default unix); BENCH_INGRESS_ENV (JSON) adds ingress variables, e.g. '{"RATE_LIMIT_TRANSPORT":"ioredis"}'.
  * BENCH_HOLD=1 sets everything up, prints the pids and ports, and waits for SIGINT (for profiling).
  * Writes test/load/results/proxy.json.
@@ -38,7 +39,7 @@ import { freePort, startControlPlane, type ControlPlaneProcess } from '../suppor
 import { cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
 import { benchDatabase, cpuMicros, cpuSplit, fmt, log, machine } from './support.js';
-import { openLoop, type OpenLoopResult } from './open-loop.js';
+import { openLoop, openLoopPaired, type OpenLoopResult } from './open-loop.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const DURATION = Number(process.env.BENCH_DURATION ?? 15);
@@ -317,6 +318,27 @@ async function main(): Promise<void> {
         const diff = (k: 'p50' | 'p99') => median(rounds.c.map((r, i) => r[k] - rounds.c0[i]![k]));
         openLoopResults[`${share * 100}%`] = { rate, rounds, c0: { p50: med('c0', 'p50'), p99: med('c0', 'p99') }, c: { p50: med('c', 'p50'), p99: med('c', 'p99') }, added_p50_ms: diff('p50'), added_p99_ms: diff('p99') };
         log(`open loop @ ${share * 100}% (${rate}/s), medians of ${OL_ROUNDS}: c0 p50 ${fmt(med('c0', 'p50'), 2)} p99 ${fmt(med('c0', 'p99'), 2)} ms; c p50 ${fmt(med('c', 'p50'), 2)} p99 ${fmt(med('c', 'p99'), 2)} ms; added (median of per-round differences) p50 ${fmt(diff('p50'), 2)} ms, p99 ${fmt(diff('p99'), 2)} ms`);
+      }
+    }
+    // Paired open loop: c0 and c requests alternate within one run at the same total rate, so
+    // both classes see the same stalls; the per-round difference is the latency the check itself
+    // adds to a request (the extra load it puts on the ingress is shared by both classes).
+    if (summary.c && process.env.BENCH_OPEN_LOOP_PAIRED === '1') {
+      const OL_ROUNDS = Number(process.env.BENCH_OPEN_LOOP_ROUNDS ?? 3);
+      const OL_RATE = process.env.BENCH_OPEN_LOOP_RATE ? Number(process.env.BENCH_OPEN_LOOP_RATE) : undefined;
+      const classes = [{ host: HOST, 'x-client': 'hot' }, { host: RL_HOST, 'x-client': 'hot' }];
+      for (const share of [0.5, 0.8]) {
+        const rate = Math.round((OL_RATE ?? summary.c.rps_median) * share);
+        const rounds: Array<{ c0: OpenLoopResult; c: OpenLoopResult }> = [];
+        for (let round = 1; round <= OL_ROUNDS; round++) {
+          await openLoopPaired({ url: `http://127.0.0.1:${a.http}/`, classes, rate, durationS: Math.min(WARMUP, 3) });
+          const [c0r, cr] = await openLoopPaired({ url: `http://127.0.0.1:${a.http}/`, classes, rate, durationS: DURATION });
+          rounds.push({ c0: c0r!, c: cr! });
+          log(`paired open loop round ${round} @ ${rate}/s (half c0, half c): c0 p50 ${fmt(c0r!.p50, 2)} p99 ${fmt(c0r!.p99, 2)} ms; c p50 ${fmt(cr!.p50, 2)} p99 ${fmt(cr!.p99, 2)} ms; non2xx ${c0r!.non2xx + cr!.non2xx} errors ${c0r!.errors + cr!.errors}`);
+        }
+        const diff = (k: 'p50' | 'p99') => rounds.map((r) => r.c[k] - r.c0[k]);
+        openLoopResults[`paired ${share * 100}%`] = { rate, rounds, added_p50_ms: median(diff('p50')), added_p99_ms: median(diff('p99')), added_p99_per_round: diff('p99') };
+        log(`paired open loop @ ${share * 100}% (${rate}/s): added p50 ${fmt(median(diff('p50')), 2)} ms (per round ${diff('p50').map((x) => fmt(x, 2)).join(', ')}), added p99 ${fmt(median(diff('p99')), 2)} ms (per round ${diff('p99').map((x) => fmt(x, 2)).join(', ')})`);
       }
     }
     const result = {
