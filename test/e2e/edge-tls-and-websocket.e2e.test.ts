@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCertificate, type SelfSigned } from '@warren/shared';
 import { freshDatabase } from '../support/databases.js';
 import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
-import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
+import { callApi, callApiExpecting, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
 import { OPCODE, openWebSocket, type WsOpenOptions } from '../support/websocket-client.js';
 import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
@@ -49,11 +49,7 @@ const GREETING = '220 greeter ready\r\n';
 
 const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
 
-async function apiOk(method: string, p: string, body: unknown, status: number): Promise<any> {
-  const r = await api(method, p, body);
-  if (r.status !== status) throw new Error(`${method} ${p}: ${r.status} ${JSON.stringify(r.body)}`);
-  return r.body;
-}
+const apiOk = (method: string, p: string, body: unknown, status: number) => callApiExpecting(cp.baseUrl, apiKey, status, method, p, body);
 
 interface Res {
   status: number;

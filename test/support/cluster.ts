@@ -188,3 +188,10 @@ export async function callApi(baseUrl: string, apiKey: string, method: string, p
   const text = await res.text();
   return { status: res.status, body: text ? JSON.parse(text) : undefined };
 }
+
+/** {@link callApi} that must answer `status`: returns the body, or throws naming the call and the answer. */
+export async function callApiExpecting(baseUrl: string, apiKey: string, status: number, method: string, path: string, body?: unknown): Promise<any> {
+  const r = await callApi(baseUrl, apiKey, method, path, body);
+  if (r.status !== status) throw new Error(`${method} ${path}: ${r.status} ${JSON.stringify(r.body)}`);
+  return r.body;
+}

@@ -1,8 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { newId, type DpAgentSession, type DpTunnel } from '@warren/shared';
+import { newId, type DpAgentSession } from '@warren/shared';
 import { startTestApi, type Account, type TestApi } from '../../../../test/support/api.js';
 import type { ReportedTunnel } from '../../../ingress/src/config/index.js';
-import { cleanupNodes, FAST, newNode, startTestPush, type TestNode } from './testing.js';
+import { cleanupNodes, connectedNode as startNode, FAST, startTestPush } from './testing.js';
 import type { ConfigPush } from './index.js';
 
 /**
@@ -42,19 +42,7 @@ function labeled(sessionId: string): ReportedTunnel {
   return { id: newId('tn'), accountId: acct.accountId, sessionId, proto: 'labeled', labels: { app: 'web' }, publicUrl: '', bindings: [], poolingEnabled: false, forwardsTo: 'http://localhost:3000', metadata: '', startedAt: new Date().toISOString() };
 }
 
-async function connectedNode(target: string): Promise<TestNode & { ups: DpTunnel[]; downs: string[] }> {
-  const n = await newNode([target]);
-  const ups: DpTunnel[] = [];
-  const downs: string[] = [];
-  n.client.on('remoteTunnelUp', (t) => ups.push(t));
-  n.client.on('remoteTunnelDown', (id) => downs.push(id));
-  const connected = new Promise<void>((r) => n.client.once('connected', () => r()));
-  await n.client.start();
-  await connected;
-  await expect.poll(() => n.client.config !== null, { timeout: 5_000 }).toBe(true);
-  return Object.assign(n, { ups, downs });
-}
-
+const connectedNode = (target: string) => startNode([target]);
 const leaseExpired = async (sessionId: string): Promise<boolean | undefined> =>
   (await api.db.query<{ expired: boolean }>('SELECT lease_expires_at <= now() AS expired FROM tunnel_sessions WHERE id = $1', [sessionId])).rows[0]?.expired;
 

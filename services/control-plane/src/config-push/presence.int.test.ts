@@ -1,8 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { newId, type DpAgentSession, type DpTunnel } from '@warren/shared';
+import { newId, type DpAgentSession } from '@warren/shared';
 import { startTestApi, type Account, type TestApi } from '../../../../test/support/api.js';
 import type { ReportedTunnel } from '../../../ingress/src/config/index.js';
-import { cleanupNodes, FAST, newNode, startTestPush, type TestNode } from './testing.js';
+import { cleanupNodes, connectedNode as startNode, FAST, newNode, startTestPush } from './testing.js';
 import type { ConfigPush } from './index.js';
 
 let api: TestApi;
@@ -36,19 +36,7 @@ function bound(sessionId: string, host: string): ReportedTunnel {
   return { id: newId('tn'), accountId: acct.accountId, sessionId, proto: 'https', labels: {}, publicUrl: `https://${host}`, bindings: ['public'], poolingEnabled: true, forwardsTo: 'localhost:8080', metadata: 'tm', startedAt: new Date().toISOString() };
 }
 
-async function connectedNode(over: Parameters<typeof newNode>[1] = {}): Promise<TestNode & { ups: DpTunnel[]; downs: string[] }> {
-  const n = await newNode([target], over);
-  const ups: DpTunnel[] = [];
-  const downs: string[] = [];
-  n.client.on('remoteTunnelUp', (t) => ups.push(t));
-  n.client.on('remoteTunnelDown', (id) => downs.push(id));
-  const connected = new Promise<void>((r) => n.client.once('connected', () => r()));
-  await n.client.start();
-  await connected;
-  await expect.poll(() => n.client.config !== null, { timeout: 5_000 }).toBe(true);
-  return Object.assign(n, { ups, downs });
-}
-
+const connectedNode = (over: Parameters<typeof startNode>[1] = {}) => startNode([target], over);
 const ids = async (path: string, key: string): Promise<string[]> => ((await acct.call('GET', path)).body[key] as { id: string }[]).map((x) => x.id).sort();
 
 describe('tunnel presence', () => {

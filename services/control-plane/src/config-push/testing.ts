@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import client from 'prom-client';
-import { createLogger } from '@warren/shared';
+import { createLogger, type DpTunnel } from '@warren/shared';
 import type { Db } from '../db/pool.js';
 import { startConfigPush, type ConfigPush, type ConfigPushOptions } from './index.js';
 import { ControlPlaneClient, type ControlPlaneClientOptions } from '../../../ingress/src/config/index.js';
@@ -63,6 +63,25 @@ export async function newNode(targets: string[], over: Partial<ControlPlaneClien
   const node = { client: c, registry, stateDir, nodeId };
   nodes.push(node);
   return node;
+}
+
+/**
+ * {@link newNode}, started and connected with its first config applied, recording the remote
+ * tunnels it hears of (`ups`) and loses (`downs`).
+ */
+export async function connectedNode(targets: string[], over: Partial<ControlPlaneClientOptions> = {}): Promise<TestNode & { ups: DpTunnel[]; downs: string[] }> {
+  const n = await newNode(targets, over);
+  const ups: DpTunnel[] = [];
+  const downs: string[] = [];
+  n.client.on('remoteTunnelUp', (t) => ups.push(t));
+  n.client.on('remoteTunnelDown', (id) => downs.push(id));
+  const connected = new Promise<void>((r) => n.client.once('connected', () => r()));
+  await n.client.start();
+  await connected;
+  for (const until = Date.now() + 5_000; n.client.config === null; await new Promise((r) => setTimeout(r, 10))) {
+    if (Date.now() > until) throw new Error(`${n.nodeId} got no config within 5 s`);
+  }
+  return Object.assign(n, { ups, downs });
 }
 
 /** Stops every node made by newNode and removes the temp dirs. */
