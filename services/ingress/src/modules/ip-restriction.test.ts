@@ -46,6 +46,15 @@ describe('ip_restriction', () => {
     expect(await status(['ipp_a'], p, '2001:db9::5')).toBe(200);
   });
 
+  it('keeps address families apart: IPv6 rules never match an IPv4 client (a BlockList alone would)', async () => {
+    const denyAll6 = [policy('ipp_a', [['::/0', 'deny']])];
+    expect(await status(['ipp_a'], denyAll6, '10.0.0.1')).toBe(200);
+    expect(await status(['ipp_a'], denyAll6, '::ffff:10.0.0.1')).toBe(200);
+    expect(await status(['ipp_a'], denyAll6, '2001:db8::1')).toBe(403);
+    const allowMapped = [policy('ipp_a', [['::ffff:0:0/96', 'allow']])];
+    expect(await status(['ipp_a'], allowMapped, '10.0.0.1')).toBe(403);
+  });
+
   it('matches IPv6 allow rules', async () => {
     const p = [policy('ipp_a', [['2001:db8:abcd::/48', 'allow']])];
     expect(await status(['ipp_a'], p, '2001:db8:abcd:12::1')).toBe(200);

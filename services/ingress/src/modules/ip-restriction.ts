@@ -10,13 +10,20 @@ import { enabledModule, moduleError } from './common.js';
  * config does not hold (or of another account) contributes no rules. Refusals: 403, 7100.
  */
 
+/**
+ * Rules kept apart by address family: a BlockList checks an IPv4 address against its IPv6
+ * subnets too (as `::ffff:a.b.c.d`), so one shared list would let `::/0` refuse every IPv4 client.
+ */
 interface Rules {
-  deny: BlockList;
-  allow: BlockList;
+  deny: { ipv4: BlockList; ipv6: BlockList };
+  allow: { ipv4: BlockList; ipv6: BlockList };
   hasAllow: boolean;
 }
 
-function addCidr(list: BlockList, cidr: string): void {
+const familyOf = (cidr: string): 'ipv4' | 'ipv6' => (cidr.includes(':') ? 'ipv6' : 'ipv4');
+
+/** Adds `cidr` (`a.b.c.d/n`, `x::y/n`, or a bare address) to `list`; throws on anything else. Also used by the traffic-policy `restrict-ips` action. */
+export function addCidr(list: BlockList, cidr: string): void {
   const slash = cidr.indexOf('/');
   const addr = slash < 0 ? cidr : cidr.slice(0, slash);
   const type = isIPv4(addr) ? 'ipv4' : isIPv6(addr) ? 'ipv6' : null;
@@ -43,13 +50,13 @@ export function normalizeClientIp(ip: string): { addr: string; type: 'ipv4' | 'i
 export function ipAllowed(rules: Rules, ip: string): boolean {
   const n = normalizeClientIp(ip);
   if (!n) return false;
-  if (rules.deny.check(n.addr, n.type)) return false;
-  return !rules.hasAllow || rules.allow.check(n.addr, n.type);
+  if (rules.deny[n.type].check(n.addr, n.type)) return false;
+  return !rules.hasAllow || rules.allow[n.type].check(n.addr, n.type);
 }
 
 export const ipRestrictionStage: StageFactory = (route, _edge, config, deps): RouteStage | null => {
   if (!enabledModule(route, 'ip_restriction')) return null;
-  const rules: Rules = { deny: new BlockList(), allow: new BlockList(), hasAllow: false };
+  const rules: Rules = { deny: { ipv4: new BlockList(), ipv6: new BlockList() }, allow: { ipv4: new BlockList(), ipv6: new BlockList() }, hasAllow: false };
   for (const id of route.ipPolicyIds) {
     const policy = config.ipPolicies.get(id);
     if (!policy || policy.accountId !== route.accountId) {
@@ -58,9 +65,9 @@ export const ipRestrictionStage: StageFactory = (route, _edge, config, deps): Ro
     }
     for (const rule of policy.rules) {
       if (rule.action === 'allow') {
-        addCidr(rules.allow, rule.cidr);
+        addCidr(rules.allow[familyOf(rule.cidr)], rule.cidr);
         rules.hasAllow = true;
-      } else addCidr(rules.deny, rule.cidr);
+      } else addCidr(rules.deny[familyOf(rule.cidr)], rule.cidr);
     }
   }
   return {
