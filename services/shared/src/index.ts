@@ -10,4 +10,5 @@ export * from './dataplane/sealed.js';
 export * from './muxado/index.js';
 export * from './backoff.js';
 export * from './user-agent.js';
+export * from './cidr.js';
 export * from './events/types.js';

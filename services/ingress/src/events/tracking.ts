@@ -2,6 +2,7 @@ import type http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { CelActions, type DestinationRef } from '@warren/shared';
 import type { RequestState } from '../pipeline/types.js';
+import { collectPolicyLogs, policyLogsOf } from '../policy/var-actions.js';
 import { HTTP_REQUEST_COMPLETE, TCP_CONNECTION_CLOSED, trafficTs, type HttpRequestCompleteObject, type RateLimitVars, type TrafficEvents } from './traffic-events.js';
 
 /**
@@ -45,8 +46,16 @@ export function rateLimitVarsOf(state: RequestState | null): RateLimitVars | nul
  */
 export class HttpRequestTracker {
   tunnelId: string | null = null;
-  /** The pipeline state (routes with modules or a policy): the rate-limit result variables. */
-  state: RequestState | null = null;
+  private st: RequestState | null = null;
+  /** The pipeline state (routes with modules or a policy): the rate-limit results and policy logs. */
+  get state(): RequestState | null {
+    return this.st;
+  }
+  set state(s: RequestState | null) {
+    this.st = s;
+    // This request's event will be emitted: its traffic-policy `log` actions record.
+    if (s) collectPolicyLogs(s);
+  }
   private reqLast = 0;
   private resFirst = 0;
   private bytes = 0;
@@ -96,7 +105,8 @@ export class HttpRequestTracker {
     const wallNow = Date.now();
     const at = (p: number) => trafficTs(wallNow - (perfNow - p));
     const { req, res, ctx } = this;
-    const rl = rateLimitVarsOf(this.state);
+    const rl = rateLimitVarsOf(this.st);
+    const logs = policyLogsOf(this.st);
     const object: HttpRequestCompleteObject = {
       conn: { client_ip: ctx.clientIp, server_name: ctx.serverName, server_port: ctx.serverPort },
       http: {
@@ -117,6 +127,7 @@ export class HttpRequestTracker {
       },
       warren: { edge_id: ctx.edgeId, route_id: ctx.routeId, tunnel_id: this.tunnelId, rate_limited: rl?.limited ?? false, rate_limit: rl },
     };
+    if (logs) object.traffic_policy = { logs };
     this.events.emit(HTTP_REQUEST_COMPLETE, ctx.accountId, ctx.dests, object, wallNow);
   }
 }

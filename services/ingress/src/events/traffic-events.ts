@@ -85,6 +85,11 @@ export interface HttpRequestCompleteObject {
     /** null when no rate-limit action ran for the request. */
     rate_limit: RateLimitVars | null;
   };
+  /**
+   * Present when traffic-policy `log` actions ran for the request: their evaluated metadata, in
+   * order, where ngrok puts them (https://ngrok.com/docs/traffic-policy/actions/log).
+   */
+  traffic_policy?: { logs: { metadata: Record<string, unknown> }[] };
 }
 
 export interface TcpConnectionClosedObject {

@@ -346,7 +346,8 @@ export class Forwarder {
       p.inFlight++;
       dispatchingInfo = info;
       try {
-        p.pool.dispatch({ path: req.url ?? '/', method: req.method ?? 'GET', headers, body }, x);
+        // A traffic-policy url-rewrite's target, else the client's.
+        p.pool.dispatch({ path: hooks?.state.target ?? req.url ?? '/', method: req.method ?? 'GET', headers, body }, x);
       } catch (err) {
         // undici refused the request itself (a request target it cannot send, …).
         x.onError(err as Error);
@@ -356,13 +357,17 @@ export class Forwarder {
     });
   }
 
-  /** Carries an upgrade request (WebSocket) to the target as raw bytes, then pipes both ways. */
-  async upgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer, target: TunnelTarget, info: RequestInfo, headers: string[]): Promise<void> {
+  /**
+   * Carries an upgrade request (WebSocket) to the target as raw bytes, then pipes both ways.
+   * `path`: the request target to send (a traffic-policy url-rewrite's), else the client's.
+   */
+  async upgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer, target: TunnelTarget, info: RequestInfo, headers: string[], path?: string): Promise<void> {
     let upstream: Duplex;
+    const requestTarget = path ?? req.url ?? '/';
     try {
       if (target.kind === 'local') {
         upstream = await target.tunnel.openStream({ clientAddr: info.clientAddr, proto: info.scheme, edgeType: info.edgeType });
-        upstream.write(requestHead(req.method ?? 'GET', req.url ?? '/', headers));
+        upstream.write(requestHead(req.method ?? 'GET', requestTarget, headers));
       } else {
         const addr = target.tunnel.nodeAddress;
         const colon = addr.lastIndexOf(':');
@@ -372,7 +377,7 @@ export class Forwarder {
           const s = net.connect({ host: addr.slice(0, colon).replace(/^\[|\]$/g, ''), port: Number(addr.slice(colon + 1)) }, () => resolve(s));
           s.once('error', reject);
         });
-        upstream.write(requestHead(req.method ?? 'GET', req.url ?? '/', hopHeaders));
+        upstream.write(requestHead(req.method ?? 'GET', requestTarget, hopHeaders));
       }
     } catch (err) {
       sendUpgradeError(socket, (err as { code?: string }).code === 'STREAM_CAP' ? 7006 : 7004, (err as Error).message);

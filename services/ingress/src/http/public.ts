@@ -300,7 +300,7 @@ export class PublicHandler {
       }
       return;
     }
-    await this.opts.forwarder.upgrade(req, socket, head, target, info, state.headers);
+    await this.opts.forwarder.upgrade(req, socket, head, target, info, state.headers, state.target);
   }
 
   private resolve(req: http.IncomingMessage, defaultPort: number): Resolved {

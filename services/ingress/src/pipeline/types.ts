@@ -20,6 +20,13 @@ export interface RequestState {
   readonly host: string;
   /** Path without the query. */
   readonly path: string;
+  /**
+   * The request target (origin-form path and query) sent upstream instead of `req.url`, set by a
+   * traffic-policy url-rewrite; absent (the usual case) when nothing rewrote it. `path` stays the
+   * path the client asked for (routing, events); policy expressions (`req.url`, `req.path`) see
+   * this one.
+   */
+  target?: string;
   readonly edge: DpEdge;
   readonly route: DpRoute;
   /** Request headers that will be sent on to the agent, raw `[name, value, …]` pairs; stages may edit them. */

@@ -11,6 +11,7 @@ export class Activation {
   private reqView?: CelRequest;
   private connView?: CelConn;
   private resView?: CelResponse;
+  private varMap?: Map<string, unknown>;
 
   constructor(
     readonly s: RequestState,
@@ -44,10 +45,24 @@ export class Activation {
     return CEL_TIME;
   }
 
+  /**
+   * `vars`: what this run's `set-vars` actions set (`var-actions.ts`). One activation per
+   * direction, so inbound and outbound rules each have their own, as ngrok scopes variables to
+   * a phase. Created on first use: a policy that never reads or sets one pays nothing.
+   */
+  get vars(): Map<string, unknown> {
+    return (this.varMap ??= new Map());
+  }
+
   /** After the headers this run edits changed: later expressions read them again. */
   headersChanged(): void {
     if (this.r) this.resView?.headersChanged();
     else this.reqView?.headersChanged();
+  }
+
+  /** After a url-rewrite changed `s.target`: `req` is built again (from the new target) when next read. */
+  urlChanged(): void {
+    this.reqView = undefined;
   }
 }
 
@@ -61,7 +76,9 @@ export function actionsOf(s: RequestState): CelActions {
 }
 
 function requestView(s: RequestState): CelRequest {
-  const url = s.req.url ?? '/';
+  // After a url-rewrite, the rewritten target (origin-form): `req.url`, `req.path`, … show it.
+  const target = s.target;
+  const url = target ?? s.req.url ?? '/';
   const q = url.indexOf('?');
   const authority = s.req.headers.host ?? s.host;
   return new CelRequest({
@@ -69,7 +86,7 @@ function requestView(s: RequestState): CelRequest {
     scheme: s.scheme,
     host: s.host,
     authority,
-    path: s.path,
+    path: target === undefined ? s.path : q >= 0 ? target.slice(0, q) : target,
     rawQuery: q >= 0 ? url.slice(q + 1) : '',
     headers: () => s.headers,
   });

@@ -1,4 +1,7 @@
 import { compileExpression, parseTemplate, type BucketKeyElement, type CelProgram, type PolicyAction, type PolicyDirection, type PolicyRule, type TrafficPolicy } from '@warren/shared';
+import { compileBasicAuth, compileRestrictIps, type CompiledBasicAuth, type CompiledRestrictIps } from './access-actions.js';
+import { compileLog, compileSetVars, type CompiledLog, type CompiledSetVars } from './var-actions.js';
+import { compileRedirect, compileUrlRewrite, type CompiledRedirect, type CompiledUrlRewrite } from './url-actions.js';
 
 /**
  * A traffic policy compiled once per config version: every CEL expression parsed and
@@ -36,7 +39,7 @@ export interface CompiledRemoveHeaders {
   lower: Set<string>;
 }
 
-export type CompiledAction = CompiledRateLimit | CompiledRespond | CompiledAddHeaders | CompiledRemoveHeaders;
+export type CompiledAction = CompiledRateLimit | CompiledRespond | CompiledAddHeaders | CompiledRemoveHeaders | CompiledRestrictIps | CompiledBasicAuth | CompiledSetVars | CompiledLog | CompiledUrlRewrite | CompiledRedirect;
 
 export interface CompiledRule {
   /** `inbound[0]`, for logs. */
@@ -50,7 +53,8 @@ export interface CompiledPolicy {
   outbound: CompiledRule[];
 }
 
-function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirection): CompiledAction {
+/** `where`: the action's path in the policy (`inbound[0].actions[1]`), for evaluation errors. */
+function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirection, where: string): CompiledAction {
   switch (a.type) {
     case 'rate-limit':
       return {
@@ -74,6 +78,18 @@ function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirect
     }
     case 'remove-headers':
       return { kind: 'remove-headers', lower: new Set(a.config.headers.map((h) => h.toLowerCase())) };
+    case 'restrict-ips':
+      return compileRestrictIps(a.config);
+    case 'basic-auth':
+      return compileBasicAuth(a.config);
+    case 'set-vars':
+      return compileSetVars(a.config, direction, where);
+    case 'log':
+      return compileLog(a.config, direction, where);
+    case 'url-rewrite':
+      return compileUrlRewrite(a.config, direction, where);
+    case 'redirect':
+      return compileRedirect(a.config, direction, where);
   }
 }
 
@@ -83,7 +99,7 @@ function compileRules(rules: PolicyRule[], routeId: string, direction: PolicyDir
     return {
       where: rule.name ? `${where} (${rule.name})` : where,
       conditions: rule.expressions.map((e, j) => ({ where: `${where}.expressions[${j}]`, program: compileExpression(direction, e) })),
-      actions: rule.actions.map((a) => compileAction(a, routeId, direction)),
+      actions: rule.actions.map((a, j) => compileAction(a, routeId, direction, `${where}.actions[${j}]`)),
     };
   });
 }

@@ -4,6 +4,9 @@ import type { Logger } from 'pino';
 import type { CelProgram } from '@warren/shared';
 import type { Outcome, RateLimiter, RateLimitResult, RequestState, ResponseState, RouteStage } from '../pipeline/types.js';
 import { Activation, actionsOf } from './activation.js';
+import { basicAuth, restrictIps } from './access-actions.js';
+import { runLog, runSetVars } from './var-actions.js';
+import { runRedirect, runUrlRewrite } from './url-actions.js';
 import type { CompiledAddHeaders, CompiledPolicy, CompiledRateLimit, CompiledRespond, CompiledRule } from './compile.js';
 import { celToHeaderText, isValidHeaderValue, withoutHeaders } from './headers.js';
 
@@ -110,6 +113,31 @@ export class TrafficPolicyStage implements RouteStage {
               run.setHeaders(after);
               run.act.headersChanged();
             }
+            break;
+          }
+          case 'restrict-ips': {
+            // Inbound only (validated): `run.act.s` is the request.
+            const out = restrictIps(a, run.act.s);
+            if (out) return out;
+            break;
+          }
+          case 'basic-auth': {
+            const out = basicAuth(a, run.act.s);
+            if (out) return out;
+            break;
+          }
+          case 'set-vars':
+            runSetVars(run.act, a, (where, err) => this.failed(run, where, err));
+            break;
+          case 'log':
+            runLog(run.act, a, (where, err) => this.failed(run, where, err));
+            break;
+          case 'url-rewrite':
+            runUrlRewrite(run.act, a, (where, err) => this.failed(run, where, err));
+            break;
+          case 'redirect': {
+            const out = runRedirect(run.act, a, (where, err) => this.failed(run, where, err));
+            if (out) return out;
             break;
           }
         }

@@ -1,4 +1,5 @@
 import { certificatePem, checkCertificateSize, parseCertificate, type ParsedCertificate, type ParsedName, type ParsedSan } from './x509.js';
+import { CelUrlActionResult } from './url-action-vars.js';
 
 /**
  * The values traffic-policy expressions read, as lazy views: each field is computed on first
@@ -423,8 +424,59 @@ export class CelRateLimit {
   readonly error = new CelRateLimitError();
 }
 
+/** `actions.<ngrok|service>.restrict_ips.error`. */
+export class CelRestrictIpsError {
+  code = '';
+  message = '';
+}
+
+/**
+ * `actions.<ngrok|service>.restrict_ips`: the last restrict-ips action's result (mutable;
+ * https://ngrok.com/docs/traffic-policy/actions/restrict-ips/). `action` is `allow` or `deny`
+ * (`''` before any ran); `matched_cidr` the CIDR that decided, `''` when none matched.
+ */
+export class CelRestrictIps {
+  action = '';
+  readonly error = new CelRestrictIpsError();
+  private matched: string | (() => string) = '';
+  /** Looked up on first read: finding which of many CIDRs matched costs more than deciding. */
+  get matched_cidr(): string {
+    if (typeof this.matched !== 'string') this.matched = this.matched();
+    return this.matched;
+  }
+  /** One run's result; `matched` may be a lookup, run only if something reads `matched_cidr`. */
+  record(action: 'allow' | 'deny', matched: string | (() => string), errorCode = '', errorMessage = ''): void {
+    this.action = action;
+    this.matched = matched;
+    this.error.code = errorCode;
+    this.error.message = errorMessage;
+  }
+}
+
+/** `actions.<ngrok|service>.basic_auth.credentials`. */
+export class CelBasicAuthCredentials {
+  /** A well-formed `Authorization: Basic` header was sent. */
+  presented = false;
+  /** Its username (never the password); `''` when none was presented. */
+  username = '';
+  /** It matched one of the action's credentials. */
+  authorized = false;
+}
+
+/**
+ * `actions.<ngrok|service>.basic_auth`: the last basic-auth action's result (mutable;
+ * https://ngrok.com/docs/traffic-policy/actions/basic-auth/).
+ */
+export class CelBasicAuth {
+  readonly credentials = new CelBasicAuthCredentials();
+}
+
 export class CelActionResults {
   constructor(readonly rate_limit: CelRateLimit) {}
+  readonly restrict_ips = new CelRestrictIps();
+  readonly basic_auth = new CelBasicAuth();
+  readonly url_rewrite = new CelUrlActionResult();
+  readonly redirect = new CelUrlActionResult();
 }
 
 /**

@@ -17,7 +17,14 @@
  * - `res.status_code` (int), `res.headers` — outbound rules only.
  * - `actions.ngrok.rate_limit.{bucket_key, limited, error.code, error.message}` and the same
  *   under `actions.service.rate_limit` — the last rate-limit action's result.
+ * - `actions.ngrok.restrict_ips.{action, matched_cidr, error.code, error.message}` and
+ *   `actions.ngrok.basic_auth.credentials.{presented, username, authorized}` (also under
+ *   `actions.service`) — the last restrict-ips / basic-auth action's result.
+ * - `actions.ngrok.url_rewrite.{matches, url, error.code, error.message}` and the same under
+ *   `actions.ngrok.redirect` (also under `actions.service`) — see `url-action-vars.ts`.
  * - `time.now` (timestamp).
+ * - `vars.<name>`: what `set-vars` actions of the same direction set before (a map of `dyn`;
+ *   see `var-actions.ts`).
  * Macros: `getReqHeader(name)`, `getResHeader(name)` (outbound) → list of values,
  * case-insensitive, `[]` when absent; `getQueryParam(name)` → list of values.
  * `s.matches(re)` / `matches(s, re)` (strings, and `req.url` and certificate names as their
@@ -31,6 +38,8 @@ import { Environment, type ParseResult } from '@marcbachmann/cel-js';
 import {
   CelActionResults,
   CelActions,
+  CelBasicAuth,
+  CelBasicAuthCredentials,
   CelCertificate,
   CelCertificateExtension,
   CelCertificateValidity,
@@ -41,6 +50,8 @@ import {
   CelRateLimitError,
   CelRequest,
   CelResponse,
+  CelRestrictIps,
+  CelRestrictIpsError,
   CelSubjectAltNames,
   CelTime,
   CelTls,
@@ -49,6 +60,7 @@ import {
 import type { RegexCostInfo } from './cost.js';
 import { cachedRegex, compileRegex, MAX_MATCH_INPUT, MAX_POLICY_REGEX_PROGRAM_SIZE, RegexError, regexCostInfo, regexSearch, type DfaExploreBudget } from './regex.js';
 import type { PolicyDirection } from './types.js';
+import { CelUrlActionError, CelUrlActionResult } from './url-action-vars.js';
 import type { RE2JS } from 're2js';
 
 /** A compiled expression: call with an activation (`{req, conn, actions, time[, res]}`). */
@@ -132,6 +144,16 @@ export function withPolicyRegexBudget<T>(fn: () => T, total = MAX_POLICY_REGEX_P
   } finally {
     policyBudget = outer;
   }
+}
+
+/**
+ * Charges a pattern of `programSize` RE2 instructions compiled outside `matches()` (the
+ * url-rewrite / redirect `from`, `url-actions.ts`) to the current policy's budget (see
+ * `withPolicyRegexBudget`): the message to refuse it with when that takes the policy over.
+ */
+export function chargePolicyRegexBudget(programSize: number): string | undefined {
+  if (policyBudget && (policyBudget.left -= programSize) < 0) return `the policy's patterns are too large together (more than ${policyBudget.total} RE2 instructions)`;
+  return undefined;
 }
 
 /**
@@ -264,13 +286,22 @@ function baseEnvironment(): Environment {
     .registerType('Connection', { ctor: CelConn, fields: { client_ip: str, server_port: 'int', tls: 'TLS' } })
     .registerType('RateLimitError', { ctor: CelRateLimitError, fields: { code: str, message: str } })
     .registerType('RateLimitResult', { ctor: CelRateLimit, fields: { bucket_key: str, limited: 'bool', error: 'RateLimitError' } })
-    .registerType('ActionResults', { ctor: CelActionResults, fields: { rate_limit: 'RateLimitResult' } })
+    .registerType('RestrictIpsError', { ctor: CelRestrictIpsError, fields: { code: str, message: str } })
+    .registerType('RestrictIpsResult', { ctor: CelRestrictIps, fields: { action: str, matched_cidr: str, error: 'RestrictIpsError' } })
+    .registerType('BasicAuthCredentials', { ctor: CelBasicAuthCredentials, fields: { presented: 'bool', username: str, authorized: 'bool' } })
+    .registerType('BasicAuthResult', { ctor: CelBasicAuth, fields: { credentials: 'BasicAuthCredentials' } })
+    .registerType('UrlActionError', { ctor: CelUrlActionError, fields: { code: str, message: str } })
+    .registerType('UrlActionResult', { ctor: CelUrlActionResult, fields: { matches: strList, url: str, error: 'UrlActionError' } })
+    .registerType('ActionResults', { ctor: CelActionResults, fields: { rate_limit: 'RateLimitResult', restrict_ips: 'RestrictIpsResult', basic_auth: 'BasicAuthResult', url_rewrite: 'UrlActionResult', redirect: 'UrlActionResult' } })
     .registerType('Actions', { ctor: CelActions, fields: { ngrok: 'ActionResults', service: 'ActionResults' } })
     .registerType('Time', { ctor: CelTime, fields: { now: 'google.protobuf.Timestamp' } })
     .registerVariable('req', 'Request')
     .registerVariable('conn', 'Connection')
     .registerVariable('actions', 'Actions')
-    .registerVariable('time', 'Time');
+    .registerVariable('time', 'Time')
+    // `set-vars` variables (`var-actions.ts`): any name, any value; reading an unset one is an
+    // evaluation error (`has(vars.x)` tests for it).
+    .registerVariable('vars', 'map<string, dyn>');
   // `req.url`, `…issuer`, `…subject` and `…san` behave as their string where a string is expected.
   for (const t of STRING_LIKE) {
     env

@@ -67,6 +67,21 @@ export const TLS_LIMITS = {
 } as const;
 
 /**
+ * Bounds of `vars`, the variables `set-vars` sets (`var-actions.ts`): a policy sets at most
+ * `names` distinct names per direction, each at most `nameChars` characters (checked when it is
+ * saved), and a value weighs at most `valueWeight` (`varValueWeight`: the characters of its
+ * strings plus its elements, at any depth): a literal over it is refused when the policy is
+ * saved, and the ingress does not store an evaluated one over it (the variable is left as it
+ * was: an evaluation error). So `vars` is a map of at most `names` entries, each value a `dyn`
+ * of at most `valueWeight`.
+ */
+export const VARS_LIMITS = {
+  names: 64,
+  nameChars: 64,
+  valueWeight: 4096,
+} as const;
+
+/**
  * The ingress adds `X-Forwarded-For` (the client address appended to any sent) and
  * `X-Forwarded-Host` (a copy of `Host`), so the headers a policy sees may hold up to one head
  * more than the client sent, plus this much.
@@ -228,6 +243,13 @@ function dyn(size: number): Shape {
 }
 const DYN_BOUND = 2 * REQUEST_LIMITS.headBytes + INGRESS_ADDED_BYTES;
 const DYN = dyn(DYN_BOUND);
+/** `vars` (see `VARS_LIMITS`): name → a value of unknown shape, bounded. */
+const VARS: Shape = {
+  n: VARS_LIMITS.names,
+  w: VARS_LIMITS.names * (VARS_LIMITS.nameChars + VARS_LIMITS.valueWeight + 1),
+  key: str(VARS_LIMITS.nameChars),
+  elem: dyn(VARS_LIMITS.valueWeight),
+};
 
 /**
  * Bounds of the values read from one certificate of at most `B` DER bytes. A string attribute
@@ -399,6 +421,44 @@ function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cos
     case 'RateLimitError.code':
     case 'RateLimitError.message':
       return s(1024);
+    // url-rewrite / redirect results (`url-action-vars.ts`); the bounds are `URL_ACTION_LIMITS`
+    // (not imported: url-actions.ts imports this file): URLs of at most 4096 characters, at most
+    // 32 `matches`, each a part of such a URL.
+    case 'ActionResults.url_rewrite':
+    case 'ActionResults.redirect':
+      return { shape: { n: 0, w: 0, obj: 'UrlActionResult' }, cost: 0 };
+    case 'UrlActionResult.url':
+      return s(4096);
+    case 'UrlActionResult.matches':
+      return { shape: { n: 32, w: 32 * 4097, o: 1, elem: str(4096) }, cost: 0 };
+    case 'UrlActionResult.error':
+      return { shape: { n: 0, w: 0, obj: 'UrlActionError' }, cost: 0 };
+    case 'UrlActionError.code':
+    case 'UrlActionError.message':
+      return s(1024);
+    case 'ActionResults.restrict_ips':
+      return { shape: { n: 0, w: 0, obj: 'RestrictIpsResult' }, cost: 0 };
+    case 'RestrictIpsResult.action':
+      return s(8); // `allow` or `deny`
+    case 'RestrictIpsResult.matched_cidr':
+      // Looked up on first read: one BlockList check (~0.1 µs) per CIDR of the action, at most
+      // 1000 (`RESTRICT_IPS_LIMITS.maxCidrs`; not imported, access-actions.ts imports parse.ts).
+      return { shape: str(64), cost: 0, once: 1000 * 150 };
+    case 'RestrictIpsResult.error':
+      return { shape: { n: 0, w: 0, obj: 'RestrictIpsError' }, cost: 0 };
+    case 'RestrictIpsError.code':
+    case 'RestrictIpsError.message':
+      return s(1024);
+    case 'ActionResults.basic_auth':
+      return { shape: { n: 0, w: 0, obj: 'BasicAuthResult' }, cost: 0 };
+    case 'BasicAuthResult.credentials':
+      return { shape: { n: 0, w: 0, obj: 'BasicAuthCredentials' }, cost: 0 };
+    case 'BasicAuthCredentials.presented':
+    case 'BasicAuthCredentials.authorized':
+      return { shape: SCALAR, cost: 0 };
+    case 'BasicAuthCredentials.username':
+      // Decoded from the Authorization header's base64: shorter than the head.
+      return s(REQUEST_LIMITS.headBytes);
   }
   return undefined;
 }
@@ -578,6 +638,8 @@ class Estimator {
         return { n: 0, w: 0, obj: 'Actions' };
       case 'time':
         return { n: 0, w: 0, obj: 'Time' };
+      case 'vars':
+        return VARS;
     }
     return DYN;
   }

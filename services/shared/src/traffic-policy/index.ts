@@ -3,7 +3,21 @@ export { parseDurationNs } from './duration.js';
 export { HEADER_ACTION_LIMITS, MAX_TRAFFIC_POLICY_BYTES, RATE_LIMIT_LIMITS, SUPPORTED_ACTION_TYPES, TrafficPolicyError, decodeTrafficPolicy, parseTrafficPolicy, validateTrafficPolicy, type ValidateOptions } from './parse.js';
 export { MAX_EXPRESSION_COST, MAX_POLICY_COST, REQUEST_LIMITS, RESPONSE_LIMITS, TLS_LIMITS, estimateCost } from './cost.js';
 export { MAX_MATCH_INPUT } from './regex.js';
+export { BASIC_AUTH_LIMITS, DEFAULT_BASIC_AUTH_REALM, RESTRICT_IPS_LIMITS } from './access-actions.js';
+export { LOG_LIMITS, SET_VARS_LIMITS, VARS_LIMITS, celUintValue, isCelDuration, varValueWeight } from './var-actions.js';
 export { CelCompileError, compileExpression, parseTemplate, type CelProgram, type TemplatePart } from './cel.js';
+export {
+  REDIRECT_STATUS_CODES,
+  URL_ACTION_LIMITS,
+  UrlActionRuntimeError,
+  UrlTemplateError,
+  applyUrlTemplate,
+  compileUrlTemplate,
+  type UrlActionErrorCode,
+  type UrlTemplate,
+  type UrlTemplateResult,
+} from './url-actions.js';
+export { CelUrlActionError, CelUrlActionResult } from './url-action-vars.js';
 export {
   CEL_NO_TLS,
   CEL_TIME,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseDurationNs, parseTrafficPolicy, TrafficPolicyError, validateTrafficPolicy, type RateLimitAction } from './index.js';
+import { parseDurationNs, parseTrafficPolicy, SUPPORTED_ACTION_TYPES, TrafficPolicyError, validateTrafficPolicy, type RateLimitAction } from './index.js';
 
 const rl = (config: Record<string, unknown>) => ({ inbound: [{ actions: [{ type: 'rate-limit', config }] }] });
 const good = { name: 'per-ip', algorithm: 'sliding_window', capacity: 10, rate: '60s', bucket_key: ['conn.client_ip'] };
@@ -100,9 +100,9 @@ inbound:
   });
 
   it('refuses unknown action types', () => {
-    const e = fails({ inbound: [{ actions: [{ type: 'rate-limit', config: good }, { type: 'redirect', config: {} }] }] });
+    const e = fails({ inbound: [{ actions: [{ type: 'rate-limit', config: good }, { type: 'forward-internal', config: {} }] }] });
     expect(e.path).toBe('inbound[0].actions[1].type');
-    expect(e.message).toBe('inbound[0].actions[1].type: action type "redirect" is not supported; supported: rate-limit, deny, custom-response, add-headers, remove-headers');
+    expect(e.message).toBe(`inbound[0].actions[1].type: action type "forward-internal" is not supported; supported: ${SUPPORTED_ACTION_TYPES.join(', ')}`);
     expect(fails({ outbound: [{ actions: [{ config: good }] }] }).path).toBe('outbound[0].actions[0].type');
     expect(fails({ inbound: [{ actions: [{ type: 'rate-limit' }] }] }).path).toBe('inbound[0].actions[0].config');
   });

@@ -1,6 +1,9 @@
 import { parseDocument } from 'yaml';
 import { parseDurationNs } from './duration.js';
 import { CelCompileError, compileExpression, parseTemplate, withPolicyRegexBudget, type CelProgram } from './cel.js';
+import { parseBasicAuthConfig, parseRestrictIpsConfig } from './access-actions.js';
+import { checkVarNames, parseLogConfig, parseSetVarsConfig } from './var-actions.js';
+import { parseRedirectConfig, parseUrlRewriteConfig, type UrlActionWork } from './url-actions.js';
 import { CostEstimateError, DFA_EXPLORE_STEPS, estimateCost, formatCost, MAX_EXPRESSION_COST, MAX_POLICY_COST, type PolicyHeaderGrowth } from './cost.js';
 import type { BucketKeyElement, PolicyAction, PolicyDirection, PolicyRule, RateLimitConfig, TrafficPolicy } from './types.js';
 
@@ -8,7 +11,7 @@ import type { BucketKeyElement, PolicyAction, PolicyDirection, PolicyRule, RateL
 export const MAX_TRAFFIC_POLICY_BYTES = 64 * 1024;
 
 /** Action types accepted (wire-conventions.md §12), in both directions. */
-export const SUPPORTED_ACTION_TYPES = ['rate-limit', 'deny', 'custom-response', 'add-headers', 'remove-headers'] as const;
+export const SUPPORTED_ACTION_TYPES = ['rate-limit', 'deny', 'custom-response', 'add-headers', 'remove-headers', 'restrict-ips', 'basic-auth', 'set-vars', 'log', 'url-rewrite', 'redirect'] as const;
 
 export const HEADER_ACTION_LIMITS = {
   /** Headers per add-headers / remove-headers / custom-response action. */
@@ -61,6 +64,8 @@ type Obj = Record<string, unknown>;
 interface Gathered {
   programs: { path: string; program: CelProgram; interpolation: boolean }[];
   growth: PolicyHeaderGrowth;
+  /** Work other than CEL, charged to the policy's total: the url-rewrite / redirect regexp searches (`url-actions.ts`). */
+  work: UrlActionWork[];
 }
 
 /**
@@ -71,28 +76,28 @@ const MAX_INTERPOLATED_VALUE = 8192;
 
 const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-function typeName(v: unknown): string {
+export function typeName(v: unknown): string {
   if (v === null) return 'null';
   if (Array.isArray(v)) return 'list';
   if (isObj(v)) return 'mapping';
   return typeof v;
 }
 
-const at = (path: string, key: string | number) => (typeof key === 'number' ? `${path}[${key}]` : path ? `${path}.${key}` : key);
+export const at = (path: string, key: string | number) => (typeof key === 'number' ? `${path}[${key}]` : path ? `${path}.${key}` : key);
 
-function expectObj(v: unknown, path: string, what: string): Obj {
+export function expectObj(v: unknown, path: string, what: string): Obj {
   if (!isObj(v)) throw new TrafficPolicyError(path, `${what} must be a mapping, got ${typeName(v)}`);
   return v;
 }
 
-function noUnknownKeys(o: Obj, path: string, allowed: readonly string[]): void {
+export function noUnknownKeys(o: Obj, path: string, allowed: readonly string[]): void {
   for (const k of Object.keys(o)) {
     if (!allowed.includes(k)) throw new TrafficPolicyError(at(path, k), `unknown field "${k}"; supported: ${allowed.join(', ')}`);
   }
 }
 
 /** A list, where a missing or `null` value counts as empty when `optional`. */
-function expectList(v: unknown, path: string, optional: boolean): unknown[] {
+export function expectList(v: unknown, path: string, optional: boolean): unknown[] {
   if (v === undefined || v === null) {
     if (optional) return [];
     throw new TrafficPolicyError(path, 'is required');
@@ -179,7 +184,7 @@ function checkHeaderValue(value: unknown, path: string): string {
  * A `headers` mapping of name → value. With `direction` (add-headers), the `${expr}` parts of
  * the values are compiled, and the expressions and added headers recorded in `g`.
  */
-function parseHeaderMap(v: unknown, path: string, required: boolean, direction: PolicyDirection | null, g: Gathered | null): Record<string, string> {
+export function parseHeaderMap(v: unknown, path: string, required: boolean, direction: PolicyDirection | null, g: Gathered | null): Record<string, string> {
   if (v === undefined || v === null) {
     if (required) throw new TrafficPolicyError(path, 'is required');
     return {};
@@ -268,6 +273,18 @@ function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: strin
       });
       return { type, config: { headers } };
     }
+    case 'restrict-ips':
+      return { type, config: parseRestrictIpsConfig(raw, path, direction) };
+    case 'basic-auth':
+      return { type, config: parseBasicAuthConfig(raw, path, direction) };
+    case 'set-vars':
+      return { type, config: parseSetVarsConfig(raw, path, direction, (p, program) => g.programs.push({ path: p, program, interpolation: true })) };
+    case 'log':
+      return { type, config: parseLogConfig(raw, path, direction, (p, program) => g.programs.push({ path: p, program, interpolation: true })) };
+    case 'url-rewrite':
+      return { type, config: parseUrlRewriteConfig(raw, path, direction, g) };
+    case 'redirect':
+      return { type, config: parseRedirectConfig(raw, path, direction, g) };
   }
 }
 
@@ -337,6 +354,13 @@ function checkCost(g: Gathered): void {
         `${what}the policy's expressions are too expensive together: with this one, their worst case is estimated at ${formatCost(total)} per request, more than the ${formatCost(MAX_POLICY_COST)} allowed for a policy`,
       );
   }
+  // One bounded search per action, not an expression: charged to the policy's total only.
+  for (const w of g.work) {
+    const cost = w.cost();
+    total += cost;
+    if (total > MAX_POLICY_COST)
+      throw new TrafficPolicyError(w.path, `${w.what} estimated at ${formatCost(cost)} per request at worst, which takes the policy to ${formatCost(total)}, more than the ${formatCost(MAX_POLICY_COST)} allowed for a policy`);
+  }
 }
 
 export interface ValidateOptions {
@@ -356,13 +380,14 @@ export interface ValidateOptions {
 export function validateTrafficPolicy(doc: unknown, opts: ValidateOptions = {}): TrafficPolicy {
   const top = expectObj(doc, '', 'the traffic policy');
   noUnknownKeys(top, '', ['inbound', 'outbound']);
-  const g: Gathered = { programs: [], growth: { count: 0, bytes: 0 } };
+  const g: Gathered = { programs: [], growth: { count: 0, bytes: 0 }, work: [] };
   // One budget for all the policy's matches() patterns (cel.ts).
   const policy = withPolicyRegexBudget(() => {
     const inbound = expectList(top.inbound, 'inbound', true).map((r, i) => parseRule(r, at('inbound', i), 'inbound', g));
     const outbound = expectList(top.outbound, 'outbound', true).map((r, i) => parseRule(r, at('outbound', i), 'outbound', g));
     return { inbound, outbound };
   });
+  checkVarNames(policy);
   if (opts.checkCost) checkCost(g);
   return policy;
 }

@@ -60,7 +60,70 @@ export interface RemoveHeadersAction {
   config: { headers: string[] };
 }
 
-export type PolicyAction = RateLimitAction | DenyAction | CustomResponseAction | AddHeadersAction | RemoveHeadersAction;
+/**
+ * `restrict-ips` (inbound only): admits the client address (`conn.client_ip`) when it is in no
+ * `deny` CIDR and, if `allow` is given, in an `allow` CIDR; otherwise 403 unless `enforce` is
+ * false. CIDRs are canonical (`parseCidr`). See `access-actions.ts`.
+ */
+export interface RestrictIpsAction {
+  type: 'restrict-ips';
+  config: { enforce: boolean; allow: string[]; deny: string[] };
+}
+
+/**
+ * `basic-auth` (inbound only): requires `Authorization: Basic` with one of `credentials`
+ * (`username:password`, split at the first colon); otherwise 401 with
+ * `WWW-Authenticate: Basic realm="<realm>"` unless `enforce` is false. See `access-actions.ts`.
+ */
+export interface BasicAuthAction {
+  type: 'basic-auth';
+  config: { enforce: boolean; realm: string; credentials: string[] };
+}
+
+/**
+ * A value written in an action's config (`set-vars`, `log`): YAML/JSON scalars, lists and
+ * mappings. Strings may interpolate CEL (`${expr}`); a string that is exactly one `${expr}`
+ * takes the expression's value and type. See `var-actions.ts`.
+ */
+export type PolicyValue = string | number | boolean | null | PolicyValue[] | { [key: string]: PolicyValue };
+
+/**
+ * `set-vars`: sets `vars.<name>` for later expressions and interpolations of the same direction,
+ * in list order. Each element of `vars` is a mapping of exactly one `name: value`, as written.
+ */
+export interface SetVarsAction {
+  type: 'set-vars';
+  config: { vars: Record<string, PolicyValue>[] };
+}
+
+/** `log`: adds the evaluated `metadata` to the request's `http_request_complete.v0` event (`traffic_policy.logs`). */
+export interface LogAction {
+  type: 'log';
+  config: { metadata: Record<string, PolicyValue> };
+}
+
+/**
+ * `url-rewrite` (inbound only): replaces every match of `from` (RE2; omitted: the whole URL) in
+ * the request URL (`scheme://host[:port]/path?query`) with `to`; the upstream gets the new path
+ * and query. Non-terminating. `from` and `to` may interpolate CEL (`${expr}`); `to` refers to
+ * capture groups as `$1`, `${1}`, `$name`. See `url-actions.ts`.
+ */
+export interface UrlRewriteAction {
+  type: 'url-rewrite';
+  config: { from?: string; to: string };
+}
+
+/**
+ * `redirect`: answers `status_code` (a 3xx) with `Location` = the request URL with `from`
+ * replaced by `to` (as url-rewrite), plus `headers` (values may interpolate CEL); does nothing
+ * when that leaves the URL unchanged. See `url-actions.ts`.
+ */
+export interface RedirectAction {
+  type: 'redirect';
+  config: { from?: string; to: string; status_code: number; headers: Record<string, string> };
+}
+
+export type PolicyAction = RateLimitAction | DenyAction | CustomResponseAction | AddHeadersAction | RemoveHeadersAction | RestrictIpsAction | BasicAuthAction | SetVarsAction | LogAction | UrlRewriteAction | RedirectAction;
 export type PolicyActionType = PolicyAction['type'];
 
 export interface PolicyRule {

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SUPPORTED_ACTION_TYPES } from '@warren/shared';
 import { startTestApi, type Account, type TestApi } from '../../../../../test/support/api.js';
 import { IDP_METADATA, RATE_LIMIT_POLICY, RSA_KEY, SENDGRID_KEY } from './fixtures.js';
 
@@ -225,7 +226,8 @@ describe('route module validation', () => {
       ['traffic_policy', { value: 'x'.repeat(64 * 1024 + 1) }, 'ERR_WARREN_5003', tp],
       ['traffic_policy', { value: 'inbound: [' }, 'ERR_WARREN_6900', tp, 'not valid YAML or JSON'],
       ['traffic_policy', { value: '' }, 'ERR_WARREN_6900', tp],
-      ['traffic_policy', { value: `${rl}      - type: redirect\n        config: {}\n` }, 'ERR_WARREN_6900', tp, 'traffic_policy.value: inbound[0].actions[1].type: action type "redirect" is not supported'],
+      ['traffic_policy', { value: `${rl}      - type: forward-internal\n        config: {}\n` }, 'ERR_WARREN_6900', tp, 'traffic_policy.value: inbound[0].actions[1].type: action type "forward-internal" is not supported'],
+      ['traffic_policy', { value: `${rl}      - type: redirect\n        config: { to: /x, status_code: 200 }\n` }, 'ERR_WARREN_6900', tp, 'inbound[0].actions[1].config.status_code'],
       ['traffic_policy', { value: `${rl}    expressions: ["req.pathh == '/x'"]\n` }, 'ERR_WARREN_6900', tp, 'inbound[0].expressions[0]'],
       ['traffic_policy', { value: rl.replace('rate: 60s', 'rate: 65s') }, 'ERR_WARREN_6900', tp, 'inbound[0].actions[0].config.rate'],
       ['traffic_policy', { value: rl.replace('rate: 60s', 'rate: 25h') }, 'ERR_WARREN_6900', tp, 'config.rate'],
@@ -256,9 +258,9 @@ describe('route module validation', () => {
     // not a wrapper (an extra key besides id/edge_id/module): read as a bare module, whose fields these are not
     const extra = await a.call('PUT', `/edges/https/${edge}/routes/${r.id}/compression`, { module: { enabled: true }, colour: 1 });
     expect(extra.body).toMatchObject({ error_code: 'ERR_WARREN_2101', details: { field: 'module' } });
-    const tp = await a.call('PUT', `/edges/https/${edge}/routes/${r.id}/traffic_policy`, { value: 'inbound: [{actions: [{type: redirect}]}]' });
+    const tp = await a.call('PUT', `/edges/https/${edge}/routes/${r.id}/traffic_policy`, { value: 'inbound: [{actions: [{type: forward-internal}]}]' });
     expect(tp.body).toMatchObject({ error_code: 'ERR_WARREN_6900', details: { field: 'value' } });
-    expect(tp.body.msg).toBe('value: inbound[0].actions[0].type: action type "redirect" is not supported; supported: rate-limit, deny, custom-response, add-headers, remove-headers');
+    expect(tp.body.msg).toBe(`value: inbound[0].actions[0].type: action type "forward-internal" is not supported; supported: ${SUPPORTED_ACTION_TYPES.join(', ')}`);
     expect((await a.call('GET', `/edges/https/${edge}/routes/${r.id}`)).body).toEqual(r);
   });
 });

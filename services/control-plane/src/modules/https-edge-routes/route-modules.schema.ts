@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { MAX_TRAFFIC_POLICY_BYTES, parseTrafficPolicy, TrafficPolicyError } from '@warren/shared';
+import { MAX_TRAFFIC_POLICY_BYTES, parseTrafficPolicy, SUPPORTED_ACTION_TYPES, TrafficPolicyError } from '@warren/shared';
 import { boundedString, obj, refId, uint32 } from '../../http/validate.js';
 import { RefSchema } from '../common.js';
 import { WEBHOOK_PROVIDERS, isWebhookProvider } from './webhook-providers.js';
@@ -366,6 +366,6 @@ export const TrafficPolicyRequest = obj({
         fail(ctx, 6900, err.message);
       }
     })
-    .describe('the traffic policy document, YAML or JSON, at most 64 KiB; only rate-limit actions for now'),
+    .describe(`the traffic policy document, YAML or JSON, at most 64 KiB: inbound and outbound rules of CEL expressions and actions (${SUPPORTED_ACTION_TYPES.join(', ')})`),
 });
 export const TrafficPolicyResponse = z.object({ enabled: z.boolean(), value: z.string() });

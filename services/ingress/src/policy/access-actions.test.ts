@@ -1,0 +1,243 @@
+import * as crypto from 'node:crypto';
+import { describe, expect, it, vi } from 'vitest';
+import type { Outcome, RequestState, RouteStage } from '../pipeline/types.js';
+import { compileBasicAuth, compileRestrictIps } from './access-actions.js';
+import { trafficPolicyStage } from './index.js';
+import { CONFIG, deps, EDGE, request, route } from './testing.js';
+
+// Counts the constant-time comparisons (the real function still runs).
+vi.mock('node:crypto', async (importOriginal) => {
+  const m = await importOriginal<typeof import('node:crypto')>();
+  return { ...m, timingSafeEqual: vi.fn(m.timingSafeEqual) };
+});
+
+function stage(policy: unknown): RouteStage {
+  const s = trafficPolicyStage(route(policy), EDGE, CONFIG, deps());
+  if (!s) throw new Error('no stage');
+  return s;
+}
+const header = (pairs: string[], name: string) => pairs.filter((_, i) => i % 2 === 1 && pairs[i - 1]!.toLowerCase() === name.toLowerCase());
+async function run(s: RouteStage, r: RequestState): Promise<Exclude<Outcome, null> | null> {
+  return (await s.onRequest!(r)) as Exclude<Outcome, null> | null;
+}
+/** A rule that copies the restrict-ips results into request headers. */
+const showIps = {
+  actions: [
+    {
+      type: 'add-headers',
+      config: { headers: { 'x-ip-action': '${actions.ngrok.restrict_ips.action}', 'x-ip-cidr': '${actions.service.restrict_ips.matched_cidr}', 'x-ip-error': '${actions.ngrok.restrict_ips.error.code}' } },
+    },
+  ],
+};
+const seen = (r: RequestState) => [header(r.headers, 'x-ip-action')[0], header(r.headers, 'x-ip-cidr')[0]];
+
+describe('restrict-ips', () => {
+  const allowOnly = stage({ inbound: [{ actions: [{ type: 'restrict-ips', config: { allow: ['203.0.113.0/24', '2001:db8::/32'] } }] }, showIps] });
+
+  it.each([
+    ['203.0.113.7', 'allow', '203.0.113.0/24'],
+    ['203.0.113.255', 'allow', '203.0.113.0/24'],
+    ['::ffff:203.0.113.9', 'allow', '203.0.113.0/24'],
+    ['2001:db8::1', 'allow', '2001:db8::/32'],
+    ['2001:DB8:ffff::abcd', 'allow', '2001:db8::/32'],
+    ['fe80::1%eth0', 'deny', ''],
+    ['203.0.114.1', 'deny', ''],
+    ['2001:db9::1', 'deny', ''],
+    ['::1', 'deny', ''],
+  ])('allow list: %s → %s (%s)', async (ip, action, cidr) => {
+    const r = request({ ip });
+    const out = await run(allowOnly, r);
+    if (action === 'allow') {
+      expect(out).toBeNull();
+      expect(seen(r)).toEqual([action, cidr]);
+    } else {
+      expect(out).toMatchObject({ status: 403, headers: { 'warren-error-code': 'ERR_WARREN_7120' } });
+      expect(JSON.parse(String(out!.body))).toMatchObject({ error_code: 'ERR_WARREN_7120', status_code: 403 });
+      // No later rule ran.
+      expect(header(r.headers, 'x-ip-action')).toEqual([]);
+      expect((r.vars.actions as { ngrok: { restrict_ips: { action: string } } }).ngrok.restrict_ips.action).toBe('deny');
+    }
+  });
+
+  it('deny list only: everything else passes; deny wins over an overlapping allow', async () => {
+    const denyOnly = stage({ inbound: [{ actions: [{ type: 'restrict-ips', config: { deny: ['198.51.100.0/24', '2001:db8:bad::/48'] } }] }, showIps] });
+    expect(await run(denyOnly, request({ ip: '198.51.100.20' }))).toMatchObject({ status: 403 });
+    expect(await run(denyOnly, request({ ip: '2001:db8:bad::5' }))).toMatchObject({ status: 403 });
+    const ok = request({ ip: '2001:db8:600d::5' });
+    expect(await run(denyOnly, ok)).toBeNull();
+    expect(seen(ok)).toEqual(['allow', '']);
+
+    const both = stage({ inbound: [{ actions: [{ type: 'restrict-ips', config: { allow: ['10.0.0.0/8', '::/0'], deny: ['10.1.0.0/16', '2001:db8::/32'] } }] }, showIps] });
+    expect(await run(both, request({ ip: '10.1.2.3' }))).toMatchObject({ status: 403 });
+    expect(await run(both, request({ ip: '2001:db8::77' }))).toMatchObject({ status: 403 });
+    expect(await run(both, request({ ip: '11.0.0.1' }))).toMatchObject({ status: 403 });
+    const in10 = request({ ip: '10.2.0.1' });
+    expect(await run(both, in10)).toBeNull();
+    expect(seen(in10)).toEqual(['allow', '10.0.0.0/8']);
+    const v6 = request({ ip: '2a00::1' });
+    expect(await run(both, v6)).toBeNull();
+    expect(seen(v6)).toEqual(['allow', '::/0']);
+  });
+
+  it('checks IPv4 clients against IPv4 CIDRs only, IPv6 against IPv6 (::/0 does not cover IPv4)', async () => {
+    const noV6 = stage({ inbound: [{ actions: [{ type: 'restrict-ips', config: { deny: ['::/0'] } }] }] });
+    expect(await run(noV6, request({ ip: '203.0.113.1' }))).toBeNull();
+    expect(await run(noV6, request({ ip: '::ffff:203.0.113.1' }))).toBeNull();
+    expect(await run(noV6, request({ ip: '::1' }))).toMatchObject({ status: 403 });
+    const noV4 = stage({ inbound: [{ actions: [{ type: 'restrict-ips', config: { deny: ['0.0.0.0/0'] } }] }] });
+    expect(await run(noV4, request({ ip: '::ffff:203.0.113.1' }))).toMatchObject({ status: 403 });
+    expect(await run(noV4, request({ ip: '2001:db8::1' }))).toBeNull();
+    expect(await run(noV4, request({ ip: '::a00:1' }))).toBeNull();
+    const v6Only = stage({ inbound: [{ actions: [{ type: 'restrict-ips', config: { allow: ['::/64'] } }] }] });
+    expect(await run(v6Only, request({ ip: '10.0.0.1' }))).toMatchObject({ status: 403 });
+    expect(await run(v6Only, request({ ip: '::1' }))).toBeNull();
+  });
+
+  it('enforce: false only records the result, which later rules read', async () => {
+    const s = stage({
+      inbound: [
+        { actions: [{ type: 'restrict-ips', config: { enforce: false, allow: ['192.0.2.0/24'], deny: ['192.0.2.128/25', '192.0.2.64/26'] } }] },
+        showIps,
+        { expressions: ["actions.ngrok.restrict_ips.action == 'deny' && req.path == '/strict'"], actions: [{ type: 'deny', config: { status_code: 451 } }] },
+      ],
+    });
+    const outside = request({ ip: '203.0.113.1' });
+    expect(await run(s, outside)).toBeNull();
+    expect(seen(outside)).toEqual(['deny', '']);
+    const denied = request({ ip: '192.0.2.70' });
+    expect(await run(s, denied)).toBeNull();
+    expect(seen(denied)).toEqual(['deny', '192.0.2.64/26']);
+    const allowed = request({ ip: '192.0.2.5' });
+    expect(await run(s, allowed)).toBeNull();
+    expect(seen(allowed)).toEqual(['allow', '192.0.2.0/24']);
+    expect(await run(s, request({ ip: '203.0.113.1', url: '/strict' }))).toMatchObject({ status: 451 });
+    expect(await run(s, request({ ip: '192.0.2.5', url: '/strict' }))).toBeNull();
+  });
+
+  it('refuses a client address it cannot read (fail closed) and says why', async () => {
+    const s = stage({ inbound: [{ actions: [{ type: 'restrict-ips', config: { enforce: false, deny: ['10.0.0.0/8'] } }] }, showIps] });
+    const r = request({ ip: 'not-an-ip' });
+    expect(await run(s, r)).toBeNull();
+    expect(header(r.headers, 'x-ip-action')).toEqual(['deny']);
+    expect(header(r.headers, 'x-ip-error')).toEqual(['invalid_client_ip']);
+    expect(await run(allowOnly, request({ ip: '' }))).toMatchObject({ status: 403 });
+  });
+
+  it('answers browsers with an HTML page', async () => {
+    const r = request({ ip: '198.51.100.1' });
+    (r.req.headers as Record<string, string>).accept = 'text/html';
+    const out = await run(allowOnly, r);
+    expect(out).toMatchObject({ status: 403, headers: { 'content-type': 'text/html; charset=utf-8' } });
+  });
+
+  it('precompiles the CIDR sets', () => {
+    const c = compileRestrictIps({ enforce: true, allow: ['10.0.0.0/8', '2001:db8::/32'], deny: [] });
+    expect(c.deny).toBeNull();
+    expect(c.allow!.each.map((e) => e.cidr)).toEqual(['10.0.0.0/8', '2001:db8::/32']);
+    expect(c.allow!.ipv6!.check('2001:db8::1', 'ipv6')).toBe(true);
+    expect(c.allow!.ipv4!.check('2001:db8::1', 'ipv6')).toBe(false);
+  });
+});
+
+const SECRET = 'correct horse battery';
+const basic = (userPass: string, scheme = 'Basic') => `${scheme} ${Buffer.from(userPass, 'utf8').toString('base64')}`;
+const withAuth = (...values: string[]) => request({ headers: ['Host', 'app.example.com', ...values.flatMap((v) => ['Authorization', v])] });
+const showAuth = {
+  actions: [
+    {
+      type: 'add-headers',
+      config: {
+        headers: {
+          'x-auth': '${actions.ngrok.basic_auth.credentials.presented}/${actions.ngrok.basic_auth.credentials.authorized}',
+          'x-auth-user': '${actions.service.basic_auth.credentials.username}',
+        },
+      },
+    },
+  ],
+};
+const authSeen = (r: RequestState) => [header(r.headers, 'x-auth')[0], header(r.headers, 'x-auth-user')[0]];
+
+describe('basic-auth', () => {
+  const s = stage({ inbound: [{ actions: [{ type: 'basic-auth', config: { realm: 'Staff "only" \\ area', credentials: ['alice:' + SECRET, 'bob:pass:with:colons', 'zoë:pässwörd-ü'] } }] }, showAuth] });
+
+  it('admits valid credentials and leaves the Authorization header for the upstream', async () => {
+    for (const [cred, user] of [
+      [`alice:${SECRET}`, 'alice'],
+      ['bob:pass:with:colons', 'bob'],
+      ['zoë:pässwörd-ü', 'zoë'],
+    ] as const) {
+      const r = withAuth(basic(cred));
+      expect(await run(s, r)).toBeNull();
+      expect(authSeen(r)).toEqual(['true/true', user]);
+      expect(header(r.headers, 'authorization')).toEqual([basic(cred)]);
+    }
+    // The scheme is case-insensitive; padding may be left out; spaces around are fine.
+    expect(await run(s, withAuth(basic(`alice:${SECRET}`, 'bAsIc')))).toBeNull();
+    expect(await run(s, withAuth(`Basic   ${Buffer.from(`alice:${SECRET}`).toString('base64').replace(/=+$/, '')}  `))).toBeNull();
+  });
+
+  it.each([
+    ['no header', [], 'false/false', ''],
+    ['a wrong password', [basic('alice:wrong-password')], 'true/false', 'alice'],
+    ['a wrong user', [basic(`mallory:${SECRET}`)], 'true/false', 'mallory'],
+    ['a password that is a prefix', [basic(`alice:${SECRET.slice(0, -1)}`)], 'true/false', 'alice'],
+    ['another pair’s password', [basic('alice:pass:with:colons')], 'true/false', 'alice'],
+    ['the user only', [basic('alice')], 'false/false', ''],
+    ['another scheme', [`Bearer ${Buffer.from(`alice:${SECRET}`).toString('base64')}`], 'false/false', ''],
+    ['bad base64', ['Basic !!!!'], 'false/false', ''],
+    ['two headers, one valid', [basic(`alice:${SECRET}`), basic('x:y')], 'false/false', ''],
+    ['latin-1 instead of UTF-8', [`Basic ${Buffer.from('zoë:pässwörd-ü', 'latin1').toString('base64')}`], 'true/false', 'zo\ufffd'],
+  ])('refuses %s with 401 and the challenge', async (_what, values, flags, user) => {
+    const r = withAuth(...values);
+    const out = await run(s, r);
+    expect(out).toMatchObject({ status: 401, headers: { 'www-authenticate': 'Basic realm="Staff \\"only\\" \\\\ area"', 'warren-error-code': 'ERR_WARREN_7121', 'cache-control': 'no-store' } });
+    expect(String(out!.body)).not.toContain(SECRET);
+    expect(header(r.headers, 'x-auth')).toEqual([]);
+    const vars = (r.vars.actions as { ngrok: { basic_auth: { credentials: { presented: boolean; authorized: boolean; username: string } } } }).ngrok.basic_auth.credentials;
+    expect([`${vars.presented}/${vars.authorized}`, vars.username]).toEqual([flags, user]);
+  });
+
+  it('defaults the realm to ngrok', async () => {
+    const d = stage({ inbound: [{ actions: [{ type: 'basic-auth', config: { credentials: ['u:12345678'] } }] }] });
+    expect(await run(d, request())).toMatchObject({ status: 401, headers: { 'www-authenticate': 'Basic realm="ngrok"' } });
+  });
+
+  it('sees an Authorization header set by an earlier action', async () => {
+    const d = stage({ inbound: [{ actions: [{ type: 'add-headers', config: { headers: { authorization: basic('u:12345678') } } }, { type: 'basic-auth', config: { credentials: ['u:12345678'] } }] }] });
+    expect(await run(d, request())).toBeNull();
+  });
+
+  it('enforce: false lets every request through with the results set, for a later rule (IP or password)', async () => {
+    const d = stage({
+      inbound: [
+        { actions: [{ type: 'restrict-ips', config: { enforce: false, allow: ['10.0.0.0/8'] } }, { type: 'basic-auth', config: { enforce: false, credentials: [`alice:${SECRET}`] } }] },
+        showAuth,
+        { expressions: ["actions.ngrok.restrict_ips.action == 'deny' && !actions.ngrok.basic_auth.credentials.authorized"], actions: [{ type: 'deny', config: { status_code: 403 } }] },
+      ],
+    });
+    expect(await run(d, request({ ip: '10.9.9.9' }))).toBeNull();
+    const pw = request({ ip: '203.0.113.1', headers: ['Host', 'app.example.com', 'Authorization', basic(`alice:${SECRET}`)] });
+    expect(await run(d, pw)).toBeNull();
+    expect(authSeen(pw)).toEqual(['true/true', 'alice']);
+    const bad = request({ ip: '203.0.113.1', headers: ['Host', 'app.example.com', 'Authorization', basic('alice:nope-nope')] });
+    expect(await run(d, bad)).toMatchObject({ status: 403 });
+  });
+
+  it('compares against every credential in constant time, and keeps only digests', async () => {
+    const cmp = vi.mocked(crypto.timingSafeEqual);
+    cmp.mockClear();
+    expect(await run(s, withAuth(basic(`alice:${SECRET}`)))).toBeNull();
+    // The first credential matched, and all three were still compared.
+    expect(cmp).toHaveBeenCalledTimes(3);
+    cmp.mockClear();
+    await run(s, withAuth(basic('nobody:whatever-1')));
+    expect(cmp).toHaveBeenCalledTimes(3);
+    cmp.mockClear();
+    await run(s, request());
+    expect(cmp).not.toHaveBeenCalled();
+
+    const c = compileBasicAuth({ enforce: true, realm: 'r', credentials: [`alice:${SECRET}`] });
+    expect(c.digests).toEqual([crypto.createHash('sha256').update(`alice:${SECRET}`).digest()]);
+    expect(JSON.stringify(c)).not.toContain('horse');
+  });
+});

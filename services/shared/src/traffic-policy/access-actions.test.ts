@@ -1,0 +1,159 @@
+import { describe, expect, it } from 'vitest';
+import { BASIC_AUTH_LIMITS, RESTRICT_IPS_LIMITS } from './access-actions.js';
+import { compileExpression, parseTrafficPolicy, TrafficPolicyError, validateTrafficPolicy } from './index.js';
+import { estimateCost, MAX_EXPRESSION_COST } from './cost.js';
+
+function fails(doc: unknown): TrafficPolicyError {
+  try {
+    if (typeof doc === 'string') parseTrafficPolicy(doc);
+    else validateTrafficPolicy(doc, { checkCost: true });
+  } catch (err) {
+    expect(err).toBeInstanceOf(TrafficPolicyError);
+    return err as TrafficPolicyError;
+  }
+  throw new Error('expected the document to be refused');
+}
+const one = (action: unknown, dir = 'inbound') => ({ [dir]: [{ actions: [action] }] });
+const rip = (config: unknown) => one({ type: 'restrict-ips', config });
+const ba = (config: unknown) => one({ type: 'basic-auth', config });
+const P = 'inbound[0].actions[0].config';
+
+describe('restrict-ips config', () => {
+  it('parses YAML with IPv4 and IPv6 CIDRs, canonical, enforce defaulting to true', () => {
+    const p = parseTrafficPolicy(`
+inbound:
+  - actions:
+      - type: restrict-ips
+        config:
+          allow: [203.0.113.0/24, "2001:DB8::/32", 198.51.100.42/32]
+          deny: ["2001:db8:0:0:0:0:0:1/128"]
+      - type: restrict-ips
+        config: {enforce: false, deny: [0.0.0.0/0, "::/0"]}
+`);
+    expect(p.inbound[0]!.actions).toEqual([
+      { type: 'restrict-ips', config: { enforce: true, allow: ['203.0.113.0/24', '2001:db8::/32', '198.51.100.42/32'], deny: ['2001:db8::1/128'] } },
+      { type: 'restrict-ips', config: { enforce: false, allow: [], deny: ['0.0.0.0/0', '::/0'] } },
+    ]);
+  });
+
+  it.each([
+    [rip({ allow: ['10.0.0.1/8'] }), `${P}.allow[0]`, 'has host bits set; did you mean 10.0.0.0/8?'],
+    [rip({ allow: ['10.0.0.0/8', '2001:db8::1/32'] }), `${P}.allow[1]`, 'has host bits set; did you mean 2001:db8::/32?'],
+    [rip({ deny: ['10.0.0.1'] }), `${P}.deny[0]`, 'has no prefix length; write it in CIDR notation'],
+    [rip({ deny: ['10.0.0.0/33'] }), `${P}.deny[0]`, 'the prefix length of "10.0.0.0/33" is over 32'],
+    [rip({ deny: ['::/129'] }), `${P}.deny[0]`, 'is over 128'],
+    [rip({ deny: ['example.com/24'] }), `${P}.deny[0]`, 'is not an IPv4 or IPv6 CIDR'],
+    [rip({ deny: ['010.0.0.0/8'] }), `${P}.deny[0]`, 'is not an IPv4 or IPv6 CIDR'],
+    [rip({ deny: ['fe80::/10%eth0'] }), `${P}.deny[0]`, 'invalid prefix length'],
+    [rip({ deny: ['::ffff:10.0.0.0/104'] }), `${P}.deny[0]`, '::ffff:a00:0/104 is an IPv4-mapped IPv6 range; write it as an IPv4 CIDR'],
+    [rip({ deny: ['::ffff:0:0/96'] }), `${P}.deny[0]`, 'is an IPv4-mapped IPv6 range'],
+    [rip({ deny: [7] }), `${P}.deny[0]`, 'must be a CIDR string, got number'],
+    [rip({ deny: ['${conn.client_ip}/32'] }), `${P}.deny[0]`, 'CEL interpolation (${…}) is not supported'],
+    [rip({ allow: [] }), `${P}.allow`, 'must have at least one CIDR'],
+    [rip({ allow: '10.0.0.0/8' }), `${P}.allow`, 'must be a list, got string'],
+    [rip({}), P, 'needs at least one CIDR in allow or deny'],
+    [rip({ enforce: true }), P, 'needs at least one CIDR in allow or deny'],
+    [rip({ enforce: 'yes', allow: ['::/0'] }), `${P}.enforce`, 'must be true or false, got string'],
+    [rip({ allow: ['10.0.0.0/8', '10.0.0.0/8'] }), `${P}.allow[1]`, '10.0.0.0/8 is already listed at inbound[0].actions[0].config.allow[0]'],
+    [rip({ allow: ['2001:db8::/32', '2001:DB8:0::/32'] }), `${P}.allow[1]`, 'is already listed'],
+    [rip({ allow: ['10.0.0.0/8'], deny: ['10.0.0.0/8'] }), `${P}.allow[0]`, 'is also at inbound[0].actions[0].config.deny[0]'],
+    [rip({ ip_policies: ['ipp_1'] }), `${P}.ip_policies`, 'is not supported by Warren'],
+    [rip({ allow: ['::/0'], colour: 'red' }), `${P}.colour`, 'unknown field "colour"; supported: enforce, allow, deny'],
+    [one({ type: 'restrict-ips' }), 'inbound[0].actions[0].config', 'is required'],
+    [rip(['10.0.0.0/8']), P, 'config must be a mapping, got list'],
+    [one({ type: 'restrict-ips', config: { allow: ['::/0'] } }, 'outbound'), 'outbound[0].actions[0].type', 'restrict-ips can only be used in inbound rules'],
+  ])('refuses %j at %s', (doc, path, msg) => {
+    const e = fails(doc);
+    expect(e.path).toBe(path);
+    expect(e.message).toContain(msg);
+  });
+
+  it('bounds the number of CIDRs', () => {
+    const many = (n: number, base = 10) => Array.from({ length: n }, (_, i) => `${base}.${i >> 8}.${i & 255}.0/24`);
+    const max = RESTRICT_IPS_LIMITS.maxCidrs;
+    expect(validateTrafficPolicy(rip({ allow: many(max) })).inbound[0]!.actions[0]).toMatchObject({ config: { allow: many(max) } });
+    expect(fails(rip({ allow: many(max + 1) })).message).toBe(`${P}.allow: must have at most ${max} CIDRs, got ${max + 1}`);
+    expect(fails(rip({ allow: many(max / 2 + 1), deny: many(max / 2, 11) })).message).toBe(`${P}: allow and deny may hold at most ${max} CIDRs together, got ${max + 1}`);
+  });
+
+  it('declares the result variables (and the deny-only example of the docs type-checks)', () => {
+    for (const e of [
+      "actions.ngrok.restrict_ips.action == 'deny'",
+      "actions.service.restrict_ips.matched_cidr.startsWith('10.')",
+      "actions.ngrok.restrict_ips.error.code == '' && actions.ngrok.restrict_ips.error.message == ''",
+    ]) {
+      const program = compileExpression('inbound', e);
+      expect(estimateCost(program, { count: 0, bytes: 0 })).toBeLessThan(MAX_EXPRESSION_COST);
+    }
+    expect(() => compileExpression('inbound', 'actions.ngrok.restrict_ips.allowed')).toThrow();
+  });
+});
+
+describe('basic-auth config', () => {
+  it('parses credentials, realm and enforce, with ngrok defaults', () => {
+    const p = parseTrafficPolicy(`
+inbound:
+  - actions:
+      - type: basic-auth
+        config:
+          credentials: ["user:password1", "admin:pass:with:colons", "ünï:çødé-ok-8"]
+      - type: basic-auth
+        config: {realm: 'Admin "Login"', enforce: false, credentials: ["a:12345678"]}
+`);
+    expect(p.inbound[0]!.actions).toEqual([
+      { type: 'basic-auth', config: { enforce: true, realm: 'ngrok', credentials: ['user:password1', 'admin:pass:with:colons', 'ünï:çødé-ok-8'] } },
+      { type: 'basic-auth', config: { enforce: false, realm: 'Admin "Login"', credentials: ['a:12345678'] } },
+    ]);
+  });
+
+  const SECRET = 'hunter2-very-secret';
+  it.each([
+    [ba({ credentials: [`${SECRET}`] }), `${P}.credentials[0]`, 'must be "username:password": it has no colon'],
+    [ba({ credentials: ['ok:12345678', `:${SECRET}`] }), `${P}.credentials[1]`, 'the username (before the first colon) must not be empty'],
+    [ba({ credentials: [`user:${SECRET.slice(0, 7)}`] }), `${P}.credentials[0]`, 'the password (after the first colon) must have 8 to 128 characters, got 7'],
+    [ba({ credentials: [`user:${'p'.repeat(129)}`] }), `${P}.credentials[0]`, 'must have 8 to 128 characters, got 129'],
+    [ba({ credentials: [`${'u'.repeat(129)}:${SECRET}`] }), `${P}.credentials[0]`, 'the username must have at most 128 characters, got 129'],
+    [ba({ credentials: [`us\ter:${SECRET}`] }), `${P}.credentials[0]`, 'the username must not contain control characters'],
+    [ba({ credentials: [`user:${SECRET}\n`] }), `${P}.credentials[0]`, 'the password must not contain control characters'],
+    [ba({ credentials: [`user:\${req.headers['x-pw'][0]}`] }), `${P}.credentials[0]`, 'CEL interpolation (${…}) is not supported'],
+    [ba({ credentials: [42] }), `${P}.credentials[0]`, 'must be a "username:password" string, got number'],
+    [ba({ credentials: [] }), `${P}.credentials`, 'must have at least one'],
+    [ba({ credentials: `user:${SECRET}` }), `${P}.credentials`, 'must be a list, got string'],
+    [ba({ realm: 'x' }), `${P}.credentials`, 'is required'],
+    [ba({ credentials: Array.from({ length: 11 }, (_, i) => `u${i}:${SECRET}`) }), `${P}.credentials`, 'must have at most 10 credentials, got 11'],
+    [ba({ credentials: [`u:${SECRET}`], realm: '' }), `${P}.realm`, 'must not be empty'],
+    [ba({ credentials: [`u:${SECRET}`], realm: 'r'.repeat(129) }), `${P}.realm`, 'must have at most 128 characters, got 129'],
+    [ba({ credentials: [`u:${SECRET}`], realm: 'réalm' }), `${P}.realm`, 'printable ASCII'],
+    [ba({ credentials: [`u:${SECRET}`], realm: 'a\r\nX-Injected: 1' }), `${P}.realm`, 'printable ASCII'],
+    [ba({ credentials: [`u:${SECRET}`], realm: 7 }), `${P}.realm`, 'must be a string, got number'],
+    [ba({ credentials: [`u:${SECRET}`], enforce: 'false' }), `${P}.enforce`, 'must be true or false'],
+    [ba({ credentials: [`u:${SECRET}`], users: ['x'] }), `${P}.users`, 'unknown field "users"; supported: credentials, realm, enforce'],
+    [one({ type: 'basic-auth', config: { credentials: [`u:${SECRET}`] } }, 'outbound'), 'outbound[0].actions[0].type', 'basic-auth can only be used in inbound rules'],
+  ])('refuses %j at %s, never quoting a credential', (doc, path, msg) => {
+    const e = fails(doc);
+    expect(e.path).toBe(path);
+    expect(e.message).toContain(msg);
+    expect(e.message).not.toContain(SECRET.slice(0, 7));
+    expect(e.message).not.toContain('us\ter');
+  });
+
+  it('counts characters, not bytes or UTF-16 units', () => {
+    const L = BASIC_AUTH_LIMITS;
+    const pw = '🔑'.repeat(L.passwordMinChars); // 8 code points, 16 UTF-16 units, 32 bytes
+    expect(validateTrafficPolicy(ba({ credentials: [`${'é'.repeat(L.usernameChars)}:${pw}`] })).inbound[0]!.actions[0]).toMatchObject({ type: 'basic-auth' });
+    expect(fails(ba({ credentials: [`u:${'🔑'.repeat(7)}`] })).message).toContain('got 7');
+  });
+
+  it('declares the result variables', () => {
+    for (const e of [
+      'actions.ngrok.basic_auth.credentials.presented && !actions.ngrok.basic_auth.credentials.authorized',
+      "actions.service.basic_auth.credentials.username == 'admin'",
+      "actions.ngrok.basic_auth.credentials.username.matches('^adm')",
+    ]) {
+      const program = compileExpression('inbound', e);
+      expect(estimateCost(program, { count: 0, bytes: 0 })).toBeLessThan(MAX_EXPRESSION_COST);
+    }
+    expect(() => compileExpression('inbound', 'actions.ngrok.basic_auth.credentials.password')).toThrow();
+    expect(() => compileExpression('inbound', 'actions.ngrok.basic_auth.authorized')).toThrow();
+  });
+});

@@ -1,0 +1,217 @@
+import http from 'node:http';
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freshDatabase } from '../support/databases.js';
+import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
+import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
+import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
+import { migrate } from '../../services/control-plane/src/db/migrate.js';
+import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
+import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+
+/**
+ * The traffic-policy access actions `restrict-ips` and `basic-auth` on live traffic, through real
+ * processes: a control plane, an ingress listening on `::` (so clients reach it over IPv4 as
+ * 127.0.0.1 and over IPv6 as ::1), our agent and an upstream that echoes what reached it. Every
+ * policy is saved through the REST API.
+ */
+
+const HOST = 'access.e2e.test';
+const SECRET = 'e2e-Pa55word-never-logged';
+let db: Awaited<ReturnType<typeof freshDatabase>>;
+let cp: ControlPlaneProcess;
+let ing: IngressProcess;
+let agent: AgentProcess;
+let apiKey: string;
+let upstream: http.Server;
+let edgeId: string;
+let backendId: string;
+
+const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
+
+interface Res {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  raw: Buffer;
+  json: () => any;
+}
+function request(p: string, opts: { from?: '127.0.0.1' | '::1'; headers?: Record<string, string> } = {}): Promise<Res> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: opts.from ?? '127.0.0.1', port: ing.http, path: p, agent: false, headers: { host: HOST, ...opts.headers } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const raw = Buffer.concat(chunks);
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, raw, json: () => JSON.parse(raw.toString()) });
+      });
+    });
+    req.setTimeout(10_000, () => req.destroy(new Error('timed out')));
+    req.on('error', reject);
+    req.end();
+  });
+}
+const basic = (userPass: string) => ({ authorization: `Basic ${Buffer.from(userPass).toString('base64')}` });
+
+/** Adds a route; `match` must not be a prefix of another route's (the probe would hit that one). */
+async function route(match: string, policy: unknown): Promise<string> {
+  const r = await api('POST', `/edges/https/${edgeId}/routes`, { match_type: 'path_prefix', match, backend: { enabled: true, backend_id: backendId }, traffic_policy: { value: typeof policy === 'string' ? policy : JSON.stringify(policy) } });
+  if (r.status !== 201) throw new Error(`route ${match}: ${r.status} ${JSON.stringify(r.body)}`);
+  await waitFor(`the ingress applies ${match}`, async () => (await request(`${match}/probe`)).headers['warren-error-code'] !== 'ERR_WARREN_7001');
+  return r.body.id;
+}
+
+/** A route create that must be refused: its 400 message. */
+async function refused(policy: string): Promise<string> {
+  const r = await api('POST', `/edges/https/${edgeId}/routes`, { match_type: 'path_prefix', match: `/bad-${randomBytes(3).toString('hex')}`, backend: { enabled: true, backend_id: backendId }, traffic_policy: { value: policy } });
+  expect(r.status, JSON.stringify(r.body)).toBe(400);
+  expect(r.body.error_code).toBe('ERR_WARREN_6900');
+  return r.body.msg as string;
+}
+
+beforeAll(async () => {
+  db = await freshDatabase();
+  const pool = createPool(db.url, 2);
+  await migrate(pool);
+  apiKey = (await createAccountWithKey(createDb(pool), 'access-e2e')).token;
+  await pool.end();
+  const tls = await ensureLocalTls(tempDir('warren-access-tls-'));
+  const nodeToken = randomBytes(16).toString('hex');
+  cp = await startControlPlane({ databaseUrl: db.url, env: { WARREN_NODE_TOKEN: nodeToken } });
+  ing = await startIngress({
+    nodeId: 'access-a',
+    controlPlane: [`127.0.0.1:${cp.grpcPort}`],
+    nodeToken,
+    env: { HOST: '::', TLS_CERT_FILE: tls.caFile.replace(/ca\.pem$/, 'cert.pem'), TLS_KEY_FILE: tls.caFile.replace(/ca\.pem$/, 'key.pem') },
+  });
+
+  upstream = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ url: req.url, headers: req.headers }));
+    });
+  });
+  const upPort = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as { port: number }).port)));
+
+  const cred = await api('POST', '/credentials', {});
+  backendId = (await api('POST', '/backends/tunnel_group', { labels: { app: 'access' } })).body.id;
+  edgeId = (await api('POST', '/edges/https', { hostports: [`${HOST}:443`] })).body.id;
+  agent = startAgentProcess(['http', String(upPort), '--label', 'app=access', '--authtoken', cred.body.token, '--server', `localhost:${ing.agent}`, '--ca', tls.caFile]);
+  await agent.waitForOutput('online');
+}, 90_000);
+
+afterAll(async () => {
+  await Promise.allSettled([agent?.stop({ timeoutMs: 10_000 }), ing?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);
+  upstream?.close();
+  await db?.drop();
+  cleanupTempDirs();
+}, 60_000);
+
+describe('restrict-ips on live traffic', () => {
+  it('allows by CIDR over IPv4 and IPv6, denies with 403, and shows its results to later rules', async () => {
+    await route('/ips', {
+      inbound: [
+        { actions: [{ type: 'restrict-ips', config: { allow: ['127.0.0.0/8', '2001:db8::/32'] } }] },
+        { actions: [{ type: 'add-headers', config: { headers: { 'x-ips': '${actions.ngrok.restrict_ips.action} ${actions.ngrok.restrict_ips.matched_cidr}' } } }] },
+      ],
+    });
+    const v4 = await request('/ips/x');
+    expect(v4.status, v4.raw.toString()).toBe(200);
+    expect(v4.json().headers['x-ips']).toBe('allow 127.0.0.0/8');
+    const v6 = await request('/ips/x', { from: '::1' });
+    expect(v6.status).toBe(403);
+    expect(v6.headers['warren-error-code']).toBe('ERR_WARREN_7120');
+    expect(v6.json()).toMatchObject({ error_code: 'ERR_WARREN_7120', status_code: 403 });
+  });
+
+  it('denies an IPv6 CIDR without touching IPv4 (::/0 is IPv6 only)', async () => {
+    await route('/v6deny', { inbound: [{ actions: [{ type: 'restrict-ips', config: { deny: ['::/0'] } }] }] });
+    expect((await request('/v6deny/x')).status).toBe(200);
+    expect((await request('/v6deny/x', { from: '::1' })).status).toBe(403);
+    await route('/v6only', { inbound: [{ actions: [{ type: 'restrict-ips', config: { allow: ['::1/128'] } }] }] });
+    expect((await request('/v6only/x')).status).toBe(403);
+    expect((await request('/v6only/x', { from: '::1' })).status).toBe(200);
+  });
+
+  it('with enforce: false only records the decision', async () => {
+    await route('/dryrun', `inbound:
+  - actions:
+      - type: restrict-ips
+        config: {enforce: false, deny: ["127.0.0.1/32"]}
+  - expressions: ["actions.ngrok.restrict_ips.action == 'deny'"]
+    actions:
+      - type: add-headers
+        config: {headers: {x-would-deny: "\${actions.ngrok.restrict_ips.matched_cidr}"}}
+`);
+    const v4 = await request('/dryrun/x');
+    expect([v4.status, v4.json().headers['x-would-deny']]).toEqual([200, '127.0.0.1/32']);
+    const v6 = await request('/dryrun/x', { from: '::1' });
+    expect([v6.status, v6.json().headers['x-would-deny']]).toEqual([200, undefined]);
+  });
+
+  it('refuses bad configurations with a 400 naming the field', async () => {
+    const head = (config: string) => `inbound:\n  - actions:\n      - type: restrict-ips\n        config: ${config}\n`;
+    expect(await refused(head('{allow: ["127.0.0.1/8"]}'))).toBe('traffic_policy.value: inbound[0].actions[0].config.allow[0]: "127.0.0.1/8" has host bits set; did you mean 127.0.0.0/8?');
+    expect(await refused(head('{deny: ["10.0.0.0/8", "::1"]}'))).toMatch(/^traffic_policy\.value: inbound\[0\]\.actions\[0\]\.config\.deny\[1\]: "::1" has no prefix length/);
+    expect(await refused(head('{allow: []}'))).toContain('inbound[0].actions[0].config.allow: must have at least one CIDR');
+    expect(await refused(head('{ip_policies: [ipp_123]}'))).toContain('inbound[0].actions[0].config.ip_policies: is not supported by Warren');
+    expect(await refused(`outbound:\n  - actions:\n      - type: restrict-ips\n        config: {deny: ["10.0.0.0/8"]}\n`)).toContain('outbound[0].actions[0].type: restrict-ips can only be used in inbound rules');
+  });
+});
+
+describe('basic-auth on live traffic', () => {
+  it('answers 401 with the challenge until valid credentials come; the upstream gets them and the username', async () => {
+    const id = await route('/auth', {
+      inbound: [
+        { actions: [{ type: 'basic-auth', config: { realm: 'Staff area', credentials: [`alice:${SECRET}`, 'bob:another-pass'] } }] },
+        { actions: [{ type: 'add-headers', config: { headers: { 'x-user': '${actions.ngrok.basic_auth.credentials.username}' } } }] },
+      ],
+    });
+    for (const headers of [{}, basic('alice:wrong-password'), basic(`mallory:${SECRET}`), { authorization: `Bearer ${SECRET}` }]) {
+      const r = await request('/auth/x', { headers });
+      expect(r.status).toBe(401);
+      expect(r.headers['www-authenticate']).toBe('Basic realm="Staff area"');
+      expect(r.headers['warren-error-code']).toBe('ERR_WARREN_7121');
+      expect(r.raw.toString()).not.toContain(SECRET);
+    }
+    for (const from of ['127.0.0.1', '::1'] as const) {
+      const ok = await request('/auth/x', { from, headers: basic(`alice:${SECRET}`) });
+      expect(ok.status, ok.raw.toString()).toBe(200);
+      expect(ok.json().headers['x-user']).toBe('alice');
+      // As with ngrok, the Authorization header reaches the upstream.
+      expect(ok.json().headers.authorization).toBe(basic(`alice:${SECRET}`).authorization);
+    }
+    expect((await request('/auth/x', { headers: basic('bob:another-pass') })).json().headers['x-user']).toBe('bob');
+
+    // The API returns the policy as stored; nothing else anywhere holds the password.
+    const got = await api('GET', `/edges/https/${edgeId}/routes/${id}`);
+    expect(JSON.parse(got.body.traffic_policy.value).inbound[0].actions[0].config.credentials).toEqual([`alice:${SECRET}`, 'bob:another-pass']);
+  });
+
+  it('IP or password: enforce: false on both, then one rule decides', async () => {
+    await route('/either', {
+      inbound: [
+        { actions: [{ type: 'restrict-ips', config: { enforce: false, allow: ['::1/128'] } }, { type: 'basic-auth', config: { enforce: false, credentials: [`alice:${SECRET}`] } }] },
+        { expressions: ["actions.ngrok.restrict_ips.action != 'allow' && !actions.ngrok.basic_auth.credentials.authorized"], actions: [{ type: 'custom-response', config: { status_code: 401, body: 'sign in', headers: { 'www-authenticate': 'Basic realm="either"' } } }] },
+      ],
+    });
+    expect((await request('/either/x', { from: '::1' })).status).toBe(200);
+    expect((await request('/either/x', { headers: basic(`alice:${SECRET}`) })).status).toBe(200);
+    const no = await request('/either/x', { headers: basic('alice:not-it-at-all') });
+    expect([no.status, no.raw.toString(), no.headers['www-authenticate']]).toEqual([401, 'sign in', 'Basic realm="either"']);
+  });
+
+  it('refuses bad credentials with a 400 naming the entry, never quoting it', async () => {
+    const head = (creds: string) => `inbound:\n  - actions:\n      - type: basic-auth\n        config: {credentials: ${creds}}\n`;
+    const noColon = await refused(head(`["ok:12345678", "${SECRET}"]`));
+    expect(noColon).toBe('traffic_policy.value: inbound[0].actions[0].config.credentials[1]: must be "username:password": it has no colon');
+    const short = await refused(head(`["alice:short"]`));
+    expect(short).toBe('traffic_policy.value: inbound[0].actions[0].config.credentials[0]: the password (after the first colon) must have 8 to 128 characters, got 5');
+    expect(await refused(head(`[":${SECRET}"]`))).toContain('credentials[0]: the username (before the first colon) must not be empty');
+    expect(await refused(head('[]'))).toContain('credentials: must have at least one');
+    for (const m of [noColon, short]) expect(m).not.toContain(SECRET);
+    // Neither process logged the password.
+    expect(cp.output()).not.toContain(SECRET);
+    expect(ing.output()).not.toContain(SECRET);
+  });
+});
