@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ControlPlaneProcess } from '../support/processes.js';
 import type { IngressProcess } from '../support/cluster.js';
 import type { Browser, BrowserResponse } from '../support/browser.js';
-import { TestSamlIdp, type ResponseOptions } from '../support/saml-idp.js';
+import { newSamlKey, TestSamlIdp, type ResponseOptions } from '../support/saml-idp.js';
 import { startSignInCluster, type SignInCluster } from '../support/sign-in-cluster.js';
 
 /**
@@ -12,6 +12,8 @@ import { startSignInCluster, type SignInCluster } from '../support/sign-in-clust
  * in this process (test/support/saml-idp.ts): it reads the signed AuthnRequest from the redirect
  * and answers with a Response signed by the key whose certificate is in the route's idp_metadata;
  * a scripted browser (cookie jar) carries everything, posting the Response to the ACS itself.
+ * Single logout: the IdP's metadata lists an HTTP-Redirect SingleLogoutService; the test reads
+ * our LogoutRequest / LogoutResponse from the redirects to it and answers with signed messages.
  */
 
 const HOST = 'saml.e2e.test';
@@ -219,7 +221,147 @@ describe('saml on live traffic', () => {
     expect(garbage.status).toBe(400);
     const unknown = await br.request(`${cp.baseUrl}/saml/edghtsrt_nope/metadata`, { headers: { accept: 'application/json' } });
     expect(unknown.status).toBe(404);
+    // the single logout service without a SAML message: a page saying what it is, 400
     const slo = await br.request(`${cp.baseUrl}/saml/${main.id}/slo`);
-    expect(slo.status).toBe(200);
+    expect(slo.status).toBe(400);
+    expect(slo.body).toContain('ERR_WARREN_7112');
+  });
+
+  it('accepts an assertion encrypted to the route certificate', async () => {
+    node = () => a;
+    const br = browser();
+    const edge = await br.request(`${ORIGIN}/enc`);
+    const login = await br.request(edge.headers.location!);
+    const req = idp.readRequest(login.headers.location!, main.cert);
+    const saml = await idp.encryptedResponse({ acs: main.acs, audience: main.entityId, inResponseTo: req.id, nameId: 'enc-user' }, { cert: main.cert, algorithm: 'http://www.w3.org/2001/04/xmlenc#aes256-cbc' });
+    const acs = await br.request(main.acs, form({ SAMLResponse: saml, RelayState: req.relayState! }));
+    expect(acs.status, acs.body).toBe(302);
+    const last = (await br.navigate(acs.headers.location!)).at(-1)!;
+    expect(JSON.parse(last.body)).toMatchObject({ url: '/enc', headers: { 'ngrok-auth-user-id': 'enc-user' } });
+    // the metadata offers the certificate for encryption
+    const md = await br.request(`${cp.baseUrl}/saml/${main.id}/metadata`);
+    expect(md.body).toContain('<KeyDescriptor use="encryption">');
+  });
+});
+
+describe('saml single logout on live traffic', () => {
+  /** A browser signed in to `r` through `path` as `nameId` with SessionIndex `sessionIndex`. */
+  async function signedIn(r: SamlRoute, path: string, nameId: string, sessionIndex: string): Promise<Browser> {
+    const br = browser();
+    const { acs } = await toAcs(br, `${ORIGIN}${path}`, r, { nameId, sessionIndex, attributes: { groups: ['admins'] } });
+    expect(acs.status, acs.body).toBe(302);
+    const last = (await br.navigate(acs.headers.location!)).at(-1)!;
+    expect(JSON.parse(last.body).headers['ngrok-auth-user-id']).toBe(nameId);
+    return br;
+  }
+  /** Follows redirects from `url` until one points at the IdP; returns the responses and that IdP URL. */
+  async function untilIdp(br: Browser, url: string): Promise<{ steps: BrowserResponse[]; idpUrl: URL }> {
+    const steps: BrowserResponse[] = [];
+    let next = new URL(url);
+    for (;;) {
+      const r = await br.request(next);
+      steps.push(r);
+      expect(r.status, `${r.url.href}: ${r.body}`).toBe(302);
+      next = new URL(r.headers.location!, r.url);
+      if (next.hostname === 'idp.saml.test') return { steps, idpUrl: next };
+      if (steps.length > 6) throw new Error('too many redirects');
+    }
+  }
+  /** Whether `br` still has a session at `url`: the upstream answers, rather than a 302 to sign-in. */
+  const hasSession = async (br: Browser, url: string) => (await br.request(url)).status === 200;
+
+  it('SP-initiated: the edge clears the cookie, the IdP gets a signed LogoutRequest for the session, its LogoutResponse ends at a signed-out page', async () => {
+    node = () => a;
+    const br = await signedIn(main, '/app/slo', 'alice', '_e2e-sess-1');
+    const cookie = br.jar.get(HOST, '__Host-warren.saml')!;
+    const out = await br.request(`${ORIGIN}/.warren/saml/logout`);
+    expect(out.status).toBe(302);
+    expect(br.jar.get(HOST, '__Host-warren.saml')).toBeUndefined();
+    const handoff = new URL(out.headers.location!);
+    expect(handoff.origin + handoff.pathname).toBe(`${cp.baseUrl}/saml/${main.id}/logout`);
+
+    const toIdp = await br.request(handoff);
+    expect(toIdp.status, toIdp.body).toBe(302);
+    const req = idp.readLogoutMessage(toIdp.headers.location!, main.cert);
+    expect(toIdp.headers.location!.startsWith(`${idp.sloUrl}?`)).toBe(true);
+    expect(req).toMatchObject({ signatureValid: true, issuer: main.entityId, destination: idp.sloUrl, nameId: 'alice', nameIdFormat: 'urn:oasis:names:tc:SAML:2.0:nameid-format:persistent', sessionIndex: '_e2e-sess-1' });
+
+    const slo = `${cp.baseUrl}/saml/${main.id}/slo`;
+    const done = await br.request(idp.logoutResponseUrl(slo, { destination: slo, inResponseTo: req.id, relayState: req.relayState! }));
+    expect(done.status, done.body).toBe(200);
+    expect(done.body).toContain('<h1>Signed out</h1>');
+    expect(done.body).toContain(`<a href="${ORIGIN}/">Sign in again</a>`);
+    expect(await hasSession(br, `${ORIGIN}/app/slo`)).toBe(false);
+
+    // a forged answer (another request's id) gets 400; the hand-off cannot be reused by another browser to reach another route
+    const forged = await br.request(idp.logoutResponseUrl(slo, { destination: slo, inResponseTo: '_not-ours', relayState: req.relayState! }));
+    expect(forged.status).toBe(400);
+    expect(forged.body).toContain('ERR_WARREN_7112');
+    const elsewhere = await browser().request(`${cp.baseUrl}/saml/${admins.id}/logout${handoff.search}`);
+    expect(elsewhere.status).toBe(400);
+
+    // stateless sessions: a copy of the cookie in another browser is not revoked (documented)
+    const copy = browser();
+    copy.jar.set(HOST, '__Host-warren.saml', cookie);
+    expect(await hasSession(copy, `${ORIGIN}/app/slo`)).toBe(true);
+  });
+
+  it('IdP-initiated: a signed LogoutRequest bounces the browser through the edge (cookie cleared) and the IdP gets a signed LogoutResponse', async () => {
+    node = () => a;
+    const br = await signedIn(admins, '/admins/x', 'root', '_e2e-sess-2');
+    const other = await signedIn(main, '/app/keep', 'bob', '_e2e-sess-3');
+    const slo = `${cp.baseUrl}/saml/${admins.id}/slo`;
+    // HTTP-Redirect binding: CP /slo → edge logout path → CP /logout?bounce → the IdP
+    const { steps, idpUrl } = await untilIdp(br, idp.logoutRequestUrl(slo, { destination: slo, nameId: 'root', sessionIndex: '_e2e-sess-2', id: '_e2e-idp-req-1', relayState: 'idp-state' }));
+    expect(steps).toHaveLength(3);
+    expect(steps[1]!.url.href).toMatch(new RegExp(`^${ORIGIN}/admins/\\.warren/saml/logout\\?slo=v1\\.`));
+    expect(steps[1]!.headers['set-cookie']).toEqual(['__Host-adm.saml=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax; Secure']);
+    expect(steps[2]!.url.origin + steps[2]!.url.pathname).toBe(`${cp.baseUrl}/saml/${admins.id}/logout`);
+    expect(idpUrl.origin + idpUrl.pathname).toBe(idp.sloResponseUrl);
+    expect(idp.readLogoutMessage(idpUrl, admins.cert)).toMatchObject({
+      signatureValid: true,
+      issuer: admins.entityId,
+      inResponseTo: '_e2e-idp-req-1',
+      status: 'urn:oasis:names:tc:SAML:2.0:status:Success',
+      relayState: 'idp-state',
+      destination: idp.sloResponseUrl,
+    });
+    expect(br.jar.get(HOST, '__Host-adm.saml')).toBeUndefined();
+    expect(await hasSession(br, `${ORIGIN}/admins/x`)).toBe(false);
+    // another route's session (its own cookie) is untouched
+    expect(await hasSession(other, `${ORIGIN}/app/keep`)).toBe(true);
+
+    // HTTP-POST binding, to the main route
+    const post = await other.request(`${cp.baseUrl}/saml/${main.id}/slo`, form(idp.logoutRequestPost({ destination: `${cp.baseUrl}/saml/${main.id}/slo`, nameId: 'bob', id: '_e2e-idp-req-2' })));
+    expect(post.status, post.body).toBe(302);
+    const rest = await untilIdp(other, post.headers.location!);
+    expect(rest.steps).toHaveLength(2);
+    expect(idp.readLogoutMessage(rest.idpUrl, main.cert)).toMatchObject({ signatureValid: true, inResponseTo: '_e2e-idp-req-2', status: 'urn:oasis:names:tc:SAML:2.0:status:Success' });
+    expect(await hasSession(other, `${ORIGIN}/app/keep`)).toBe(false);
+  });
+
+  it('refuses an unsigned, forged or replayed LogoutRequest with a 400 page; the session stays', async () => {
+    node = () => a;
+    const br = await signedIn(main, '/app/stay', 'carol', '_e2e-sess-4');
+    const slo = `${cp.baseUrl}/saml/${main.id}/slo`;
+    const unsigned = await br.request(idp.logoutRequestUrl(slo, { destination: slo, nameId: 'carol', unsigned: true }));
+    expect(unsigned.status).toBe(400);
+    expect(unsigned.headers['content-type']).toContain('text/html');
+    expect(unsigned.body).toContain('<h1>Sign-out failed</h1>');
+    expect(unsigned.body).toContain('an unsigned logout message is never accepted');
+    const forged = await br.request(idp.logoutRequestUrl(slo, { destination: slo, nameId: 'carol', signer: await newSamlKey('evil') }));
+    expect(forged.status).toBe(400);
+    const once = idp.logoutRequestUrl(slo, { destination: slo, nameId: 'carol', id: '_e2e-once' });
+    expect((await browser().request(once)).status).toBe(302);
+    // (the first use went through another browser; this one keeps its session)
+    const replayed = await br.request(once);
+    expect(replayed.status).toBe(400);
+    expect(replayed.body).toContain('replay');
+    expect(await hasSession(br, `${ORIGIN}/app/stay`)).toBe(true);
+    // a bounce token that is not the control plane's: the edge clears the cookie and says so
+    const bogus = await br.request(`${ORIGIN}/.warren/saml/logout?slo=v1.bogus`);
+    expect(bogus.status).toBe(400);
+    expect(bogus.body).toContain('ERR_WARREN_7112');
+    expect(await hasSession(br, `${ORIGIN}/app/stay`)).toBe(false);
   });
 });

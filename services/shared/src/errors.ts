@@ -83,6 +83,7 @@ export const ERRORS = {
   7109: { status: 403, msg: 'the signed-in user is not allowed by the sign-in rules of this route' },
   7110: { status: 400, msg: 'the SAML sign-in request is not valid' },
   7111: { status: 400, msg: 'the SAML response of the identity provider was not accepted' },
+  7112: { status: 400, msg: 'the SAML single logout message or hand-off was not accepted' },
   7120: { status: 403, msg: 'the client IP address is not allowed by the traffic policy of this route (restrict-ips)' },
   7121: { status: 401, msg: 'valid credentials are required by the traffic policy of this route (basic-auth)' },
   8000: { status: 429, msg: 'management API rate limit exceeded' },

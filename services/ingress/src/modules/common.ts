@@ -13,7 +13,7 @@ export function enabledModule<T extends object>(route: DpRoute, name: string): T
 }
 
 /** The route modules' refusals: ERR_WARREN_71xx in the shared error table. */
-export type ModuleErrorCode = 7100 | 7101 | 7102 | 7103 | 7104 | 7105 | 7106 | 7107 | 7108 | 7109;
+export type ModuleErrorCode = 7100 | 7101 | 7102 | 7103 | 7104 | 7105 | 7106 | 7107 | 7108 | 7109 | 7112;
 
 /** An error answer in the shape of the ingress's own error pages (http/error-page.ts). */
 export function moduleError(s: RequestState | null, code: ModuleErrorCode, detail?: string, headers?: Record<string, string>): NonNullable<Outcome> {

@@ -1,6 +1,6 @@
 import { hkdfSync, randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import { seal, unseal, type DpRoute } from '@warren/shared';
+import { readSamlLogoutRef, seal, unseal, type DpRoute, type SamlLogoutRef } from '@warren/shared';
 import type { Outcome, RequestState, RouteStage } from '../pipeline/types.js';
 import { splitMatch } from '../http/routing.js';
 import { moduleError } from './common.js';
@@ -56,6 +56,8 @@ export interface Session {
   seen: number;
   /** Hard end of the session: `iat + maximum_duration`. */
   exp: number;
+  /** saml: what a LogoutRequest for this session needs besides the NameID (`sub`); see SamlLogoutRef. */
+  slo?: SamlLogoutRef;
 }
 
 /** `maximum_duration: 0` (never set) means this: one day. */
@@ -70,8 +72,8 @@ export interface SessionPolicy {
   inactivityTimeout: number;
 }
 
-export function newSession(identity: { sub: string; email: string; name: string }, now: number, p: SessionPolicy): Session {
-  return { ...identity, iat: now, seen: now, exp: now + (p.maximumDuration || DEFAULT_MAXIMUM_DURATION) };
+export function newSession(identity: Identity, now: number, p: SessionPolicy): Session {
+  return { sub: identity.sub, email: identity.email, name: identity.name, ...(identity.slo ? { slo: identity.slo } : {}), iat: now, seen: now, exp: now + (p.maximumDuration || DEFAULT_MAXIMUM_DURATION) };
 }
 
 /** The session in a cookie value when it is well-formed and current, else null. */
@@ -80,6 +82,7 @@ export function readSession(key: Buffer, value: string | undefined, now: number,
   if (!s || typeof s !== 'object') return null;
   if (typeof s.sub !== 'string' || !s.sub || typeof s.email !== 'string' || typeof s.name !== 'string') return null;
   if (!Number.isFinite(s.iat) || !Number.isFinite(s.seen) || !Number.isFinite(s.exp)) return null;
+  if (s.slo !== undefined && !readSamlLogoutRef(s.slo)) return null;
   return sessionCurrent(s as Session, now, p) ? (s as Session) : null;
 }
 
@@ -257,6 +260,8 @@ export interface Identity {
   sub: string;
   email: string;
   name: string;
+  /** saml: kept in the session for single logout (not sent upstream). */
+  slo?: SamlLogoutRef;
 }
 
 /** A provider's refusal of a signed-in user (the oauth module's allow lists): 403. */
@@ -277,6 +282,16 @@ export interface SignInProvider {
    * ID token) → 400 with a way to sign in again.
    */
   exchange(callbackUrl: URL, login: LoginState, redirectUri: string): Promise<Identity | Refusal>;
+  /**
+   * Called at the logout path once the gate has decided to clear this browser's session cookie
+   * (it always does): where the browser goes next (a URL: a 302 there, e.g. to the provider's
+   * single logout), an answer of its own (an error page), or null for the gate's "signed out"
+   * page. `session` is the session being cleared when its cookie is authentic and before its hard
+   * end (an idle session counts: the user still wants it ended at the provider), else null;
+   * `url` is the logout request's URL and `origin` its scheme://host[:port]. A rejection counts
+   * as null (logged).
+   */
+  logout?(s: RequestState, url: URL, session: Session | null, origin: string): Promise<URL | NonNullable<Outcome> | null>;
 }
 
 export interface SignInGateOptions {
@@ -471,11 +486,28 @@ export function signInGate(o: SignInGateOptions): RouteStage {
     };
   };
 
-  const logout = (s: RequestState): NonNullable<Outcome> => ({
-    status: 200,
-    headers: { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'set-cookie': setCookie(sessionCookie(s), '', cookieAttrs(s, 0)) },
-    body: `<!doctype html><html><head><meta charset="utf-8"><title>Signed out</title></head><body><h1>Signed out</h1><p><a href="${htmlEscape(base || '/')}">Sign in again</a></p></body></html>\n`,
-  });
+  /** Clears this browser's session cookie; then the provider's next step (single logout) or the "signed out" page. */
+  const logout = async (s: RequestState): Promise<NonNullable<Outcome>> => {
+    const clear = setCookie(sessionCookie(s), '', cookieAttrs(s, 0));
+    let next: URL | NonNullable<Outcome> | null = null;
+    if (provider.logout) {
+      const session = readSession(keys.session, getCookie(s.req.headers.cookie, sessionCookie(s)), nowS(), { ...policy, inactivityTimeout: 0 });
+      try {
+        next = await provider.logout(s, new URL(origin(s) + ownTarget(s)), session, origin(s));
+      } catch (err) {
+        log.warn({ reason: describeError(err) }, `${module}: single logout could not be started`);
+      }
+    }
+    if (next instanceof URL) {
+      return { status: 302, headers: { location: next.href, 'cache-control': 'no-store', 'set-cookie': clear, 'content-type': 'text/plain; charset=utf-8' }, body: `Signed out here; logout continues at ${next.href}\n` };
+    }
+    if (next) return addSetCookie(next, clear);
+    return {
+      status: 200,
+      headers: { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'set-cookie': clear },
+      body: `<!doctype html><html><head><meta charset="utf-8"><title>Signed out</title></head><body><h1>Signed out</h1><p><a href="${htmlEscape(base || '/')}">Sign in again</a></p></body></html>\n`,
+    };
+  };
 
   return {
     name: module,

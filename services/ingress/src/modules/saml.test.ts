@@ -1,9 +1,9 @@
 import http from 'node:http';
 import type net from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { samlHandoffKey, sealSamlHandoff, type SamlHandoff } from '@warren/shared';
+import { openSamlLogoutHandoff, samlHandoffKey, seal, sealSamlHandoff, sealSamlLogoutBounce, unseal, type SamlHandoff } from '@warren/shared';
 import { createSamlStage } from './saml.js';
-import { getCookie } from './oidc-session.js';
+import { deriveSessionKeys, getCookie } from './oidc-session.js';
 import { makeConfig, makeEdge, makeRoute, makeState, testDeps } from './testing.js';
 import type { Outcome, RouteStage } from '../pipeline/types.js';
 import { sendOutcome } from '../http/public.js';
@@ -118,6 +118,81 @@ describe('saml stage', () => {
       expect(res.headers['set-cookie']![1]).toMatch(/^warren\.saml\.login\.[^=]+=; Path=\/\.warren\/saml\/callback; Max-Age=0;/);
     } finally {
       await new Promise((r) => server.close(r));
+    }
+  });
+});
+
+describe('saml single logout at the edge', () => {
+  const LOGOUT = 'https://cp.example.test/saml/edghtsrt_test/logout';
+  const SLO_MOD = { logout_url: LOGOUT, single_logout: true };
+  const sessionKey = deriveSessionKeys('saml', SECRET, ROUTE, 'saml', '').session;
+  const cleared = '__Host-warren.saml=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax; Secure';
+  const now = T / 1000;
+  const session = (over: object = {}) => seal(sessionKey, 'session', { sub: 'u-1', email: 'a@example.test', name: 'A', slo: { f: 'urn:f', si: '_s1' }, iat: now - 10, seen: now - 10, exp: now + 3600, ...over });
+  const logout = (st: RouteStage, cookie?: string, query = '') => run(st, { url: `/.warren/saml/logout${query}`, headers: [...html, ...(cookie ? ['Cookie', `__Host-warren.saml=${cookie}`] : [])] });
+
+  it('keeps the NameID details and SessionIndex of the hand-off in the session', async () => {
+    const st = stage(SLO_MOD);
+    const { cookie, state } = await start(st);
+    const { out } = await run(st, { url: `/.warren/saml/callback?state=${state}&handoff=${handoff({ st: state, slo: { f: 'urn:f', si: '_s1', q: 'idp-q' } })}`, headers: [...html, 'Cookie', cookie] });
+    expect(out!.status).toBe(302);
+    const value = getCookie(String((out!.headers!['set-cookie'] as string[])[0]).split(';')[0], '__Host-warren.saml');
+    expect(unseal(sessionKey, 'session', value)).toMatchObject({ sub: 'u-1', slo: { f: 'urn:f', si: '_s1', q: 'idp-q' } });
+    // a hand-off with a malformed slo is refused
+    const again = await start(st);
+    const bad = await run(st, { url: `/.warren/saml/callback?state=${again.state}&handoff=${handoff({ st: again.state, slo: { f: 'x'.repeat(300) } })}`, headers: [...html, 'Cookie', again.cookie] });
+    expect(bad.out!.status).toBe(400);
+  });
+
+  it('SP-initiated: clears the cookie and sends the browser to the control plane with the session sealed', async () => {
+    const st = stage(SLO_MOD);
+    const { out } = await logout(st, session());
+    expect(out!.status).toBe(302);
+    expect(out!.headers!['set-cookie']).toBe(cleared);
+    const loc = new URL(String(out!.headers!.location));
+    expect(loc.origin + loc.pathname).toBe(LOGOUT);
+    expect(openSamlLogoutHandoff(samlHandoffKey(SECRET, ROUTE), loc.searchParams.get('token'), now)).toEqual({ sub: 'u-1', slo: { f: 'urn:f', si: '_s1' }, ret: 'https://app.example.test/', exp: now + 60 });
+    // an idle session (past inactivity_timeout) is still ended at the IdP; one past its hard end is not
+    const idle = stage({ ...SLO_MOD, inactivity_timeout: 60 });
+    expect((await logout(idle, session({ seen: now - 600 }))).out!.status).toBe(302);
+    expect((await logout(idle, session({ exp: now - 1 }))).out!.status).toBe(200);
+  });
+
+  it('no session, an IdP without single logout, or a control plane that sends no logout_url: the signed-out page', async () => {
+    for (const [mod, cookie] of [
+      [SLO_MOD, undefined],
+      [SLO_MOD, 'v1.garbage'],
+      [{ logout_url: LOGOUT, single_logout: false }, session()],
+      [{}, session()],
+    ] as const) {
+      const { out } = await logout(stage(mod), cookie);
+      expect(out!.status).toBe(200);
+      expect(out!.headers!['set-cookie']).toBe(cleared);
+      expect(String(out!.body)).toContain('<h1>Signed out</h1>');
+    }
+  });
+
+  it('IdP-initiated: clears the cookie and returns to the control plane with the same token; a bad token gets 400, the cookie cleared all the same', async () => {
+    const st = stage(SLO_MOD);
+    const token = sealSamlLogoutBounce(samlHandoffKey(SECRET, ROUTE), { id: '_r1', rs: '', h: 0, exp: now + 60 });
+    const { out } = await logout(st, session(), `?slo=${encodeURIComponent(token)}`);
+    expect(out!.status).toBe(302);
+    expect(out!.headers!['set-cookie']).toBe(cleared);
+    expect(out!.headers!.location).toBe(`${LOGOUT}?bounce=${encodeURIComponent(token).replace(/%2E/g, '.')}`);
+    expect(new URL(String(out!.headers!.location)).searchParams.get('bounce')).toBe(token);
+    // even with no session and single_logout off: the control plane is waiting to answer the IdP
+    expect((await logout(stage({ logout_url: LOGOUT }), undefined, `?slo=${encodeURIComponent(token)}`)).out!.status).toBe(302);
+    for (const bad of [
+      'garbage',
+      sealSamlLogoutBounce(samlHandoffKey(SECRET, ROUTE), { id: '_r1', rs: '', h: 0, exp: now - 1 }),
+      sealSamlLogoutBounce(samlHandoffKey('another-secret', ROUTE), { id: '_r1', rs: '', h: 0, exp: now + 60 }),
+      sealSamlHandoff(samlHandoffKey(SECRET, ROUTE), { sub: 'u', email: '', name: '', st: '', cb: '', exp: now + 60 }),
+    ]) {
+      const r = await logout(st, session(), `?slo=${encodeURIComponent(bad)}`);
+      expect(r.out!.status).toBe(400);
+      expect(r.out!.headers!['warren-error-code']).toBe('ERR_WARREN_7112');
+      expect(r.out!.headers!['set-cookie']).toBe(cleared);
+      expect(r.out!.headers!.location).toBeUndefined();
     }
   });
 });

@@ -1,7 +1,7 @@
-import { openSamlHandoff, samlHandoffKey } from '@warren/shared';
+import { openSamlHandoff, openSamlLogoutBounce, SAML_LOGOUT_SECONDS, samlHandoffKey, sealSamlLogoutHandoff } from '@warren/shared';
 import type { RouteStage, StageFactory } from '../pipeline/types.js';
-import { enabledModule } from './common.js';
-import { deriveSessionKeys, signInGate, type Identity, type SessionPolicy, type SignInModuleFields } from './oidc-session.js';
+import { enabledModule, moduleError } from './common.js';
+import { deriveSessionKeys, routeBase, signInGate, type Identity, type SessionPolicy, type SignInModuleFields } from './oidc-session.js';
 
 /**
  * `saml`: SAML 2.0 sign-in in front of a route, on the `oidc` module's machinery (oidc-session.ts
@@ -21,15 +21,35 @@ import { deriveSessionKeys, signInGate, type Identity, type SessionPolicy, type 
  *    answer at its ACS, and redirects to the callback with `state` and `handoff`: the identity,
  *    sealed (AES-256-GCM) with a key both sides derive from the route's `handoff_secret`, valid 60 s,
  *    bound to the callback URL and to the `state` of this browser's pre-login cookie.
- * 3. Here the callback opens the hand-off, checks both bindings, and sets the session cookie.
+ * 3. Here the callback opens the hand-off, checks both bindings, and sets the session cookie
+ *    (which also keeps the NameID's format and qualifiers and the SessionIndex, for single logout).
+ *
+ * Single logout (front channel; the control plane's saml-slo.ts has the SAML side):
+ * - `<base>/.warren/saml/logout` always clears this browser's session cookie. When the IdP has a
+ *   single logout endpoint (`single_logout`) and the cookie held a session, the browser is then
+ *   sent to `<logout_url>?token=…`: the session's NameID, its SLO details and where to return,
+ *   sealed with the hand-off key (60 s), so that the control plane sends the IdP a signed
+ *   LogoutRequest for exactly the session this browser had.
+ * - `<base>/.warren/saml/logout?slo=…` is the IdP-initiated leg: the control plane verified the
+ *   IdP's LogoutRequest and bounces the browser here with a sealed 60 s token; the cookie is
+ *   cleared and the browser goes back to `<logout_url>?bounce=<the same token>` (never anywhere
+ *   the token could name: `logout_url` is config), where the control plane answers the IdP.
+ *   An invalid or expired token still clears the cookie, with a 400 (7112) page.
+ * Sessions are stateless cookies: single logout ends the session in this browser only. A copy of
+ * the cookie elsewhere stays valid until it expires (`maximum_duration`, `inactivity_timeout`).
  *
  * Pushed config (services/control-plane/src/config-push/dataplane.ts): the module as stored
- * without its SP signing key, plus `handoff_secret` (HKDF of that key) and `login_url`.
+ * without its SP signing key, plus `handoff_secret` (HKDF of that key), `login_url`, and
+ * `logout_url` and `single_logout` (absent from control planes older than single logout).
  */
 
 interface SamlModule extends SignInModuleFields {
   handoff_secret?: string;
   login_url?: string;
+  /** The control plane's `…/saml/<route id>/logout`: both single logout hand-offs go there. */
+  logout_url?: string;
+  /** The IdP's metadata lists a single logout endpoint the control plane can send a LogoutRequest to. */
+  single_logout?: boolean;
 }
 
 export interface SamlOptions {
@@ -46,11 +66,14 @@ export function createSamlStage(opts: SamlOptions = {}): StageFactory {
     const secret = m.handoff_secret ?? '';
     const loginUrl = m.login_url ?? '';
     if (!secret || !loginUrl) throw new Error('saml: the control plane sent no hand-off secret or login URL for this route (is it older than this ingress?)');
+    const logoutUrl = m.logout_url ?? '';
     try {
       new URL(loginUrl);
+      if (logoutUrl) new URL(logoutUrl);
     } catch {
-      throw new Error('saml: the login URL is not a URL');
+      throw new Error('saml: the login or logout URL is not a URL');
     }
+    const base = routeBase(route);
     const policy: SessionPolicy = { maximumDuration: m.maximum_duration ?? 0, inactivityTimeout: m.inactivity_timeout ?? 0 };
     const handoffKey = samlHandoffKey(secret, route.id);
     return signInGate({
@@ -76,7 +99,24 @@ export function createSamlStage(opts: SamlOptions = {}): StageFactory {
           const h = openSamlHandoff(handoffKey, url.searchParams.get('handoff'), Math.floor(nowMs() / 1000));
           if (!h) throw new Error('the sign-in hand-off is missing, expired or not authentic');
           if (h.st !== login.state || h.cb !== redirectUri) throw new Error('the sign-in hand-off belongs to another sign-in');
-          return { sub: h.sub, email: h.email, name: h.name };
+          return { sub: h.sub, email: h.email, name: h.name, ...(h.slo ? { slo: h.slo } : {}) };
+        },
+        logout: async (s, url, session, origin) => {
+          const now = Math.floor(nowMs() / 1000);
+          const bounce = url.searchParams.get('slo');
+          if (bounce !== null) {
+            // IdP-initiated: back to the control plane, which answers the IdP.
+            if (!logoutUrl || !openSamlLogoutBounce(handoffKey, bounce, now)) {
+              return moduleError(s, 7112, 'the single logout hand-off from the control plane is missing, expired or not authentic: this browser is signed out of this route, but the identity provider gets no answer from it');
+            }
+            const back = new URL(logoutUrl);
+            back.searchParams.set('bounce', bounce);
+            return back;
+          }
+          if (!logoutUrl || m.single_logout !== true || !session) return null;
+          const next = new URL(logoutUrl);
+          next.searchParams.set('token', sealSamlLogoutHandoff(handoffKey, { sub: session.sub, ...(session.slo ? { slo: session.slo } : {}), ret: `${origin}${base}/`, exp: now + SAML_LOGOUT_SECONDS }));
+          return next;
         },
       },
     });

@@ -29,7 +29,8 @@ export interface DpRoute {
    * `webhook_verification`, `oauth`, `saml`, `oidc`, `websocket_tcp_converter`,
    * `user_agent_filter`), secrets included. `backend` is `{ enabled, backend_id }`. `saml` is
    * the stored module without its SP signing key pair, plus `handoff_secret` (derived from that
-   * key; sealed.ts `samlHandoffKey`) and `login_url` (the control plane's `/saml/<route id>/login`).
+   * key; sealed.ts `samlHandoffKey`), `login_url` and `logout_url` (the control plane's
+   * `/saml/<route id>/login` and `/logout`) and `single_logout` (the IdP has a single logout endpoint).
    */
   modules: Record<string, unknown>;
   /** The backend module's tunnel group backend id when the module is set and enabled. */

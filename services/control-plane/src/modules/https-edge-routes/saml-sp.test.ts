@@ -2,10 +2,12 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { once } from 'node:events';
 import express from 'express';
+import { DOMParser } from '@xmldom/xmldom';
+import { SignedXml } from 'xml-crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createLogger, openSamlHandoff, samlHandoffKey, unseal } from '@warren/shared';
 import { newSamlKey, TestSamlIdp } from '../../../../../test/support/saml-idp.js';
-import { acceptResponse, MAX_RELAY_STATE_CHARS, SamlRefused, spMetadata, startLogin, type ReplayStore, type SpContext } from './saml-sp.js';
+import { acceptResponse, decryptionKey, MAX_RELAY_STATE_CHARS, SamlRefused, spMetadata, startLogin, type ReplayStore, type SpContext } from './saml-sp.js';
 import { createSamlRouter, onEdge } from './saml.http.js';
 import { newSamlSigningKey, parseIdpMetadata, samlForDataplane, samlHandoffSecret, samlRelayKey, type StoredSaml } from './saml.js';
 
@@ -95,7 +97,12 @@ describe('saml SP', () => {
       attributes: { email: ['alice@example.test'], displayName: ['Alice Example'] },
     });
     const ok = await acceptResponse(ctx(), res, relay, Date.now(), memoryReplay());
-    expect(ok).toEqual({ identity: { sub: 'u-1', email: 'alice@example.test', name: 'Alice Example' }, relay: { state: STATE, callbackUrl: CALLBACK }, target: null });
+    expect(ok).toEqual({
+      identity: { sub: 'u-1', email: 'alice@example.test', name: 'Alice Example' },
+      logout: { f: 'urn:oasis:names:tc:SAML:2.0:nameid-format:persistent', si: expect.stringMatching(/^_s/) },
+      relay: { state: STATE, callbackUrl: CALLBACK },
+      target: null,
+    });
   });
 
   it('refuses a bad signature, a tampered assertion and an unsigned one', async () => {
@@ -194,12 +201,128 @@ describe('saml SP', () => {
     expect((await acceptResponse(c, memberOf, relay, Date.now(), memoryReplay())).identity.sub).toBe('alice');
   });
 
+  it('accepts an encrypted assertion (signed, then encrypted to the SP certificate) and applies every check to it', async () => {
+    const cert = module.signing.certificate_pem;
+    for (const enc of [
+      { cert },
+      { cert, algorithm: 'http://www.w3.org/2001/04/xmlenc#aes256-cbc', digest: 'sha256' },
+      { cert, algorithm: 'http://www.w3.org/2009/xmlenc11#aes128-gcm' },
+      { cert, algorithm: 'http://www.w3.org/2001/04/xmlenc#aes128-cbc' },
+    ] as const) {
+      const { id, relay } = await login();
+      const res = await idp.encryptedResponse({ acs: ACS, audience: ENTITY, inResponseTo: id, nameId: 'enc-1', sessionIndex: '_sess1', attributes: { email: ['enc@example.test'] } }, enc);
+      expect(Buffer.from(res, 'base64').toString()).toContain('<saml:EncryptedAssertion><xenc:EncryptedData');
+      expect(Buffer.from(res, 'base64').toString()).not.toContain('enc@example.test');
+      const ok = await acceptResponse(ctx(), res, relay, Date.now(), memoryReplay());
+      expect(ok).toMatchObject({ identity: { sub: 'enc-1', email: 'enc@example.test' }, relay: { state: STATE, callbackUrl: CALLBACK }, logout: { si: '_sess1', f: 'urn:oasis:names:tc:SAML:2.0:nameid-format:persistent' } });
+    }
+    // an unsigned assertion is accepted only inside a signed Response
+    {
+      const { id, relay } = await login();
+      const res = await idp.encryptedResponse({ acs: ACS, audience: ENTITY, inResponseTo: id, nameId: 'enc-2', unsigned: true, signResponse: true }, { cert });
+      expect((await acceptResponse(ctx(), res, relay, Date.now(), memoryReplay())).identity.sub).toBe('enc-2');
+      const bare = await idp.encryptedResponse({ acs: ACS, audience: ENTITY, inResponseTo: id, unsigned: true }, { cert });
+      const r = await refusal(acceptResponse(ctx(), bare, relay, Date.now(), memoryReplay()));
+      expect(r.code).toBe(7111);
+      expect(r.message).toMatch(/could not be decrypted .* or neither it nor the Response carries a valid signature/);
+    }
+    // the checks of the decrypted assertion: audience, recipient, InResponseTo, time, replay
+    const { id, relay } = await login();
+    const other = await login();
+    const cases: Array<[Parameters<TestSamlIdp['response']>[0], RegExp]> = [
+      [{ acs: ACS, audience: 'https://other.example/sp', inResponseTo: id }, /audience/i],
+      [{ acs: ACS, audience: ENTITY, inResponseTo: id, recipient: 'https://evil.test/acs' }, /Recipient/],
+      [{ acs: ACS, audience: ENTITY, inResponseTo: other.id }, /another sign-in request/],
+      [{ acs: ACS, audience: ENTITY, inResponseTo: id, notBeforeMs: -600_000, notOnOrAfterMs: -120_000, issueInstantMs: -600_000 }, /expired/],
+      [{ acs: ACS, audience: ENTITY, inResponseTo: id, issuer: 'https://other-idp.test' }, /issuer/],
+      [{ acs: ACS, audience: ENTITY, inResponseTo: id, signer: await newSamlKey('evil') }, /could not be decrypted .* valid signature/],
+    ];
+    for (const [o, msg] of cases) expect((await refusal(acceptResponse(ctx(), await idp.encryptedResponse(o, { cert }), relay, Date.now(), memoryReplay()))).message).toMatch(msg);
+    const replay = memoryReplay();
+    const once = await idp.encryptedResponse({ acs: ACS, audience: ENTITY, inResponseTo: id }, { cert });
+    await acceptResponse(ctx(), once, relay, Date.now(), replay);
+    expect((await refusal(acceptResponse(ctx(), once, relay, Date.now(), replay))).message).toMatch(/replay/);
+  });
+
+  it('refuses an assertion encrypted to another key, tampered ciphertext, 3DES, and two assertions: 400 with one message, never a crash', async () => {
+    const { id, relay } = await login();
+    const cert = module.signing.certificate_pem;
+    const uniform = /^the encrypted assertion could not be decrypted with this service's key, or neither it nor the Response carries a valid signature of the IdP$/;
+    const otherKey = await newSamlKey('other sp');
+    const wrongKey = await idp.encryptedResponse({ acs: ACS, audience: ENTITY, inResponseTo: id }, { cert: otherKey.cert });
+    // a byte of the encrypted content key changed
+    const flip = (x: string) => x.replace(/<e:CipherValue>([A-Za-z0-9+/]{40})/, (_m, v: string) => `<e:CipherValue>${v.slice(0, 30)}${v[30] === 'A' ? 'B' : 'A'}${v.slice(31)}`);
+    // a byte of the content ciphertext changed
+    const flipContent = (x: string) => {
+      const i = x.lastIndexOf('<xenc:CipherValue>') + '<xenc:CipherValue>'.length + 40;
+      return x.slice(0, i) + (x[i] === 'A' ? 'B' : 'A') + x.slice(i + 1);
+    };
+    const cases = [
+      wrongKey,
+      await idp.encryptedResponse({ acs: ACS, audience: ENTITY, inResponseTo: id, tamper: flipContent }, { cert }),
+      await idp.encryptedResponse({ acs: ACS, audience: ENTITY, inResponseTo: id, tamper: flipContent }, { cert, algorithm: 'http://www.w3.org/2001/04/xmlenc#aes256-cbc' }),
+      await idp.encryptedResponse({ acs: ACS, audience: ENTITY, inResponseTo: id, tamper: flip }, { cert }),
+      await idp.encryptedResponse({ acs: ACS, audience: ENTITY, inResponseTo: id, signResponse: true, tamper: flipContent }, { cert, algorithm: 'http://www.w3.org/2001/04/xmlenc#aes128-cbc' }),
+      await idp.encryptedResponse({ acs: ACS, audience: ENTITY, inResponseTo: id, tamper: (x) => x.replace(/<xenc:CipherValue>[^<]*<\/xenc:CipherValue>\s*<\/xenc:CipherData>\s*<\/xenc:EncryptedData>\s*<\/saml:EncryptedAssertion>/, '<xenc:CipherValue>AAAA</xenc:CipherValue></xenc:CipherData></xenc:EncryptedData></saml:EncryptedAssertion>') }, { cert }),
+    ];
+    for (const res of cases) {
+      expect(Buffer.from(res, 'base64').toString()).toContain('EncryptedAssertion');
+      const r = await refusal(acceptResponse(ctx(), res, relay, Date.now(), memoryReplay()));
+      expect(r.code).toBe(7111);
+      expect(r.message).toMatch(uniform);
+    }
+    const tdes = await idp.encryptedResponse({ acs: ACS, audience: ENTITY, inResponseTo: id }, { cert, algorithm: 'http://www.w3.org/2001/04/xmlenc#tripledes-cbc' });
+    expect((await refusal(acceptResponse(ctx(), tdes, relay, Date.now(), memoryReplay()))).message).toMatch(/algorithm this service does not accept \(http:\/\/www.w3.org\/2001\/04\/xmlenc#tripledes-cbc\)/);
+    const one = Buffer.from(await idp.encryptedResponse({ acs: ACS, audience: ENTITY, inResponseTo: id }, { cert }), 'base64').toString();
+    const enc = /<saml:EncryptedAssertion>[\s\S]*<\/saml:EncryptedAssertion>/.exec(one)![0];
+    const two = Buffer.from(one.replace(enc, enc + enc)).toString('base64');
+    expect((await refusal(acceptResponse(ctx(), two, relay, Date.now(), memoryReplay()))).code).toBe(7111);
+    const mixed = Buffer.from(one.replace(enc, enc + Buffer.from(idp.response({ acs: ACS, audience: ENTITY, inResponseTo: id }), 'base64').toString().match(/<saml:Assertion[\s\S]*<\/saml:Assertion>/)![0])).toString('base64');
+    expect((await refusal(acceptResponse(ctx(), mixed, relay, Date.now(), memoryReplay()))).code).toBe(7111);
+  });
+
+  it('decrypts only with an RSA key; an EC key pair gets no encryption certificate in the metadata', async () => {
+    expect(decryptionKey(module)).toBe(module.signing.private_key_pem);
+    const { generateKeyPairSync } = await import('node:crypto');
+    const ec = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
+    expect(decryptionKey({ ...module, signing: { ...module.signing, private_key_pem: ec } })).toBeUndefined();
+    const { id, relay } = await login();
+    const res = await idp.encryptedResponse({ acs: ACS, audience: ENTITY, inResponseTo: id }, { cert: module.signing.certificate_pem });
+    expect((await refusal(acceptResponse(ctx({ signing: { ...module.signing, private_key_pem: ec } }), res, relay, Date.now(), memoryReplay()))).message).toMatch(/not an RSA key/);
+  });
+
   it('serves SP metadata with the ACS, SLO and signing certificate', () => {
     const xml = spMetadata(ctx());
     expect(xml).toContain(`entityID="${ENTITY}"`);
     expect(xml).toContain(`Location="${ACS}"`);
     expect(xml).toContain(`${BASE}/saml/${ROUTE}/slo`);
     expect(xml).toContain(module.signing.certificate_pem.replace(/-----[^-]+-----/g, '').replace(/\s+/g, '').slice(0, 60));
+    // the same (RSA) certificate as the encryption key, with the content algorithms we decrypt
+    expect(xml).toMatch(/<KeyDescriptor use="signing">/);
+    expect(xml).toMatch(/<KeyDescriptor use="encryption">[\s\S]*<EncryptionMethod Algorithm="http:\/\/www.w3.org\/2009\/xmlenc11#aes256-gcm"\/>/);
+  });
+
+  it('signs the SP metadata with the SP key (enveloped, RSA-SHA256, first child of the EntityDescriptor)', async () => {
+    const xml = spMetadata(ctx());
+    const doc = new DOMParser().parseFromString(xml, 'text/xml');
+    const root = doc.documentElement!;
+    const first = Array.from(root.childNodes).find((n) => n.nodeType === 1) as unknown as { localName: string; namespaceURI: string };
+    expect(first).toMatchObject({ localName: 'Signature', namespaceURI: 'http://www.w3.org/2000/09/xmldsig#' });
+    const verify = (cert: string, text: string) => {
+      const sig = new SignedXml({ publicCert: cert });
+      sig.loadSignature(first as never);
+      try {
+        return sig.checkSignature(text);
+      } catch {
+        return false;
+      }
+    };
+    expect(xml).toContain('<SignatureMethod Algorithm="http://www.w3.org/2001/04/xmldsig-more#rsa-sha256"/>');
+    expect(verify(module.signing.certificate_pem, xml)).toBe(true);
+    const altered = xml.replace(`Location="${ACS}"`, 'Location="https://evil.test/acs"');
+    expect(altered).not.toBe(xml);
+    expect(verify(module.signing.certificate_pem, altered)).toBe(false);
+    expect(verify((await newSamlKey()).cert, xml)).toBe(false);
   });
 
   it('pushes a derived hand-off secret, never the private key', () => {

@@ -110,23 +110,44 @@ export function samlRelayKey(privateKeyPem: string, routeId: string): Buffer {
 
 /**
  * The saml module as pushed to ingress nodes: the stored module without the SP signing key pair,
- * plus `handoff_secret` and `login_url` (under the control plane's public base URL; absent when
- * the reader was given none, and the ingress then refuses the route with 503).
+ * plus `handoff_secret`, `login_url` and `logout_url` (under the control plane's public base URL;
+ * absent when the reader was given none, and the ingress then refuses the route with 503), and
+ * `single_logout`: whether the IdP's metadata has a single logout endpoint we can send a
+ * LogoutRequest to (HTTP-Redirect binding), i.e. whether the edge's logout path continues there.
  */
 export function samlForDataplane(stored: StoredSaml, routeId: string, baseUrl: string | undefined): Record<string, unknown> {
   const { signing, ...rest } = stored;
   const out: Record<string, unknown> = { ...rest, handoff_secret: signing?.private_key_pem ? samlHandoffSecret(signing.private_key_pem, routeId) : '' };
-  if (baseUrl) out.login_url = `${baseUrl}/saml/${routeId}/login`;
+  if (baseUrl) {
+    out.login_url = `${baseUrl}/saml/${routeId}/login`;
+    out.logout_url = `${baseUrl}/saml/${routeId}/logout`;
+  }
+  let singleLogout = false;
+  try {
+    singleLogout = parseIdpMetadata(stored.idp_metadata).sloRedirect !== null;
+  } catch {
+    // an unusable idp_metadata: sign-in fails at the control plane with the reason
+  }
+  out.single_logout = singleLogout;
   return out;
 }
 
 // ---------------------------------------------------------------- IdP metadata
+
+/** A SingleLogoutService: where requests go, and responses (`ResponseLocation`, else `Location`). */
+export interface LogoutEndpoint {
+  location: string;
+  responseLocation: string;
+}
 
 export interface IdpInfo {
   entityId: string;
   /** SingleSignOnService locations by binding. */
   ssoRedirect: string | null;
   ssoPost: string | null;
+  /** SingleLogoutService endpoints by binding (we send logout messages only with HTTP-Redirect). */
+  sloRedirect: LogoutEndpoint | null;
+  sloPost: LogoutEndpoint | null;
   /** Signing certificates (PEM). */
   certs: string[];
 }
@@ -145,8 +166,9 @@ function descendants(el: XmlElement, ns: string, local: string, out: XmlElement[
 
 /**
  * What the SP needs from `idp_metadata` (already checked by `checkIdpMetadata` when stored): the
- * entity id, the SSO endpoints and the signing certificates (KeyDescriptors with `use="signing"`
- * or no `use`). Throws with a reason when the IdP cannot be used.
+ * entity id, the SSO and SLO endpoints (http(s) URLs only; the first of each binding) and the
+ * signing certificates (KeyDescriptors with `use="signing"` or no `use`). Throws with a reason
+ * when the IdP cannot be used.
  */
 export function parseIdpMetadata(xml: string): IdpInfo {
   const problem = checkIdpMetadata(xml);
@@ -164,6 +186,16 @@ export function parseIdpMetadata(xml: string): IdpInfo {
     if (binding === HTTP_REDIRECT) ssoRedirect ??= loc;
     if (binding === HTTP_POST) ssoPost ??= loc;
   }
+  let sloRedirect: LogoutEndpoint | null = null;
+  let sloPost: LogoutEndpoint | null = null;
+  for (const s of childElements(idp).filter((c) => isMd(c, 'SingleLogoutService'))) {
+    const loc = s.getAttribute('Location');
+    const resp = s.getAttribute('ResponseLocation') || loc;
+    if (!loc || !resp || !/^https?:\/\//i.test(loc) || !/^https?:\/\//i.test(resp)) continue;
+    const binding = s.getAttribute('Binding');
+    if (binding === HTTP_REDIRECT) sloRedirect ??= { location: loc, responseLocation: resp };
+    if (binding === HTTP_POST) sloPost ??= { location: loc, responseLocation: resp };
+  }
   const certs: string[] = [];
   for (const kd of childElements(idp).filter((c) => isMd(c, 'KeyDescriptor'))) {
     const use = kd.getAttribute('use');
@@ -175,5 +207,5 @@ export function parseIdpMetadata(xml: string): IdpInfo {
   }
   if (!ssoRedirect && !ssoPost) throw new Error('idp_metadata: the IDPSSODescriptor has no SingleSignOnService with the HTTP-Redirect or HTTP-POST binding');
   if (certs.length === 0) throw new Error('idp_metadata: the IDPSSODescriptor has no signing certificate (KeyDescriptor with an X509Certificate)');
-  return { entityId: root.getAttribute('entityID')!, ssoRedirect, ssoPost, certs };
+  return { entityId: root.getAttribute('entityID')!, ssoRedirect, ssoPost, sloRedirect, sloPost, certs };
 }
