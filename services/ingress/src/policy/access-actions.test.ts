@@ -137,6 +137,20 @@ describe('restrict-ips', () => {
     expect(c.allow!.ipv6!.check('2001:db8::1', 'ipv6')).toBe(true);
     expect(c.allow!.ipv4!.check('2001:db8::1', 'ipv6')).toBe(false);
   });
+
+  it('builds a list repeated in many actions once, and no BlockList per CIDR until matched_cidr is read (review)', async () => {
+    // YAML aliases let 20 KB of policy repeat a 1000-CIDR list in 100 actions: one BlockList per
+    // CIDR and per action took ~1 s and ~120 MB to compile on every ingress node.
+    const cidrs = Array.from({ length: 1000 }, (_, i) => `10.${i >> 8}.${i & 255}.0/24`);
+    const a = compileRestrictIps({ enforce: true, allow: [], deny: cidrs });
+    const b = compileRestrictIps({ enforce: false, allow: [], deny: [...cidrs] });
+    expect(b.deny).toBe(a.deny);
+    expect(a.deny!.each.every((e) => e.list === null)).toBe(true);
+    const s = stage({ inbound: [{ actions: [{ type: 'restrict-ips', config: { enforce: false, deny: cidrs } }] }, showIps] });
+    const r = request({ ip: '10.3.231.9' });
+    expect(await run(s, r)).toBeNull();
+    expect(seen(r)).toEqual(['deny', '10.3.231.0/24']);
+  });
 });
 
 const SECRET = 'correct horse battery';

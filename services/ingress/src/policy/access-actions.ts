@@ -35,7 +35,8 @@ import { actionsOf } from './activation.js';
 interface CidrSet {
   ipv4: BlockList | null;
   ipv6: BlockList | null;
-  each: { cidr: string; family: 'ipv4' | 'ipv6'; list: BlockList }[];
+  /** `list`: that CIDR alone, made on the first lookup of which matched (one BlockList per CIDR costs memory and time). */
+  each: { cidr: string; family: 'ipv4' | 'ipv6'; list: BlockList | null }[];
 }
 
 export interface CompiledRestrictIps {
@@ -54,16 +55,27 @@ export interface CompiledBasicAuth {
   challenge: string;
 }
 
+/**
+ * Sets already built, by their CIDRs: a policy may repeat one list in many actions (YAML aliases
+ * make 100 copies of a 1000-CIDR list cost 20 KB of text), built once. Bounded; the sets are
+ * never changed once built (apart from `each[].list`, made on demand), so actions may share one.
+ */
+const builtSets = new Map<string, CidrSet>();
+const BUILT_SETS_MAX = 256;
+
 function cidrSet(cidrs: string[]): CidrSet | null {
   if (cidrs.length === 0) return null;
+  const key = cidrs.join(',');
+  const built = builtSets.get(key);
+  if (built) return built;
   const set: CidrSet = { ipv4: null, ipv6: null, each: [] };
   for (const cidr of cidrs) {
     const family = cidr.includes(':') ? 'ipv6' : 'ipv4';
     addCidr((set[family] ??= new BlockList()), cidr);
-    const list = new BlockList();
-    addCidr(list, cidr);
-    set.each.push({ cidr, family, list });
+    set.each.push({ cidr, family, list: null });
   }
+  if (builtSets.size >= BUILT_SETS_MAX) builtSets.delete(builtSets.keys().next().value!);
+  builtSets.set(key, set);
   return set;
 }
 
@@ -78,7 +90,11 @@ export function compileRestrictIps(c: RestrictIpsAction['config']): CompiledRest
 
 /** The first CIDR of `set` holding `addr` (`''` if none: cannot happen after `has` said yes). */
 function firstMatch(set: CidrSet, addr: SocketAddress, family: 'ipv4' | 'ipv6'): string {
-  for (const e of set.each) if (e.family === family && e.list.check(addr)) return e.cidr;
+  for (const e of set.each) {
+    if (e.family !== family) continue;
+    if (!e.list) addCidr((e.list = new BlockList()), e.cidr);
+    if (e.list.check(addr)) return e.cidr;
+  }
   return '';
 }
 

@@ -76,6 +76,15 @@ inbound:
     expect(fails(rip({ allow: many(max / 2 + 1), deny: many(max / 2, 11) })).message).toBe(`${P}: allow and deny may hold at most ${max} CIDRs together, got ${max + 1}`);
   });
 
+  it("charges its checks to the policy's cost: a 1000-CIDR list aliased into hundreds of actions is refused (review)", () => {
+    const cidrs = Array.from({ length: 1000 }, (_, i) => `10.${i >> 8}.${i & 255}.0/24`).join(', ');
+    // Each anchor may be aliased up to 99 times (the YAML alias bound): 3 x 100 actions.
+    const rule = (n: number) => `  - actions: [{type: restrict-ips, config: {enforce: false, deny: &c${n} [${cidrs}]}}${`, {type: restrict-ips, config: {enforce: false, deny: *c${n}}}`.repeat(99)}]\n`;
+    expect(parseTrafficPolicy(`inbound:\n${rule(0)}`).inbound[0]!.actions).toHaveLength(100);
+    const e = fails(`inbound:\n${rule(0)}${rule(1)}${rule(2)}`);
+    expect(e.message).toMatch(/restrict-ips: checking the client address against 1000 CIDRs is estimated at .* more than the 5\.00 ms allowed for a policy/);
+  });
+
   it('declares the result variables (and the deny-only example of the docs type-checks)', () => {
     for (const e of [
       "actions.ngrok.restrict_ips.action == 'deny'",

@@ -1,7 +1,7 @@
 import { parseDocument } from 'yaml';
 import { parseDurationNs } from './duration.js';
 import { CelCompileError, compileExpression, parseTemplate, withPolicyRegexBudget, type CelProgram } from './cel.js';
-import { parseBasicAuthConfig, parseRestrictIpsConfig } from './access-actions.js';
+import { parseBasicAuthConfig, parseRestrictIpsConfig, restrictIpsCost } from './access-actions.js';
 import { checkVarNames, parseLogConfig, parseSetVarsConfig } from './var-actions.js';
 import { parseRedirectConfig, parseUrlRewriteConfig, type UrlActionWork } from './url-actions.js';
 import { CostEstimateError, DFA_EXPLORE_STEPS, estimateCost, formatCost, MAX_EXPRESSION_COST, MAX_POLICY_COST, type PolicyHeaderGrowth } from './cost.js';
@@ -273,8 +273,12 @@ function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: strin
       });
       return { type, config: { headers } };
     }
-    case 'restrict-ips':
-      return { type, config: parseRestrictIpsConfig(raw, path, direction) };
+    case 'restrict-ips': {
+      const config = parseRestrictIpsConfig(raw, path, direction);
+      const n = config.allow.length + config.deny.length;
+      g.work.push({ path, what: `restrict-ips: checking the client address against ${n} CIDR${n === 1 ? '' : 's'} is`, cost: () => restrictIpsCost(config) });
+      return { type, config };
+    }
     case 'basic-auth':
       return { type, config: parseBasicAuthConfig(raw, path, direction) };
     case 'set-vars':

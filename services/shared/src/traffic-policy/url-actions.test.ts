@@ -84,6 +84,21 @@ describe('url-rewrite / redirect templates', () => {
     expect(apply("(${getReqHeader('x-v')[0]})", '<$1>', 'https://h/x[a-z](y', ['x-v', '[a-z]('])?.url).toBe('https://h/x<[a-z](>y');
   });
 
+  it('a value in from never changes the pattern: digits and commas after { are no repeat count (review)', () => {
+    // Quoting alone leaves `1,400` as it is: `(a|[^z]){${…}}` became `(a|[^z]){1,400}`, a pattern
+    // the cost check refuses when written (~130 ms) but accepted here as a literal `{`.
+    const from = "(a|[^z]){${getReqHeader('x-v')[0]}}";
+    expect(apply(from, 'R', 'https://h/aaaa', ['x-v', '3'])).toBeNull();
+    expect(apply(from, 'R', 'https://h/a{3}', ['x-v', '3'])?.url).toBe('https://h/R');
+    expect(apply("x${getReqHeader('x-v')[0]}+", '_', 'https://h/xabab', ['x-v', 'ab'])?.url).toBe('https://h/_');
+    const t = compileUrlTemplate('inbound', from, 'R');
+    const run = () => applyUrlTemplate(t, `https://h/${'a'.repeat(4000)}`, () => '1,400');
+    expect(run()).toBeNull();
+    // A trailing repeat applies to the whole value, and the estimate counts it so.
+    const cost = (from: string) => urlTemplateCost(compileUrlTemplate('inbound', from, 'R'));
+    expect(cost('x${req.method}{19}')).toBeGreaterThan(cost('x(?:${req.method}){19}') * 0.9);
+  });
+
   it('refuses at run time: too long a URL or result, too many matches, too much text in from', () => {
     const err = (fn: () => unknown) => {
       try {

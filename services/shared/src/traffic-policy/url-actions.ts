@@ -291,7 +291,9 @@ function dynamicPattern(from: Extract<UrlFrom, { kind: 'dynamic' }>, evaluate: (
     inserted += text.length;
     if (inserted > URL_ACTION_LIMITS.fromInterpolatedChars)
       throw new UrlActionRuntimeError('invalid_pattern', `from: the \${…} values are over ${URL_ACTION_LIMITS.fromInterpolatedChars} characters together`);
-    pattern += RE2JS.quote(text);
+    // In a group, as the structure check had `(?:)`: quoting leaves digits and commas as they
+    // are, so `{${…}}` would otherwise become a repeat count the cost check never saw.
+    pattern += `(?:${RE2JS.quote(text)})`;
   }
   try {
     return cachedRegex(pattern);
@@ -413,7 +415,7 @@ export function urlTemplateCost(t: UrlTemplate): number {
   if (from.kind === 'static') info = regexCostInfo((re = from.re), NO_DFA_EXPLORATION, NEVER_SMALL);
   else {
     const holes = from.parts.filter((p) => typeof p !== 'string').length;
-    const fill = 'x'.repeat(Math.floor(URL_ACTION_LIMITS.fromInterpolatedChars / holes));
+    const fill = `(?:${'x'.repeat(Math.floor(URL_ACTION_LIMITS.fromInterpolatedChars / holes))})`; // as dynamicPattern inserts it
     const filled = from.parts.map((p) => (typeof p === 'string' ? p : fill)).join('');
     try {
       info = regexCostInfo((re = compileRegex(filled)), NO_DFA_EXPLORATION, NEVER_SMALL);
