@@ -158,6 +158,20 @@ describe('saml single logout at the edge', () => {
     expect((await logout(idle, session({ exp: now - 1 }))).out!.status).toBe(200);
   });
 
+  it('a logout navigated to from another site (Sec-Fetch-Site cross-site or same-site) clears the cookie here but does not start single logout at the IdP', async () => {
+    const st = stage(SLO_MOD);
+    for (const site of ['cross-site', 'same-site']) {
+      const { out } = await run(st, { url: '/.warren/saml/logout', headers: [...html, 'Sec-Fetch-Site', site, 'Cookie', `__Host-warren.saml=${session()}`] });
+      expect(out!.status).toBe(200);
+      expect(out!.headers!['set-cookie']).toBe(cleared);
+      expect(String(out!.body)).toContain('<h1>Signed out</h1>');
+    }
+    for (const site of ['same-origin', 'none']) {
+      const { out } = await run(st, { url: '/.warren/saml/logout', headers: [...html, 'Sec-Fetch-Site', site, 'Cookie', `__Host-warren.saml=${session()}`] });
+      expect(out!.status).toBe(302);
+    }
+  });
+
   it('no session, an IdP without single logout, or a control plane that sends no logout_url: the signed-out page', async () => {
     for (const [mod, cookie] of [
       [SLO_MOD, undefined],

@@ -114,6 +114,13 @@ export function createSamlStage(opts: SamlOptions = {}): StageFactory {
             return back;
           }
           if (!logoutUrl || m.single_logout !== true || !session) return null;
+          // The logout path is a GET, so another site can navigate a browser to it. That clears
+          // this route's cookie (as before), but must not also sign the user out of every app
+          // behind the IdP: single logout starts only from this origin, the address bar (`none`),
+          // or a browser that sends no Fetch Metadata. `same-site` is refused too: other tenants'
+          // edges may share the registrable domain.
+          const site = s.req.headers['sec-fetch-site'];
+          if (site !== undefined && site !== 'same-origin' && site !== 'none') return null;
           const next = new URL(logoutUrl);
           next.searchParams.set('token', sealSamlLogoutHandoff(handoffKey, { sub: session.sub, ...(session.slo ? { slo: session.slo } : {}), ret: `${origin}${base}/`, exp: now + SAML_LOGOUT_SECONDS }));
           return next;
