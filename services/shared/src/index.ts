@@ -11,4 +11,5 @@ export * from './muxado/index.js';
 export * from './backoff.js';
 export * from './user-agent.js';
 export * from './cidr.js';
+export * from './webhook-providers.js';
 export * from './events/types.js';

@@ -14,17 +14,31 @@ import { enabledModule, rawHeader, removeRawHeaders, setRawHeader } from './comm
  * `Content-Length` and `Accept-Ranges` and weakens a strong `ETag`. Every response it could
  * compress gets `Vary: Accept-Encoding`, compressed or not (its representation depends on it).
  * Levels favour speed: gzip 5, brotli quality 4.
+ *
+ * The traffic policy's `compress-response` action (`../policy/body-actions.ts`) reuses these
+ * rules with its own list of codings (deflate too); a response it compresses already carries its
+ * `Content-Encoding` when this stage sees it, and `claimCompression` keeps the two from ever
+ * compressing one response twice.
  */
 
 export const MIN_LENGTH = 1024;
 
-export type Coding = 'br' | 'gzip';
+export type Coding = 'br' | 'gzip' | 'deflate';
 
-/** The coding to use for an `Accept-Encoding` value, or null for none (identity). */
-export function negotiateEncoding(acceptEncoding: string | undefined): Coding | null {
+/** Codings by preference when the client weighs them equally. */
+const PREFERENCE: readonly Coding[] = ['br', 'gzip', 'deflate'];
+const MODULE_CODINGS: readonly Coding[] = ['br', 'gzip'];
+
+/**
+ * The coding to use for an `Accept-Encoding` value, or null for none (identity): the one of
+ * `allowed` with the highest q-value, brotli then gzip then deflate on equal q. The module offers
+ * brotli and gzip; the traffic policy's compress-response action the codings it lists.
+ */
+export function negotiateEncoding(acceptEncoding: string | undefined, allowed: readonly Coding[] = MODULE_CODINGS): Coding | null {
   if (!acceptEncoding) return null;
   let br: number | undefined;
   let gzip: number | undefined;
+  let deflate: number | undefined;
   let star: number | undefined;
   for (const item of acceptEncoding.split(',')) {
     const parts = item.split(';');
@@ -39,12 +53,13 @@ export function negotiateEncoding(acceptEncoding: string | undefined): Coding | 
     }
     if (coding === 'br') br = Math.max(br ?? 0, q);
     else if (coding === 'gzip' || coding === 'x-gzip') gzip = Math.max(gzip ?? 0, q);
+    else if (coding === 'deflate') deflate = Math.max(deflate ?? 0, q);
     else if (coding === '*') star = q;
   }
-  const qbr = br ?? star ?? 0;
-  const qgz = gzip ?? star ?? 0;
-  if (qbr <= 0 && qgz <= 0) return null;
-  return qbr >= qgz ? 'br' : 'gzip';
+  const qs: Record<Coding, number> = { br: br ?? star ?? 0, gzip: gzip ?? star ?? 0, deflate: deflate ?? star ?? 0 };
+  let best: Coding | null = null;
+  for (const c of PREFERENCE) if (allowed.includes(c) && qs[c] > 0 && (best === null || qs[c] > qs[best])) best = c;
+  return best;
 }
 
 const INCOMPRESSIBLE_PREFIXES = ['image/', 'audio/', 'video/', 'font/woff'];
@@ -91,7 +106,7 @@ export function compressibleResponse(s: RequestState, r: ResponseState): boolean
 
 const NO_TRANSFORM_RE = /(^|,)\s*no-transform\s*(,|$)/i;
 
-function addVary(h: string[]): void {
+export function addVary(h: string[]): void {
   const vary = rawHeader(h, 'vary');
   if (!vary) {
     h.push('Vary', 'Accept-Encoding');
@@ -104,8 +119,34 @@ function addVary(h: string[]): void {
 
 const DROP = new Set(['content-length', 'accept-ranges', 'content-encoding']);
 
+/**
+ * Edits a response head for a body about to be compressed with `coding`: sets `Content-Encoding`,
+ * drops `Content-Length` and `Accept-Ranges`, weakens a strong `ETag`. Returns what
+ * `createCompressor` needs (the length it had, whether it is text).
+ */
+export function encodeHead(h: string[], coding: Coding): { contentLength: number | undefined; text: boolean } {
+  const len = rawHeader(h, 'content-length');
+  const type = (rawHeader(h, 'content-type') ?? '').toLowerCase();
+  const etag = rawHeader(h, 'etag');
+  removeRawHeaders(h, DROP);
+  h.push('Content-Encoding', coding);
+  if (etag && !etag.startsWith('W/')) setRawHeader(h, 'ETag', `W/${etag}`);
+  return { contentLength: len === undefined ? undefined : Number(len), text: type.startsWith('text/') || type.includes('json') || type.includes('xml') || type.includes('javascript') };
+}
+
+/** Responses some stage already compresses: the module and the traffic policy never both do. */
+const claimed = new WeakSet<RequestState>();
+
+/** Claims the compression of `s`'s response for the caller: false when another stage already did. */
+export function claimCompression(s: RequestState): boolean {
+  if (claimed.has(s)) return false;
+  claimed.add(s);
+  return true;
+}
+
 export function createCompressor(coding: Coding, contentLength?: number, text = true): Transform {
   if (coding === 'gzip') return zlib.createGzip({ level: 5 });
+  if (coding === 'deflate') return zlib.createDeflate({ level: 5 });
   const params: Record<number, number> = {
     [zlib.constants.BROTLI_PARAM_QUALITY]: 4,
     [zlib.constants.BROTLI_PARAM_MODE]: text ? zlib.constants.BROTLI_MODE_TEXT : zlib.constants.BROTLI_MODE_GENERIC,
@@ -124,14 +165,9 @@ export const compressionStage: StageFactory = (route): RouteStage | null => {
       addVary(h);
       const ae = s.req.headers['accept-encoding'];
       const coding = negotiateEncoding(Array.isArray(ae) ? ae.join(',') : ae);
-      if (!coding) return null;
-      const len = rawHeader(h, 'content-length');
-      const type = (rawHeader(h, 'content-type') ?? '').toLowerCase();
-      const etag = rawHeader(h, 'etag');
-      removeRawHeaders(h, DROP);
-      h.push('Content-Encoding', coding);
-      if (etag && !etag.startsWith('W/')) setRawHeader(h, 'ETag', `W/${etag}`);
-      return createCompressor(coding, len === undefined ? undefined : Number(len), type.startsWith('text/') || type.includes('json') || type.includes('xml') || type.includes('javascript'));
+      if (!coding || !claimCompression(s)) return null;
+      const { contentLength, text } = encodeHead(h, coding);
+      return createCompressor(coding, contentLength, text);
     },
   };
 };

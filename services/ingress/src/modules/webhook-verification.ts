@@ -33,7 +33,7 @@ interface VerifyContext {
 }
 
 /** The ingress answers a provider's unsigned handshake itself (nothing is forwarded). */
-interface Answer {
+export interface Answer {
   answer: NonNullable<Outcome>;
 }
 
@@ -822,45 +822,80 @@ interface WebhookModule {
   secret?: string;
 }
 
-/** A webhook_verification factory with its own clock and SNS certificate cache (shared by its routes). */
-export function createWebhookVerificationStage(opts: WebhookVerificationOptions = {}): StageFactory {
+/**
+ * The result of checking one request: null when verified, else the reason, or the ingress's own
+ * answer to a provider's unsigned handshake (nothing is forwarded).
+ */
+export type WebhookCheckResult = string | null | Answer;
+
+/**
+ * Checks one request (its original headers and target, and `body`, the whole request body) the
+ * way one provider signs. Synchronous but for SNS, which may fetch a certificate.
+ */
+export type WebhookCheck = (s: RequestState, body: Buffer) => WebhookCheckResult | Promise<WebhookCheckResult>;
+
+const UNCHECKABLE = 'the signature could not be checked';
+
+/**
+ * Builds the check of one provider (matched case-insensitively) and secret: what the route module
+ * `webhook_verification` and the traffic-policy action `verify-webhook` both run. The returned
+ * builder has its own clock and SNS certificate cache, shared by every check it builds. Throws
+ * (messages prefixed with `what`) when the provider is not supported here or the secret is
+ * missing or unusable.
+ */
+export function createWebhookChecks(opts: WebhookVerificationOptions = {}, what = 'webhook_verification'): (provider: string, secret: string | undefined) => WebhookCheck {
   const now = opts.now ?? Date.now;
   let certs: SnsCertificateCache | null = null;
-  return (route): RouteStage | null => {
-    const m = enabledModule<WebhookModule>(route, 'webhook_verification');
-    if (!m) return null;
-    const provider = (m.provider ?? '').toLowerCase();
+  return (name, secret = '') => {
+    const provider = name.toLowerCase();
     let verifier: Verifier;
     if (provider === 'sns') {
       const cache = (certs ??= new SnsCertificateCache(opts.snsCertificateFetcher, now));
       verifier = (c) => verifySnsMessage(c.body, cache, c.nowMs);
     } else {
       const build = PROVIDERS[provider];
-      if (!build) throw new Error(`webhook_verification: provider ${JSON.stringify(m.provider ?? '')} is not supported by this ingress (supported: ${SUPPORTED_WEBHOOK_PROVIDERS.join(', ')})`);
-      if (!m.secret) throw new Error(`webhook_verification: provider ${provider} needs a secret`);
-      verifier = build(m.secret);
+      if (!build) throw new Error(`${what}: provider ${JSON.stringify(name)} is not supported by this ingress (supported: ${SUPPORTED_WEBHOOK_PROVIDERS.join(', ')})`);
+      if (!secret) throw new Error(`${what}: provider ${provider} needs a secret`);
+      try {
+        verifier = build(secret);
+      } catch (err) {
+        throw new Error((err as Error).message.replace(/^webhook_verification:/, `${what}:`));
+      }
     }
-    const secret = m.secret ?? '';
+    return (s, body) => {
+      const c: VerifyContext = {
+        s,
+        body,
+        secret,
+        nowMs: now(),
+        header: (h) => {
+          const v = s.req.headers[h];
+          return Array.isArray(v) ? v[0] : v;
+        },
+      };
+      try {
+        const result = verifier(c);
+        return result instanceof Promise ? result.catch(() => UNCHECKABLE) : result;
+      } catch {
+        return UNCHECKABLE;
+      }
+    };
+  };
+}
+
+/** A webhook_verification factory with its own clock and SNS certificate cache (shared by its routes). */
+export function createWebhookVerificationStage(opts: WebhookVerificationOptions = {}): StageFactory {
+  const checks = createWebhookChecks(opts);
+  return (route): RouteStage | null => {
+    const m = enabledModule<WebhookModule>(route, 'webhook_verification');
+    if (!m) return null;
+    const provider = (m.provider ?? '').toLowerCase();
+    const check = checks(m.provider ?? '', m.secret);
     return {
       name: 'webhook_verification',
       needsBody: true,
       async onRequest(s) {
-        const c: VerifyContext = {
-          s,
-          body: s.body ?? Buffer.alloc(0),
-          secret,
-          nowMs: now(),
-          header: (name) => {
-            const v = s.req.headers[name];
-            return Array.isArray(v) ? v[0] : v;
-          },
-        };
-        let result: string | null | Answer;
-        try {
-          result = await verifier(c);
-        } catch {
-          result = 'the signature could not be checked';
-        }
+        const result = await check(s, s.body ?? Buffer.alloc(0));
         if (result === null) return null;
         if (typeof result === 'object') return result.answer;
         return moduleError(s, 7102, `webhook verification failed (${provider}): ${result}`);

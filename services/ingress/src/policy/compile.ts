@@ -2,6 +2,8 @@ import { compileExpression, parseTemplate, type BucketKeyElement, type CelProgra
 import { compileBasicAuth, compileRestrictIps, type CompiledBasicAuth, type CompiledRestrictIps } from './access-actions.js';
 import { compileLog, compileSetVars, type CompiledLog, type CompiledSetVars } from './var-actions.js';
 import { compileRedirect, compileUrlRewrite, type CompiledRedirect, type CompiledUrlRewrite } from './url-actions.js';
+import { compileJwtValidation, type CompiledJwtValidation } from './jwt-action.js';
+import { compileCompressResponse, compileVerifyWebhook, type CompiledCompressResponse, type CompiledVerifyWebhook } from './body-actions.js';
 
 /**
  * A traffic policy compiled once per config version: every CEL expression parsed and
@@ -39,7 +41,7 @@ export interface CompiledRemoveHeaders {
   lower: Set<string>;
 }
 
-export type CompiledAction = CompiledRateLimit | CompiledRespond | CompiledAddHeaders | CompiledRemoveHeaders | CompiledRestrictIps | CompiledBasicAuth | CompiledSetVars | CompiledLog | CompiledUrlRewrite | CompiledRedirect;
+export type CompiledAction = CompiledRateLimit | CompiledRespond | CompiledAddHeaders | CompiledRemoveHeaders | CompiledRestrictIps | CompiledBasicAuth | CompiledSetVars | CompiledLog | CompiledUrlRewrite | CompiledRedirect | CompiledJwtValidation | CompiledVerifyWebhook | CompiledCompressResponse;
 
 export interface CompiledRule {
   /** `inbound[0]`, for logs. */
@@ -90,6 +92,12 @@ function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirect
       return compileUrlRewrite(a.config, direction, where);
     case 'redirect':
       return compileRedirect(a.config, direction, where);
+    case 'jwt-validation':
+      return compileJwtValidation(a.config);
+    case 'verify-webhook':
+      return compileVerifyWebhook(a.config);
+    case 'compress-response':
+      return compileCompressResponse(a.config);
   }
 }
 

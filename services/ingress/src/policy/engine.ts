@@ -2,11 +2,14 @@ import { createHash } from 'node:crypto';
 import { Counter, type Registry } from 'prom-client';
 import type { Logger } from 'pino';
 import type { CelProgram } from '@warren/shared';
+import type { Transform } from 'node:stream';
 import type { Outcome, RateLimiter, RateLimitResult, RequestState, ResponseState, RouteStage } from '../pipeline/types.js';
 import { Activation, actionsOf } from './activation.js';
 import { basicAuth, restrictIps } from './access-actions.js';
 import { runLog, runSetVars } from './var-actions.js';
 import { runRedirect, runUrlRewrite } from './url-actions.js';
+import { runJwtValidation } from './jwt-action.js';
+import { compressTransform, hasActionKind, runCompressResponse, runVerifyWebhook } from './body-actions.js';
 import type { CompiledAddHeaders, CompiledPolicy, CompiledRateLimit, CompiledRespond, CompiledRule } from './compile.js';
 import { celToHeaderText, isValidHeaderValue, withoutHeaders } from './headers.js';
 
@@ -51,6 +54,10 @@ export class TrafficPolicyStage implements RouteStage {
   readonly name = 'traffic_policy';
   readonly onRequest?: (s: RequestState) => Outcome | Promise<Outcome>;
   readonly onResponse?: (s: RequestState, r: ResponseState) => Outcome | Promise<Outcome>;
+  /** Declared only by a policy with a verify-webhook action (the runner then buffers the body). */
+  readonly needsBody?: boolean;
+  /** Declared only by a policy with a compress-response action (`body-actions.ts`). */
+  readonly transformBody?: (s: RequestState, r: ResponseState) => Transform | null;
   private readonly errors: Counter<'direction'>;
   /** Expression locations already logged: each failing one is logged once per policy. */
   private readonly logged = new Set<string>();
@@ -63,6 +70,8 @@ export class TrafficPolicyStage implements RouteStage {
     this.errors = errorCounter(deps.registry);
     if (policy.inbound.length > 0) this.onRequest = (s) => this.runRequest(s);
     if (policy.outbound.length > 0) this.onResponse = (s, r) => this.runResponse(s, r);
+    if (hasActionKind(policy.inbound, 'verify-webhook')) this.needsBody = true;
+    if (hasActionKind(policy.outbound, 'compress-response')) this.transformBody = compressTransform;
   }
 
   private runRequest(s: RequestState): Outcome | Promise<Outcome> {
@@ -134,6 +143,25 @@ export class TrafficPolicyStage implements RouteStage {
             break;
           case 'url-rewrite':
             runUrlRewrite(run.act, a, (where, err) => this.failed(run, where, err));
+            break;
+          case 'jwt-validation': {
+            // Inbound only (validated). Asynchronous once a token is found: the rules then go on after it.
+            const out = runJwtValidation(a, run.act.s);
+            if (out instanceof Promise) return out.then((o) => o ?? this.runFrom(run, i, j + 1));
+            if (out) return out;
+            break;
+          }
+          case 'verify-webhook': {
+            // Inbound only (validated). Asynchronous for SNS only: then the rules go on after it.
+            const out = runVerifyWebhook(a, run.act.s);
+            if (out instanceof Promise) return out.then((o) => o ?? this.runFrom(run, i, j + 1));
+            if (out) return out;
+            break;
+          }
+          case 'compress-response':
+            // Outbound only (validated): `run.act.r` is the response head.
+            runCompressResponse(a, run.act.s, run.act.r!);
+            run.act.headersChanged();
             break;
           case 'redirect': {
             const out = runRedirect(run.act, a, (where, err) => this.failed(run, where, err));

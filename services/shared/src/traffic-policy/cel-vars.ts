@@ -1,5 +1,7 @@
 import { certificatePem, checkCertificateSize, parseCertificate, type ParsedCertificate, type ParsedName, type ParsedSan } from './x509.js';
 import { CelUrlActionResult } from './url-action-vars.js';
+import { CelJwtValidation } from './jwt-action-vars.js';
+import { CelCompress, CelVerifyWebhook } from './body-action-vars.js';
 
 /**
  * The values traffic-policy expressions read, as lazy views: each field is computed on first
@@ -477,6 +479,9 @@ export class CelActionResults {
   readonly basic_auth = new CelBasicAuth();
   readonly url_rewrite = new CelUrlActionResult();
   readonly redirect = new CelUrlActionResult();
+  readonly jwt_validation = new CelJwtValidation();
+  readonly verify_webhook = new CelVerifyWebhook();
+  readonly compress = new CelCompress();
 }
 
 /**

@@ -22,6 +22,12 @@
  *   `actions.service`) — the last restrict-ips / basic-auth action's result.
  * - `actions.ngrok.url_rewrite.{matches, url, error.code, error.message}` and the same under
  *   `actions.ngrok.redirect` (also under `actions.service`) — see `url-action-vars.ts`.
+ * - `actions.ngrok.jwt_validation.tokens[i].{header, payload, signature, verified, location,
+ *   location_property}` and `.error.{code, message}` (also under `actions.service`) — see
+ *   `jwt-action-vars.ts`.
+ * - `actions.ngrok.verify_webhook.{verified, error.code, error.message}` and
+ *   `actions.ngrok.compress.{already_compressed, negotiated_algorithm}` (also under
+ *   `actions.service`) — see `body-action-vars.ts`.
  * - `time.now` (timestamp).
  * - `vars.<name>`: what `set-vars` actions of the same direction set before (a map of `dyn`;
  *   see `var-actions.ts`).
@@ -61,6 +67,8 @@ import type { RegexCostInfo } from './cost.js';
 import { cachedRegex, compileRegex, MAX_MATCH_INPUT, MAX_POLICY_REGEX_PROGRAM_SIZE, RegexError, regexCostInfo, regexSearch, type DfaExploreBudget } from './regex.js';
 import type { PolicyDirection } from './types.js';
 import { CelUrlActionError, CelUrlActionResult } from './url-action-vars.js';
+import { CelJwtToken, CelJwtValidation, CelJwtValidationError } from './jwt-action-vars.js';
+import { CelCompress, CelVerifyWebhook, CelVerifyWebhookError } from './body-action-vars.js';
 import type { RE2JS } from 're2js';
 
 /** A compiled expression: call with an activation (`{req, conn, actions, time[, res]}`). */
@@ -292,7 +300,13 @@ function baseEnvironment(): Environment {
     .registerType('BasicAuthResult', { ctor: CelBasicAuth, fields: { credentials: 'BasicAuthCredentials' } })
     .registerType('UrlActionError', { ctor: CelUrlActionError, fields: { code: str, message: str } })
     .registerType('UrlActionResult', { ctor: CelUrlActionResult, fields: { matches: strList, url: str, error: 'UrlActionError' } })
-    .registerType('ActionResults', { ctor: CelActionResults, fields: { rate_limit: 'RateLimitResult', restrict_ips: 'RestrictIpsResult', basic_auth: 'BasicAuthResult', url_rewrite: 'UrlActionResult', redirect: 'UrlActionResult' } })
+    .registerType('VerifyWebhookError', { ctor: CelVerifyWebhookError, fields: { code: str, message: str } })
+    .registerType('VerifyWebhookResult', { ctor: CelVerifyWebhook, fields: { verified: 'bool', error: 'VerifyWebhookError' } })
+    .registerType('CompressResult', { ctor: CelCompress, fields: { already_compressed: 'bool', negotiated_algorithm: str } })
+    .registerType('JwtValidationError', { ctor: CelJwtValidationError, fields: { code: str, message: str } })
+    .registerType('JwtToken', { ctor: CelJwtToken, fields: { header: 'map<string, dyn>', payload: 'map<string, dyn>', signature: str, verified: 'bool', location: str, location_property: str } })
+    .registerType('JwtValidationResult', { ctor: CelJwtValidation, fields: { tokens: 'list<JwtToken>', error: 'JwtValidationError' } })
+    .registerType('ActionResults', { ctor: CelActionResults, fields: { jwt_validation: 'JwtValidationResult', rate_limit: 'RateLimitResult', restrict_ips: 'RestrictIpsResult', basic_auth: 'BasicAuthResult', url_rewrite: 'UrlActionResult', redirect: 'UrlActionResult', verify_webhook: 'VerifyWebhookResult', compress: 'CompressResult' } })
     .registerType('Actions', { ctor: CelActions, fields: { ngrok: 'ActionResults', service: 'ActionResults' } })
     .registerType('Time', { ctor: CelTime, fields: { now: 'google.protobuf.Timestamp' } })
     .registerVariable('req', 'Request')

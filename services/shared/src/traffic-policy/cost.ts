@@ -20,6 +20,7 @@
 import type { CelProgram } from './cel.js';
 import { MAX_MATCH_INPUT, MAX_REGEX_PROGRAM_SIZE, type DfaExploreBudget, type RegexRunInfo } from './regex.js';
 import { MAX_CERTIFICATE_BYTES } from './x509.js';
+import { JWT_MAX_TOKENS } from './jwt-action-vars.js';
 
 /** Largest estimated cost of one expression (or one `${…}` of a header value): about 2 ms. */
 export const MAX_EXPRESSION_COST = 2_000_000;
@@ -436,6 +437,29 @@ function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cos
     case 'UrlActionError.code':
     case 'UrlActionError.message':
       return s(1024);
+    // jwt-validation results (`jwt-action-vars.ts`): at most JWT_MAX_TOKENS tokens, each decoded
+    // from one request header (so its header, payload and signature are bounded by the head).
+    case 'ActionResults.jwt_validation':
+      return { shape: { n: 0, w: 0, obj: 'JwtValidationResult' }, cost: 0 };
+    case 'JwtValidationResult.tokens':
+      return { shape: { n: JWT_MAX_TOKENS, w: JWT_MAX_TOKENS * (REQUEST_LIMITS.headBytes + 1), o: 1, elem: { n: 0, w: REQUEST_LIMITS.headBytes, obj: 'JwtToken' } }, cost: 0 };
+    case 'JwtToken.header':
+    case 'JwtToken.payload':
+      // Converted for CEL on first read: one pass over the decoded JSON.
+      return { shape: dyn(REQUEST_LIMITS.headBytes), cost: 0, once: REQUEST_LIMITS.headBytes * C.buildChar };
+    case 'JwtToken.signature':
+      return s(REQUEST_LIMITS.headBytes);
+    case 'JwtToken.location':
+      return s(8);
+    case 'JwtToken.location_property':
+      return s(128);
+    case 'JwtToken.verified':
+      return { shape: SCALAR, cost: 0 };
+    case 'JwtValidationResult.error':
+      return { shape: { n: 0, w: 0, obj: 'JwtValidationError' }, cost: 0 };
+    case 'JwtValidationError.code':
+    case 'JwtValidationError.message':
+      return s(1024);
     case 'ActionResults.restrict_ips':
       return { shape: { n: 0, w: 0, obj: 'RestrictIpsResult' }, cost: 0 };
     case 'RestrictIpsResult.action':
@@ -449,6 +473,21 @@ function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cos
     case 'RestrictIpsError.code':
     case 'RestrictIpsError.message':
       return s(1024);
+    // verify-webhook / compress-response results (`body-action-vars.ts`).
+    case 'ActionResults.verify_webhook':
+      return { shape: { n: 0, w: 0, obj: 'VerifyWebhookResult' }, cost: 0 };
+    case 'VerifyWebhookResult.verified':
+    case 'CompressResult.already_compressed':
+      return { shape: SCALAR, cost: 0 };
+    case 'VerifyWebhookResult.error':
+      return { shape: { n: 0, w: 0, obj: 'VerifyWebhookError' }, cost: 0 };
+    case 'VerifyWebhookError.code':
+    case 'VerifyWebhookError.message':
+      return s(1024);
+    case 'ActionResults.compress':
+      return { shape: { n: 0, w: 0, obj: 'CompressResult' }, cost: 0 };
+    case 'CompressResult.negotiated_algorithm':
+      return s(8); // `br`, `gzip` or `deflate`
     case 'ActionResults.basic_auth':
       return { shape: { n: 0, w: 0, obj: 'BasicAuthResult' }, cost: 0 };
     case 'BasicAuthResult.credentials':

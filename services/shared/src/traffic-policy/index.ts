@@ -4,6 +4,8 @@ export { HEADER_ACTION_LIMITS, MAX_TRAFFIC_POLICY_BYTES, RATE_LIMIT_LIMITS, SUPP
 export { MAX_EXPRESSION_COST, MAX_POLICY_COST, REQUEST_LIMITS, RESPONSE_LIMITS, TLS_LIMITS, estimateCost } from './cost.js';
 export { MAX_MATCH_INPUT } from './regex.js';
 export { BASIC_AUTH_LIMITS, DEFAULT_BASIC_AUTH_REALM, RESTRICT_IPS_LIMITS } from './access-actions.js';
+export { JWKS_ALLOW_PRIVATE_ENV, JWT_ALGORITHMS, JWT_TOKEN_TYPES, JWT_VALIDATION_LIMITS, checkJwksUrl, checkPublicJwk, isNonPublicAddress, jwksHostRefusal, jwksPrivateAllowed, urlHost } from './jwt-action.js';
+export { CelJwtToken, CelJwtValidation, CelJwtValidationError, JWT_MAX_TOKENS } from './jwt-action-vars.js';
 export { LOG_LIMITS, SET_VARS_LIMITS, VARS_LIMITS, celUintValue, isCelDuration, varValueWeight } from './var-actions.js';
 export { CelCompileError, compileExpression, parseTemplate, type CelProgram, type TemplatePart } from './cel.js';
 export {
@@ -18,6 +20,8 @@ export {
   type UrlTemplateResult,
 } from './url-actions.js';
 export { CelUrlActionError, CelUrlActionResult } from './url-action-vars.js';
+export { COMPRESS_ALGORITHMS, VERIFY_WEBHOOK_COST, VERIFY_WEBHOOK_LIMITS, type CompressAlgorithm } from './body-actions.js';
+export { CelCompress, CelVerifyWebhook, CelVerifyWebhookError } from './body-action-vars.js';
 export {
   CEL_NO_TLS,
   CEL_TIME,

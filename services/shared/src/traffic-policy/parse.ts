@@ -4,6 +4,8 @@ import { CelCompileError, compileExpression, parseTemplate, withPolicyRegexBudge
 import { parseBasicAuthConfig, parseRestrictIpsConfig, restrictIpsCost } from './access-actions.js';
 import { checkVarNames, parseLogConfig, parseSetVarsConfig } from './var-actions.js';
 import { parseRedirectConfig, parseUrlRewriteConfig, type UrlActionWork } from './url-actions.js';
+import { parseCompressResponseConfig, parseVerifyWebhookConfig, VERIFY_WEBHOOK_COST } from './body-actions.js';
+import { jwtValidationCost, parseJwtValidationConfig } from './jwt-action.js';
 import { CostEstimateError, DFA_EXPLORE_STEPS, estimateCost, formatCost, MAX_EXPRESSION_COST, MAX_POLICY_COST, type PolicyHeaderGrowth } from './cost.js';
 import type { BucketKeyElement, PolicyAction, PolicyDirection, PolicyRule, RateLimitConfig, TrafficPolicy } from './types.js';
 
@@ -11,7 +13,7 @@ import type { BucketKeyElement, PolicyAction, PolicyDirection, PolicyRule, RateL
 export const MAX_TRAFFIC_POLICY_BYTES = 64 * 1024;
 
 /** Action types accepted (wire-conventions.md §12), in both directions. */
-export const SUPPORTED_ACTION_TYPES = ['rate-limit', 'deny', 'custom-response', 'add-headers', 'remove-headers', 'restrict-ips', 'basic-auth', 'set-vars', 'log', 'url-rewrite', 'redirect'] as const;
+export const SUPPORTED_ACTION_TYPES = ['rate-limit', 'deny', 'custom-response', 'add-headers', 'remove-headers', 'restrict-ips', 'basic-auth', 'set-vars', 'log', 'url-rewrite', 'redirect', 'jwt-validation', 'verify-webhook', 'compress-response'] as const;
 
 export const HEADER_ACTION_LIMITS = {
   /** Headers per add-headers / remove-headers / custom-response action. */
@@ -66,6 +68,8 @@ interface Gathered {
   growth: PolicyHeaderGrowth;
   /** Work other than CEL, charged to the policy's total: the url-rewrite / redirect regexp searches (`url-actions.ts`). */
   work: UrlActionWork[];
+  /** The policy is being saved (`checkCost`): checks that depend on the saving process's environment run (jwt-validation JKU hosts). */
+  saving?: boolean;
 }
 
 /**
@@ -289,6 +293,19 @@ function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: strin
       return { type, config: parseUrlRewriteConfig(raw, path, direction, g) };
     case 'redirect':
       return { type, config: parseRedirectConfig(raw, path, direction, g) };
+    case 'jwt-validation': {
+      const config = parseJwtValidationConfig(raw, path, direction, g.saving === true);
+      const n = config.tokens.length;
+      g.work.push({ path, what: `jwt-validation: verifying ${n} token${n === 1 ? '' : 's'} (${config.algorithms.join(', ')}) is`, cost: () => jwtValidationCost(config) });
+      return { type, config };
+    }
+    case 'verify-webhook': {
+      const config = parseVerifyWebhookConfig(raw, path, direction);
+      g.work.push({ path, what: `verify-webhook: checking a signature over the request body (up to 1 MiB) is`, cost: () => VERIFY_WEBHOOK_COST });
+      return { type, config };
+    }
+    case 'compress-response':
+      return { type, config: parseCompressResponseConfig(raw, path, direction) };
   }
 }
 
@@ -300,7 +317,7 @@ function parseAction(v: unknown, path: string, direction: PolicyDirection, g: Ga
   const type = a.type as PolicyAction['type'];
   if (!(SUPPORTED_ACTION_TYPES as readonly string[]).includes(type))
     throw new TrafficPolicyError(at(path, 'type'), `action type ${JSON.stringify(a.type.slice(0, 64))} is not supported; supported: ${SUPPORTED_ACTION_TYPES.join(', ')}`);
-  if ((a.config === undefined || a.config === null) && type !== 'deny') throw new TrafficPolicyError(at(path, 'config'), 'is required');
+  if ((a.config === undefined || a.config === null) && type !== 'deny' && type !== 'compress-response') throw new TrafficPolicyError(at(path, 'config'), 'is required');
   return parseActionConfig(type, a.config, at(path, 'config'), direction, g);
 }
 
@@ -384,7 +401,7 @@ export interface ValidateOptions {
 export function validateTrafficPolicy(doc: unknown, opts: ValidateOptions = {}): TrafficPolicy {
   const top = expectObj(doc, '', 'the traffic policy');
   noUnknownKeys(top, '', ['inbound', 'outbound']);
-  const g: Gathered = { programs: [], growth: { count: 0, bytes: 0 }, work: [] };
+  const g: Gathered = { programs: [], growth: { count: 0, bytes: 0 }, work: [], saving: opts.checkCost === true };
   // One budget for all the policy's matches() patterns (cel.ts).
   const policy = withPolicyRegexBudget(() => {
     const inbound = expectList(top.inbound, 'inbound', true).map((r, i) => parseRule(r, at('inbound', i), 'inbound', g));

@@ -123,7 +123,56 @@ export interface RedirectAction {
   config: { from?: string; to: string; status_code: number; headers: Record<string, string> };
 }
 
-export type PolicyAction = RateLimitAction | DenyAction | CustomResponseAction | AddHeadersAction | RemoveHeadersAction | RestrictIpsAction | BasicAuthAction | SetVarsAction | LogAction | UrlRewriteAction | RedirectAction;
+/**
+ * `jwt-validation` (inbound only): the request must carry every token of `tokens`, each a JWS
+ * signed with one of `algorithms` by a key of `jkus` / `inlineKeys`, issued by one of `issuers`
+ * for one of `audiences` (any audience when null), and not expired; otherwise 401. See
+ * `jwt-action.ts` (https://ngrok.com/docs/traffic-policy/actions/jwt-validation).
+ */
+export interface JwtValidationAction {
+  type: 'jwt-validation';
+  config: JwtValidationConfig;
+}
+
+/** The validated, normalised form of a `jwt-validation` config (the document's shape is ngrok's). */
+export interface JwtValidationConfig {
+  /** `issuer.allow_list[].value`: the `iss` claim must equal one exactly. */
+  issuers: string[];
+  /** `audience.allow_list[].value`; null when `audience` is left out (no `aud` check). */
+  audiences: string[] | null;
+  /** `http.tokens`: every one must be present. Only `method: header` is supported. */
+  tokens: { type: 'id_token' | 'access_token' | 'at+jwt' | 'it+jwt' | 'plain' | 'jwt'; method: 'header'; name: string; prefix: string }[];
+  /** `jws.allowed_algorithms`: asymmetric JWS algorithms only. */
+  algorithms: string[];
+  /** `jws.keys.identification[].token_claims` lists `kid`: a token without a `kid` header is refused. */
+  requireKid: boolean;
+  /** `jws.keys.sources.additional_jkus`: https URLs of JWK sets, fetched by the ingress. */
+  jkus: string[];
+  /** `jws.keys.sources.inline_keys` (a Warren extension): public JWKs given in the policy. */
+  inlineKeys: Record<string, unknown>[];
+}
+
+/**
+ * `verify-webhook` (inbound only): the request (its whole body, buffered) must carry a valid
+ * signature of `provider` made with `secret` (none for `sns`); otherwise 403 unless `enforce` is
+ * false. `provider` is lower-cased. See `body-actions.ts`.
+ */
+export interface VerifyWebhookAction {
+  type: 'verify-webhook';
+  config: { provider: string; secret: string; enforce: boolean };
+}
+
+/**
+ * `compress-response` (outbound only): compresses the response body with the coding of
+ * `algorithms` the request's Accept-Encoding prefers, unless it is already encoded. See
+ * `body-actions.ts`.
+ */
+export interface CompressResponseAction {
+  type: 'compress-response';
+  config: { algorithms: ('br' | 'gzip' | 'deflate')[] };
+}
+
+export type PolicyAction = RateLimitAction | DenyAction | CustomResponseAction | AddHeadersAction | RemoveHeadersAction | RestrictIpsAction | BasicAuthAction | SetVarsAction | LogAction | UrlRewriteAction | RedirectAction | JwtValidationAction | VerifyWebhookAction | CompressResponseAction;
 export type PolicyActionType = PolicyAction['type'];
 
 export interface PolicyRule {

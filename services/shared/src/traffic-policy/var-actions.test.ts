@@ -204,8 +204,9 @@ describe('vars in CEL and in the cost estimate', () => {
       ns.sort((a, b) => a - b);
       const est = estimateCost(program);
       report.push(`${expr}: estimated ${(est / 1e3).toFixed(0)} µs, measured ${(ns[4]! / 1e3).toFixed(0)} µs`);
-      // Timings on a shared machine vary: this catches an estimate off by an order of magnitude.
-      expect(ns[4]!, expr).toBeLessThan(3 * est);
+      // Timings on a shared machine vary: this catches an estimate off by an order of magnitude,
+      // on the fastest run (another process on the core only ever adds time).
+      expect(ns[0]!, expr).toBeLessThan(3 * est);
     }
     console.log(report.join('\n'));
   });
