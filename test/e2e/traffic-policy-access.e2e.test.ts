@@ -1,13 +1,7 @@
-import http from 'node:http';
-import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freshDatabase } from '../support/databases.js';
-import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
-import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
-import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
-import { migrate } from '../../services/control-plane/src/db/migrate.js';
-import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
-import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import type { ControlPlaneProcess } from '../support/processes.js';
+import type { IngressProcess } from '../support/cluster.js';
+import { startPolicyCluster, type PolicyCluster, type PolicyRequestOptions } from '../support/policy-cluster.js';
 
 /**
  * The traffic-policy access actions `restrict-ips` and `basic-auth` on live traffic, through real
@@ -18,94 +12,33 @@ import { ensureLocalTls } from '../../services/ingress/src/tls.js';
 
 const HOST = 'access.e2e.test';
 const SECRET = 'e2e-Pa55word-never-logged';
-let db: Awaited<ReturnType<typeof freshDatabase>>;
-let cp: ControlPlaneProcess;
-let ing: IngressProcess;
-let agent: AgentProcess;
-let apiKey: string;
-let upstream: http.Server;
+let c: PolicyCluster;
+/** The control plane and the one ingress node (from the cluster). */
+let cp: ControlPlaneProcess, ing: IngressProcess;
 let edgeId: string;
-let backendId: string;
 
-const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
-
-interface Res {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  raw: Buffer;
-  json: () => any;
-}
-function request(p: string, opts: { from?: '127.0.0.1' | '::1'; headers?: Record<string, string> } = {}): Promise<Res> {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: opts.from ?? '127.0.0.1', port: ing.http, path: p, agent: false, headers: { host: HOST, ...opts.headers } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const raw = Buffer.concat(chunks);
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, raw, json: () => JSON.parse(raw.toString()) });
-      });
-    });
-    req.setTimeout(10_000, () => req.destroy(new Error('timed out')));
-    req.on('error', reject);
-    req.end();
-  });
-}
+const api = (method: string, p: string, body?: unknown) => c.api(method, p, body);
+const request = (p: string, opts?: PolicyRequestOptions) => c.request(p, opts);
 const basic = (userPass: string) => ({ authorization: `Basic ${Buffer.from(userPass).toString('base64')}` });
 
 /** Adds a route; `match` must not be a prefix of another route's (the probe would hit that one). */
-async function route(match: string, policy: unknown): Promise<string> {
-  const r = await api('POST', `/edges/https/${edgeId}/routes`, { match_type: 'path_prefix', match, backend: { enabled: true, backend_id: backendId }, traffic_policy: { value: typeof policy === 'string' ? policy : JSON.stringify(policy) } });
-  if (r.status !== 201) throw new Error(`route ${match}: ${r.status} ${JSON.stringify(r.body)}`);
-  await waitFor(`the ingress applies ${match}`, async () => (await request(`${match}/probe`)).headers['warren-error-code'] !== 'ERR_WARREN_7001');
-  return r.body.id;
-}
+const route = (match: string, policy: unknown): Promise<string> => c.policyRoute(match, policy);
 
 /** A route create that must be refused: its 400 message. */
 async function refused(policy: string): Promise<string> {
-  const r = await api('POST', `/edges/https/${edgeId}/routes`, { match_type: 'path_prefix', match: `/bad-${randomBytes(3).toString('hex')}`, backend: { enabled: true, backend_id: backendId }, traffic_policy: { value: policy } });
+  const r = await c.tryPolicy(policy);
   expect(r.status, JSON.stringify(r.body)).toBe(400);
   expect(r.body.error_code).toBe('ERR_WARREN_6900');
   return r.body.msg as string;
 }
 
 beforeAll(async () => {
-  db = await freshDatabase();
-  const pool = createPool(db.url, 2);
-  await migrate(pool);
-  apiKey = (await createAccountWithKey(createDb(pool), 'access-e2e')).token;
-  await pool.end();
-  const tls = await ensureLocalTls(tempDir('warren-access-tls-'));
-  const nodeToken = randomBytes(16).toString('hex');
-  cp = await startControlPlane({ databaseUrl: db.url, env: { WARREN_NODE_TOKEN: nodeToken } });
-  ing = await startIngress({
-    nodeId: 'access-a',
-    controlPlane: [`127.0.0.1:${cp.grpcPort}`],
-    nodeToken,
-    env: { HOST: '::', TLS_CERT_FILE: tls.caFile.replace(/ca\.pem$/, 'cert.pem'), TLS_KEY_FILE: tls.caFile.replace(/ca\.pem$/, 'key.pem') },
-  });
-
-  upstream = http.createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ url: req.url, headers: req.headers }));
-    });
-  });
-  const upPort = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as { port: number }).port)));
-
-  const cred = await api('POST', '/credentials', {});
-  backendId = (await api('POST', '/backends/tunnel_group', { labels: { app: 'access' } })).body.id;
-  edgeId = (await api('POST', '/edges/https', { hostports: [`${HOST}:443`] })).body.id;
-  agent = startAgentProcess(['http', String(upPort), '--label', 'app=access', '--authtoken', cred.body.token, '--server', `localhost:${ing.agent}`, '--ca', tls.caFile]);
-  await agent.waitForOutput('online');
+  // Listening on `::`, a node takes IPv4 (127.0.0.1) and IPv6 (::1) clients.
+  c = await startPolicyCluster({ name: 'access', host: HOST, ingressEnv: () => ({ HOST: '::' }) });
+  ({ cp, a: ing, edgeId } = c);
 }, 90_000);
 
-afterAll(async () => {
-  await Promise.allSettled([agent?.stop({ timeoutMs: 10_000 }), ing?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);
-  upstream?.close();
-  await db?.drop();
-  cleanupTempDirs();
-}, 60_000);
+afterAll(() => c?.stop(), 60_000);
 
 describe('restrict-ips on live traffic', () => {
   it('allows by CIDR over IPv4 and IPv6, denies with 403, and shows its results to later rules', async () => {

@@ -1,13 +1,7 @@
 import http from 'node:http';
-import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freshDatabase } from '../support/databases.js';
-import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
-import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
-import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
-import { migrate } from '../../services/control-plane/src/db/migrate.js';
-import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
-import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import type { IngressProcess } from '../support/cluster.js';
+import { startPolicyCluster, type PolicyCluster, type PolicyRequestOptions } from '../support/policy-cluster.js';
 
 /**
  * The traffic-policy url-rewrite and redirect actions on live traffic, through real processes: a
@@ -16,39 +10,11 @@ import { ensureLocalTls } from '../../services/ingress/src/tls.js';
  */
 
 const HOST = 'urls.e2e.test';
-let db: Awaited<ReturnType<typeof freshDatabase>>;
-let cp: ControlPlaneProcess;
+let c: PolicyCluster;
 let a: IngressProcess;
 let b: IngressProcess;
-let agent: AgentProcess;
-let apiKey: string;
-let upstream: http.Server;
-let edgeId: string;
-let backendId: string;
 
-const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
-
-interface Res {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  raw: Buffer;
-  json: () => any;
-}
-function request(port: number, p: string, opts: { method?: string; headers?: Record<string, string> } = {}): Promise<Res> {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, path: p, method: opts.method ?? 'GET', agent: false, headers: { host: HOST, ...opts.headers } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const raw = Buffer.concat(chunks);
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, raw, json: () => JSON.parse(raw.toString()) });
-      });
-    });
-    req.setTimeout(10_000, () => req.destroy(new Error('timed out')));
-    req.on('error', reject);
-    req.end();
-  });
-}
+const request = (port: number, p: string, opts?: PolicyRequestOptions) => c.request(p, { ...opts, port });
 
 /** An HTTP/1.1 upgrade: the 101's headers (the upstream echoes the target it got in `x-url`). */
 function upgrade(port: number, p: string): Promise<http.IncomingHttpHeaders> {
@@ -65,57 +31,36 @@ function upgrade(port: number, p: string): Promise<http.IncomingHttpHeaders> {
   });
 }
 
-async function route(match: string, policy: unknown): Promise<void> {
-  const r = await api('POST', `/edges/https/${edgeId}/routes`, { match_type: 'path_prefix', match, backend: { enabled: true, backend_id: backendId }, traffic_policy: { value: typeof policy === 'string' ? policy : JSON.stringify(policy) } });
-  if (r.status !== 201) throw new Error(`route ${match}: ${r.status} ${JSON.stringify(r.body)}`);
-  for (const n of [a, b]) await waitFor(`${n.nodeId} applies ${match}`, async () => (await request(n.http, `${match}/probe-${randomBytes(2).toString('hex')}`)).headers['warren-error-code'] !== 'ERR_WARREN_7001');
-}
+const route = (match: string, policy: unknown): Promise<string> => c.policyRoute(match, policy);
 
 /** A route's policy refused with a 400: the message. */
 async function refused(policy: unknown): Promise<string> {
-  const r = await api('POST', `/edges/https/${edgeId}/routes`, { match_type: 'path_prefix', match: `/bad-${randomBytes(3).toString('hex')}`, backend: { enabled: true, backend_id: backendId }, traffic_policy: { value: JSON.stringify(policy) } });
+  const r = await c.tryPolicy(policy);
   expect(r.status, JSON.stringify(r.body)).toBe(400);
   return String(r.body.msg);
 }
 
 beforeAll(async () => {
-  db = await freshDatabase();
-  const pool = createPool(db.url, 2);
-  await migrate(pool);
-  apiKey = (await createAccountWithKey(createDb(pool), 'urls-e2e')).token;
-  await pool.end();
-  const tls = await ensureLocalTls(tempDir('warren-urls-tls-'));
-  const nodeToken = randomBytes(16).toString('hex');
-  cp = await startControlPlane({ databaseUrl: db.url, env: { WARREN_NODE_TOKEN: nodeToken } });
-  const env = { TLS_CERT_FILE: tls.caFile.replace(/ca\.pem$/, 'cert.pem'), TLS_KEY_FILE: tls.caFile.replace(/ca\.pem$/, 'key.pem') };
-  [a, b] = (await Promise.all(['urls-a', 'urls-b'].map((nodeId) => startIngress({ nodeId, controlPlane: [`127.0.0.1:${cp.grpcPort}`], nodeToken, env })))) as [IngressProcess, IngressProcess];
-
-  upstream = http.createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      const m = /\/status\/(\d{3})/.exec(req.url ?? '');
-      res.writeHead(m ? Number(m[1]) : 200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ url: req.url, host: req.headers.host, seen: req.headers['x-seen'] }));
-    });
+  c = await startPolicyCluster({
+    name: 'urls',
+    host: HOST,
+    nodes: 2,
+    upstream: (req, res) => {
+      req.resume();
+      req.on('end', () => {
+        const m = /\/status\/(\d{3})/.exec(req.url ?? '');
+        res.writeHead(m ? Number(m[1]) : 200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ url: req.url, host: req.headers.host, seen: req.headers['x-seen'] }));
+      });
+    },
+    upgrade: (req, socket) => {
+      socket.end(`HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo-url\r\nX-Url: ${req.url}\r\n\r\n`);
+    },
   });
-  upstream.on('upgrade', (req, socket) => {
-    socket.end(`HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo-url\r\nX-Url: ${req.url}\r\n\r\n`);
-  });
-  const upPort = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as { port: number }).port)));
-
-  const cred = await api('POST', '/credentials', {});
-  backendId = (await api('POST', '/backends/tunnel_group', { labels: { app: 'urls' } })).body.id;
-  edgeId = (await api('POST', '/edges/https', { hostports: [`${HOST}:443`] })).body.id;
-  agent = startAgentProcess(['http', String(upPort), '--label', 'app=urls', '--authtoken', cred.body.token, '--server', `localhost:${a.agent}`, '--ca', tls.caFile]);
-  await agent.waitForOutput('online');
+  [a, b] = c.nodes as [IngressProcess, IngressProcess];
 }, 90_000);
 
-afterAll(async () => {
-  await Promise.allSettled([agent?.stop({ timeoutMs: 10_000 }), a?.stop({ timeoutMs: 10_000 }), b?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);
-  upstream?.close();
-  await db?.drop();
-  cleanupTempDirs();
-}, 60_000);
+afterAll(() => c?.stop(), 60_000);
 
 describe('url-rewrite and redirect on live traffic', () => {
   it('url-rewrite: the upstream gets the rewritten path and query (also over a hop and on an upgrade); later rules see it', async () => {

@@ -1,15 +1,9 @@
-import http from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { bufferKey } from '@warren/shared';
-import { freshDatabase } from '../support/databases.js';
-import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
-import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
-import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
-import { migrate } from '../../services/control-plane/src/db/migrate.js';
-import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
-import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { waitFor } from '../support/cluster.js';
+import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
 
 /**
  * The traffic-policy `set-vars` and `log` actions through real processes: a control plane that
@@ -22,84 +16,30 @@ import { ensureLocalTls } from '../../services/ingress/src/tls.js';
 const HOST = 'vars.e2e.test';
 const redisUrl = inject('redisUrl');
 const prefix = `warren_test_${inject('runId')}_${randomBytes(3).toString('hex')}`;
-let db: Awaited<ReturnType<typeof freshDatabase>>;
-let cp: ControlPlaneProcess;
-let node: IngressProcess;
-let agent: AgentProcess;
-let upstream: http.Server;
+let c: PolicyCluster;
 let redis: Redis;
-let apiKey: string;
 let edgeId: string;
-let backendId: string;
 let destId: string;
 
-const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
-
-function request(p: string, headers: Record<string, string> = {}): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port: node.http, path: p, agent: false, headers: { host: HOST, ...headers } }, (res) => {
-      let data = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => (data += c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: data }));
-    });
-    req.setTimeout(10_000, () => req.destroy(new Error('timed out')));
-    req.on('error', reject);
-    req.end();
-  });
-}
-
-const routeBody = (match: string, policy: string) => ({ match_type: 'path_prefix', match, backend: { enabled: true, backend_id: backendId }, traffic_policy: { value: policy } });
+const api = (method: string, p: string, body?: unknown) => c.api(method, p, body);
+const request = (p: string, headers: Record<string, string> = {}) => c.request(p, { headers });
+const routeBody = (match: string, policy: string) => c.routeBody(match, { traffic_policy: { value: policy } });
 
 beforeAll(async () => {
-  db = await freshDatabase();
-  const pool = createPool(db.url, 2);
-  await migrate(pool);
-  apiKey = (await createAccountWithKey(createDb(pool), 'vars-e2e')).token;
-  await pool.end();
   redis = new Redis(redisUrl);
-  const tls = await ensureLocalTls(tempDir('warren-vars-tls-'));
-  const nodeToken = randomBytes(16).toString('hex');
-  cp = await startControlPlane({ databaseUrl: db.url, env: { WARREN_NODE_TOKEN: nodeToken } });
-  node = await startIngress({
-    nodeId: 'vars-a',
-    controlPlane: [`127.0.0.1:${cp.grpcPort}`],
-    nodeToken,
-    env: { TLS_CERT_FILE: tls.caFile.replace(/ca\.pem$/, 'cert.pem'), TLS_KEY_FILE: tls.caFile.replace(/ca\.pem$/, 'key.pem'), REDIS_URL: redisUrl, RATE_LIMIT_SERVER_ID: `${prefix}-rl`, EVENTS_PREFIX: prefix },
-  });
-  upstream = http.createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ url: req.url, headers: req.headers }));
-    });
-  });
-  const upPort = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as { port: number }).port)));
-
-  const ok = async (method: string, p: string, body: unknown, status: number) => {
-    const r = await api(method, p, body);
-    if (r.status !== status) throw new Error(`${method} ${p}: ${r.status} ${JSON.stringify(r.body)}`);
-    return r.body;
-  };
-  destId = (await ok('POST', '/event_destinations', { target: { datadog: { api_key: 'dummy-datadog-key' } } }, 201)).id;
-  await ok('POST', '/event_subscriptions', { sources: [{ type: 'http_request_complete.v0' }], destination_ids: [destId] }, 201);
-  const cred = await ok('POST', '/credentials', {}, 201);
-  backendId = (await ok('POST', '/backends/tunnel_group', { labels: { app: 'vars' } }, 201)).id;
-  edgeId = (await ok('POST', '/edges/https', { hostports: [`${HOST}:443`] }, 201)).id;
-  agent = startAgentProcess(['http', String(upPort), '--label', 'app=vars', '--authtoken', cred.token, '--server', `localhost:${node.agent}`, '--ca', tls.caFile]);
-  await agent.waitForOutput('online');
+  c = await startPolicyCluster({ name: 'vars', host: HOST, ingressEnv: () => ({ REDIS_URL: redisUrl, RATE_LIMIT_SERVER_ID: `${prefix}-rl`, EVENTS_PREFIX: prefix }) });
+  ({ edgeId } = c);
+  destId = (await c.apiExpecting(201, 'POST', '/event_destinations', { target: { datadog: { api_key: 'dummy-datadog-key' } } })).id;
+  await c.apiExpecting(201, 'POST', '/event_subscriptions', { sources: [{ type: 'http_request_complete.v0' }], destination_ids: [destId] });
 }, 90_000);
 
 afterAll(async () => {
-  await Promise.allSettled([agent?.stop({ timeoutMs: 10_000 }), node?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);
-  upstream?.close();
-  await db?.drop();
+  await c?.stop();
   if (redis) {
     const keys = await redis.keys(`${prefix}*`);
     if (keys.length) await redis.del(...keys);
     redis.disconnect();
   }
-  cleanupTempDirs();
 }, 60_000);
 
 const POLICY = `

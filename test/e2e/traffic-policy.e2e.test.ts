@@ -1,16 +1,10 @@
-import http from 'node:http';
 import { createHmac, randomBytes } from 'node:crypto';
 import { gunzipSync, brotliDecompressSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { redisKeyPattern } from '../../services/ingress/src/ratelimit/index.js';
-import { freshDatabase } from '../support/databases.js';
-import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
-import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
-import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
-import { migrate } from '../../services/control-plane/src/db/migrate.js';
-import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
-import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { waitFor, type IngressProcess } from '../support/cluster.js';
+import { startPolicyCluster, type PolicyCluster, type PolicyRequestOptions } from '../support/policy-cluster.js';
 
 /**
  * Route modules and the traffic policy on live traffic, through real processes: a control plane,
@@ -19,95 +13,50 @@ import { ensureLocalTls } from '../../services/ingress/src/tls.js';
  */
 
 const HOST = 'mods.e2e.test';
-let db: Awaited<ReturnType<typeof freshDatabase>>;
-let cp: ControlPlaneProcess;
+let c: PolicyCluster;
 let a: IngressProcess;
 let b: IngressProcess;
-let agent: AgentProcess;
-let apiKey: string;
-let upstream: http.Server;
 let edgeId: string;
 let backendId: string;
 const prefix = `e2e-${randomBytes(4).toString('hex')}`;
 const redisUrl = inject('redisUrl');
 
-const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
+const api = (method: string, p: string, body?: unknown) => c.api(method, p, body);
+const request = (port: number, p: string, opts?: PolicyRequestOptions) => c.request(p, { ...opts, port });
 
-interface Res {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  raw: Buffer;
-  json: () => any;
-}
-function request(port: number, p: string, opts: { method?: string; headers?: Record<string, string>; body?: string | Buffer } = {}): Promise<Res> {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, path: p, method: opts.method ?? 'GET', agent: false, headers: { host: HOST, ...opts.headers } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const raw = Buffer.concat(chunks);
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, raw, json: () => JSON.parse(raw.toString()) });
-      });
-    });
-    req.setTimeout(10_000, () => req.destroy(new Error('timed out')));
-    req.on('error', reject);
-    req.end(opts.body);
-  });
-}
-
-async function route(match: string, modules: Record<string, unknown>): Promise<string> {
-  const r = await api('POST', `/edges/https/${edgeId}/routes`, { match_type: 'path_prefix', match, backend: { enabled: true, backend_id: backendId }, ...modules });
-  if (r.status !== 201) throw new Error(`route ${match}: ${r.status} ${JSON.stringify(r.body)}`);
-  // Both nodes have applied it once the path no longer answers "no route".
-  for (const n of [a, b]) await waitFor(`${n.nodeId} applies ${match}`, async () => (await request(n.http, `${match}/probe-${randomBytes(2).toString('hex')}`, { headers: { 'user-agent': 'probe' } })).headers['warren-error-code'] !== 'ERR_WARREN_7001');
-  return r.body.id;
-}
+/** Adds a route with `modules`; resolves once both nodes have applied it (the path no longer answers "no route"). */
+const route = async (match: string, modules: Record<string, unknown>): Promise<string> => (await c.route(match, modules)).id;
 
 beforeAll(async () => {
-  db = await freshDatabase();
-  const pool = createPool(db.url, 2);
-  await migrate(pool);
-  apiKey = (await createAccountWithKey(createDb(pool), 'modules-e2e')).token;
-  await pool.end();
-  const tls = await ensureLocalTls(tempDir('warren-mods-tls-'));
-  const nodeToken = randomBytes(16).toString('hex');
-  cp = await startControlPlane({ databaseUrl: db.url, env: { WARREN_NODE_TOKEN: nodeToken } });
-  const env = { TLS_CERT_FILE: tls.caFile.replace(/ca\.pem$/, 'cert.pem'), TLS_KEY_FILE: tls.caFile.replace(/ca\.pem$/, 'key.pem'), REDIS_URL: redisUrl };
-  // Each node is its own rate-limit server; the run's own ids keep its Redis keys apart.
-  [a, b] = (await Promise.all(
-    ['mods-a', 'mods-b'].map((nodeId) => startIngress({ nodeId, controlPlane: [`127.0.0.1:${cp.grpcPort}`], nodeToken, env: { ...env, RATE_LIMIT_SERVER_ID: `${prefix}-${nodeId}` } })),
-  )) as [IngressProcess, IngressProcess];
-
-  upstream = http.createServer((req, res) => {
-    let n = 0;
-    req.on('data', (c: Buffer) => (n += c.length));
-    req.on('end', () => {
-      const m = /\/status\/(\d{3})/.exec(req.url ?? '');
-      const text = JSON.stringify({ url: req.url, method: req.method, headers: req.headers, bytes: n, pad: 'x'.repeat(4096) });
-      res.writeHead(m ? Number(m[1]) : 200, { 'content-type': 'application/json', 'x-upstream': 'yes' });
-      res.end(text);
-    });
+  c = await startPolicyCluster({
+    name: 'mods',
+    host: HOST,
+    nodes: 2,
+    // Each node is its own rate-limit server; the run's own ids keep its Redis keys apart.
+    ingressEnv: (nodeId) => ({ REDIS_URL: redisUrl, RATE_LIMIT_SERVER_ID: `${prefix}-${nodeId}` }),
+    upstream: (req, res) => {
+      let n = 0;
+      req.on('data', (ch: Buffer) => (n += ch.length));
+      req.on('end', () => {
+        const m = /\/status\/(\d{3})/.exec(req.url ?? '');
+        const text = JSON.stringify({ url: req.url, method: req.method, headers: req.headers, bytes: n, pad: 'x'.repeat(4096) });
+        res.writeHead(m ? Number(m[1]) : 200, { 'content-type': 'application/json', 'x-upstream': 'yes' });
+        res.end(text);
+      });
+    },
   });
-  const upPort = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as { port: number }).port)));
-
-  const cred = await api('POST', '/credentials', {});
-  backendId = (await api('POST', '/backends/tunnel_group', { labels: { app: 'mods' } })).body.id;
-  edgeId = (await api('POST', '/edges/https', { hostports: [`${HOST}:443`] })).body.id;
-  agent = startAgentProcess(['http', String(upPort), '--label', 'app=mods', '--authtoken', cred.body.token, '--server', `localhost:${a.agent}`, '--ca', tls.caFile]);
-  await agent.waitForOutput('online');
+  [a, b] = c.nodes as [IngressProcess, IngressProcess];
+  ({ edgeId, backendId } = c);
 }, 90_000);
 
 afterAll(async () => {
-  await Promise.allSettled([agent?.stop({ timeoutMs: 10_000 }), a?.stop({ timeoutMs: 10_000 }), b?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);
-  upstream?.close();
-  await db?.drop();
+  await c?.stop();
   const redis = new Redis(redisUrl);
   for (const node of ['mods-a', 'mods-b']) {
     const keys = await redis.keys(redisKeyPattern(`${prefix}-${node}`));
     if (keys.length) await redis.del(...keys);
   }
   redis.disconnect();
-  cleanupTempDirs();
 }, 60_000);
 
 describe('traffic policy on live traffic', () => {

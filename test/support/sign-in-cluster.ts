@@ -67,8 +67,42 @@ export interface SignInCluster<P> {
   stop(): Promise<void>;
 }
 
+/** A fresh database (its own, as every test file's) with an account `<name>-e2e`: the database and the account's API key. */
+export async function freshAccount(name: string): Promise<{ db: FreshDatabase; apiKey: string }> {
+  const db = await freshDatabase();
+  try {
+    const pool = createPool(db.url, 2);
+    try {
+      await migrate(pool);
+      return { db, apiKey: (await createAccountWithKey(createDb(pool), `${name}-e2e`)).token };
+    } finally {
+      await pool.end();
+    }
+  } catch (e) {
+    await db.drop();
+    throw e;
+  }
+}
+export type FreshDatabase = Awaited<ReturnType<typeof freshDatabase>>;
+
+/** Local TLS material in a new temp dir `warren-<name>-tls-…` (gone with `cleanupTempDirs()`); the leaf also covers `names`. */
+export async function localTls(name: string, names: string[] = []): Promise<LocalTls> {
+  const dir = tempDir(`warren-${name}-tls-`);
+  return { ...(await ensureLocalTls(dir, names)), dir, certFile: path.join(dir, 'cert.pem'), keyFile: path.join(dir, 'key.pem') };
+}
+
+/** `start()`, or, when it fails, `stop()` (which must cope with what was started so far) and the failure. */
+export async function startOrStop<T>(start: () => Promise<T>, stop: () => Promise<void>): Promise<T> {
+  try {
+    return await start();
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+}
+
 export async function startSignInCluster<P>(o: SignInClusterOptions<P>): Promise<SignInCluster<P>> {
-  const c: Partial<SignInCluster<P>> & { db?: Awaited<ReturnType<typeof freshDatabase>> } = {};
+  const c: Partial<SignInCluster<P>> & { db?: FreshDatabase } = {};
   const stop = async (): Promise<void> => {
     await Promise.allSettled([c.agent?.stop({ timeoutMs: 10_000 }), c.a?.stop({ timeoutMs: 10_000 }), c.b?.stop({ timeoutMs: 10_000 }), c.cp?.stop({ timeoutMs: 10_000 })]);
     c.upstream?.close();
@@ -77,23 +111,14 @@ export async function startSignInCluster<P>(o: SignInClusterOptions<P>): Promise
     await c.db?.drop();
     cleanupTempDirs();
   };
-  try {
-    return await start(o, c, stop);
-  } catch (e) {
-    await stop();
-    throw e;
-  }
+  return startOrStop(() => start(o, c, stop), stop);
 }
 
-async function start<P>(o: SignInClusterOptions<P>, c: Partial<SignInCluster<P>> & { db?: Awaited<ReturnType<typeof freshDatabase>> }, stop: () => Promise<void>): Promise<SignInCluster<P>> {
+async function start<P>(o: SignInClusterOptions<P>, c: Partial<SignInCluster<P>> & { db?: FreshDatabase }, stop: () => Promise<void>): Promise<SignInCluster<P>> {
   const origin = `https://${o.host}`;
-  const db = (c.db = await freshDatabase());
-  const pool = createPool(db.url, 2);
-  await migrate(pool);
-  const apiKey = (await createAccountWithKey(createDb(pool), `${o.name}-e2e`)).token;
-  await pool.end();
-  const dir = tempDir(`warren-${o.name}-tls-`);
-  const tls: LocalTls = { ...(await ensureLocalTls(dir, [o.host])), dir, certFile: path.join(dir, 'cert.pem'), keyFile: path.join(dir, 'key.pem') };
+  const { db, apiKey } = await freshAccount(o.name);
+  c.db = db;
+  const tls = await localTls(o.name, [o.host]);
   const ca = tls.caPem!;
   const providers = (c.providers = await o.providers(tls));
   const nodeToken = randomBytes(16).toString('hex');
