@@ -213,6 +213,12 @@ export class PublicHandler {
     if (track) track.state = state;
     if (pipeline.needsBody) {
       return readBody(req).then((body) => {
+        if (body === 'timeout') {
+          // The rest of the body is not awaited: the connection closes after the answer.
+          res.shouldKeepAlive = false;
+          sendError(req, res, 7012);
+          return 408;
+        }
         state.body = body;
         if (!body) {
           sendError(req, res, 7009);

@@ -90,13 +90,28 @@ export function compressibleType(contentType: string | undefined): boolean {
   return !INCOMPRESSIBLE_PREFIXES.some((p) => t.startsWith(p));
 }
 
+/**
+ * True when the response head declares a content coding other than identity, in any of its
+ * `Content-Encoding` fields: an upstream may send several (`identity`, then `gzip`), and reading
+ * only the first would compress an already gzipped body again under a single `gzip`.
+ */
+export function contentEncoded(h: readonly string[]): boolean {
+  for (let i = 0; i + 1 < h.length; i += 2) {
+    if (h[i]!.toLowerCase() !== 'content-encoding') continue;
+    for (const c of h[i + 1]!.split(',')) {
+      const v = c.trim().toLowerCase();
+      if (v !== '' && v !== 'identity') return true;
+    }
+  }
+  return false;
+}
+
 /** True when this response could be compressed for some client (its representation varies by Accept-Encoding). */
 export function compressibleResponse(s: RequestState, r: ResponseState): boolean {
   if (s.req.method === 'HEAD') return false;
   if (r.status < 200 || r.status === 204 || r.status === 206 || r.status === 304) return false;
   const h = r.headers;
-  const ce = rawHeader(h, 'content-encoding');
-  if (ce && ce.trim().toLowerCase() !== 'identity') return false;
+  if (contentEncoded(h)) return false;
   if (rawHeader(h, 'content-range') !== undefined) return false;
   if (NO_TRANSFORM_RE.test(rawHeader(h, 'cache-control') ?? '')) return false;
   const len = rawHeader(h, 'content-length');

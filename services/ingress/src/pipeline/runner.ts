@@ -89,8 +89,19 @@ export function createPipelineCompiler(factories: StageFactory[], deps: StageDep
   };
 }
 
-/** Reads a request body up to `limit` bytes; resolves null when it is larger (the caller answers 413). */
-export function readBody(req: http.IncomingMessage, limit = MAX_BUFFERED_BODY): Promise<Buffer | null> {
+/**
+ * Longest wait for a buffered request body, from when its reading starts; then `readBody` gives
+ * up ('timeout', the caller answers 408). The public servers have no request timeout, so without
+ * it a client sending a body slowly (or never) would hold its buffer, up to 1 MiB, for as long
+ * as it keeps the connection open.
+ */
+export const BODY_READ_TIMEOUT_MS = 30_000;
+
+/**
+ * Reads a request body up to `limit` bytes within `timeoutMs`; resolves null when it is larger
+ * (the caller answers 413), 'timeout' when it did not arrive in time (408).
+ */
+export function readBody(req: http.IncomingMessage, limit = MAX_BUFFERED_BODY, timeoutMs = BODY_READ_TIMEOUT_MS): Promise<Buffer | null | 'timeout'> {
   return new Promise((resolve, reject) => {
     const declared = Number(req.headers['content-length'] ?? 0);
     if (declared > limit) {
@@ -100,20 +111,26 @@ export function readBody(req: http.IncomingMessage, limit = MAX_BUFFERED_BODY): 
     const chunks: Buffer[] = [];
     let size = 0;
     let over = false;
+    const stop = (v: null | 'timeout') => {
+      over = true;
+      chunks.length = 0;
+      clearTimeout(timer);
+      resolve(v);
+    };
+    const timer = setTimeout(() => stop('timeout'), timeoutMs);
     req.on('data', (c: Buffer) => {
       if (over) return;
       size += c.length;
-      if (size > limit) {
-        over = true;
-        chunks.length = 0;
-        resolve(null);
-        return;
-      }
+      if (size > limit) return stop(null);
       chunks.push(c);
     });
     req.on('end', () => {
+      clearTimeout(timer);
       if (!over) resolve(Buffer.concat(chunks, size));
     });
-    req.on('error', reject);
+    req.on('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
   });
 }

@@ -1,8 +1,7 @@
 import type { Transform } from 'node:stream';
 import type { CompressResponseAction, VerifyWebhookAction } from '@warren/shared';
 import { errorAnswer } from '../http/error-page.js';
-import { rawHeader } from '../modules/common.js';
-import { addVary, claimCompression, compressibleResponse, createCompressor, encodeHead, negotiateEncoding, type Coding } from '../modules/compression.js';
+import { addVary, claimCompression, compressibleResponse, contentEncoded, createCompressor, encodeHead, negotiateEncoding, type Coding } from '../modules/compression.js';
 import { createWebhookChecks, type WebhookCheck, type WebhookCheckResult, type WebhookVerificationOptions } from '../modules/webhook-verification.js';
 import type { Outcome, RequestState, ResponseState } from '../pipeline/types.js';
 import { actionsOf } from './activation.js';
@@ -108,8 +107,7 @@ const pending = new WeakMap<RequestState, Pending>();
 /** Runs `compress-response` on the response head `r` (edited in place). */
 export function runCompressResponse(a: CompiledCompressResponse, s: RequestState, r: ResponseState): void {
   const vars = actionsOf(s).ngrok.compress;
-  const ce = rawHeader(r.headers, 'content-encoding');
-  vars.already_compressed = ce !== undefined && ce.trim() !== '' && ce.trim().toLowerCase() !== 'identity';
+  vars.already_compressed = contentEncoded(r.headers);
   vars.negotiated_algorithm = '';
   if (vars.already_compressed || !compressibleResponse(s, r)) return;
   addVary(r.headers);

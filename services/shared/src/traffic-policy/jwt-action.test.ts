@@ -133,6 +133,10 @@ describe('jwt-validation config', () => {
   it('classifies addresses', () => {
     for (const a of ['127.0.0.1', '10.1.2.3', '172.31.0.1', '192.168.1.1', '169.254.169.254', '100.64.0.1', '0.0.0.0', '::1', '::', 'fe80::1%eth0', 'fc00::1', '::ffff:127.0.0.1', '::ffff:10.0.0.1', '224.0.0.1']) expect(isNonPublicAddress(a), a).toBe(true);
     for (const a of ['8.8.8.8', '1.1.1.1', '2606:4700:4700::1111', '::ffff:8.8.8.8', 'example.com']) expect(isNonPublicAddress(a), a).toBe(false);
+    // IPv6 forms that carry an IPv4 address: IPv4-compatible (::a.b.c.d), IPv4-translated,
+    // local-use NAT64, 6to4. URL writes [::127.0.0.1] as [::7f00:1].
+    for (const a of ['::7f00:1', '::127.0.0.1', '::ffff:0:7f00:1', '64:ff9b:1::a00:1', '2002:7f00:1::1', '2002:a00:1::1']) expect(isNonPublicAddress(a), a).toBe(true);
+    expect(checkJwksUrl('https://[::127.0.0.1]/x', true)).toMatchObject({ ok: false });
     expect(checkJwksUrl('https://[::ffff:7f00:1]/x', true)).toMatchObject({ ok: false });
     expect(checkJwksUrl('https://2130706433/x', true)).toMatchObject({ ok: false }); // 127.0.0.1 in decimal, normalised by URL
     expect(checkJwksUrl('https://sub.localhost./x', true)).toMatchObject({ ok: false });
@@ -141,6 +145,22 @@ describe('jwt-validation config', () => {
 });
 
 describe('jwt-validation cost', () => {
+  it('refuses RSA keys whose public exponent would make a verification cost far more than priced', () => {
+    // A 3072-bit modulus with a 3071-bit exponent: OpenSSL bounds the exponent only above 3072
+    // bits, and one verification took ~6.9 ms, 17× the 400 µs charged per RSA verification.
+    const k = rsa(3072);
+    const nBytes = Buffer.from(k.n as string, 'base64url').length;
+    const c = base();
+    c.jws.keys = { sources: { inline_keys: [{ ...k, e: Buffer.alloc(nBytes - 1, 0xff).toString('base64url') }] } };
+    expect(refused(c)).toBe(`${P}.jws.keys.sources.inline_keys[0].e: the RSA public exponent must have 2 to 32 bits (65537 is usual), got 3064`);
+    c.jws.keys = { sources: { inline_keys: [{ ...k, e: 'AQ' }] } };
+    expect(refused(c)).toContain('the RSA public exponent must have 2 to 32 bits');
+    for (const e of ['AQAB', 'Aw', 'AAEAAQ', '_____w']) {
+      c.jws.keys = { sources: { inline_keys: [{ ...k, e }] } };
+      expect(() => save(c), e).not.toThrow();
+    }
+  });
+
   it('charges each token for its decoding and the slowest allowed algorithm, tried on a few keys', () => {
     const c = parsed(base());
     expect(jwtValidationCost(c)).toBe(150_000 + JWT_VALIDATION_LIMITS.maxKeyAttempts * 400_000);

@@ -20,7 +20,7 @@
  * - `none` and the HMAC algorithms (HS256/384/512) are refused: keys come from JWK sets of
  *   public keys, and a shared secret in a policy would be readable by everyone who can read it.
  * Warren extension: `jws.keys.sources.inline_keys`, a list of at most 32 public JWKs given in
- * the policy itself (RSA of 2048–4096 bits, EC P-256/P-384/P-521, OKP Ed25519). They are checked
+ * the policy itself (RSA of 2048–4096 bits with an exponent of at most 32 bits, EC P-256/P-384/P-521, OKP Ed25519). They are checked
  * here structurally and then imported with `node:crypto` `createPublicKey` (synchronous: jose's
  * `importJWK` is async and `parse.ts` is sync, so jose itself only sees them at the ingress,
  * through `createLocalJWKSet`). At least one key source (a JKU or an inline key) is required.
@@ -62,6 +62,13 @@ export const JWT_VALIDATION_LIMITS = {
   /** Largest RSA modulus accepted (inline keys here; keys of a fetched JWKS at the ingress). */
   maxRsaBits: 4096,
   minRsaBits: 2048,
+  /**
+   * Largest RSA public exponent, in bits. An RSA verification's cost grows with the exponent's
+   * length and OpenSSL bounds it (64 bits) only for moduli over 3072 bits: a 3072-bit key with a
+   * 3071-bit exponent took ~6.9 ms per verification (jose, reference machine), 17× the price
+   * below. Real keys use 65537 (17 bits), a few 3.
+   */
+  maxRsaExponentBits: 32,
   /**
    * Candidate keys tried for one token when several match (no `kid`, or a `kid` shared by
    * several keys): enough for a key rotation's overlap.
@@ -133,9 +140,12 @@ for (const [net, prefix] of [
 ] as const)
   NON_PUBLIC_V4.addSubnet(net, prefix, 'ipv4');
 for (const [net, prefix] of [
-  ['::', 127], // :: and ::1
+  ['::', 96], // :: and ::1, and the deprecated IPv4-compatible ::a.b.c.d
   ['::ffff:0:0', 96], // IPv4-mapped: checked as IPv4 below, refused here if that fails
+  ['::ffff:0:0:0', 96], // IPv4-translated (RFC 2765)
   ['64:ff9b::', 96], // NAT64
+  ['64:ff9b:1::', 48], // local-use NAT64 (RFC 8215)
+  ['2002::', 16], // 6to4: carries an IPv4 address, maybe a private one (deprecated, RFC 7526)
   ['100::', 64], // discard
   ['2001:db8::', 32],
   ['fc00::', 7],
@@ -205,7 +215,7 @@ function b64urlBytes(v: unknown, path: string, what: string): number {
   return Buffer.from(v, 'base64url').length;
 }
 
-/** The RSA modulus size in bits (leading zero bytes ignored). */
+/** The size in bits of a base64url big-endian integer (an RSA modulus or exponent; leading zero bytes ignored). */
 function modulusBits(n: string): number {
   const b = Buffer.from(n, 'base64url');
   let i = 0;
@@ -244,6 +254,8 @@ export function checkPublicJwk(v: unknown, path: string, algorithms: readonly st
     const bits = modulusBits(k.n as string);
     const L = JWT_VALIDATION_LIMITS;
     if (bits < L.minRsaBits || bits > L.maxRsaBits) throw new TrafficPolicyError(at(path, 'n'), `the RSA modulus must have ${L.minRsaBits} to ${L.maxRsaBits} bits, got ${bits}`);
+    const eBits = modulusBits(k.e as string);
+    if (eBits < 2 || eBits > L.maxRsaExponentBits) throw new TrafficPolicyError(at(path, 'e'), `the RSA public exponent must have 2 to ${L.maxRsaExponentBits} bits (65537 is usual), got ${eBits}`);
     out.n = k.n;
     out.e = k.e;
   } else if (kty === 'EC') {
