@@ -1,14 +1,8 @@
-import http from 'node:http';
-import { createHmac, randomBytes } from 'node:crypto';
+import type http from 'node:http';
+import { createHmac } from 'node:crypto';
 import zlib from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freshDatabase } from '../support/databases.js';
-import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
-import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
-import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
-import { migrate } from '../../services/control-plane/src/db/migrate.js';
-import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
-import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { startPolicyCluster, type PolicyCluster, type PolicyRequestOptions } from '../support/policy-cluster.js';
 
 /**
  * The traffic-policy body actions `verify-webhook` and `compress-response` on live traffic,
@@ -22,42 +16,13 @@ const HOST = 'body.e2e.test';
 const GITHUB_SECRET = 'e2e-github-secret-never-logged';
 const STRIPE_SECRET = 'whsec_e2e_stripe_secret';
 const SLACK_SECRET = 'e2e-slack-signing-secret';
-let db: Awaited<ReturnType<typeof freshDatabase>>;
-let cp: ControlPlaneProcess;
-let ing: IngressProcess;
-let agent: AgentProcess;
-let apiKey: string;
-let upstream: http.Server;
+let c: PolicyCluster;
 let upstreamHits = 0;
-let edgeId: string;
-let backendId: string;
 
 /** What the upstream serves on `/gz…` and `/both…`: compressible JSON of a known length. */
 const DOC = Buffer.from(JSON.stringify({ items: Array.from({ length: 300 }, (_, i) => ({ id: i, name: `item ${i}`, tags: ['a', 'b'] })) }));
 
-const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
-
-interface Res {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  raw: Buffer;
-  json: () => any;
-}
-function request(p: string, opts: { method?: string; headers?: Record<string, string>; body?: string | Buffer } = {}): Promise<Res> {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port: ing.http, path: p, method: opts.method ?? (opts.body === undefined ? 'GET' : 'POST'), agent: false, headers: { host: HOST, ...opts.headers } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const raw = Buffer.concat(chunks);
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, raw, json: () => JSON.parse(raw.toString()) });
-      });
-    });
-    req.setTimeout(10_000, () => req.destroy(new Error('timed out')));
-    req.on('error', reject);
-    req.end(opts.body);
-  });
-}
+const request = (p: string, opts?: PolicyRequestOptions) => c.request(p, opts);
 
 const hex = (key: string, ...parts: string[]) => {
   const h = createHmac('sha256', key);
@@ -73,77 +38,42 @@ const stripeSigned = (body: string, t = nowS()) => ({ 'content-type': 'applicati
 const slackSigned = (body: string, ts = nowS()) => ({ 'content-type': 'application/x-www-form-urlencoded', 'x-slack-request-timestamp': String(ts), 'x-slack-signature': `v0=${hex(SLACK_SECRET, `v0:${ts}:`, body)}` });
 
 /** Adds a route; `match` must not be a prefix of another route's (the probe would hit that one). */
-async function route(match: string, policy: unknown, modules: Record<string, unknown> = {}): Promise<string> {
-  const r = await api('POST', `/edges/https/${edgeId}/routes`, {
-    match_type: 'path_prefix',
-    match,
-    backend: { enabled: true, backend_id: backendId },
-    traffic_policy: { value: typeof policy === 'string' ? policy : JSON.stringify(policy) },
-    ...modules,
-  });
-  if (r.status !== 201) throw new Error(`route ${match}: ${r.status} ${JSON.stringify(r.body)}`);
-  await waitFor(`the ingress applies ${match}`, async () => (await request(`${match}/probe`)).headers['warren-error-code'] !== 'ERR_WARREN_7001');
-  return r.body.id;
-}
+const route = (match: string, policy: unknown, modules: Record<string, unknown> = {}): Promise<string> => c.policyRoute(match, policy, modules);
 
 /** A route create that must be refused: its 400 message. */
 async function refused(policy: unknown): Promise<string> {
-  const r = await api('POST', `/edges/https/${edgeId}/routes`, { match_type: 'path_prefix', match: `/bad-${randomBytes(3).toString('hex')}`, backend: { enabled: true, backend_id: backendId }, traffic_policy: { value: JSON.stringify(policy) } });
+  const r = await c.tryPolicy(policy);
   expect(r.status, JSON.stringify(r.body)).toBe(400);
   expect(r.body.error_code).toBe('ERR_WARREN_6900');
   return r.body.msg as string;
 }
 
+/** Counts the requests that reach it; serves DOC on `/gz…` and `/both…`, DOC gzipped on `/pregz…`, else echoes the request. */
+const upstream: http.RequestListener = (req, res) => {
+  const chunks: Buffer[] = [];
+  req.on('data', (ch: Buffer) => chunks.push(ch));
+  req.on('end', () => {
+    upstreamHits++;
+    const path = req.url ?? '/';
+    if (path.startsWith('/gz') || path.startsWith('/both')) {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': DOC.length, etag: '"doc-1"' });
+      res.end(DOC);
+    } else if (path.startsWith('/pregz')) {
+      const gz = zlib.gzipSync(DOC);
+      res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip', 'content-length': gz.length });
+      res.end(gz);
+    } else {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ url: path, method: req.method, headers: req.headers, body: Buffer.concat(chunks).toString('utf8') }));
+    }
+  });
+};
+
 beforeAll(async () => {
-  db = await freshDatabase();
-  const pool = createPool(db.url, 2);
-  await migrate(pool);
-  apiKey = (await createAccountWithKey(createDb(pool), 'body-e2e')).token;
-  await pool.end();
-  const tls = await ensureLocalTls(tempDir('warren-body-tls-'));
-  const nodeToken = randomBytes(16).toString('hex');
-  cp = await startControlPlane({ databaseUrl: db.url, env: { WARREN_NODE_TOKEN: nodeToken } });
-  ing = await startIngress({
-    nodeId: 'body-a',
-    controlPlane: [`127.0.0.1:${cp.grpcPort}`],
-    nodeToken,
-    env: { TLS_CERT_FILE: tls.caFile.replace(/ca\.pem$/, 'cert.pem'), TLS_KEY_FILE: tls.caFile.replace(/ca\.pem$/, 'key.pem') },
-  });
-
-  upstream = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      upstreamHits++;
-      const path = req.url ?? '/';
-      if (path.startsWith('/gz') || path.startsWith('/both')) {
-        res.writeHead(200, { 'content-type': 'application/json', 'content-length': DOC.length, etag: '"doc-1"' });
-        res.end(DOC);
-      } else if (path.startsWith('/pregz')) {
-        const gz = zlib.gzipSync(DOC);
-        res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip', 'content-length': gz.length });
-        res.end(gz);
-      } else {
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ url: path, method: req.method, headers: req.headers, body: Buffer.concat(chunks).toString('utf8') }));
-      }
-    });
-  });
-  const upPort = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as { port: number }).port)));
-
-  const cred = await api('POST', '/credentials', {});
-  backendId = (await api('POST', '/backends/tunnel_group', { labels: { app: 'body' } })).body.id;
-  edgeId = (await api('POST', '/edges/https', { hostports: [`${HOST}:443`] })).body.id;
-  agent = startAgentProcess(['http', String(upPort), '--label', 'app=body', '--authtoken', cred.body.token, '--server', `localhost:${ing.agent}`, '--ca', tls.caFile]);
-  await agent.waitForOutput('online');
+  c = await startPolicyCluster({ name: 'body', host: HOST, upstream });
 }, 90_000);
 
-afterAll(async () => {
-  await Promise.allSettled([agent?.stop({ timeoutMs: 10_000 }), ing?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);
-  upstream?.close();
-  await db?.drop();
-  cleanupTempDirs();
-}, 60_000);
+afterAll(() => c?.stop(), 60_000);
 
 describe('verify-webhook on live traffic', () => {
   it('github: a signed push reaches the upstream byte for byte; a bad or missing signature is a 403', async () => {

@@ -1,16 +1,8 @@
-import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
-import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { exportJWK, generateKeyPair, SignJWT, type JWK } from 'jose';
-import { freshDatabase } from '../support/databases.js';
-import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
-import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
-import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
-import { migrate } from '../../services/control-plane/src/db/migrate.js';
-import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
-import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
 
 /**
  * The traffic-policy `jwt-validation` action on live traffic, through real processes: a control
@@ -23,20 +15,13 @@ import { ensureLocalTls } from '../../services/ingress/src/tls.js';
 const HOST = 'jwt.e2e.test';
 const ISS = 'https://issuer.e2e.test/';
 const AUD = 'urn:warren:e2e';
-let db: Awaited<ReturnType<typeof freshDatabase>>;
-let cp: ControlPlaneProcess;
-let ing: IngressProcess;
-let agent: AgentProcess;
-let apiKey: string;
-let upstream: http.Server;
+let cluster: PolicyCluster;
 let jwks: https.Server;
 let jwksPort: number;
 let jwksHits = 0;
 let hang: net.Server;
 let hangPort: number;
 let closedPort: number;
-let edgeId: string;
-let backendId: string;
 
 type Pair = Awaited<ReturnType<typeof generateKeyPair>>;
 let rs: Pair;
@@ -44,29 +29,8 @@ let es: Pair;
 let other: Pair;
 let served: JWK[] = [];
 
-const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
-
-interface Res {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  raw: Buffer;
-  json: () => any;
-}
-function request(p: string, headers: Record<string, string> = {}): Promise<Res> {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port: ing.http, path: p, agent: false, headers: { host: HOST, ...headers } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const raw = Buffer.concat(chunks);
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, raw, json: () => JSON.parse(raw.toString()) });
-      });
-    });
-    req.setTimeout(15_000, () => req.destroy(new Error('timed out')));
-    req.on('error', reject);
-    req.end();
-  });
-}
+/** A GET to the ingress with `headers`; the JWK-set cases take longer than the usual 10 s allows. */
+const request = (p: string, headers: Record<string, string> = {}) => cluster.request(p, { headers, timeoutMs: 15_000 });
 const bearer = (t: string) => ({ authorization: `Bearer ${t}` });
 
 async function sign(o: { key?: Pair; alg?: string; kid?: string; iss?: string; aud?: string; exp?: number | string; sub?: string } = {}): Promise<string> {
@@ -87,15 +51,10 @@ const jwtConfig = (jku: string, algorithms = ['RS256']) => ({
 });
 
 /** Adds a route; `match` must not be a prefix of another route's. */
-async function route(match: string, policy: unknown): Promise<string> {
-  const r = await api('POST', `/edges/https/${edgeId}/routes`, { match_type: 'path_prefix', match, backend: { enabled: true, backend_id: backendId }, traffic_policy: { value: typeof policy === 'string' ? policy : JSON.stringify(policy) } });
-  if (r.status !== 201) throw new Error(`route ${match}: ${r.status} ${JSON.stringify(r.body)}`);
-  await waitFor(`the ingress applies ${match}`, async () => (await request(`${match}/probe`)).headers['warren-error-code'] !== 'ERR_WARREN_7001');
-  return r.body.id;
-}
+const route = (match: string, policy: unknown): Promise<string> => cluster.policyRoute(match, policy);
 
 async function refused(policy: unknown): Promise<string> {
-  const r = await api('POST', `/edges/https/${edgeId}/routes`, { match_type: 'path_prefix', match: `/bad-${randomBytes(3).toString('hex')}`, backend: { enabled: true, backend_id: backendId }, traffic_policy: { value: JSON.stringify(policy) } });
+  const r = await cluster.tryPolicy(policy);
   expect(r.status, JSON.stringify(r.body)).toBe(400);
   expect(r.body.error_code).toBe('ERR_WARREN_6900');
   return r.body.msg as string;
@@ -112,14 +71,15 @@ beforeAll(async () => {
     { ...(await exportJWK(es.publicKey)), kid: 'es-1', use: 'sig' },
   ];
 
-  db = await freshDatabase();
-  const pool = createPool(db.url, 2);
-  await migrate(pool);
-  apiKey = (await createAccountWithKey(createDb(pool), 'jwt-e2e')).token;
-  await pool.end();
-  const tls = await ensureLocalTls(tempDir('warren-jwt-tls-'));
+  cluster = await startPolicyCluster({
+    name: 'jwt',
+    host: HOST,
+    controlPlaneEnv: { WARREN_JWKS_ALLOW_PRIVATE: '1' },
+    ingressEnv: (_nodeId, tls) => ({ NODE_EXTRA_CA_CERTS: tls.caFile, WARREN_JWKS_ALLOW_PRIVATE: '1' }),
+  });
 
-  jwks = https.createServer({ cert: tls.cert, key: tls.key }, (req, res) => {
+  // Served with the cluster's certificate, which the ingress trusts through NODE_EXTRA_CA_CERTS.
+  jwks = https.createServer({ cert: cluster.tls.cert, key: cluster.tls.key }, (req, res) => {
     jwksHits++;
     res.writeHead(200, { 'content-type': 'application/jwk-set+json' });
     res.end(JSON.stringify({ keys: served }));
@@ -131,40 +91,13 @@ beforeAll(async () => {
   const closed = net.createServer();
   closedPort = await listen(closed);
   await new Promise((r) => closed.close(r));
-
-  const nodeToken = randomBytes(16).toString('hex');
-  cp = await startControlPlane({ databaseUrl: db.url, env: { WARREN_NODE_TOKEN: nodeToken, WARREN_JWKS_ALLOW_PRIVATE: '1' } });
-  ing = await startIngress({
-    nodeId: 'jwt-a',
-    controlPlane: [`127.0.0.1:${cp.grpcPort}`],
-    nodeToken,
-    env: { TLS_CERT_FILE: tls.caFile.replace(/ca\.pem$/, 'cert.pem'), TLS_KEY_FILE: tls.caFile.replace(/ca\.pem$/, 'key.pem'), NODE_EXTRA_CA_CERTS: tls.caFile, WARREN_JWKS_ALLOW_PRIVATE: '1' },
-  });
-
-  upstream = http.createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ url: req.url, headers: req.headers }));
-    });
-  });
-  const upPort = await listen(upstream);
-
-  const cred = await api('POST', '/credentials', {});
-  backendId = (await api('POST', '/backends/tunnel_group', { labels: { app: 'jwt' } })).body.id;
-  edgeId = (await api('POST', '/edges/https', { hostports: [`${HOST}:443`] })).body.id;
-  agent = startAgentProcess(['http', String(upPort), '--label', 'app=jwt', '--authtoken', cred.body.token, '--server', `localhost:${ing.agent}`, '--ca', tls.caFile]);
-  await agent.waitForOutput('online');
 }, 90_000);
 
 afterAll(async () => {
-  await Promise.allSettled([agent?.stop({ timeoutMs: 10_000 }), ing?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);
-  upstream?.close();
+  await cluster?.stop();
   jwks?.closeAllConnections?.();
   jwks?.close();
   hang?.close();
-  await db?.drop();
-  cleanupTempDirs();
 }, 60_000);
 
 describe('jwt-validation on live traffic', () => {
