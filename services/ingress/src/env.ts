@@ -76,6 +76,12 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
       EVENTS_MAX_QUEUED: envInt(10_000, 1, 10_000_000),
       /** Longest wait before queued traffic events are published (ms); 500 queued publish at once. */
       EVENTS_FLUSH_MS: envInt(20, 1, 60_000),
+      /**
+       * A MaxMind DB file (GeoLite2-City / GeoIP2-City `.mmdb`) for the `conn.geo.*` policy
+       * variables; read at start (unreadable: the ingress does not start) and again when it
+       * changes. Unset: every `conn.geo` field is an empty string.
+       */
+      WARREN_GEOIP_DB: z.string().optional(),
       /** Drain limit on SIGTERM (ms). */
       DRAIN_TIMEOUT_MS: envInt(10_000, 0),
     },

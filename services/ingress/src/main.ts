@@ -20,6 +20,7 @@ import { edgeSecureContextOptions, mutualTlsCaPems, mutualTlsStage, pipelineStag
 import { createSecureContext, type SecureContext, type TLSSocket } from 'node:tls';
 import { LocalSlidingWindowLimiter, RedisSlidingWindowLimiter } from './ratelimit/index.js';
 import { createTrafficEvents } from './events/index.js';
+import { startGeo } from './policy/geo.js';
 
 const log = createLogger('ingress');
 
@@ -52,6 +53,8 @@ async function main(): Promise<void> {
     throw new EnvError(`INTERNAL_HOST=${env.INTERNAL_HOST} is not a loopback address: set WARREN_NODE_TOKEN, or other hosts could send requests into this node's tunnels`);
   }
   const nodeId = env.NODE_ID;
+  // `conn.geo.*` for traffic policies: the GeoIP database, read before anything listens.
+  const geo = startGeo(env.WARREN_GEOIP_DB || undefined, log.child({ component: 'geoip' }));
   const metrics = createIngressMetrics(nodeId);
   const registry = new TunnelRegistry(nodeId);
   const forwarder = new Forwarder({
@@ -304,6 +307,7 @@ async function main(): Promise<void> {
     await events?.close(Math.min(5_000, Math.max(500, env.DRAIN_TIMEOUT_MS)));
     await client.stop();
     await limiter.close?.();
+    geo?.close();
     internal.closeAllConnections();
     await closed(internal);
     log.info('stopped');

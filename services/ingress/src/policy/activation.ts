@@ -1,6 +1,7 @@
 import type { TLSSocket } from 'node:tls';
 import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse, type CelTime, type CelTlsSocket } from '@warren/shared';
 import type { RequestState, ResponseState } from '../pipeline/types.js';
+import { geoLookupOf } from './geo.js';
 
 /**
  * The CEL activation of one request (or response): every variable is built on first read, so
@@ -26,9 +27,10 @@ export class Activation {
     // `conn.tls` reads the socket only when an expression reads it (see `CelTls`). The client
     // certificate is shown only on an edge whose `mutual_tls` verified it (that stage runs
     // before the policy and refuses a request without a valid one); elsewhere the ingress asks
-    // for a certificate without checking it, so it is not trusted.
+    // for a certificate without checking it, so it is not trusted. `conn.geo` is looked up only
+    // when read, once per request (`geo.ts`).
     const s = this.s;
-    return (this.connView ??= new CelConn(s.clientIp, serverPort(s), tlsSocket(s), s.edge.mutualTls?.enabled === true));
+    return (this.connView ??= new CelConn(s.clientIp, serverPort(s), tlsSocket(s), s.edge.mutualTls?.enabled === true, geoLookupOf(s)));
   }
 
   get res(): CelResponse | undefined {

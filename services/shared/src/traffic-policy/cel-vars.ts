@@ -2,6 +2,7 @@ import { certificatePem, checkCertificateSize, parseCertificate, type ParsedCert
 import { CelUrlActionResult } from './url-action-vars.js';
 import { CelJwtValidation } from './jwt-action-vars.js';
 import { CelCompress, CelVerifyWebhook } from './body-action-vars.js';
+import { CEL_NO_GEO, type CelGeo } from './geo-vars.js';
 
 /**
  * The values traffic-policy expressions read, as lazy views: each field is computed on first
@@ -371,21 +372,30 @@ export class CelTls {
 /** `conn.tls` of a plain-HTTP request. */
 export const CEL_NO_TLS = new CelTls(null, false);
 
-/** `conn`. `tls`: the connection's TLS socket (null over plain HTTP), read only if an expression reads `conn.tls`. */
+/**
+ * `conn`. `tls`: the connection's TLS socket (null over plain HTTP), read only if an expression
+ * reads `conn.tls`. `geo`: looks the client up (see `geo-vars.ts`), called only if an expression
+ * reads `conn.geo`, at most once per view; null: no geolocation (every `conn.geo` field `""`).
+ */
 export class CelConn {
   private t?: CelTls;
+  private g?: CelGeo;
   constructor(
     readonly client_ip: string,
     private readonly port: number,
     private readonly tlsSocket: CelTlsSocket | null = null,
     /** The client certificate was verified (the edge's `mutual_tls`): `conn.tls.client` shows it. */
     private readonly verifiedClientCertificate = false,
+    private readonly geoLookup: (() => CelGeo) | null = null,
   ) {}
   get server_port(): bigint {
     return BigInt(this.port);
   }
   get tls(): CelTls {
     return (this.t ??= this.tlsSocket ? new CelTls(this.tlsSocket, this.verifiedClientCertificate) : CEL_NO_TLS);
+  }
+  get geo(): CelGeo {
+    return (this.g ??= this.geoLookup ? this.geoLookup() : CEL_NO_GEO);
   }
 }
 

@@ -8,6 +8,8 @@
  *   `req.url` (the full URL; compares and concatenates as a string) with `req.url.scheme`,
  *   `.host`, `.authority`, `.path`, `.query`, `.raw_query`, `.query_params` (map → list).
  * - `conn.client_ip`, `conn.server_port` (int).
+ * - `conn.geo.{city, country, country_code, latitude, longitude, radius, subdivision}`, all
+ *   strings as ngrok's (`""` without a GeoIP database or a match; see `geo-vars.ts`).
  * - `conn.tls.{version, cipher_suite, sni, negotiated_alpn, session_resumed}` and the client
  *   and server certificates `conn.tls.client.*` / `conn.tls.server.*` (ngrok's names):
  *   `issuer` / `subject` (as strings, RFC 2253-like, with `.common_name`, `.country`, …),
@@ -69,6 +71,7 @@ import type { PolicyDirection } from './types.js';
 import { CelUrlActionError, CelUrlActionResult } from './url-action-vars.js';
 import { CelJwtToken, CelJwtValidation, CelJwtValidationError } from './jwt-action-vars.js';
 import { CelCompress, CelVerifyWebhook, CelVerifyWebhookError } from './body-action-vars.js';
+import { CelGeo } from './geo-vars.js';
 import type { RE2JS } from 're2js';
 
 /** A compiled expression: call with an activation (`{req, conn, actions, time[, res]}`). */
@@ -291,7 +294,11 @@ function baseEnvironment(): Environment {
       ctor: CelTls,
       fields: { version: str, cipher_suite: str, sni: str, negotiated_alpn: str, session_resumed: 'bool', client: 'ClientCertificate', server: 'Certificate' },
     })
-    .registerType('Connection', { ctor: CelConn, fields: { client_ip: str, server_port: 'int', tls: 'TLS' } })
+    .registerType('Geo', {
+      ctor: CelGeo,
+      fields: { city: str, country: str, country_code: str, latitude: str, longitude: str, radius: str, subdivision: str },
+    })
+    .registerType('Connection', { ctor: CelConn, fields: { client_ip: str, server_port: 'int', tls: 'TLS', geo: 'Geo' } })
     .registerType('RateLimitError', { ctor: CelRateLimitError, fields: { code: str, message: str } })
     .registerType('RateLimitResult', { ctor: CelRateLimit, fields: { bucket_key: str, limited: 'bool', error: 'RateLimitError' } })
     .registerType('RestrictIpsError', { ctor: CelRestrictIpsError, fields: { code: str, message: str } })

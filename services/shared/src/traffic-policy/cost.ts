@@ -21,6 +21,7 @@ import type { CelProgram } from './cel.js';
 import { MAX_MATCH_INPUT, MAX_REGEX_PROGRAM_SIZE, type DfaExploreBudget, type RegexRunInfo } from './regex.js';
 import { MAX_CERTIFICATE_BYTES } from './x509.js';
 import { JWT_MAX_TOKENS } from './jwt-action-vars.js';
+import { GEO_LIMITS, GEO_LOOKUP_COST } from './geo-vars.js';
 
 /** Largest estimated cost of one expression (or one `${…}` of a header value): about 2 ms. */
 export const MAX_EXPRESSION_COST = 2_000_000;
@@ -346,6 +347,19 @@ function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cos
       return s(64); // an IPv6 address with a zone
     case 'Connection.tls':
       return { shape: { n: 0, w: 0, obj: 'TLS' }, cost: 0 };
+    case 'Connection.geo':
+      // Looked up in the GeoIP database on first read, then kept for the request.
+      return { shape: { n: 0, w: 0, obj: 'Geo' }, cost: 0, once: GEO_LOOKUP_COST };
+    case 'Geo.city':
+    case 'Geo.country':
+    case 'Geo.subdivision':
+      return s(GEO_LIMITS.name);
+    case 'Geo.country_code':
+      return s(GEO_LIMITS.code);
+    case 'Geo.latitude':
+    case 'Geo.longitude':
+    case 'Geo.radius':
+      return s(GEO_LIMITS.number);
     case 'TLS.version':
       return s(TLS_LIMITS.version);
     case 'TLS.cipher_suite':

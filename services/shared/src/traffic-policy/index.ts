@@ -48,3 +48,4 @@ export {
   type CelTlsSocket,
 } from './cel-vars.js';
 export { MAX_CERTIFICATE_BYTES } from './x509.js';
+export { CEL_NO_GEO, CelGeo, GEO_LIMITS, GEO_LOOKUP_COST } from './geo-vars.js';
