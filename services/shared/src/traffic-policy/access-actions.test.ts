@@ -1,19 +1,11 @@
 import { describe, expect, it } from 'vitest';
+import { oneAction, refusal } from './testing.js';
 import { BASIC_AUTH_LIMITS, RESTRICT_IPS_LIMITS } from './access-actions.js';
-import { compileExpression, parseTrafficPolicy, TrafficPolicyError, validateTrafficPolicy } from './index.js';
+import { compileExpression, parseTrafficPolicy, validateTrafficPolicy } from './index.js';
 import { estimateCost, MAX_EXPRESSION_COST } from './cost.js';
 
-function fails(doc: unknown): TrafficPolicyError {
-  try {
-    if (typeof doc === 'string') parseTrafficPolicy(doc);
-    else validateTrafficPolicy(doc, { checkCost: true });
-  } catch (err) {
-    expect(err).toBeInstanceOf(TrafficPolicyError);
-    return err as TrafficPolicyError;
-  }
-  throw new Error('expected the document to be refused');
-}
-const one = (action: unknown, dir = 'inbound') => ({ [dir]: [{ actions: [action] }] });
+const fails = (doc: unknown) => refusal(doc, true);
+const one = oneAction;
 const rip = (config: unknown) => one({ type: 'restrict-ips', config });
 const ba = (config: unknown) => one({ type: 'basic-auth', config });
 const P = 'inbound[0].actions[0].config';

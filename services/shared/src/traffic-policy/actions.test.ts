@@ -1,16 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { parseTemplate, parseTrafficPolicy, TrafficPolicyError, validateTrafficPolicy } from './index.js';
+import { refusal } from './testing.js';
+import { parseTemplate, parseTrafficPolicy, validateTrafficPolicy } from './index.js';
 
-function fails(doc: unknown): TrafficPolicyError {
-  try {
-    if (typeof doc === 'string') parseTrafficPolicy(doc);
-    else validateTrafficPolicy(doc);
-  } catch (err) {
-    expect(err).toBeInstanceOf(TrafficPolicyError);
-    return err as TrafficPolicyError;
-  }
-  throw new Error('expected the document to be refused');
-}
+const fails = (doc: unknown) => refusal(doc, false);
 const one = (action: unknown, expressions?: unknown[], dir = 'inbound') => ({ [dir]: [{ expressions, actions: [action] }] });
 
 describe('traffic policy actions', () => {

@@ -1,21 +1,13 @@
 import { generateKeyPairSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
+import { oneAction, refusal } from './testing.js';
 import { WEBHOOK_PROVIDERS, UNVERIFIABLE_WEBHOOK_PROVIDERS } from '../webhook-providers.js';
 import { COMPRESS_ALGORITHMS, VERIFY_WEBHOOK_LIMITS } from './body-actions.js';
-import { compileExpression, parseTrafficPolicy, TrafficPolicyError, validateTrafficPolicy } from './index.js';
+import { compileExpression, parseTrafficPolicy, validateTrafficPolicy } from './index.js';
 import { estimateCost, MAX_EXPRESSION_COST } from './cost.js';
 
-function fails(doc: unknown): TrafficPolicyError {
-  try {
-    if (typeof doc === 'string') parseTrafficPolicy(doc);
-    else validateTrafficPolicy(doc, { checkCost: true });
-  } catch (err) {
-    expect(err).toBeInstanceOf(TrafficPolicyError);
-    return err as TrafficPolicyError;
-  }
-  throw new Error('expected the document to be refused');
-}
-const one = (action: unknown, dir = 'inbound') => ({ [dir]: [{ actions: [action] }] });
+const fails = (doc: unknown) => refusal(doc, true);
+const one = oneAction;
 const vw = (config: unknown) => one({ type: 'verify-webhook', config });
 const cr = (config: unknown) => one({ type: 'compress-response', config }, 'outbound');
 const P = 'inbound[0].actions[0].config';

@@ -402,6 +402,28 @@ export function compileExpression(direction: PolicyDirection, source: string, wa
 export type TemplatePart = string | { expr: string };
 
 /**
+ * Index of the `}` closing a `${` whose expression starts at `start`, or -1: braces inside CEL
+ * string literals (with their escapes) and nested map literals are skipped.
+ */
+export function closingBrace(value: string, start: number): number {
+  let depth = 0;
+  let quote: string | null = null;
+  for (let j = start; j < value.length; j++) {
+    const c = value[j]!;
+    if (quote) {
+      if (c === '\\') j++;
+      else if (c === quote) quote = null;
+    } else if (c === '"' || c === "'") quote = c;
+    else if (c === '{') depth++;
+    else if (c === '}') {
+      if (depth === 0) return j;
+      depth--;
+    }
+  }
+  return -1;
+}
+
+/**
  * Splits `a ${expr} b` into parts. `${` opens an expression that runs to its matching `}`
  * (braces inside CEL string literals and map literals are skipped); a `$` not followed by `{`
  * is literal. Throws `CelCompileError` on an unterminated or empty `${`.
@@ -416,22 +438,8 @@ export function parseTemplate(value: string): TemplatePart[] {
       continue;
     }
     const start = i + 2;
-    let depth = 0;
-    let quote: string | null = null;
-    let j = start;
-    for (; j < value.length; j++) {
-      const c = value[j]!;
-      if (quote) {
-        if (c === '\\') j++;
-        else if (c === quote) quote = null;
-      } else if (c === '"' || c === "'") quote = c;
-      else if (c === '{') depth++;
-      else if (c === '}') {
-        if (depth === 0) break;
-        depth--;
-      }
-    }
-    if (j >= value.length) throw new CelCompileError(`unterminated \${ at column ${i + 1}`);
+    const j = closingBrace(value, start);
+    if (j < 0) throw new CelCompileError(`unterminated \${ at column ${i + 1}`);
     const expr = value.slice(start, j);
     if (expr.trim() === '') throw new CelCompileError(`empty \${} at column ${i + 1}`);
     if (lit) parts.push(lit);

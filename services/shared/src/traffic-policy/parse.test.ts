@@ -1,19 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { parseDurationNs, parseTrafficPolicy, SUPPORTED_ACTION_TYPES, TrafficPolicyError, validateTrafficPolicy, type RateLimitAction } from './index.js';
+import { refusal } from './testing.js';
+import { parseDurationNs, parseTrafficPolicy, SUPPORTED_ACTION_TYPES, validateTrafficPolicy, type RateLimitAction } from './index.js';
 
 const rl = (config: Record<string, unknown>) => ({ inbound: [{ actions: [{ type: 'rate-limit', config }] }] });
 const good = { name: 'per-ip', algorithm: 'sliding_window', capacity: 10, rate: '60s', bucket_key: ['conn.client_ip'] };
 
-function fails(doc: unknown): TrafficPolicyError {
-  try {
-    if (typeof doc === 'string') parseTrafficPolicy(doc);
-    else validateTrafficPolicy(doc);
-  } catch (err) {
-    expect(err).toBeInstanceOf(TrafficPolicyError);
-    return err as TrafficPolicyError;
-  }
-  throw new Error('expected the document to be refused');
-}
+const fails = (doc: unknown) => refusal(doc, false);
 
 describe('parseDurationNs', () => {
   it('reads Go-style durations', () => {

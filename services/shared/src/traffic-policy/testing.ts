@@ -1,5 +1,6 @@
 import { X509Certificate } from 'node:crypto';
 import type { CelTlsSocket } from './cel-vars.js';
+import { parseTrafficPolicy, TrafficPolicyError, validateTrafficPolicy } from './parse.js';
 import { MAX_CERTIFICATE_BYTES } from './x509.js';
 
 /**
@@ -180,3 +181,21 @@ export function fakeTlsSocket(o: { protocol?: string; cipher?: string; servernam
   };
   return sock;
 }
+
+/**
+ * The error a policy document (YAML/JSON text, or an object) is refused with when saved; throws
+ * when it is accepted or fails some other way. `checkCost`: also the save-time cost bound.
+ */
+export function refusal(doc: unknown, checkCost: boolean): TrafficPolicyError {
+  try {
+    if (typeof doc === 'string') parseTrafficPolicy(doc);
+    else validateTrafficPolicy(doc, { checkCost });
+  } catch (err) {
+    if (err instanceof TrafficPolicyError) return err;
+    throw err;
+  }
+  throw new Error('expected the document to be refused');
+}
+
+/** A policy of one rule (no expressions) with one action, in `dir`. */
+export const oneAction = (action: unknown, dir = 'inbound') => ({ [dir]: [{ actions: [action] }] });

@@ -35,7 +35,7 @@
  * an outbound rule (ngrok runs it in `on_http_request` only).
  */
 import { RE2JS } from 're2js';
-import { CelCompileError, chargePolicyRegexBudget, compileExpression, parseTemplate, type CelProgram } from './cel.js';
+import { CelCompileError, chargePolicyRegexBudget, closingBrace, compileExpression, parseTemplate, type CelProgram } from './cel.js';
 import { at, expectObj, noUnknownKeys, parseHeaderMap, TrafficPolicyError, typeName } from './parse.js';
 import { cachedRegex, compileRegex, MAX_REGEX_PATTERN_LENGTH, MAX_REGEX_PROGRAM_SIZE, RegexError, regexCostInfo, type DfaExploreBudget, type RegexRunInfo } from './regex.js';
 import type { PolicyDirection, RedirectAction, UrlRewriteAction } from './types.js';
@@ -125,25 +125,6 @@ export class UrlActionRuntimeError extends Error {
 }
 
 export type UrlActionErrorCode = 'evaluation_failed' | 'invalid_pattern' | 'url_too_long' | 'too_many_matches' | 'invalid_url';
-
-/** Index of the `}` closing a `${` whose expression starts at `start` (`parseTemplate`'s rules), or -1. */
-function closingBrace(value: string, start: number): number {
-  let depth = 0;
-  let quote: string | null = null;
-  for (let j = start; j < value.length; j++) {
-    const c = value[j]!;
-    if (quote) {
-      if (c === '\\') j++;
-      else if (c === quote) quote = null;
-    } else if (c === '"' || c === "'") quote = c;
-    else if (c === '{') depth++;
-    else if (c === '}') {
-      if (depth === 0) return j;
-      depth--;
-    }
-  }
-  return -1;
-}
 
 const NAME_CHAR = /[A-Za-z0-9_]/;
 const DIGITS = /^[0-9]+$/;

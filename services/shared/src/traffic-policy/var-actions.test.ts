@@ -1,20 +1,12 @@
 import { describe, expect, it } from 'vitest';
+import { oneAction, refusal } from './testing.js';
 import { compileExpression } from './cel.js';
 import { estimateCost, MAX_EXPRESSION_COST } from './cost.js';
-import { parseTrafficPolicy, SUPPORTED_ACTION_TYPES, TrafficPolicyError, validateTrafficPolicy } from './parse.js';
+import { parseTrafficPolicy, SUPPORTED_ACTION_TYPES, validateTrafficPolicy } from './parse.js';
 import { celUintValue, isCelDuration, LOG_LIMITS, SET_VARS_LIMITS, VARS_LIMITS, varValueWeight } from './var-actions.js';
 
-function fails(doc: unknown): TrafficPolicyError {
-  try {
-    if (typeof doc === 'string') parseTrafficPolicy(doc);
-    else validateTrafficPolicy(doc, { checkCost: true });
-  } catch (err) {
-    expect(err).toBeInstanceOf(TrafficPolicyError);
-    return err as TrafficPolicyError;
-  }
-  throw new Error('expected the document to be refused');
-}
-const one = (action: unknown, dir = 'inbound') => ({ [dir]: [{ actions: [action] }] });
+const fails = (doc: unknown) => refusal(doc, true);
+const one = oneAction;
 const setVars = (vars: unknown) => one({ type: 'set-vars', config: { vars } });
 const log = (metadata: unknown) => one({ type: 'log', config: { metadata } });
 const P = 'inbound[0].actions[0].config';

@@ -6,9 +6,10 @@ import express from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger, openSamlLogoutBounce, samlHandoffKey, sealSamlLogoutBounce, sealSamlLogoutHandoff, unseal, type SamlLogoutHandoff } from '@warren/shared';
 import { newSamlKey, TestSamlIdp } from '../../../../../test/support/saml-idp.js';
-import { acceptResponse, SamlRefused, startLogin, type ReplayStore, type SpContext } from './saml-sp.js';
+import { acceptResponse, startLogin, type SpContext } from './saml-sp.js';
 import { acceptSloMessage, answerLogoutRequest, MAX_LOGOUT_MESSAGE_BYTES, postBindingMessage, redirectBindingMessage, startLogout, type SloMessage } from './saml-slo.js';
 import { createSamlRouter, logoutOrigins } from './saml.http.js';
+import { memoryReplay, refusal } from './saml.testing.js';
 import { newSamlSigningKey, parseIdpMetadata, samlForDataplane, samlHandoffSecret, samlRelayKey, type StoredSaml } from './saml.js';
 import type { SamlRouteRow } from './saml.repo.js';
 
@@ -26,23 +27,6 @@ function ctx(over: Partial<StoredSaml> = {}): SpContext {
   return { routeId: ROUTE, baseUrl: BASE, module: { ...module, ...over } };
 }
 
-function memoryReplay(): ReplayStore {
-  const seen = new Set<string>();
-  return async (id) => {
-    if (seen.has(id)) return false;
-    seen.add(id);
-    return true;
-  };
-}
-
-async function refusal(p: Promise<unknown>, what = ''): Promise<SamlRefused> {
-  const err = await p.then(
-    () => null,
-    (e: unknown) => e,
-  );
-  expect(err, what).toBeInstanceOf(SamlRefused);
-  return err as SamlRefused;
-}
 
 const handoff = (over: Partial<SamlLogoutHandoff> = {}): SamlLogoutHandoff => ({ sub: 'alice', slo: { f: PERSISTENT, si: '_sess-1' }, ret: RET, exp: Math.floor(Date.now() / 1000) + 60, ...over });
 /** The message of an HTTP-Redirect URL, as the endpoint reads it. */

@@ -7,8 +7,9 @@ import { SignedXml } from 'xml-crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createLogger, openSamlHandoff, samlHandoffKey, unseal } from '@warren/shared';
 import { newSamlKey, TestSamlIdp } from '../../../../../test/support/saml-idp.js';
-import { acceptResponse, decryptionKey, MAX_RELAY_STATE_CHARS, SamlRefused, spMetadata, startLogin, type ReplayStore, type SpContext } from './saml-sp.js';
+import { acceptResponse, decryptionKey, MAX_RELAY_STATE_CHARS, spMetadata, startLogin, type SpContext } from './saml-sp.js';
 import { createSamlRouter, onEdge } from './saml.http.js';
+import { memoryReplay, refusal } from './saml.testing.js';
 import { newSamlSigningKey, parseIdpMetadata, samlForDataplane, samlHandoffSecret, samlRelayKey, type StoredSaml } from './saml.js';
 
 const BASE = 'https://cp.example.test';
@@ -25,15 +26,6 @@ function ctx(over: Partial<StoredSaml> = {}): SpContext {
   return { routeId: ROUTE, baseUrl: BASE, module: { ...module, ...over } };
 }
 
-function memoryReplay(): ReplayStore {
-  const seen = new Set<string>();
-  return async (id) => {
-    if (seen.has(id)) return false;
-    seen.add(id);
-    return true;
-  };
-}
-
 /** A fresh SP-initiated login: the request id and the RelayState the CP sent the IdP. */
 async function login(c = ctx()): Promise<{ id: string; relay: string }> {
   const out = await startLogin(c, STATE, CALLBACK, Date.now());
@@ -42,14 +34,6 @@ async function login(c = ctx()): Promise<{ id: string; relay: string }> {
   return { id: req.id, relay: req.relayState! };
 }
 
-async function refusal(p: Promise<unknown>): Promise<SamlRefused> {
-  const err = await p.then(
-    () => null,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(SamlRefused);
-  return err as SamlRefused;
-}
 
 beforeAll(async () => {
   idp = await TestSamlIdp.create();
