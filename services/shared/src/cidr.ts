@@ -1,4 +1,4 @@
-import { isIPv6 } from 'node:net';
+import { isIPv4, isIPv6 } from 'node:net';
 
 /**
  * CIDR parsing for IP policy rules (wire-conventions.md §13) and the traffic-policy
@@ -106,4 +106,20 @@ export function parseCidr(input: string): CidrResult {
   const canonical = `${format(net)}/${prefix}`;
   if (net.some((b, i) => b !== bytes[i])) return { ok: false, message: `${JSON.stringify(input.slice(0, 64))} has host bits set; did you mean ${canonical}?` };
   return { ok: true, canonical, family: v4 ? 4 : 6 };
+}
+
+const MAPPED_V4 = /^::ffff:(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3})$/i;
+
+/**
+ * A client address as rules and lookups should see it: a zone suffix dropped (`fe80::1%eth0`),
+ * an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) as the IPv4 address; null when not an IP
+ * address. Used by `ip_restriction`, `restrict-ips`, the GeoIP lookup and the JWKS address check.
+ */
+export function normalizeIp(ip: string): { addr: string; type: 'ipv4' | 'ipv6' } | null {
+  const pct = ip.indexOf('%');
+  const a = pct >= 0 ? ip.slice(0, pct) : ip;
+  if (isIPv4(a)) return { addr: a, type: 'ipv4' };
+  if (!isIPv6(a)) return null;
+  const m = MAPPED_V4.exec(a);
+  return m ? { addr: m[1]!, type: 'ipv4' } : { addr: a, type: 'ipv6' };
 }

@@ -1,4 +1,5 @@
 import { BlockList, isIPv4, isIPv6 } from 'node:net';
+import { normalizeIp } from '@warren/shared';
 import type { RouteStage, StageFactory } from '../pipeline/types.js';
 import { enabledModule, moduleError } from './common.js';
 
@@ -33,18 +34,8 @@ export function addCidr(list: BlockList, cidr: string): void {
   list.addSubnet(addr, prefix, type);
 }
 
-const MAPPED_V4 = /^::ffff:(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3})$/i;
-
 /** The address family and canonical text to check a client address as, or null when it is not an IP. */
-export function normalizeClientIp(ip: string): { addr: string; type: 'ipv4' | 'ipv6' } | null {
-  const m = MAPPED_V4.exec(ip);
-  if (m) return { addr: m[1]!, type: 'ipv4' };
-  if (isIPv4(ip)) return { addr: ip, type: 'ipv4' };
-  const zone = ip.indexOf('%');
-  const bare = zone < 0 ? ip : ip.slice(0, zone);
-  if (isIPv6(bare)) return { addr: bare, type: 'ipv6' };
-  return null;
-}
+export const normalizeClientIp = normalizeIp;
 
 /** True when the rules admit `ip`. */
 export function ipAllowed(rules: Rules, ip: string): boolean {

@@ -1,8 +1,8 @@
-import { isIP, isIPv4 } from 'node:net';
+import { isIPv4 } from 'node:net';
 import { readFileSync, statSync, unwatchFile, watchFile, type Stats } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { Reader, type CityResponse } from 'maxmind';
-import { CEL_NO_GEO, CelGeo, EnvError, GEO_LIMITS, type Logger } from '@warren/shared';
+import { CEL_NO_GEO, CelGeo, EnvError, GEO_LIMITS, normalizeIp, type Logger } from '@warren/shared';
 import type { RequestState } from '../pipeline/types.js';
 
 /**
@@ -77,13 +77,7 @@ export function geoOfRecord(r: CityResponse): CelGeo {
 
 /** `203.0.113.7`, `::ffff:203.0.113.7` → `203.0.113.7`; `fe80::1%eth0` → `fe80::1`; null when not an address. */
 export function lookupAddress(ip: string): string | null {
-  const pct = ip.indexOf('%');
-  const a = pct >= 0 ? ip.slice(0, pct) : ip;
-  if (a.length > 7 && a.includes('.') && a.slice(0, 7).toLowerCase() === '::ffff:') {
-    const v4 = a.slice(7);
-    return isIPv4(v4) ? v4 : null;
-  }
-  return isIP(a) !== 0 ? a : null;
+  return normalizeIp(ip)?.addr ?? null;
 }
 
 export class GeoDatabaseError extends EnvError {

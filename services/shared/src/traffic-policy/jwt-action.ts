@@ -38,7 +38,8 @@
  * ~0.33 ms, ES256 ~0.39 ms, EdDSA ~0.30 ms, ES384 ~1.0 ms, ES512 ~2.0 ms).
  */
 import { createPublicKey } from 'node:crypto';
-import { BlockList, isIP } from 'node:net';
+import { BlockList } from 'node:net';
+import { normalizeIp } from '../cidr.js';
 import { JWT_MAX_TOKENS } from './jwt-action-vars.js';
 import { at, expectList, expectObj, noUnknownKeys, TrafficPolicyError, typeName } from './parse.js';
 import type { JwtValidationConfig, PolicyDirection } from './types.js';
@@ -160,13 +161,9 @@ for (const [net, prefix] of [
  * unicast address. Not an IP address: false.
  */
 export function isNonPublicAddress(address: string): boolean {
-  const a = address.replace(/%.*$/, '');
-  const family = isIP(a);
-  if (family === 4) return NON_PUBLIC_V4.check(a, 'ipv4');
-  if (family !== 6) return false;
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(a);
-  if (mapped) return NON_PUBLIC_V4.check(mapped[1]!, 'ipv4');
-  return NON_PUBLIC_V6.check(a, 'ipv6');
+  const n = normalizeIp(address);
+  if (!n) return false;
+  return n.type === 'ipv4' ? NON_PUBLIC_V4.check(n.addr, 'ipv4') : NON_PUBLIC_V6.check(n.addr, 'ipv6');
 }
 
 /** The URL's host as an IP literal or name (brackets of IPv6 removed, lower-case, no trailing dot). */
