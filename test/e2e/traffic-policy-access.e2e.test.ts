@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ControlPlaneProcess } from '../support/processes.js';
-import type { IngressProcess } from '../support/cluster.js';
+import { callApiExpecting, waitFor, type IngressProcess } from '../support/cluster.js';
+import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
+import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { startPolicyCluster, type PolicyCluster, type PolicyRequestOptions } from '../support/policy-cluster.js';
 
 /**
@@ -87,7 +89,7 @@ describe('restrict-ips on live traffic', () => {
     expect(await refused(head('{allow: ["127.0.0.1/8"]}'))).toBe('traffic_policy.value: inbound[0].actions[0].config.allow[0]: "127.0.0.1/8" has host bits set; did you mean 127.0.0.0/8?');
     expect(await refused(head('{deny: ["10.0.0.0/8", "::1"]}'))).toMatch(/^traffic_policy\.value: inbound\[0\]\.actions\[0\]\.config\.deny\[1\]: "::1" has no prefix length/);
     expect(await refused(head('{allow: []}'))).toContain('inbound[0].actions[0].config.allow: must have at least one CIDR');
-    expect(await refused(head('{ip_policies: [ipp_123]}'))).toContain('inbound[0].actions[0].config.ip_policies: is not supported by Warren');
+    expect(await refused(head('{ip_policies: [ipp_123]}'))).toContain('inbound[0].actions[0].config.ip_policies[0]: "ipp_123" is not an IP policy id');
     expect(await refused(`outbound:\n  - actions:\n      - type: restrict-ips\n        config: {deny: ["10.0.0.0/8"]}\n`)).toContain('outbound[0].actions[0].type: restrict-ips can only be used in inbound rules');
   });
 });
@@ -146,5 +148,87 @@ describe('basic-auth on live traffic', () => {
     // Neither process logged the password.
     expect(cp.output()).not.toContain(SECRET);
     expect(ing.output()).not.toContain(SECRET);
+  });
+});
+
+describe('restrict-ips ip_policies on live traffic', () => {
+  const newIpPolicy = async (): Promise<string> => (await c.apiExpecting(201, 'POST', '/ip_policies', { description: 'e2e' })).id;
+  const addRule = async (ipp: string, cidr: string, action: 'allow' | 'deny'): Promise<string> => (await c.apiExpecting(201, 'POST', '/ip_policy_rules', { ip_policy_id: ipp, cidr, action })).id;
+  const policyOf = (ids: string[], config: Record<string, unknown> = {}) => ({
+    inbound: [
+      { actions: [{ type: 'restrict-ips', config: { ...config, ip_policies: ids } }] },
+      { actions: [{ type: 'add-headers', config: { headers: { 'x-ips': '${actions.ngrok.restrict_ips.action} ${actions.ngrok.restrict_ips.matched_cidr}' } } }] },
+    ],
+  });
+  const statusOf = async (p: string, from: '127.0.0.1' | '::1') => (await request(p, { from })).status;
+  /** Waits until the node answers `p` from `from` with `status` (a config push away). */
+  const until = (p: string, from: '127.0.0.1' | '::1', status: number) => waitFor(`${p} from ${from} answers ${status}`, async () => (await statusOf(p, from)) === status);
+
+  it("allows and denies by the IP policy's rules; adding, changing and removing a rule applies to live traffic without saving the route", async () => {
+    const ipp = await newIpPolicy();
+    await addRule(ipp, '127.0.0.0/8', 'allow');
+    const routeId = await route('/pol-live', policyOf([ipp]));
+    const v4 = await request('/pol-live/x');
+    expect(v4.status, v4.body).toBe(200);
+    expect(v4.json().headers['x-ips']).toBe('allow 127.0.0.0/8');
+    const v6 = await request('/pol-live/x', { from: '::1' });
+    expect([v6.status, v6.headers['warren-error-code']]).toEqual([403, 'ERR_WARREN_7120']);
+
+    const v6Rule = await addRule(ipp, '::1/128', 'allow');
+    await until('/pol-live/x', '::1', 200);
+    const deny = await addRule(ipp, '127.0.0.1/32', 'deny');
+    await until('/pol-live/x', '127.0.0.1', 403);
+    expect((await request('/pol-live/x')).headers['warren-error-code']).toBe('ERR_WARREN_7120');
+    await c.apiExpecting(204, 'DELETE', `/ip_policy_rules/${deny}`);
+    await until('/pol-live/x', '127.0.0.1', 200);
+    await c.apiExpecting(200, 'PATCH', `/ip_policy_rules/${v6Rule}`, { cidr: '2001:db8::/32' });
+    await until('/pol-live/x', '::1', 403);
+    // The route itself never changed.
+    expect((await c.apiExpecting(200, 'GET', `/edges/https/${edgeId}/routes/${routeId}`)).traffic_policy.value).toBe(JSON.stringify(policyOf([ipp])));
+  });
+
+  it('adds the policies to inline CIDRs: inline deny wins over a policy allow', async () => {
+    const ipp = await newIpPolicy();
+    await addRule(ipp, '127.0.0.0/8', 'allow');
+    await addRule(ipp, '::1/128', 'allow');
+    await route('/pol-mixed', policyOf([ipp], { deny: ['::1/128'] }));
+    expect((await request('/pol-mixed/x')).json().headers['x-ips']).toBe('allow 127.0.0.0/8');
+    expect(await statusOf('/pol-mixed/x', '::1')).toBe(403);
+  });
+
+  it("refuses a missing IP policy and another account's alike, with a 400 naming the place in the policy", async () => {
+    const pool = createPool(c.databaseUrl, 1);
+    let otherKey: string;
+    try {
+      otherKey = (await createAccountWithKey(createDb(pool), 'access-other-e2e')).token;
+    } finally {
+      await pool.end();
+    }
+    const theirs: string = (await callApiExpecting(cp.baseUrl, otherKey, 201, 'POST', '/ip_policies', { description: 'not yours' })).id;
+    const mine = await newIpPolicy();
+    const missing = 'ipp_2qT9aaaaaaaaaaaaaaaaaaaaaaa';
+    const answers = [];
+    for (const id of [theirs, missing]) {
+      const r = await c.tryPolicy(policyOf([mine, id]));
+      answers.push({ status: r.status, code: r.body.error_code, field: r.body.details?.field, msg: String(r.body.msg).replace(id, '<id>') });
+    }
+    expect(answers[0]).toEqual({ status: 400, code: 'ERR_WARREN_3002', field: 'traffic_policy.value', msg: 'traffic_policy.value: inbound[0].actions[0].config.ip_policies[1]: no IP policy with id "<id>" in this account' });
+    expect(answers[1]).toEqual(answers[0]);
+  });
+
+  it('keeps a referenced IP policy from being deleted (409) until the route lets go of it', async () => {
+    const ipp = await newIpPolicy();
+    await addRule(ipp, '127.0.0.0/8', 'allow');
+    const routeId = await route('/pol-del', policyOf([ipp]));
+    const r = await api('DELETE', `/ip_policies/${ipp}`);
+    expect([r.status, r.body.error_code]).toEqual([409, 'ERR_WARREN_4100']);
+    expect(r.body.msg).toContain(`traffic policy of route ${routeId}`);
+    // Nothing changed for traffic.
+    expect([await statusOf('/pol-del/x', '127.0.0.1'), await statusOf('/pol-del/x', '::1')]).toEqual([200, 403]);
+
+    await c.apiExpecting(200, 'PATCH', `/edges/https/${edgeId}/routes/${routeId}`, { traffic_policy: { value: JSON.stringify({ inbound: [{ actions: [{ type: 'restrict-ips', config: { allow: ['::1/128'] } }] }] }) } });
+    await until('/pol-del/x', '127.0.0.1', 403);
+    await c.apiExpecting(204, 'DELETE', `/ip_policies/${ipp}`);
+    expect(await statusOf('/pol-del/x', '::1')).toBe(200);
   });
 });

@@ -1,3 +1,4 @@
+import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -60,6 +61,16 @@ async function refused(policy: unknown): Promise<string> {
   return r.body.msg as string;
 }
 
+/** The upstream: answers `{ url, method, headers, body }` (the body as it arrived, base64). */
+const echoWithBody: http.RequestListener = (req, res) => {
+  const chunks: Buffer[] = [];
+  req.on('data', (c: Buffer) => chunks.push(c));
+  req.on('end', () => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ url: req.url, method: req.method, headers: req.headers, body: Buffer.concat(chunks).toString('base64') }));
+  });
+};
+
 const listen = (s: net.Server) => new Promise<number>((r) => s.listen(0, '127.0.0.1', () => r((s.address() as net.AddressInfo).port)));
 
 beforeAll(async () => {
@@ -74,6 +85,7 @@ beforeAll(async () => {
   cluster = await startPolicyCluster({
     name: 'jwt',
     host: HOST,
+    upstream: echoWithBody,
     controlPlaneEnv: { WARREN_JWKS_ALLOW_PRIVATE: '1' },
     ingressEnv: (_nodeId, tls) => ({ NODE_EXTRA_CA_CERTS: tls.caFile, WARREN_JWKS_ALLOW_PRIVATE: '1' }),
   });
@@ -175,5 +187,86 @@ describe('jwt-validation on live traffic', () => {
     expect(await refused(one({ ...c(), jws: { allowed_algorithms: ['RS256'], keys: { sources: { inline_keys: [{ kty: 'oct', k: 'c2VjcmV0' }] } } } }))).toContain(`${P}.jws.keys.sources.inline_keys[0].k: symmetric (oct) keys are not supported`);
     expect(await refused(one({ ...c(), lifetime: { max: '1h' } }))).toContain(`${P}.lifetime: unknown field "lifetime"`);
     expect(await refused({ outbound: [{ actions: [{ type: 'jwt-validation', config: c() }] }] })).toContain('outbound[0].actions[0].type: jwt-validation can only be used in inbound rules');
+  });
+});
+
+describe('jwt-validation with tokens in the body, on live traffic', () => {
+  const bodyPolicy = (jku: string) => ({
+    inbound: [
+      {
+        actions: [
+          { type: 'jwt-validation', config: { ...jwtConfig(jku), http: { tokens: [{ type: 'it+jwt', method: 'body', name: '_id_token', prefix: 'Bearer ' }] } } },
+          { type: 'add-headers', config: { headers: { 'x-jwt-where': '${actions.ngrok.jwt_validation.tokens[0].location}:${actions.ngrok.jwt_validation.tokens[0].location_property}', 'x-jwt-sub': "${actions.ngrok.jwt_validation.tokens[0].payload['sub']}" } } },
+        ],
+      },
+    ],
+  });
+  const post = (p: string, body: string, contentType: string, method = 'POST') => cluster.request(p, { method, body, headers: { 'content-type': contentType }, timeoutMs: 15_000 });
+
+  it('accepts a token in a form field or a JSON member, and the upstream receives the body unchanged', async () => {
+    await route('/bodytok', bodyPolicy(`https://127.0.0.1:${jwksPort}/jwks`));
+    const tok = await sign({ sub: 'carol' });
+    const form = `state=a%26b&_id_token=Bearer+${tok}&note=${encodeURIComponent('é & ü')}`;
+    const json = JSON.stringify({ data: { _id_token: 'nested, ignored', list: [1, 2, 3] }, _ID_TOKEN: `Bearer ${tok}`, text: 'ü'.repeat(1000) });
+    for (const [body, type] of [
+      [form, 'application/x-www-form-urlencoded'],
+      [json, 'application/json; charset=utf-8'],
+    ] as const) {
+      for (const method of ['POST', 'PUT', 'PATCH']) {
+        const r = await post('/bodytok/submit', body, type, method);
+        expect([type, method, r.status], r.body).toEqual([type, method, 200]);
+        const seen = r.json();
+        expect(Buffer.from(seen.body, 'base64').toString('utf8')).toBe(body);
+        expect([seen.method, seen.headers['content-length'], seen.headers['x-jwt-where'], seen.headers['x-jwt-sub']]).toEqual([method, String(Buffer.byteLength(body)), 'body:_id_token', 'carol']);
+      }
+    }
+  });
+
+  it('refuses a missing, unreadable or invalid body token with 401', async () => {
+    const tok = await sign();
+    const cases: [string, Promise<Awaited<ReturnType<typeof post>>>][] = [
+      ['no field', post('/bodytok/x', 'a=1', 'application/x-www-form-urlencoded')],
+      ['a GET', cluster.request(`/bodytok/x?_id_token=${tok}`, { timeoutMs: 15_000 })],
+      ['text/plain', post('/bodytok/x', `_id_token=Bearer+${tok}`, 'text/plain')],
+      ['invalid JSON', post('/bodytok/x', `{"_id_token":"Bearer ${tok}"`, 'application/json')],
+      ['in a header only', cluster.request('/bodytok/x', { method: 'POST', body: 'a=1', headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: `Bearer ${tok}` }, timeoutMs: 15_000 })],
+      ['expired', post('/bodytok/x', `_id_token=Bearer+${await sign({ exp: Math.floor(Date.now() / 1000) - 300 })}`, 'application/x-www-form-urlencoded')],
+    ];
+    for (const [what, p] of cases) {
+      const r = await p;
+      expect([what, r.status, r.headers['warren-error-code']]).toEqual([what, 401, 'ERR_WARREN_7122']);
+    }
+  });
+
+  it('refuses bad token methods and duplicates with a 400 naming the field', async () => {
+    const P = 'traffic_policy.value: inbound[0].actions[0].config.http.tokens';
+    const one = (tokens: unknown[]) => ({ inbound: [{ actions: [{ type: 'jwt-validation', config: { ...jwtConfig(`https://127.0.0.1:${jwksPort}/jwks`), http: { tokens } } }] }] });
+    expect(await refused(one([{ type: 'jwt', method: 'query', name: 'token' }]))).toBe(`${P}[0].method: must be "header" or "body", got "query"`);
+    expect(await refused(one([{ type: 'jwt', method: 'body', name: 'tok' }, { type: 'jwt', method: 'body', name: 'TOK' }]))).toBe(`${P}[1].name: body field "TOK" is already read by inbound[0].actions[0].config.http.tokens[0] (names are not case-sensitive)`);
+    expect(await refused(one([{ type: 'jwt', method: 'body', name: 'id token' }]))).toContain(`${P}[0].name: "id token" is not a valid body field name`);
+  });
+});
+
+describe('jwt-validation when the JWK set server goes down', () => {
+  it('goes on with the cached set', async () => {
+    let hits = 0;
+    const down = https.createServer({ cert: cluster.tls.cert, key: cluster.tls.key }, (_req, res) => {
+      hits++;
+      res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'max-age=3600' });
+      res.end(JSON.stringify({ keys: served }));
+    });
+    const port = await listen(down);
+    await route('/outage', { inbound: [{ actions: [{ type: 'jwt-validation', config: jwtConfig(`https://127.0.0.1:${port}/jwks`) }] }] });
+    expect((await request('/outage/a', bearer(await sign()))).status).toBe(200);
+    expect(hits).toBe(1);
+    down.closeAllConnections();
+    await new Promise((r) => down.close(r));
+    for (let i = 0; i < 5; i++) {
+      const r = await request('/outage/a', bearer(await sign({ sub: `user-${i}` })));
+      expect([i, r.status]).toEqual([i, 200]);
+    }
+    // A token with an unknown key is still a plain 401 (no refetch within the cooldown), not a 503.
+    const unknown = await request('/outage/a', bearer(await sign({ key: other, kid: 'rotated-in' })));
+    expect([unknown.status, unknown.headers['warren-error-code']]).toEqual([401, 'ERR_WARREN_7122']);
   });
 });

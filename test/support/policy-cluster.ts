@@ -69,6 +69,8 @@ export interface PolicyCluster {
   agent: AgentProcess;
   edgeId: string;
   backendId: string;
+  /** The cluster's database (e.g. to add a second account). */
+  databaseUrl: string;
   /** The API as the account. */
   api(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }>;
   /** {@link api} that must answer `status`: the body, or throws naming the call and the answer. */
@@ -167,5 +169,5 @@ async function start(o: PolicyClusterOptions, c: Partial<PolicyCluster> & { db?:
   };
   const policyRoute = async (match: string, policy: unknown, modules: Record<string, unknown> = {}) => (await route(match, { traffic_policy: policyValue(policy), ...modules })).id as string;
   const tryPolicy = (policy: unknown) => api('POST', `/edges/https/${edgeId}/routes`, routeBody(`/bad-${hex(3)}`, { traffic_policy: policyValue(policy) }));
-  return { host: o.host, tls, cp, nodes, a, upstream, agent, edgeId, backendId, api, apiExpecting, request, routeBody, route, policyRoute, tryPolicy, stop };
+  return { host: o.host, tls, cp, nodes, a, upstream, agent, edgeId, backendId, databaseUrl: db.url, api, apiExpecting, request, routeBody, route, policyRoute, tryPolicy, stop };
 }

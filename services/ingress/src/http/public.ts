@@ -9,6 +9,7 @@ import { WebSocketHandshakeError, acceptWebSocketAsTcp, isWebSocketTcpConverter 
 import { RoutingTable, type CompiledRoute } from './routing.js';
 import { readBody } from '../pipeline/runner.js';
 import type { Outcome, RequestState } from '../pipeline/types.js';
+import { CLOSE_CONNECTION, closeConnection } from '../policy/flow-actions.js';
 import { HTTP_REQUEST_COMPLETE, HttpRequestTracker, TCP_CONNECTION_CLOSED, trackTcpConnection, type TrafficEvents } from '../events/index.js';
 import type { DestinationRef } from '@warren/shared';
 
@@ -260,6 +261,10 @@ export class PublicHandler {
     const out = await cr.pipeline!.onRequest(state);
     if (out) {
       this.opts.metrics.upgrades.inc({ result: 'refused' });
+      if (out === CLOSE_CONNECTION) {
+        socket.destroy();
+        return;
+      }
       const body = out.body ?? '';
       const extra = Object.entries(out.headers ?? {}).map(([k, v]) => `${k}: ${v}\r\n`).join('');
       socket.end(`HTTP/1.1 ${out.status} ${http.STATUS_CODES[out.status] ?? ''}\r\n${extra}content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
@@ -341,8 +346,9 @@ export class PublicHandler {
 
 const EMPTY_SET: ReadonlySet<string> = new Set();
 
-/** Sends a stage's own answer (deny, 429, custom response, …). */
+/** Sends a stage's own answer (deny, 429, custom response, …), or closes the connection without one (close-connection). */
 export function sendOutcome(req: http.IncomingMessage, res: http.ServerResponse, out: Exclude<Outcome, null>): number {
+  if (out === CLOSE_CONNECTION) return closeConnection(req);
   const body = out.body === undefined ? '' : out.body;
   const headers: Record<string, string | string[] | number> = { ...out.headers };
   if (!Object.keys(headers).some((h) => h.toLowerCase() === 'content-length')) headers['content-length'] = Buffer.byteLength(body);

@@ -1,4 +1,5 @@
-import type { RequestState, RouteStage, StageFactory } from '../pipeline/types.js';
+import type { Logger } from 'pino';
+import type { Outcome, RequestState, RouteStage, StageFactory } from '../pipeline/types.js';
 import { enabledModule, moduleError } from './common.js';
 
 /**
@@ -14,6 +15,9 @@ import { enabledModule, moduleError } from './common.js';
  *
  * State survives config versions while the route's breaker settings are unchanged; at most
  * MAX_BREAKERS routes are kept (least recently built dropped first).
+ *
+ * The traffic-policy `circuit-breaker` action (`policy/flow-actions.ts`) runs the same breaker
+ * (`CircuitBreaker`, `BreakerRegistry`, `breakerOpen`, `recordBreakerResult`).
  */
 
 export interface CircuitBreakerSettings {
@@ -108,6 +112,46 @@ export class CircuitBreaker {
   }
 }
 
+export const MAX_BREAKERS = 10_000;
+
+/**
+ * Breakers kept across config versions: `get` returns the one under `key` while its settings
+ * are unchanged, else a new one. At most `max` are kept, the least recently asked for dropped
+ * first. Each registry has its own clock.
+ */
+export class BreakerRegistry {
+  private readonly breakers = new Map<string, { settings: string; breaker: CircuitBreaker }>();
+
+  constructor(
+    private readonly now: () => number = () => performance.now(),
+    private readonly max = MAX_BREAKERS,
+  ) {}
+
+  get(key: string, settings: CircuitBreakerSettings): CircuitBreaker {
+    const wanted = JSON.stringify(settings);
+    let entry = this.breakers.get(key);
+    this.breakers.delete(key);
+    if (!entry || entry.settings !== wanted) entry = { settings: wanted, breaker: new CircuitBreaker(settings, this.now) };
+    this.breakers.set(key, entry);
+    if (this.breakers.size > this.max) this.breakers.delete(this.breakers.keys().next().value!);
+    return entry.breaker;
+  }
+}
+
+/** The answer to a request the open circuit refuses: 503 ERR_WARREN_7103, Retry-After the tripped duration. */
+export function breakerOpen(s: RequestState, settings: CircuitBreakerSettings): NonNullable<Outcome> {
+  return moduleError(s, 7103, undefined, { 'retry-after': String(Math.max(1, Math.ceil(settings.trippedDurationMs / 1000))) });
+}
+
+/** Records the upstream result of a request `breaker` admitted; logs when the circuit trips and when it closes again. */
+export function recordBreakerResult(breaker: CircuitBreaker, token: object, result: number | 'error', log: Logger, context: Record<string, string>): void {
+  const before = breaker.state();
+  breaker.record(token, result);
+  const after = breaker.state();
+  if (before !== after && after === 'open') log.warn(context, 'circuit breaker tripped');
+  else if (before !== 'closed' && after === 'closed') log.info(context, 'circuit breaker closed');
+}
+
 interface CircuitBreakerModule {
   tripped_duration?: number;
   rolling_window?: number;
@@ -116,13 +160,9 @@ interface CircuitBreakerModule {
   error_threshold_percentage?: number;
 }
 
-export const MAX_BREAKERS = 10_000;
-
 /** A circuit_breaker factory with its own clock and breaker registry (per ingress process). */
 export function createCircuitBreakerStage(opts: { now?: () => number; maxBreakers?: number } = {}): StageFactory {
-  const now = opts.now ?? (() => performance.now());
-  const max = opts.maxBreakers ?? MAX_BREAKERS;
-  const breakers = new Map<string, { key: string; breaker: CircuitBreaker }>();
+  const breakers = new BreakerRegistry(opts.now, opts.maxBreakers);
   return (route, _edge, _config, deps): RouteStage | null => {
     const m = enabledModule<CircuitBreakerModule>(route, 'circuit_breaker');
     if (!m) return null;
@@ -133,26 +173,12 @@ export function createCircuitBreakerStage(opts: { now?: () => number; maxBreaker
       volumeThreshold: m.volume_threshold ?? 0,
       errorThreshold: m.error_threshold_percentage ?? 0,
     };
-    const key = JSON.stringify(settings);
-    let entry = breakers.get(route.id);
-    breakers.delete(route.id);
-    if (!entry || entry.key !== key) entry = { key, breaker: new CircuitBreaker(settings, now) };
-    breakers.set(route.id, entry);
-    if (breakers.size > max) breakers.delete(breakers.keys().next().value!);
-    const breaker = entry.breaker;
+    const breaker = breakers.get(route.id, settings);
+    const context = { routeId: route.id };
     return {
       name: 'circuit_breaker',
-      onRequest: (s: RequestState) => {
-        if (breaker.admit(s)) return null;
-        return moduleError(s, 7103, undefined, { 'retry-after': String(Math.max(1, Math.ceil(settings.trippedDurationMs / 1000))) });
-      },
-      onResult: (s, result) => {
-        const before = breaker.state();
-        breaker.record(s, result);
-        const after = breaker.state();
-        if (before !== after && after === 'open') deps.log.warn({ routeId: route.id }, 'circuit breaker tripped');
-        else if (before !== 'closed' && after === 'closed') deps.log.info({ routeId: route.id }, 'circuit breaker closed');
-      },
+      onRequest: (s: RequestState) => (breaker.admit(s) ? null : breakerOpen(s, settings)),
+      onResult: (s, result) => recordBreakerResult(breaker, s, result, deps.log, context),
     };
   };
 }

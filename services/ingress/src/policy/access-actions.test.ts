@@ -4,6 +4,8 @@ import type { Outcome, RequestState, RouteStage } from '../pipeline/types.js';
 import { compileBasicAuth, compileRestrictIps } from './access-actions.js';
 import { trafficPolicyStage } from './index.js';
 import { CONFIG, deps, EDGE, request, route } from './testing.js';
+import { makeConfig } from '../modules/testing.js';
+import type { DataPlaneConfig, DpIpPolicyRule } from '@warren/shared';
 
 // Counts the constant-time comparisons (the real function still runs).
 vi.mock('node:crypto', async (importOriginal) => {
@@ -11,8 +13,8 @@ vi.mock('node:crypto', async (importOriginal) => {
   return { ...m, timingSafeEqual: vi.fn(m.timingSafeEqual) };
 });
 
-function stage(policy: unknown): RouteStage {
-  const s = trafficPolicyStage(route(policy), EDGE, CONFIG, deps());
+function stage(policy: unknown, config: DataPlaneConfig = CONFIG): RouteStage {
+  const s = trafficPolicyStage(route(policy), EDGE, config, deps());
   if (!s) throw new Error('no stage');
   return s;
 }
@@ -131,25 +133,98 @@ describe('restrict-ips', () => {
   });
 
   it('precompiles the CIDR sets', () => {
-    const c = compileRestrictIps({ enforce: true, allow: ['10.0.0.0/8', '2001:db8::/32'], deny: [] });
-    expect(c.deny).toBeNull();
-    expect(c.allow!.each.map((e) => e.cidr)).toEqual(['10.0.0.0/8', '2001:db8::/32']);
-    expect(c.allow!.ipv6!.check('2001:db8::1', 'ipv6')).toBe(true);
-    expect(c.allow!.ipv4!.check('2001:db8::1', 'ipv6')).toBe(false);
+    const c = compileRestrictIps({ enforce: true, allow: ['10.0.0.0/8', '2001:db8::/32'], deny: [], ip_policies: [] });
+    expect(c.deny).toEqual([]);
+    expect(c.allow[0]!.each.map((e) => e.cidr)).toEqual(['10.0.0.0/8', '2001:db8::/32']);
+    expect(c.allow[0]!.ipv6!.check('2001:db8::1', 'ipv6')).toBe(true);
+    expect(c.allow[0]!.ipv4!.check('2001:db8::1', 'ipv6')).toBe(false);
   });
 
   it('builds a list repeated in many actions once, and no BlockList per CIDR until matched_cidr is read (review)', async () => {
     // YAML aliases let 20 KB of policy repeat a 1000-CIDR list in 100 actions: one BlockList per
     // CIDR and per action took ~1 s and ~120 MB to compile on every ingress node.
     const cidrs = Array.from({ length: 1000 }, (_, i) => `10.${i >> 8}.${i & 255}.0/24`);
-    const a = compileRestrictIps({ enforce: true, allow: [], deny: cidrs });
-    const b = compileRestrictIps({ enforce: false, allow: [], deny: [...cidrs] });
-    expect(b.deny).toBe(a.deny);
-    expect(a.deny!.each.every((e) => e.list === null)).toBe(true);
+    const a = compileRestrictIps({ enforce: true, allow: [], deny: cidrs, ip_policies: [] });
+    const b = compileRestrictIps({ enforce: false, allow: [], deny: [...cidrs], ip_policies: [] });
+    expect(b.deny[0]).toBe(a.deny[0]);
+    expect(a.deny[0]!.each.every((e) => e.list === null)).toBe(true);
     const s = stage({ inbound: [{ actions: [{ type: 'restrict-ips', config: { enforce: false, deny: cidrs } }] }, showIps] });
     const r = request({ ip: '10.3.231.9' });
     expect(await run(s, r)).toBeNull();
     expect(seen(r)).toEqual(['deny', '10.3.231.0/24']);
+  });
+});
+
+describe('restrict-ips with ip_policies', () => {
+  const OFFICE = 'ipp_2qT9aaaaaaaaaaaaaaaaaaaaaaa';
+  const BLOCKED = 'ipp_2qT9bbbbbbbbbbbbbbbbbbbbbbb';
+  const OTHER = 'ipp_2qT9ccccccccccccccccccccccc';
+  const rule = (cidr: string, action: 'allow' | 'deny'): DpIpPolicyRule => ({ id: `ipr_${cidr}`, cidr, action });
+  const config = (office = [rule('203.0.113.0/24', 'allow'), rule('2001:db8::/32', 'allow'), rule('203.0.113.128/25', 'deny')]) =>
+    makeConfig({
+      ipPolicies: [
+        { id: OFFICE, accountId: 'ac_1', rules: office },
+        { id: BLOCKED, accountId: 'ac_1', rules: [rule('198.51.100.0/24', 'deny')] },
+        { id: OTHER, accountId: 'ac_2', rules: [rule('0.0.0.0/0', 'allow')] },
+      ],
+    });
+  const withPolicies = (cfg: DataPlaneConfig, restrict: Record<string, unknown>) => stage({ inbound: [{ actions: [{ type: 'restrict-ips', config: restrict }] }] }, cfg);
+  /** What the stage answered `ip` (200: it went on), and restrict-ips' action and matched_cidr. */
+  async function decision(s: RouteStage, ip: string): Promise<[number, string, string]> {
+    const r = request({ ip });
+    const out = await run(s, r);
+    const v = (r.vars.actions as { ngrok: { restrict_ips: { action: string; matched_cidr: string } } }).ngrok.restrict_ips;
+    return [out?.status ?? 200, v.action, v.matched_cidr];
+  }
+
+  it("adds the policies' allow and deny rules to the inline CIDRs (deny wins)", async () => {
+    const s = withPolicies(config(), { allow: ['192.0.2.0/24'], ip_policies: [OFFICE, BLOCKED] });
+    expect(await decision(s, '203.0.113.7')).toEqual([200, 'allow', '203.0.113.0/24']);
+    expect(await decision(s, '192.0.2.9')).toEqual([200, 'allow', '192.0.2.0/24']);
+    expect(await decision(s, '2001:db8::5')).toEqual([200, 'allow', '2001:db8::/32']);
+    expect(await decision(s, '203.0.113.200')).toEqual([403, 'deny', '203.0.113.128/25']);
+    expect(await decision(s, '198.51.100.1')).toEqual([403, 'deny', '198.51.100.0/24']);
+    expect(await decision(s, '10.0.0.1')).toEqual([403, 'deny', '']);
+  });
+
+  it('with only deny rules everyone else passes; a policy with no rules adds nothing', async () => {
+    const denyOnly = withPolicies(config(), { ip_policies: [BLOCKED] });
+    expect(await decision(denyOnly, '198.51.100.77')).toEqual([403, 'deny', '198.51.100.0/24']);
+    expect(await decision(denyOnly, '203.0.113.7')).toEqual([200, 'allow', '']);
+    expect(await decision(withPolicies(config([]), { ip_policies: [OFFICE] }), '203.0.113.7')).toEqual([200, 'allow', '']);
+  });
+
+  it('reads the rules of the config being compiled: a new version with a changed rule changes the decision', async () => {
+    const before = withPolicies(config(), { ip_policies: [OFFICE] });
+    const after = withPolicies(config([rule('10.0.0.0/8', 'allow')]), { ip_policies: [OFFICE] });
+    expect((await decision(before, '10.1.2.3'))[0]).toBe(403);
+    expect(await decision(after, '10.1.2.3')).toEqual([200, 'allow', '10.0.0.0/8']);
+    expect((await decision(after, '203.0.113.7'))[0]).toBe(403);
+  });
+
+  it("refuses to compile (the route answers 503) a policy it does not hold, or another account's", () => {
+    expect(() => withPolicies(config(), { ip_policies: [OTHER] })).toThrow(`restrict-ips: IP policy ${OTHER} is not in this ingress's configuration`);
+    expect(() => withPolicies(config(), { ip_policies: ['ipp_2qT9ddddddddddddddddddddddd'] })).toThrow('is not in this ingress');
+    expect(() => compileRestrictIps({ enforce: true, allow: [], deny: [], ip_policies: [OFFICE] })).toThrow('is not in this ingress');
+  });
+
+  it("builds an IP policy's sets once per change of its rules, however many actions and config versions use it", () => {
+    const office = [rule('10.0.0.0/8', 'deny'), rule('2001:db8::/32', 'allow')];
+    const lookup = (rules: DpIpPolicyRule[]) => (id: string) => (id === OFFICE ? rules : undefined);
+    const a = compileRestrictIps({ enforce: true, allow: ['192.0.2.0/24'], deny: [], ip_policies: [OFFICE] }, lookup(office));
+    expect(a.allow.map((set) => set.each.map((e) => e.cidr))).toEqual([['192.0.2.0/24'], ['2001:db8::/32']]);
+    expect(a.deny.map((set) => set.each.map((e) => e.cidr))).toEqual([['10.0.0.0/8']]);
+    // Another action, or the next version holding the same (unchanged) policy: the same sets.
+    const b = compileRestrictIps({ enforce: false, allow: [], deny: ['198.51.100.0/24'], ip_policies: [OFFICE] }, lookup(office));
+    expect(b.allow[0]).toBe(a.allow[1]);
+    expect(b.deny[1]).toBe(a.deny[0]);
+    // A changed rule: that policy's sets are new.
+    const changed = compileRestrictIps({ enforce: true, allow: [], deny: [], ip_policies: [OFFICE] }, lookup([office[0]!, rule('2001:db9::/32', 'allow')]));
+    expect(changed.deny[0]).toBe(a.deny[0]); // same CIDRs: found by content
+    expect(changed.allow[0]).not.toBe(a.allow[1]);
+    // Two policies with the same CIDRs share a set; it is checked once.
+    const twice = compileRestrictIps({ enforce: true, allow: [], deny: [], ip_policies: [OFFICE, BLOCKED] }, (id) => (id === OFFICE || id === BLOCKED ? office.map((r) => ({ ...r })) : undefined));
+    expect([twice.allow.length, twice.deny.length]).toEqual([1, 1]);
   });
 });
 

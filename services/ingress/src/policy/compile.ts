@@ -1,9 +1,10 @@
 import { compileExpression, parseTemplate, type BucketKeyElement, type CelProgram, type PolicyAction, type PolicyDirection, type PolicyRule, type TrafficPolicy } from '@warren/shared';
-import { compileBasicAuth, compileRestrictIps, type CompiledBasicAuth, type CompiledRestrictIps } from './access-actions.js';
+import { compileBasicAuth, compileRestrictIps, type CompiledBasicAuth, type CompiledRestrictIps, type IpPolicyRules } from './access-actions.js';
 import { compileLog, compileSetVars, type CompiledLog, type CompiledSetVars } from './var-actions.js';
 import { compileRedirect, compileUrlRewrite, type CompiledRedirect, type CompiledUrlRewrite } from './url-actions.js';
 import { compileJwtValidation, type CompiledJwtValidation } from './jwt-action.js';
 import { compileCompressResponse, compileVerifyWebhook, type CompiledCompressResponse, type CompiledVerifyWebhook } from './body-actions.js';
+import { compileCircuitBreaker, type CompiledCircuitBreaker, type CompiledCloseConnection } from './flow-actions.js';
 
 /**
  * A traffic policy compiled once per config version: every CEL expression parsed and
@@ -41,7 +42,7 @@ export interface CompiledRemoveHeaders {
   lower: Set<string>;
 }
 
-export type CompiledAction = CompiledRateLimit | CompiledRespond | CompiledAddHeaders | CompiledRemoveHeaders | CompiledRestrictIps | CompiledBasicAuth | CompiledSetVars | CompiledLog | CompiledUrlRewrite | CompiledRedirect | CompiledJwtValidation | CompiledVerifyWebhook | CompiledCompressResponse;
+export type CompiledAction = CompiledRateLimit | CompiledRespond | CompiledAddHeaders | CompiledRemoveHeaders | CompiledRestrictIps | CompiledBasicAuth | CompiledSetVars | CompiledLog | CompiledUrlRewrite | CompiledRedirect | CompiledJwtValidation | CompiledVerifyWebhook | CompiledCompressResponse | CompiledCircuitBreaker | CompiledCloseConnection;
 
 export interface CompiledRule {
   /** `inbound[0]`, for logs. */
@@ -55,8 +56,8 @@ export interface CompiledPolicy {
   outbound: CompiledRule[];
 }
 
-/** `where`: the action's path in the policy (`inbound[0].actions[1]`), for evaluation errors. */
-function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirection, where: string): CompiledAction {
+/** `where`: the action's path in the policy (`inbound[0].actions[1]`), for evaluation errors. `ipPolicyRules`: for restrict-ips `ip_policies`. */
+function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirection, where: string, ipPolicyRules?: IpPolicyRules): CompiledAction {
   switch (a.type) {
     case 'rate-limit':
       return {
@@ -81,7 +82,7 @@ function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirect
     case 'remove-headers':
       return { kind: 'remove-headers', lower: new Set(a.config.headers.map((h) => h.toLowerCase())) };
     case 'restrict-ips':
-      return compileRestrictIps(a.config);
+      return compileRestrictIps(a.config, ipPolicyRules);
     case 'basic-auth':
       return compileBasicAuth(a.config);
     case 'set-vars':
@@ -98,21 +99,28 @@ function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirect
       return compileVerifyWebhook(a.config);
     case 'compress-response':
       return compileCompressResponse(a.config);
+    case 'circuit-breaker':
+      return compileCircuitBreaker(a.config, routeId, where);
+    case 'close-connection':
+      return { kind: 'close-connection' };
   }
 }
 
-function compileRules(rules: PolicyRule[], routeId: string, direction: PolicyDirection): CompiledRule[] {
+function compileRules(rules: PolicyRule[], routeId: string, direction: PolicyDirection, ipPolicyRules?: IpPolicyRules): CompiledRule[] {
   return rules.map((rule, i) => {
     const where = `${direction}[${i}]`;
     return {
       where: rule.name ? `${where} (${rule.name})` : where,
       conditions: rule.expressions.map((e, j) => ({ where: `${where}.expressions[${j}]`, program: compileExpression(direction, e) })),
-      actions: rule.actions.map((a, j) => compileAction(a, routeId, direction, `${where}.actions[${j}]`)),
+      actions: rule.actions.map((a, j) => compileAction(a, routeId, direction, `${where}.actions[${j}]`, ipPolicyRules)),
     };
   });
 }
 
-/** Compiles a validated policy (`validateTrafficPolicy`). Throws `CelCompileError` if an expression does not compile. */
-export function compilePolicy(policy: TrafficPolicy, routeId: string): CompiledPolicy {
-  return { inbound: compileRules(policy.inbound, routeId, 'inbound'), outbound: compileRules(policy.outbound, routeId, 'outbound') };
+/**
+ * Compiles a validated policy (`validateTrafficPolicy`). Throws `CelCompileError` if an expression
+ * does not compile, and an Error if a restrict-ips IP policy is not found by `ipPolicyRules`.
+ */
+export function compilePolicy(policy: TrafficPolicy, routeId: string, ipPolicyRules?: IpPolicyRules): CompiledPolicy {
+  return { inbound: compileRules(policy.inbound, routeId, 'inbound', ipPolicyRules), outbound: compileRules(policy.outbound, routeId, 'outbound') };
 }

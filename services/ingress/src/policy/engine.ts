@@ -8,8 +8,9 @@ import { Activation, actionsOf } from './activation.js';
 import { basicAuth, restrictIps } from './access-actions.js';
 import { runLog, runSetVars } from './var-actions.js';
 import { runRedirect, runUrlRewrite } from './url-actions.js';
-import { runJwtValidation } from './jwt-action.js';
+import { jwtReadsBody, observeJwks, runJwtValidation } from './jwt-action.js';
 import { compressTransform, hasActionKind, runCompressResponse, runVerifyWebhook } from './body-actions.js';
+import { CLOSE_CONNECTION, hasCircuitBreaker, recordCircuitBreakers, runCircuitBreaker } from './flow-actions.js';
 import type { CompiledAddHeaders, CompiledPolicy, CompiledRateLimit, CompiledRespond, CompiledRule } from './compile.js';
 import { celToHeaderText, isValidHeaderValue, withoutHeaders } from './headers.js';
 
@@ -54,10 +55,12 @@ export class TrafficPolicyStage implements RouteStage {
   readonly name = 'traffic_policy';
   readonly onRequest?: (s: RequestState) => Outcome | Promise<Outcome>;
   readonly onResponse?: (s: RequestState, r: ResponseState) => Outcome | Promise<Outcome>;
-  /** Declared only by a policy with a verify-webhook action (the runner then buffers the body). */
+  /** Declared only by a policy with a verify-webhook action or a jwt-validation body token (the runner then buffers the body). */
   readonly needsBody?: boolean;
   /** Declared only by a policy with a compress-response action (`body-actions.ts`). */
   readonly transformBody?: (s: RequestState, r: ResponseState) => Transform | null;
+  /** Declared only by a policy with a circuit-breaker action that can trip (`flow-actions.ts`). */
+  readonly onResult?: (s: RequestState, result: number | 'error') => void;
   private readonly errors: Counter<'direction'>;
   /** Expression locations already logged: each failing one is logged once per policy. */
   private readonly logged = new Set<string>();
@@ -70,8 +73,10 @@ export class TrafficPolicyStage implements RouteStage {
     this.errors = errorCounter(deps.registry);
     if (policy.inbound.length > 0) this.onRequest = (s) => this.runRequest(s);
     if (policy.outbound.length > 0) this.onResponse = (s, r) => this.runResponse(s, r);
-    if (hasActionKind(policy.inbound, 'verify-webhook')) this.needsBody = true;
+    if (hasActionKind(policy.inbound, 'verify-webhook') || jwtReadsBody(policy.inbound)) this.needsBody = true;
+    if (hasActionKind(policy.inbound, 'jwt-validation')) observeJwks(policy.inbound, deps.registry, deps.log);
     if (hasActionKind(policy.outbound, 'compress-response')) this.transformBody = compressTransform;
+    if (hasCircuitBreaker(policy.inbound)) this.onResult = (s, result) => recordCircuitBreakers(s, result, deps.log);
   }
 
   private runRequest(s: RequestState): Outcome | Promise<Outcome> {
@@ -168,6 +173,14 @@ export class TrafficPolicyStage implements RouteStage {
             if (out) return out;
             break;
           }
+          case 'circuit-breaker': {
+            // Inbound only (validated): `run.act.s` is the request.
+            const out = runCircuitBreaker(a, run.act.s);
+            if (out) return out;
+            break;
+          }
+          case 'close-connection':
+            return CLOSE_CONNECTION;
         }
       }
     }

@@ -8,13 +8,18 @@ import { TrafficPolicyStage } from './engine.js';
  * null when the route has none, it is disabled, or it has no rules. Throws when the policy is
  * enabled but unusable (the control plane could not parse it, or it no longer validates).
  */
-export const trafficPolicyStage: StageFactory = (route, _edge, _config, deps) => {
+export const trafficPolicyStage: StageFactory = (route, _edge, config, deps) => {
   const tp = route.trafficPolicy;
   if (!tp || !tp.enabled) return null;
   if (tp.value === null || tp.value === undefined) throw new Error(`route ${route.id}: the traffic policy is enabled but could not be parsed by the control plane`);
   const policy = validateTrafficPolicy(tp.value);
   if (policy.inbound.length === 0 && policy.outbound.length === 0) return null;
-  return new TrafficPolicyStage(compilePolicy(policy, route.id), route.id, deps);
+  // restrict-ips `ip_policies`: the rules of the route's account's policies in this config version.
+  const ipPolicyRules = (id: string) => {
+    const p = config.ipPolicies?.get(id);
+    return p && p.accountId === route.accountId ? p.rules : undefined;
+  };
+  return new TrafficPolicyStage(compilePolicy(policy, route.id, ipPolicyRules), route.id, deps);
 };
 
 export { TrafficPolicyStage } from './engine.js';

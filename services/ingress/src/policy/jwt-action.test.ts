@@ -4,12 +4,14 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Registry } from 'prom-client';
 import { exportJWK, generateKeyPair, SignJWT, UnsecuredJWT, type JWK } from 'jose';
 import { validateTrafficPolicy, type JwtValidationAction } from '@warren/shared';
 import type { Outcome, RequestState, RouteStage } from '../pipeline/types.js';
 import { ensureLocalTls } from '../tls.js';
 import { trafficPolicyStage } from './index.js';
-import { compileJwtValidation, JwksRegistry, runJwtValidation, type CompiledJwtValidation } from './jwt-action.js';
+import { compileJwtValidation, JWKS_FETCH, jwksMaxAge, JwksRegistry, observeJwks, runJwtValidation, type CompiledJwtValidation, type FetchedJwks } from './jwt-action.js';
+import { formBodyFields, jsonBodyFields, wantedFields, type BodyField } from './jwt-body.js';
 import { CONFIG, deps, EDGE, request, route } from './testing.js';
 
 const ISS = 'https://issuer.example.com/';
@@ -238,7 +240,7 @@ describe('jwt-validation with JWK set URLs', () => {
       if (mode === 'fail') return res.writeHead(500).end();
       if (mode === 'redirect') return res.writeHead(302, { location: 'https://127.0.0.1:1/' }).end();
       if (mode === 'notjson') return res.writeHead(200).end('<html>');
-      res.writeHead(200, { 'content-type': 'application/json' });
+      res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'public, max-age=600' });
       res.end(mode === 'big' ? JSON.stringify({ keys: [], pad: 'x'.repeat(300_000) }) : JSON.stringify({ keys: served }));
     });
     server.on('connection', (s) => {
@@ -368,7 +370,303 @@ describe('jwt-validation with JWK set URLs', () => {
       new Promise<{ err: NodeJS.ErrnoException | null; address: unknown }>((res) => guardedLookup(allow)('localhost', { all }, (err, address) => res({ err, address })));
     expect((await resolve(false, true)).err?.message).toMatch(/^localhost resolves to (127\.0\.0\.1|::1), not a public address/);
     expect(await resolve(true, false)).toMatchObject({ err: null, address: expect.stringMatching(/^(127\.0\.0\.1|::1)$/) });
-    // Allowed: the set is fetched by name.
-    expect(await fetchJwks(new URL(`https://localhost:${port}/jwks`), { ...JWKS_FETCH, ca, allowPrivate: true })).toHaveLength(1);
+    // Allowed: the set is fetched by name, with the lifetime its Cache-Control gives.
+    expect(await fetchJwks(new URL(`https://localhost:${port}/jwks`), { ...JWKS_FETCH, ca, allowPrivate: true })).toMatchObject({ keys: [{ kid: 'rs-1' }], maxAgeMs: 600_000 });
+  });
+});
+
+describe('JWK set caching (a fake fetcher and clock)', () => {
+  const MIN = 60_000;
+  const JKU = 'https://issuer.example.com/jwks';
+  let now = 0;
+  /** Every fetch waits for the test to settle it. */
+  function setup(o: Partial<ConstructorParameters<typeof JwksRegistry>[0]> = {}) {
+    const calls: { resolve(r: FetchedJwks): void; reject(e: Error): void }[] = [];
+    const registry = new JwksRegistry({ now: () => now, fetch: () => new Promise<FetchedJwks>((resolve, reject) => calls.push({ resolve, reject })), ...o });
+    const events: { trigger: string; ok: boolean }[] = [];
+    registry.observer = (e) => events.push({ trigger: e.trigger, ok: e.ok });
+    const a = action(config({}, { sources: { additional_jkus: [JKU] } }), registry);
+    return { calls, registry, events, a };
+  }
+  const keys = (...k: JWK[]): FetchedJwks => ({ keys: k, maxAgeMs: null });
+  /** Lets settled fetches' callbacks run (no time passes: the clock is `now`). */
+  const settle = () => new Promise<void>((r) => setImmediate(r));
+  const ok = async (a: CompiledJwtValidation, o?: Parameters<typeof sign>[1]) => expect(await run(a, bearer(await sign({}, o)))).toBeNull();
+
+  /** A set fetched at `now` = 0. */
+  async function fetched(o: Partial<ConstructorParameters<typeof JwksRegistry>[0]> = {}, first = keys(rsJwk)) {
+    now = 0;
+    const t = setup(o);
+    const p = run(t.a, bearer(await sign()));
+    await settle();
+    t.calls[0]!.resolve(first);
+    expect(await p).toBeNull();
+    return t;
+  }
+
+  it('fetches once for concurrent requests of every route naming the URL (single flight)', async () => {
+    now = 0;
+    const { calls, registry, a } = setup();
+    const b = action(config({ audience: { allow_list: [{ value: 'urn:other' }] } }, { sources: { additional_jkus: [JKU] } }), registry);
+    const tok = await sign();
+    const runs = [a, b, a, b, a].map((x) => run(x, bearer(tok)));
+    await settle();
+    expect(calls).toHaveLength(1);
+    calls[0]!.resolve(keys(rsJwk));
+    const outs = await Promise.all(runs);
+    expect(outs.map((o) => o?.status ?? null)).toEqual([null, 401, null, 401, null]); // b wants another audience
+    expect(calls).toHaveLength(1);
+  });
+
+  it('refreshes ahead of expiry in the background, once, and uses the new set when it arrives', async () => {
+    const { calls, events, a } = await fetched();
+    now = 11 * MIN; // before 80 % of the 15 minutes
+    await ok(a);
+    expect(calls).toHaveLength(1);
+    now = 12.5 * MIN;
+    await ok(a); // answered while the refetch is still pending
+    await ok(a);
+    expect(calls).toHaveLength(2);
+    calls[1]!.resolve(keys(rsJwk, rs2Jwk));
+    await settle();
+    await ok(a, { key: rs2, kid: 'rs-2' });
+    expect(calls).toHaveLength(2);
+    expect(events).toEqual([
+      { trigger: 'initial', ok: true },
+      { trigger: 'refresh', ok: true },
+    ]);
+    // The new set is fresh for 15 minutes from its fetch.
+    now = 12.5 * MIN + 11 * MIN;
+    await ok(a);
+    expect(calls).toHaveLength(2);
+  });
+
+  it('serves the expired set while its refetch runs', async () => {
+    const { calls, a } = await fetched();
+    now = 16 * MIN;
+    const t = performance.now();
+    await ok(a);
+    await ok(a);
+    expect(performance.now() - t).toBeLessThan(1_000);
+    expect(calls).toHaveLength(2);
+    calls[1]!.resolve(keys(rs2Jwk));
+    await settle();
+    // Replaced: the old key is gone (an unknown kid, refetched only after the cooldown).
+    const r = bearer(await sign());
+    expect401(await run(a, r), r, 'key_not_found');
+    await ok(a, { key: rs2, kid: 'rs-2' });
+  });
+
+  it('keeps the last good set for an hour past expiry while refreshes fail, backing off, then fails closed', async () => {
+    const { calls, events, a } = await fetched();
+    const fail = async (i: number) => {
+      await settle();
+      expect(calls).toHaveLength(i + 1);
+      calls[i]!.reject(new Error('answered HTTP 500'));
+      await settle();
+    };
+    now = 16 * MIN;
+    await ok(a);
+    await fail(1);
+    now += 4_000; // within the 5 s back-off
+    await ok(a);
+    expect(calls).toHaveLength(2);
+    now += 1_000;
+    await ok(a);
+    await fail(2);
+    now += 9_000; // within the doubled back-off (10 s)
+    await ok(a);
+    expect(calls).toHaveLength(3);
+    now += 1_000;
+    await ok(a);
+    await fail(3);
+    // The back-off stops doubling at 30 s.
+    for (let i = 4; i < 7; i++) {
+      now += 30_000;
+      await ok(a);
+      await fail(i);
+    }
+    expect(events.filter((e) => !e.ok)).toHaveLength(6);
+    // Up to an hour past expiry (15 min + 60 min after the fetch)…
+    now = 75 * MIN - 1;
+    const last = run(a, bearer(await sign()));
+    await fail(7);
+    expect(await last).toBeNull();
+    // …then the set is dropped: a request waits for a fetch, and gets 503 when it fails.
+    now = 75 * MIN + 30_000;
+    const r = bearer(await sign());
+    const out = run(a, r);
+    await fail(8);
+    expect(await out).toMatchObject({ status: 503, headers: { 'warren-error-code': 'ERR_WARREN_7123' } });
+    expect(vars(r).error).toMatchObject({ code: 'jwks_unavailable', message: expect.stringContaining('answered HTTP 500') });
+    expect(events.at(-1)).toEqual({ trigger: 'initial', ok: false });
+  });
+
+  it('recovers from failed refreshes with the next good fetch', async () => {
+    const { calls, events, a } = await fetched();
+    now = 20 * MIN;
+    await ok(a);
+    await settle();
+    calls[1]!.reject(new Error('timeout'));
+    await settle();
+    now += 5_000;
+    await ok(a);
+    await settle();
+    calls[2]!.resolve(keys(rsJwk));
+    await settle();
+    now += 11 * MIN; // fresh again: no fetch
+    await ok(a);
+    expect(calls).toHaveLength(3);
+    expect(events.map((e) => `${e.trigger}:${e.ok}`)).toEqual(['initial:true', 'refresh:false', 'refresh:true']);
+  });
+
+  it('waits for a refresh in flight when a token names a kid the set lacks', async () => {
+    const { calls, a } = await fetched();
+    now = 13 * MIN;
+    await ok(a); // starts the refresh
+    const rotated = run(a, bearer(await sign({}, { key: rs2, kid: 'rs-2' })));
+    await settle();
+    expect(calls).toHaveLength(2);
+    calls[1]!.resolve(keys(rsJwk, rs2Jwk));
+    expect(await rotated).toBeNull();
+  });
+
+  it('uses the lifetime of Cache-Control, clamped to 1 minute – 24 hours', async () => {
+    const o = { minTtlMs: JWKS_FETCH.minTtlMs, maxTtlMs: JWKS_FETCH.maxTtlMs };
+    expect(
+      [undefined, '', 'public', 'max-age=300', 'public, max-age=5', 'max-age=9999999', 'no-store', 'no-cache, max-age=600', 's-maxage=120, max-age=30', 'max-age="90"', 'max-age=abc', 'max-age=-1'].map((cc) => jwksMaxAge(cc, o)),
+    ).toEqual([null, null, null, 300_000, 60_000, 86_400_000, 60_000, 60_000, 120_000, 90_000, null, null]);
+    const { calls, a } = await fetched({}, { keys: [rsJwk], maxAgeMs: 2 * MIN });
+    now = 90_000; // 75 % of 2 minutes
+    await ok(a);
+    expect(calls).toHaveLength(1);
+    now = 100_000; // past 80 %
+    await ok(a);
+    expect(calls).toHaveLength(2);
+  });
+
+  it('counts fetches by trigger and result, and logs failures', async () => {
+    now = 0;
+    const { calls, registry, a } = setup();
+    registry.observer = null;
+    const metrics = new Registry();
+    const logged: [string, string][] = [];
+    const log = { warn: (_o: unknown, m: string) => logged.push(['warn', m]), info: (_o: unknown, m: string) => logged.push(['info', m]) };
+    observeJwks([{ actions: [a] }], metrics, log as never);
+    const first = run(a, bearer(await sign()));
+    await settle();
+    calls[0]!.reject(new Error('refused'));
+    expect(await first).toMatchObject({ status: 503 });
+    now = 10_000;
+    const second = run(a, bearer(await sign()));
+    await settle();
+    calls[1]!.resolve(keys(rsJwk));
+    expect(await second).toBeNull();
+    const values = (await metrics.getSingleMetric('warren_ingress_jwks_fetches_total')!.get()).values.map((v) => [v.labels.trigger, v.labels.result, v.value]);
+    expect(values).toEqual([
+      ['initial', 'error', 1],
+      ['initial', 'ok', 1],
+    ]);
+    expect(logged).toEqual([
+      ['warn', 'jwt-validation: JWK set fetch failed; tokens needing it are answered 503'],
+      ['info', 'jwt-validation: JWK set fetched again after failures'],
+    ]);
+  });
+});
+
+describe('jwt-validation with tokens in the body', () => {
+  const bodyConfig = (tokens: unknown[]) => config({ http: { tokens } });
+  const idToken = { type: 'it+jwt', method: 'body', name: '_id_token' };
+  function post(body: string | Buffer, contentType: string | undefined, o: { method?: string; headers?: string[] } = {}): RequestState {
+    const r = request({ method: o.method ?? 'POST', headers: ['Host', 'app.example.com', ...(o.headers ?? [])] });
+    if (contentType) (r.req.headers as Record<string, string>)['content-type'] = contentType;
+    r.body = Buffer.from(body);
+    return r;
+  }
+
+  it('reads a form field, with its prefix, and records where the token was', async () => {
+    const a = action(bodyConfig([{ ...idToken, prefix: 'Bearer ' }]));
+    const tok = await sign();
+    const r = post(`state=x%26y&_ID_Token=Bearer+${tok}&a=`, 'application/x-www-form-urlencoded; charset=UTF-8');
+    expect(await run(a, r)).toBeNull();
+    const t = vars(r).tokens[0]!;
+    expect([t.verified, t.location, t.location_property, t.payload.get('sub')]).toEqual([true, 'body', '_id_token', 'alice']);
+    // Percent-encoded names and values decode.
+    expect(await run(a, post(`%5Fid%5Ftoken=Bearer%20${tok}`, 'application/x-www-form-urlencoded'))).toBeNull();
+  });
+
+  it('reads a top-level member of a JSON object, name in any case', async () => {
+    const a = action(bodyConfig([idToken]));
+    const tok = await sign();
+    const r = post(JSON.stringify({ nested: { _id_token: 'not this one' }, list: [1, -2.5e3, true, null, { a: [] }], _Id_Token: tok, tail: '\u00e9"\\' }), 'Application/JSON');
+    expect(await run(a, r)).toBeNull();
+    expect(vars(r).tokens[0]).toMatchObject({ location: 'body', location_property: '_id_token', verified: true });
+    // An escaped name is the name it decodes to.
+    expect(await run(a, post(`{"\\u005fid_token" : "${tok}"}`, 'application/json'))).toBeNull();
+  });
+
+  it('requires header and body tokens alike', async () => {
+    const a = action(bodyConfig([{ type: 'access_token', method: 'header', name: 'Authorization', prefix: 'Bearer ' }, idToken]));
+    const tok = await sign();
+    const both = post(`{"_id_token":"${await sign({ sub: 'bob' })}"}`, 'application/json', { headers: ['Authorization', `Bearer ${tok}`] });
+    expect(await run(a, both)).toBeNull();
+    expect(vars(both).tokens.map((t) => [t.location, t.location_property, t.payload.get('sub')])).toEqual([
+      ['header', 'Authorization', 'alice'],
+      ['body', '_id_token', 'bob'],
+    ]);
+    const headerOnly = post('{}', 'application/json', { headers: ['Authorization', `Bearer ${tok}`] });
+    expect401(await run(a, headerOnly), headerOnly, 'token_missing', 'Bearer');
+    expect(vars(headerOnly).error.message).toBe('no token in the body field _id_token');
+  });
+
+  it.each<[string, () => Promise<RequestState>, string, string]>([
+    ['a GET', async () => post(`_id_token=${await sign()}`, 'application/x-www-form-urlencoded', { method: 'GET' }), 'token_missing', 'POST, PUT and PATCH requests only, not GET'],
+    ['a text/plain body', async () => post(`_id_token=${await sign()}`, 'text/plain'), 'token_missing', 'not "text/plain"'],
+    ['no Content-Type', async () => post(`_id_token=${await sign()}`, undefined), 'token_missing', '(no Content-Type)'],
+    ['invalid JSON', async () => post(`{"_id_token":"${await sign()}",}`, 'application/json'), 'token_missing', 'the body is not valid JSON'],
+    ['a JSON array', async () => post(`["${await sign()}"]`, 'application/json'), 'token_missing', 'the JSON body is not an object'],
+    ['JSON nested too deep', async () => post(`{"_id_token":"${await sign()}","a":${'['.repeat(600)}${']'.repeat(600)}}`, 'application/json'), 'token_missing', 'the body is not valid JSON'],
+    ['a field sent twice', async () => post(`_id_token=${await sign()}&_ID_TOKEN=x`, 'application/x-www-form-urlencoded'), 'token_malformed', 'is sent more than once'],
+    ['a member sent twice', async () => post(`{"_id_token":"${await sign()}","_id_token":"x"}`, 'application/json'), 'token_malformed', 'is sent more than once'],
+    ['a number', async () => post('{"_id_token":42}', 'application/json'), 'token_malformed', 'the body field _id_token is not a string'],
+    ['a token over 16 KiB', async () => post(`_id_token=${'a'.repeat(16 * 1024 + 1)}`, 'application/x-www-form-urlencoded'), 'token_malformed', 'is longer than 16384 characters'],
+    ['an empty field', async () => post('_id_token=&x=1', 'application/x-www-form-urlencoded'), 'token_missing', 'no token in the body field _id_token'],
+  ])('refuses %s', async (_, make, code, message) => {
+    const a = action(bodyConfig([idToken]));
+    const r = await make();
+    const out = await run(a, r);
+    expect(out).toMatchObject({ status: 401, headers: { 'warren-error-code': 'ERR_WARREN_7122' } });
+    expect(vars(r).error.code).toBe(code);
+    expect(vars(r).error.message).toContain(message);
+  });
+
+  it('makes the stage buffer the body only for policies with a body token', () => {
+    const stage = (tokens: unknown[]) => trafficPolicyStage(route({ inbound: [{ actions: [{ type: 'jwt-validation', config: bodyConfig(tokens) }] }] }), EDGE, CONFIG, deps())!;
+    expect(stage([idToken]).needsBody).toBe(true);
+    expect(stage([{ type: 'jwt', method: 'header', name: 'Authorization' }]).needsBody).toBeUndefined();
+  });
+});
+
+describe('the body scanners', () => {
+  const w = wantedFields(['tok', 'Other_Name']);
+  it('find what JSON.parse finds at the top level, and refuse what breaks the structure', () => {
+    const valid = ['{}', ' { "tok" : "a" } ', '{"x":{"tok":"no"},"tok":"\\u0061\\"b"}', '{"a":[[],{},[{"b":[1,"]}"]}]],"other_name":"c"}', '{"tok":"x","n":-1.5e+3,"t":true,"f":false,"z":null}', '{"TOK":"\\ud83d\\ude00"}'];
+    for (const doc of valid) {
+      const found = jsonBodyFields(Buffer.from(doc), w, 100);
+      expect(found, doc).toBeInstanceOf(Map);
+      const parsed = Object.entries(JSON.parse(doc) as Record<string, unknown>).filter(([k]) => ['tok', 'other_name'].includes(k.toLowerCase()));
+      expect([...(found as Map<string, BodyField>).entries()].map(([k, f]) => [k, f.value]), doc).toEqual(parsed.map(([k, v]) => [k.toLowerCase(), v]));
+    }
+    for (const doc of ['', '{', '{"tok":"a"', '{"tok":"a"}x', '{"tok" "a"}', '{"tok":"a",}', '{tok:"a"}', '{"a":[}', '{"a":{]}', '{"a":"\n"}', '{"a":tru}', '{"a":.5}', "{'tok':'a'}"]) {
+      expect(jsonBodyFields(Buffer.from(doc), w, 100), JSON.stringify(doc)).toEqual({ error: 'the body is not valid JSON' });
+    }
+  });
+
+  it('decode form fields as browsers encode them', () => {
+    const f = formBodyFields(Buffer.from('a=1&&=x&TOK=a+b%2Bc%zz&other%5Fname&x=%F0%9F%98%80'), w, 100);
+    expect([...f.entries()]).toEqual([
+      ['tok', { count: 1, value: 'a b+c%zz', problem: '' }],
+      ['other_name', { count: 1, value: '', problem: '' }],
+    ]);
   });
 });

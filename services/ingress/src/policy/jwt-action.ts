@@ -1,18 +1,24 @@
 import dns from 'node:dns';
 import https from 'node:https';
 import type { LookupAddress } from 'node:dns';
+import { Counter, type Registry } from 'prom-client';
+import type { Logger } from 'pino';
 import { createLocalJWKSet, decodeJwt, decodeProtectedHeader, errors as joseErrors, jwtVerify, type JSONWebKeySet, type JWK, type JWTVerifyGetKey, type JWTVerifyOptions, type ProtectedHeaderParameters } from 'jose';
 import { CelJwtToken, checkPublicJwk, isNonPublicAddress, JWT_ALGORITHMS, JWT_VALIDATION_LIMITS, jwksHostRefusal, jwksPrivateAllowed, type CelJwtValidation, type JwtValidationConfig } from '@warren/shared';
 import { errorAnswer } from '../http/error-page.js';
 import type { Outcome, RequestState } from '../pipeline/types.js';
 import { actionsOf } from './activation.js';
+import { bodyFields, wantedFields, type WantedFields } from './jwt-body.js';
 
 /**
  * The `jwt-validation` traffic-policy action at run time (validated by
  * `services/shared/src/traffic-policy/jwt-action.ts`), following
  * https://ngrok.com/docs/traffic-policy/actions/jwt-validation:
  *
- * - Every configured token must be in its header (name case-insensitive, sent once), after its
+ * - Every configured token must be in its header (name case-insensitive, sent once), or for
+ *   `method: body` in its field of the request body (`jwt-body.ts`: a POST, PUT or PATCH with an
+ *   `application/x-www-form-urlencoded` or `application/json` body, a top-level member of the
+ *   JSON object; name case-insensitive, sent once, a string of at most 16 KiB), after its
  *   `prefix` (matched case-insensitively: `Bearer ` / `bearer `). Each is a compact JWS verified
  *   with jose (`jwtVerify`): `alg` among `allowed_algorithms` (never `none`, never HMAC), a key
  *   of the inline keys or the JWK sets (`kid` selects it; without one, at most
@@ -26,17 +32,35 @@ import { actionsOf } from './activation.js';
  *   (and no earlier copy is usable): 503 `ERR_WARREN_7123` with `Retry-After` — failing closed,
  *   but telling the client it is not its token's fault.
  * - Results: `actions.ngrok.jwt_validation.tokens[i]` (header, payload, signature, verified,
- *   location `header`, location_property the header name) and `.error.{code, message}`.
+ *   location `header` or `body`, location_property the header or field name as configured) and
+ *   `.error.{code, message}`.
+ * - A policy with a `body` token makes the traffic-policy stage buffer every request body of the
+ *   route (`jwtReadsBody`; the runner's `readBody`: 1 MiB, else 413 `ERR_WARREN_7009`; 30 s, else
+ *   408 `ERR_WARREN_7012`), as verify-webhook does; the upstream receives the body unchanged.
  *
  * JWK sets (`additional_jkus`) are fetched by this ingress, shared by every policy naming the
  * same URL (`JwksRegistry`): https only, through `https.get` (redirects are not followed) with a
  * `JWKS_FETCH.timeoutMs` deadline for the whole exchange and a `JWKS_FETCH.maxBytes` body cap;
- * at most `JWKS_FETCH.maxKeys` usable keys are kept (each checked as inline keys are). A set is
- * used for `ttlMs` (ngrok: "refreshed roughly every 15 minutes"), fetched again early when a token
- * names an unknown `kid` but at most once per `cooldownMs`, and not again for `failureBackoffMs`
- * after a failed fetch ended (one fetch at a time per URL) — so a flood of unknown `kid`s or a dead endpoint costs one fetch per
- * period per ingress, and requests meanwhile are answered at once. After a failed refresh the last
- * good set stays usable for `staleMs` more.
+ * at most `JWKS_FETCH.maxKeys` usable keys are kept (each checked as inline keys are). Caching
+ * (`RemoteJwks`), as a production gateway does it:
+ * - A set is fresh for its lifetime: the response's `Cache-Control: max-age` (or `s-maxage`)
+ *   clamped to `minTtlMs`–`maxTtlMs` (1 min–24 h; `no-cache` / `no-store`: 1 min), else `ttlMs`
+ *   (15 min; ngrok: "refreshed roughly every 15 minutes").
+ * - Refresh ahead: a request that uses a set in the last part of its lifetime (past `refreshAhead`
+ *   of it: 12 of 15 minutes) starts a refetch in the background and goes on with the set it has.
+ *   No timers: a set no route uses is not refetched (and a route's set is refetched only while
+ *   requests come).
+ * - Single flight: one fetch at a time per URL in this process, shared by every route naming it
+ *   (`JwksRegistry`, an LRU of `maxSets` URLs); requests needing it meanwhile wait for that fetch.
+ * - Stale while refreshing, stale if error: once expired, a set is still used — while its refetch
+ *   runs in the background, and while refetches fail — for `staleMs` (1 h) past its expiry; then it
+ *   is dropped and requests wait for a fetch (503 `ERR_WARREN_7123` when it fails). Only a request
+ *   with no usable set, or whose token names a `kid` the set lacks, waits for a fetch.
+ * - An unknown `kid` refetches at most once per `cooldownMs` (30 s) after the last fetch began.
+ * - After a failed fetch, none for `failureBackoffMs` (5 s), doubling with each failure in a row
+ *   up to `maxFailureBackoffMs` (30 s): a dead endpoint costs one fetch per period per URL per
+ *   ingress, and requests meanwhile are answered at once. Fetches are counted by
+ *   `warren_ingress_jwks_fetches_total{trigger, result}` and failures logged (`observeJwks`).
  *
  * SSRF: the URL is tenant-supplied. Unless the operator sets `WARREN_JWKS_ALLOW_PRIVATE=1` in the
  * ingress's environment, a host that is a literal non-public address or `localhost` is refused,
@@ -51,13 +75,27 @@ export const JWKS_FETCH = {
   timeoutMs: 5_000,
   maxBytes: 256 * 1024,
   maxKeys: 100,
+  /** Lifetime of a set whose response has no usable Cache-Control. */
   ttlMs: 15 * 60_000,
+  /** Bounds of a lifetime taken from Cache-Control. */
+  minTtlMs: 60_000,
+  maxTtlMs: 24 * 60 * 60_000,
+  /** Part of its lifetime after which a set in use is refetched in the background. */
+  refreshAhead: 0.8,
   cooldownMs: 30_000,
   failureBackoffMs: 5_000,
+  maxFailureBackoffMs: 30_000,
+  /** How long past its expiry a set is still used (while refetches run or fail). */
   staleMs: 60 * 60_000,
   /** JWK set URLs remembered (an LRU over all routes). */
   maxSets: 1_000,
 } as const;
+
+/** A fetched set: its usable keys and the lifetime its response gave (null: none). */
+export interface FetchedJwks {
+  keys: JWK[];
+  maxAgeMs: number | null;
+}
 
 export type JwksFetchOptions = { [K in keyof typeof JWKS_FETCH]: number } & {
   /** Extra trusted CA (PEM), for tests; the ingress uses Node's CAs and NODE_EXTRA_CA_CERTS. */
@@ -65,7 +103,30 @@ export type JwksFetchOptions = { [K in keyof typeof JWKS_FETCH]: number } & {
   /** Allow non-public hosts; default: `WARREN_JWKS_ALLOW_PRIVATE=1`. */
   allowPrivate?: boolean;
   now?: () => number;
+  /** Replaces `fetchJwks` (tests). */
+  fetch?: (url: URL, o: JwksFetchOptions) => Promise<FetchedJwks>;
 };
+
+/**
+ * A set's lifetime from its response's Cache-Control (`s-maxage`, as a shared cache, else
+ * `max-age`), clamped to `minTtlMs`–`maxTtlMs`; `no-cache` / `no-store` give the minimum; null
+ * when it says neither.
+ */
+export function jwksMaxAge(cacheControl: string | undefined, o: Pick<JwksFetchOptions, 'minTtlMs' | 'maxTtlMs'>): number | null {
+  if (!cacheControl) return null;
+  let maxAge: number | null = null;
+  let sMaxAge: number | null = null;
+  for (const part of cacheControl.toLowerCase().split(',')) {
+    const [k, v] = part.split('=', 2).map((x) => x.trim().replace(/^"|"$/g, ''));
+    if (k === 'no-cache' || k === 'no-store') return o.minTtlMs;
+    if ((k === 'max-age' || k === 's-maxage') && v !== undefined && /^\d{1,10}$/.test(v)) {
+      if (k === 'max-age') maxAge = Number(v);
+      else sMaxAge = Number(v);
+    }
+  }
+  const seconds = sMaxAge ?? maxAge;
+  return seconds === null ? null : Math.min(o.maxTtlMs, Math.max(o.minTtlMs, seconds * 1000));
+}
 
 class JwksFetchError extends Error {}
 
@@ -85,15 +146,15 @@ export function guardedLookup(allowPrivate: boolean) {
   };
 }
 
-/** Fetches and checks one JWK set: the usable public keys, or throws `JwksFetchError`. */
-export function fetchJwks(url: URL, o: JwksFetchOptions): Promise<JWK[]> {
+/** Fetches and checks one JWK set: the usable public keys and the lifetime the response gives, or throws `JwksFetchError`. */
+export function fetchJwks(url: URL, o: JwksFetchOptions): Promise<FetchedJwks> {
   const allowPrivate = o.allowPrivate ?? jwksPrivateAllowed();
   if (url.protocol !== 'https:') return Promise.reject(new JwksFetchError('only https JWK set URLs are fetched'));
   const refusal = allowPrivate ? null : jwksHostRefusal(url);
   if (refusal) return Promise.reject(new JwksFetchError(`${refusal} (set WARREN_JWKS_ALLOW_PRIVATE=1 to allow it)`));
-  return new Promise<JWK[]>((resolve, reject) => {
+  return new Promise<FetchedJwks>((resolve, reject) => {
     let done = false;
-    const finish = (err: Error | null, keys?: JWK[]) => {
+    const finish = (err: Error | null, keys?: FetchedJwks) => {
       if (done) return;
       done = true;
       clearTimeout(timer);
@@ -144,7 +205,8 @@ export function fetchJwks(url: URL, o: JwksFetchOptions): Promise<JWK[]> {
               // Not a usable public signature key (symmetric, private, encryption-only, too large…): skipped.
             }
           }
-          finish(null, usable);
+          const cc = res.headers['cache-control'];
+          finish(null, { keys: usable, maxAgeMs: jwksMaxAge(Array.isArray(cc) ? cc.join(',') : cc, o) });
         });
       },
     );
@@ -153,54 +215,86 @@ export function fetchJwks(url: URL, o: JwksFetchOptions): Promise<JWK[]> {
   });
 }
 
-/** One JWK set URL: its last good keys and the fetch state. */
+/** Why a set is fetched: none yet (or dropped), refresh-ahead / expired, a token's unknown `kid`. */
+export type JwksTrigger = 'initial' | 'refresh' | 'unknown_kid';
+
+/** Told of every fetch of a JWK set (`observeJwks`: a counter and the log). */
+export type JwksObserver = (e: { href: string; trigger: JwksTrigger; ok: boolean; error?: string; failures: number; staleUntil: number | null }) => void;
+
+/** One JWK set URL: its last good keys and the fetch state (see the top of this file). */
 class RemoteJwks {
   private set: JWTVerifyGetKey | null = null;
   private kids = new Set<string>();
   private fetchedAt = 0;
+  private expiresAt = 0;
+  /** When the last fetch began (the unknown-`kid` cooldown runs from it). */
   private lastAttempt = -Infinity;
-  private lastFailed = false;
+  /** Failed fetches in a row, and when the last one ended. */
+  private failures = 0;
+  private lastFailure = -Infinity;
   private inflight: Promise<void> | null = null;
   private lastError = '';
 
   constructor(
     readonly url: URL,
-    private readonly o: JwksFetchOptions,
+    private readonly registry: JwksRegistry,
   ) {}
+
+  private get o(): JwksFetchOptions {
+    return this.registry.options;
+  }
+
+  private now(): number {
+    return this.o.now?.() ?? Date.now();
+  }
 
   /** The keys to try for a token naming `kid` (maybe undefined), or why there are none. */
   async current(kid: string | undefined): Promise<{ set: JWTVerifyGetKey } | { error: string }> {
-    const now = this.o.now?.() ?? Date.now();
-    const fresh = this.set !== null && now - this.fetchedAt < this.o.ttlMs;
-    const unknownKid = this.set !== null && kid !== undefined && !this.kids.has(kid);
-    if (!fresh || unknownKid) {
-      const wait = this.lastFailed ? this.o.failureBackoffMs : this.set === null ? 0 : unknownKid && fresh ? this.o.cooldownMs : 0;
-      if (this.inflight) await this.inflight;
-      else if (now - this.lastAttempt >= wait) await this.refresh(now);
+    const now = this.now();
+    if (this.set && now >= this.expiresAt + this.o.staleMs) {
+      // Past the grace period: unusable, and forgotten.
+      this.set = null;
+      this.kids = new Set();
     }
-    const t = this.o.now?.() ?? Date.now();
-    if (this.set && t - this.fetchedAt < this.o.ttlMs + this.o.staleMs) return { set: this.set };
+    const backoff = this.failures === 0 ? 0 : Math.min(this.o.failureBackoffMs * 2 ** (this.failures - 1), this.o.maxFailureBackoffMs);
+    const mayFetch = this.inflight === null && now - this.lastFailure >= backoff;
+    if (this.set === null) {
+      if (this.inflight) await this.inflight;
+      else if (mayFetch) await this.refresh(now, 'initial');
+    } else if (kid !== undefined && !this.kids.has(kid) && (this.inflight || (mayFetch && now - this.lastAttempt >= this.o.cooldownMs))) {
+      // A key may have been rotated in: wait for the set that may hold it.
+      await (this.inflight ?? this.refresh(now, 'unknown_kid'));
+    } else if (mayFetch && now >= this.fetchedAt + (this.expiresAt - this.fetchedAt) * this.o.refreshAhead) {
+      // In its last part of life, or expired (then stale): refetched in the background, used meanwhile.
+      void this.refresh(now, 'refresh');
+    }
+    if (this.set && this.now() < this.expiresAt + this.o.staleMs) return { set: this.set };
     return { error: this.lastError || 'the JWK set has not been fetched' };
   }
 
-  private refresh(now: number): Promise<void> {
+  /** One fetch (never rejects): the set replaced, or the failure recorded and the last good set kept. */
+  private refresh(now: number, trigger: JwksTrigger): Promise<void> {
     this.lastAttempt = now;
-    this.inflight = fetchJwks(this.url, this.o).then(
-      (keys) => {
-        this.set = createLocalJWKSet({ keys } as JSONWebKeySet);
-        this.kids = new Set(keys.map((k) => k.kid).filter((k): k is string => typeof k === 'string'));
-        this.fetchedAt = this.o.now?.() ?? Date.now();
-        this.lastFailed = false;
+    const fetch = this.o.fetch ?? fetchJwks;
+    const p = fetch(this.url, this.o).then(
+      (r) => {
+        this.set = createLocalJWKSet({ keys: r.keys } as JSONWebKeySet);
+        this.kids = new Set(r.keys.map((k) => k.kid).filter((k): k is string => typeof k === 'string'));
+        this.fetchedAt = this.now();
+        this.expiresAt = this.fetchedAt + (r.maxAgeMs ?? this.o.ttlMs);
+        this.failures = 0;
         this.lastError = '';
+        this.registry.observer?.({ href: this.url.href, trigger, ok: true, failures: 0, staleUntil: null });
       },
       (err: unknown) => {
         // The back-off runs from the failure (a fetch that timed out took the whole timeout).
-        this.lastAttempt = this.o.now?.() ?? Date.now();
-        this.lastFailed = true;
+        this.lastFailure = this.now();
+        this.failures++;
         this.lastError = `${this.url.origin}${this.url.pathname}: ${(err as Error).message}`.slice(0, 500);
+        this.registry.observer?.({ href: this.url.href, trigger, ok: false, error: this.lastError, failures: this.failures, staleUntil: this.set ? this.expiresAt + this.o.staleMs : null });
       },
     );
-    const p = this.inflight;
+    this.inflight = p;
     void p.finally(() => {
       if (this.inflight === p) this.inflight = null;
     });
@@ -212,6 +306,8 @@ class RemoteJwks {
 export class JwksRegistry {
   private readonly sets = new Map<string, RemoteJwks>();
   readonly options: JwksFetchOptions;
+  /** Told of every fetch (set once, by the first policy engine: `observeJwks`). */
+  observer: JwksObserver | null = null;
   constructor(o: Partial<JwksFetchOptions> = {}) {
     this.options = { ...JWKS_FETCH, ...o };
   }
@@ -222,29 +318,74 @@ export class JwksRegistry {
       this.sets.set(href, s);
       return s;
     }
-    s = new RemoteJwks(new URL(href), this.options);
+    s = new RemoteJwks(new URL(href), this);
     if (this.sets.size >= this.options.maxSets) this.sets.delete(this.sets.keys().next().value!);
     this.sets.set(href, s);
     return s;
   }
 }
 
+/** `warren_ingress_jwks_fetches_total` in `registry` (made once). */
+function jwksFetchCounter(registry: Registry): Counter<'trigger' | 'result'> {
+  const name = 'warren_ingress_jwks_fetches_total';
+  const existing = registry.getSingleMetric(name);
+  if (existing) return existing as Counter<'trigger' | 'result'>;
+  return new Counter({
+    name,
+    help: 'JWK set fetches of jwt-validation actions, by trigger (initial: no usable set; refresh: ahead of or past expiry, in the background; unknown_kid) and result (ok, error)',
+    labelNames: ['trigger', 'result'],
+    registers: [registry],
+  });
+}
+
+/**
+ * Counts (`warren_ingress_jwks_fetches_total`) and logs the JWK set fetches of the policy's
+ * jwt-validation actions: a failure as a warning (at most one per back-off period per URL), the
+ * first success after failures as info. The first engine to call it for a `JwksRegistry` wins
+ * (the ingress has one registry, one metrics registry and one pipeline logger).
+ */
+export function observeJwks(rules: readonly { actions: readonly { kind: string }[] }[], metrics: Registry, log: Logger): void {
+  for (const r of rules)
+    for (const a of r.actions) {
+      if (a.kind !== 'jwt-validation') continue;
+      const reg = (a as CompiledJwtValidation).registry;
+      if (reg.observer || (a as CompiledJwtValidation).jkus.length === 0) continue;
+      const counter = jwksFetchCounter(metrics);
+      const failing = new Set<string>();
+      reg.observer = (e) => {
+        counter.inc({ trigger: e.trigger, result: e.ok ? 'ok' : 'error' });
+        if (!e.ok) {
+          if (failing.size < reg.options.maxSets) failing.add(e.href);
+          log.warn(
+            { jwks: e.href, trigger: e.trigger, err: e.error, failuresInARow: e.failures, servingStaleUntil: e.staleUntil === null ? null : new Date(e.staleUntil).toISOString() },
+            e.staleUntil === null ? 'jwt-validation: JWK set fetch failed; tokens needing it are answered 503' : 'jwt-validation: JWK set refresh failed; the last good set is still used',
+          );
+        } else if (failing.delete(e.href)) log.info({ jwks: e.href, trigger: e.trigger }, 'jwt-validation: JWK set fetched again after failures');
+      };
+    }
+}
+
 export const defaultJwksRegistry = new JwksRegistry();
 
 export interface CompiledJwtValidation {
   kind: 'jwt-validation';
-  tokens: { name: string; lower: string; prefix: string; lowerPrefix: string; typ: string | undefined }[];
+  tokens: { name: string; lower: string; body: boolean; prefix: string; lowerPrefix: string; typ: string | undefined }[];
+  /** The `body` tokens' field names; null when every token is in a header. */
+  bodyFields: WantedFields | null;
   algorithms: string[];
   requireKid: boolean;
   verify: Omit<JWTVerifyOptions, 'typ'>;
   inline: JWTVerifyGetKey | null;
+  registry: JwksRegistry;
   jkus: RemoteJwks[];
 }
 
 export function compileJwtValidation(c: JwtValidationConfig, registry: JwksRegistry = defaultJwksRegistry): CompiledJwtValidation {
+  const body = c.tokens.filter((t) => t.method === 'body').map((t) => t.name);
   return {
     kind: 'jwt-validation',
-    tokens: c.tokens.map((t) => ({ name: t.name, lower: t.name.toLowerCase(), prefix: t.prefix, lowerPrefix: t.prefix.toLowerCase(), typ: t.type === 'at+jwt' ? 'at+jwt' : undefined })),
+    tokens: c.tokens.map((t) => ({ name: t.name, lower: t.name.toLowerCase(), body: t.method === 'body', prefix: t.prefix, lowerPrefix: t.prefix.toLowerCase(), typ: t.type === 'at+jwt' ? 'at+jwt' : undefined })),
+    bodyFields: body.length > 0 ? wantedFields(body) : null,
     algorithms: c.algorithms,
     requireKid: c.requireKid,
     verify: {
@@ -255,8 +396,14 @@ export function compileJwtValidation(c: JwtValidationConfig, registry: JwksRegis
       requiredClaims: ['exp'],
     },
     inline: c.inlineKeys.length > 0 ? createLocalJWKSet({ keys: c.inlineKeys as JWK[] }) : null,
+    registry,
     jkus: c.jkus.map((u) => registry.get(u)),
   };
+}
+
+/** True when a jwt-validation action of `rules` reads a token from the body (the stage then declares `needsBody`). */
+export function jwtReadsBody(rules: readonly { actions: readonly { kind: string }[] }[]): boolean {
+  return rules.some((r) => r.actions.some((a) => a.kind === 'jwt-validation' && (a as CompiledJwtValidation).bodyFields !== null));
 }
 
 /** A failed run: the variables' error code and message, and the answer. */
@@ -269,8 +416,10 @@ interface Failure {
   presented: boolean;
 }
 
+type Token = CompiledJwtValidation['tokens'][number];
+
 /** The token in header `t`, or a failure. A header sent more than once is refused (ambiguous). */
-function extract(headers: readonly string[], t: CompiledJwtValidation['tokens'][number]): { token: string } | Failure {
+function fromHeader(headers: readonly string[], t: Token): { token: string } | Failure {
   let value: string | undefined;
   for (let i = 0; i + 1 < headers.length; i += 2) {
     const name = headers[i]!;
@@ -278,17 +427,33 @@ function extract(headers: readonly string[], t: CompiledJwtValidation['tokens'][
     if (value !== undefined) return { code: 'token_malformed', message: `the ${t.name} header is sent more than once`, presented: true };
     value = headers[i + 1]!;
   }
-  if (value === undefined) return { code: 'token_missing', message: `no token in the ${t.name} header`, presented: false };
+  return unprefixed(value, t, `the ${t.name} header`);
+}
+
+/** The token in body field `t` of the fields found, or a failure. A field sent more than once is refused (ambiguous). */
+function fromBody(fields: ReturnType<typeof bodyFields>, t: Token): { token: string } | Failure {
+  const where = `the body field ${t.name}`;
+  if (!(fields instanceof Map)) return { code: 'token_missing', message: `no token in ${where}: ${fields.error}`, presented: false };
+  const f = fields.get(t.lower);
+  if (f && f.count > 1) return { code: 'token_malformed', message: `${where} is sent more than once`, presented: true };
+  if (f && f.value === null) return { code: 'token_malformed', message: `${where} ${f.problem}`, presented: true };
+  return unprefixed(f?.value ?? undefined, t, where);
+}
+
+/** The token in `value` (of `where`) after the prefix, or a failure. */
+function unprefixed(value: string | undefined, t: Token, where: string): { token: string } | Failure {
+  if (value === undefined) return { code: 'token_missing', message: `no token in ${where}`, presented: false };
   let v = value.trim();
   if (t.prefix) {
-    if (v.slice(0, t.prefix.length).toLowerCase() !== t.lowerPrefix) return { code: 'token_missing', message: `the ${t.name} header does not start with ${JSON.stringify(t.prefix)}`, presented: false };
+    if (v.slice(0, t.prefix.length).toLowerCase() !== t.lowerPrefix) return { code: 'token_missing', message: `${where} does not start with ${JSON.stringify(t.prefix)}`, presented: false };
     v = v.slice(t.prefix.length).trim();
   }
-  if (v === '') return { code: 'token_missing', message: `no token in the ${t.name} header`, presented: false };
+  if (v === '') return { code: 'token_missing', message: `no token in ${where}`, presented: false };
   return { token: v };
 }
 
 const isFailure = (v: object): v is Failure => 'code' in v;
+const NO_BODY = Buffer.alloc(0);
 
 /** The candidate keys for a token: from the inline keys first, else from the JWK sets. */
 async function candidateKeys(a: CompiledJwtValidation, header: ProtectedHeaderParameters, token: string): Promise<{ keys: unknown[] } | Failure> {
@@ -406,8 +571,10 @@ export function runJwtValidation(a: CompiledJwtValidation, s: RequestState): Out
   const vars = actionsOf(s).ngrok.jwt_validation;
   vars.reset();
   const found: string[] = [];
+  // The body is scanned once, for all the body tokens (buffered: the stage declares needsBody).
+  const fields = a.bodyFields && bodyFields(s.req.method, s.req.headers['content-type'], s.body ?? NO_BODY, a.bodyFields, JWT_VALIDATION_LIMITS.bodyTokenChars);
   for (const t of a.tokens) {
-    const r = extract(s.headers, t);
+    const r = t.body ? fromBody(fields!, t) : fromHeader(s.headers, t);
     if (isFailure(r)) return fail(vars, s, r);
     found.push(r.token);
   }
@@ -418,10 +585,10 @@ export function runJwtValidation(a: CompiledJwtValidation, s: RequestState): Out
       const r = await verifyToken(a, t, token);
       if (isFailure(r)) {
         const d = decoded(token);
-        vars.tokens.push(new CelJwtToken(d.header, d.payload, d.signature, false, 'header', t.name));
+        vars.tokens.push(new CelJwtToken(d.header, d.payload, d.signature, false, t.body ? 'body' : 'header', t.name));
         return fail(vars, s, r);
       }
-      vars.tokens.push(new CelJwtToken(r.header, r.payload, token.split('.')[2] ?? '', true, 'header', t.name));
+      vars.tokens.push(new CelJwtToken(r.header, r.payload, token.split('.')[2] ?? '', true, t.body ? 'body' : 'header', t.name));
     }
     return null;
   })();

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { oneAction, refusal } from './testing.js';
-import { BASIC_AUTH_LIMITS, RESTRICT_IPS_LIMITS } from './access-actions.js';
+import { BASIC_AUTH_LIMITS, IP_POLICY_MAX_RULES, RESTRICT_IPS_LIMITS, restrictIpsCost, restrictIpsPolicyRefs } from './access-actions.js';
 import { compileExpression, parseTrafficPolicy, validateTrafficPolicy } from './index.js';
 import { estimateCost, MAX_EXPRESSION_COST } from './cost.js';
 
@@ -9,6 +9,8 @@ const one = oneAction;
 const rip = (config: unknown) => one({ type: 'restrict-ips', config });
 const ba = (config: unknown) => one({ type: 'basic-auth', config });
 const P = 'inbound[0].actions[0].config';
+const IPP_A = 'ipp_2qT9aaaaaaaaaaaaaaaaaaaaaaa';
+const IPP_B = 'ipp_2qT9bbbbbbbbbbbbbbbbbbbbbbb';
 
 describe('restrict-ips config', () => {
   it('parses YAML with IPv4 and IPv6 CIDRs, canonical, enforce defaulting to true', () => {
@@ -23,8 +25,8 @@ inbound:
         config: {enforce: false, deny: [0.0.0.0/0, "::/0"]}
 `);
     expect(p.inbound[0]!.actions).toEqual([
-      { type: 'restrict-ips', config: { enforce: true, allow: ['203.0.113.0/24', '2001:db8::/32', '198.51.100.42/32'], deny: ['2001:db8::1/128'] } },
-      { type: 'restrict-ips', config: { enforce: false, allow: [], deny: ['0.0.0.0/0', '::/0'] } },
+      { type: 'restrict-ips', config: { enforce: true, allow: ['203.0.113.0/24', '2001:db8::/32', '198.51.100.42/32'], deny: ['2001:db8::1/128'], ip_policies: [] } },
+      { type: 'restrict-ips', config: { enforce: false, allow: [], deny: ['0.0.0.0/0', '::/0'], ip_policies: [] } },
     ]);
   });
 
@@ -43,14 +45,20 @@ inbound:
     [rip({ deny: ['${conn.client_ip}/32'] }), `${P}.deny[0]`, 'CEL interpolation (${…}) is not supported'],
     [rip({ allow: [] }), `${P}.allow`, 'must have at least one CIDR'],
     [rip({ allow: '10.0.0.0/8' }), `${P}.allow`, 'must be a list, got string'],
-    [rip({}), P, 'needs at least one CIDR in allow or deny'],
+    [rip({}), P, 'needs at least one CIDR in allow or deny, or an IP policy in ip_policies'],
     [rip({ enforce: true }), P, 'needs at least one CIDR in allow or deny'],
     [rip({ enforce: 'yes', allow: ['::/0'] }), `${P}.enforce`, 'must be true or false, got string'],
     [rip({ allow: ['10.0.0.0/8', '10.0.0.0/8'] }), `${P}.allow[1]`, '10.0.0.0/8 is already listed at inbound[0].actions[0].config.allow[0]'],
     [rip({ allow: ['2001:db8::/32', '2001:DB8:0::/32'] }), `${P}.allow[1]`, 'is already listed'],
     [rip({ allow: ['10.0.0.0/8'], deny: ['10.0.0.0/8'] }), `${P}.allow[0]`, 'is also at inbound[0].actions[0].config.deny[0]'],
-    [rip({ ip_policies: ['ipp_1'] }), `${P}.ip_policies`, 'is not supported by Warren'],
-    [rip({ allow: ['::/0'], colour: 'red' }), `${P}.colour`, 'unknown field "colour"; supported: enforce, allow, deny'],
+    [rip({ ip_policies: ['ipp_1'] }), `${P}.ip_policies[0]`, '"ipp_1" is not an IP policy id (ipp_ followed by 27 letters and digits)'],
+    [rip({ ip_policies: [IPP_A, IPP_A.replace('ipp_', 'ipr_')] }), `${P}.ip_policies[1]`, 'is not an IP policy id'],
+    [rip({ ip_policies: [IPP_A, IPP_B, IPP_A] }), `${P}.ip_policies[2]`, `${IPP_A} is already listed at inbound[0].actions[0].config.ip_policies[0]`],
+    [rip({ ip_policies: [] }), `${P}.ip_policies`, 'must have at least one IP policy id'],
+    [rip({ ip_policies: IPP_A }), `${P}.ip_policies`, 'must be a list, got string'],
+    [rip({ ip_policies: [{ id: IPP_A }] }), `${P}.ip_policies[0]`, 'must be an IP policy id string, got mapping'],
+    [rip({ ip_policies: ['${vars.ipp}'] }), `${P}.ip_policies[0]`, 'CEL interpolation (${…}) is not supported'],
+    [rip({ allow: ['::/0'], colour: 'red' }), `${P}.colour`, 'unknown field "colour"; supported: enforce, allow, deny, ip_policies'],
     [one({ type: 'restrict-ips' }), 'inbound[0].actions[0].config', 'is required'],
     [rip(['10.0.0.0/8']), P, 'config must be a mapping, got list'],
     [one({ type: 'restrict-ips', config: { allow: ['::/0'] } }, 'outbound'), 'outbound[0].actions[0].type', 'restrict-ips can only be used in inbound rules'],
@@ -58,6 +66,42 @@ inbound:
     const e = fails(doc);
     expect(e.path).toBe(path);
     expect(e.message).toContain(msg);
+  });
+
+  it('takes ip_policies alone or with CIDRs, and finds every reference with its path', () => {
+    const p = parseTrafficPolicy(`
+inbound:
+  - actions:
+      - type: restrict-ips
+        config: {ip_policies: [${IPP_A}]}
+  - expressions: ["req.path == '/x'"]
+    actions:
+      - type: add-headers
+        config: {headers: {x-a: b}}
+      - type: restrict-ips
+        config: {enforce: false, deny: [10.0.0.0/8], ip_policies: [${IPP_B}, ${IPP_A}]}
+`);
+    expect(p.inbound[0]!.actions[0]).toEqual({ type: 'restrict-ips', config: { enforce: true, allow: [], deny: [], ip_policies: [IPP_A] } });
+    expect(p.inbound[1]!.actions[1]).toEqual({ type: 'restrict-ips', config: { enforce: false, allow: [], deny: ['10.0.0.0/8'], ip_policies: [IPP_B, IPP_A] } });
+    expect(restrictIpsPolicyRefs(p)).toEqual([
+      { path: 'inbound[0].actions[0].config.ip_policies[0]', id: IPP_A },
+      { path: 'inbound[1].actions[1].config.ip_policies[0]', id: IPP_B },
+      { path: 'inbound[1].actions[1].config.ip_policies[1]', id: IPP_A },
+    ]);
+  });
+
+  it('bounds the IP policies of an action, and charges each at its rule limit', () => {
+    const ids = Array.from({ length: RESTRICT_IPS_LIMITS.maxIpPolicies + 1 }, (_, i) => `ipp_${String(i).padStart(27, '0')}`);
+    const max = RESTRICT_IPS_LIMITS.maxIpPolicies;
+    expect(validateTrafficPolicy(rip({ ip_policies: ids.slice(0, max) })).inbound[0]!.actions[0]).toMatchObject({ config: { ip_policies: ids.slice(0, max) } });
+    expect(fails(rip({ ip_policies: ids })).message).toBe(`${P}.ip_policies: must have at most ${max} IP policies, got ${max + 1}`);
+    const base = restrictIpsCost({ enforce: true, allow: ['10.0.0.0/8'], deny: [], ip_policies: [] });
+    expect(restrictIpsCost({ enforce: true, allow: ['10.0.0.0/8'], deny: [], ip_policies: [IPP_A, IPP_B] }) - base).toBe(2 * (15 * IP_POLICY_MAX_RULES + 1_000));
+    // Ten full policies in one action fit a policy; the same action repeated does not.
+    const action = `{type: restrict-ips, config: {ip_policies: [${ids.slice(0, max).join(', ')}]}}`;
+    expect(parseTrafficPolicy(`inbound:\n  - actions: [${Array(20).fill(action).join(', ')}]\n`).inbound[0]!.actions).toHaveLength(20);
+    const e = fails(`inbound:\n  - actions: [${Array(40).fill(action).join(', ')}]\n`);
+    expect(e.message).toMatch(/restrict-ips: checking the client address against up to 10000 CIDRs \(10 IP policies counted at their limit of 1000 rules\) is estimated at .* more than the 5\.00 ms allowed for a policy/);
   });
 
   it('bounds the number of CIDRs', () => {

@@ -6,30 +6,67 @@
  *
  * Where Warren differs, the policy is refused with a 400 rather than run differently:
  * - both actions run on `inbound` rules only (the request phase);
- * - `restrict-ips` `ip_policies` is not supported: list the CIDRs, or attach the IP policies to
- *   the route with its `ip_restriction` module, which keeps them referenced (a referenced IP
- *   policy cannot be deleted);
- * - CEL interpolation (`${…}`) in CIDRs and credentials is not supported.
+ * - CEL interpolation (`${…}`) in CIDRs, IP policy ids and credentials is not supported.
+ *
+ * `restrict-ips` `ip_policies` (ngrok: "List of IP Policy identifiers to be checked if the
+ * source IP is allowed access"; the allowed and denied CIDR sets are built from `allow`/`deny`
+ * and the CIDRs of those policies): up to 10 distinct `ipp_…` ids. The syntax is checked here;
+ * that each is an IP policy of the route's account is checked when the policy is saved (the
+ * control plane, `restrictIpsPolicyRefs`), which also keeps a referenced IP policy from being
+ * deleted (409), as for the `ip_restriction` module. The ingress reads the policies' rules from
+ * its config, so a rule change applies to live traffic without saving the route again.
  *
  * Error messages never quote a credential: not its password, and not its username either (a
  * credential with no colon may be a bare password).
  */
 import { parseCidr } from '../cidr.js';
+import { isId } from '../ids.js';
 import { at, expectList, expectObj, noUnknownKeys, TrafficPolicyError, typeName } from './parse.js';
-import type { BasicAuthAction, PolicyDirection, RestrictIpsAction } from './types.js';
+import type { BasicAuthAction, PolicyDirection, RestrictIpsAction, TrafficPolicy } from './types.js';
+
+/** Rules one IP policy may hold (the API refuses the next one: 6701). */
+export const IP_POLICY_MAX_RULES = 1000;
 
 export const RESTRICT_IPS_LIMITS = {
   /** CIDRs in `allow` and `deny` together (an IP policy holds at most 1000 rules too). */
   maxCidrs: 1000,
+  /**
+   * IP policies in `ip_policies` (ngrok documents no bound; this is ours). Each may hold up to
+   * `IP_POLICY_MAX_RULES` rules, so one action checks at most 1000 + 10 × 1000 CIDRs.
+   */
+  maxIpPolicies: 10,
 } as const;
 
 /**
  * What one run of `restrict-ips` costs (≈ ns, about twice what was measured: a BlockList check
  * goes through the family's rules one by one, ~7 ns each, after ~2-4 µs of set-up), charged to
  * the policy's total (`parse.ts` `checkCost`): a policy may repeat a long list in many actions.
+ * Each IP policy is charged as full (`IP_POLICY_MAX_RULES`): its rules may grow after the
+ * traffic policy is saved, without the policy being checked again; and for the up to two more
+ * BlockList checks its own sets cost (~70-160 ns each measured, charged 500 ns).
  */
 export function restrictIpsCost(c: RestrictIpsAction['config']): number {
-  return 6_000 + 15 * (c.allow.length + c.deny.length);
+  return 6_000 + 15 * restrictIpsMaxCidrs(c) + 1_000 * c.ip_policies.length;
+}
+
+/** The most CIDRs one run may check: `allow`, `deny`, and every IP policy at its rule limit. */
+export function restrictIpsMaxCidrs(c: RestrictIpsAction['config']): number {
+  return c.allow.length + c.deny.length + c.ip_policies.length * IP_POLICY_MAX_RULES;
+}
+
+/**
+ * Every IP policy id the policy's `restrict-ips` actions name, with its path in the document
+ * (`inbound[0].actions[1].config.ip_policies[0]`), in document order.
+ */
+export function restrictIpsPolicyRefs(policy: TrafficPolicy): { path: string; id: string }[] {
+  const refs: { path: string; id: string }[] = [];
+  policy.inbound.forEach((rule, i) =>
+    rule.actions.forEach((a, j) => {
+      if (a.type !== 'restrict-ips') return;
+      a.config.ip_policies.forEach((id, k) => refs.push({ path: `inbound[${i}].actions[${j}].config.ip_policies[${k}]`, id }));
+    }),
+  );
+  return refs;
 }
 
 export const BASIC_AUTH_LIMITS = {
@@ -91,23 +128,40 @@ function parseCidrList(v: unknown, path: string): string[] {
   });
 }
 
+/** `ip_policies`: absent is fine, present must be a non-empty list of distinct IP policy ids. */
+function parseIpPolicyIds(v: unknown, path: string): string[] {
+  if (v === undefined || v === null) return [];
+  const list = expectList(v, path, false);
+  if (list.length === 0) throw new TrafficPolicyError(path, 'must have at least one IP policy id (leave the field out instead of giving an empty list)');
+  const max = RESTRICT_IPS_LIMITS.maxIpPolicies;
+  if (list.length > max) throw new TrafficPolicyError(path, `must have at most ${max} IP policies, got ${list.length}`);
+  const seen = new Map<string, number>();
+  return list.map((e, i) => {
+    const p = at(path, i);
+    if (typeof e !== 'string') throw new TrafficPolicyError(p, `must be an IP policy id string, got ${typeName(e)}`);
+    if (e.includes('${')) throw new TrafficPolicyError(p, 'CEL interpolation (${…}) is not supported in restrict-ips ip_policies; write the IP policy id itself');
+    if (!isId('ipp', e)) throw new TrafficPolicyError(p, `${JSON.stringify(String(e).slice(0, 64))} is not an IP policy id (ipp_ followed by 27 letters and digits)`);
+    const earlier = seen.get(e);
+    if (earlier !== undefined) throw new TrafficPolicyError(p, `${e} is already listed at ${at(path, earlier)}`);
+    seen.set(e, i);
+    return e;
+  });
+}
+
 /**
  * `restrict-ips` config: `enforce` (default true), `allow` and `deny` (CIDRs, IPv4 or IPv6, with
- * a prefix length and no host bits set, as for IP policy rules). At least one CIDR in all.
+ * a prefix length and no host bits set, as for IP policy rules), `ip_policies` (IP policy ids,
+ * whose allow and deny rules add to `allow` and `deny`). At least one CIDR or IP policy in all.
  */
 export function parseRestrictIpsConfig(raw: unknown, path: string, direction: PolicyDirection): RestrictIpsAction['config'] {
   inboundOnly('restrict-ips', path, direction);
   const c = expectObj(raw, path, 'config');
-  if ('ip_policies' in c)
-    throw new TrafficPolicyError(
-      at(path, 'ip_policies'),
-      'is not supported by Warren; list the CIDRs in allow/deny instead, or attach the IP policies to the route with its ip_restriction module',
-    );
-  noUnknownKeys(c, path, ['enforce', 'allow', 'deny']);
+  noUnknownKeys(c, path, ['enforce', 'allow', 'deny', 'ip_policies']);
   const enforce = parseEnforce(c.enforce, at(path, 'enforce'));
   const allow = parseCidrList(c.allow, at(path, 'allow'));
   const deny = parseCidrList(c.deny, at(path, 'deny'));
-  if (allow.length === 0 && deny.length === 0) throw new TrafficPolicyError(path, 'needs at least one CIDR in allow or deny');
+  const ip_policies = parseIpPolicyIds(c.ip_policies, at(path, 'ip_policies'));
+  if (allow.length === 0 && deny.length === 0 && ip_policies.length === 0) throw new TrafficPolicyError(path, 'needs at least one CIDR in allow or deny, or an IP policy in ip_policies');
   if (allow.length + deny.length > RESTRICT_IPS_LIMITS.maxCidrs)
     throw new TrafficPolicyError(path, `allow and deny may hold at most ${RESTRICT_IPS_LIMITS.maxCidrs} CIDRs together, got ${allow.length + deny.length}`);
   const denied = new Map(deny.map((d, i) => [d, i]));
@@ -115,7 +169,7 @@ export function parseRestrictIpsConfig(raw: unknown, path: string, direction: Po
     const j = denied.get(a);
     if (j !== undefined) throw new TrafficPolicyError(at(at(path, 'allow'), i), `${a} is also at ${at(at(path, 'deny'), j)}; a denied CIDR is never allowed, so list it in one of them only`);
   });
-  return { enforce, allow, deny };
+  return { enforce, allow, deny, ip_policies };
 }
 
 const chars = (s: string) => [...s].length;

@@ -3,7 +3,7 @@ export { parseDurationNs } from './duration.js';
 export { HEADER_ACTION_LIMITS, MAX_TRAFFIC_POLICY_BYTES, RATE_LIMIT_LIMITS, SUPPORTED_ACTION_TYPES, TrafficPolicyError, decodeTrafficPolicy, parseTrafficPolicy, validateTrafficPolicy, type ValidateOptions } from './parse.js';
 export { MAX_EXPRESSION_COST, MAX_POLICY_COST, REQUEST_LIMITS, RESPONSE_LIMITS, TLS_LIMITS, estimateCost } from './cost.js';
 export { MAX_MATCH_INPUT } from './regex.js';
-export { BASIC_AUTH_LIMITS, DEFAULT_BASIC_AUTH_REALM, RESTRICT_IPS_LIMITS } from './access-actions.js';
+export { BASIC_AUTH_LIMITS, DEFAULT_BASIC_AUTH_REALM, IP_POLICY_MAX_RULES, RESTRICT_IPS_LIMITS, restrictIpsPolicyRefs } from './access-actions.js';
 export { JWKS_ALLOW_PRIVATE_ENV, JWT_ALGORITHMS, JWT_TOKEN_TYPES, JWT_VALIDATION_LIMITS, checkJwksUrl, checkPublicJwk, isNonPublicAddress, jwksHostRefusal, jwksPrivateAllowed, urlHost } from './jwt-action.js';
 export { CelJwtToken, CelJwtValidation, CelJwtValidationError, JWT_MAX_TOKENS } from './jwt-action-vars.js';
 export { LOG_LIMITS, SET_VARS_LIMITS, VARS_LIMITS, celUintValue, isCelDuration, varValueWeight } from './var-actions.js';
@@ -22,6 +22,7 @@ export {
 export { CelUrlActionError, CelUrlActionResult } from './url-action-vars.js';
 export { COMPRESS_ALGORITHMS, VERIFY_WEBHOOK_COST, VERIFY_WEBHOOK_LIMITS, type CompressAlgorithm } from './body-actions.js';
 export { CelCompress, CelVerifyWebhook, CelVerifyWebhookError } from './body-action-vars.js';
+export { CIRCUIT_BREAKER_COST, CIRCUIT_BREAKER_DEFAULTS, CIRCUIT_BREAKER_LIMITS, CLOSE_CONNECTION_COST } from './flow-actions.js';
 export {
   CEL_NO_TLS,
   CEL_TIME,

@@ -42,9 +42,9 @@ export class CelJwtToken {
     readonly signature: string,
     /** True when the signature and the claims were verified. */
     readonly verified: boolean,
-    /** Where the token was: `header` (the only method Warren supports). */
+    /** Where the token was: `header` or `body` (a form or JSON body field). */
     readonly location: string,
-    /** The header's name, as configured (`Authorization`). */
+    /** The header's or body field's name, as configured (`Authorization`, `_id_token`). */
     readonly location_property: string,
   ) {}
   get header(): Map<string, unknown> {

@@ -1,7 +1,7 @@
 import { generateKeyPairSync } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseTrafficPolicy, TrafficPolicyError, validateTrafficPolicy } from './parse.js';
-import { checkJwksUrl, isNonPublicAddress, JWT_VALIDATION_LIMITS, jwtValidationCost } from './jwt-action.js';
+import { checkJwksUrl, isNonPublicAddress, JWT_BODY_SCAN_COST, JWT_VALIDATION_LIMITS, jwtValidationCost } from './jwt-action.js';
 import type { JwtValidationAction } from './types.js';
 
 const rsa = (bits = 2048) => generateKeyPairSync('rsa', { modulusLength: bits }).publicKey.export({ format: 'jwk' }) as Record<string, unknown>;
@@ -79,8 +79,10 @@ describe('jwt-validation config', () => {
     ['no tokens', (c) => (c.http.tokens = []), `${P}.http.tokens: must have at least one token`],
     ['five tokens', (c) => (c.http.tokens = Array.from({ length: 5 }, (_, i) => ({ type: 'jwt', method: 'header', name: `x-t${i}` }))), `${P}.http.tokens: must have at most 4 tokens, got 5`],
     ['bad token type', (c) => (c.http.tokens[0].type = 'saml'), `${P}.http.tokens[0].type: must be one of id_token, access_token, at+jwt, it+jwt, plain, jwt, got "saml"`],
-    ['body method', (c) => (c.http.tokens[0].method = 'body'), `${P}.http.tokens[0].method: body is not supported by Warren`],
-    ['query method', (c) => (c.http.tokens[0].method = 'query'), `${P}.http.tokens[0].method: must be "header"`],
+    ['query method', (c) => (c.http.tokens[0].method = 'query'), `${P}.http.tokens[0].method: must be "header" or "body", got "query"`],
+    ['method not a string', (c) => (c.http.tokens[0].method = 1), `${P}.http.tokens[0].method: must be "header" or "body", got 1`],
+    ['bad body field name', (c) => (c.http.tokens[0] = { type: 'jwt', method: 'body', name: 'id token' }), `${P}.http.tokens[0].name: "id token" is not a valid body field name`],
+    ['same body field twice', (c) => c.http.tokens.push({ type: 'jwt', method: 'body', name: 'tok' }, { type: 'jwt', method: 'body', name: 'TOK' }), `${P}.http.tokens[2].name: body field "TOK" is already read by ${P}.http.tokens[1]`],
     ['bad header name', (c) => (c.http.tokens[0].name = 'Auth orization'), `${P}.http.tokens[0].name: "Auth orization" is not a valid header name`],
     ['same header twice', (c) => c.http.tokens.push({ type: 'jwt', method: 'header', name: 'authorization' }), `${P}.http.tokens[1].name: header "authorization" is already read by ${P}.http.tokens[0]`],
     ['no algorithms', (c) => (c.jws.allowed_algorithms = []), `${P}.jws.allowed_algorithms: must have at least one algorithm`],
@@ -161,12 +163,30 @@ describe('jwt-validation cost', () => {
     }
   });
 
+  it('reads tokens from headers (the default method) and body fields, one token per method and name', () => {
+    const c = base();
+    c.http.tokens = [
+      { type: 'access_token', name: 'Authorization', prefix: 'Bearer ' },
+      { type: 'it+jwt', method: 'body', name: '_id_token' },
+      { type: 'jwt', method: 'body', name: 'authorization', prefix: 'JWT ' },
+    ];
+    expect(parsed(c).tokens).toEqual([
+      { type: 'access_token', method: 'header', name: 'Authorization', prefix: 'Bearer ' },
+      { type: 'it+jwt', method: 'body', name: '_id_token', prefix: '' },
+      { type: 'jwt', method: 'body', name: 'authorization', prefix: 'JWT ' },
+    ]);
+  });
+
   it('charges each token for its decoding and the slowest allowed algorithm, tried on a few keys', () => {
     const c = parsed(base());
     expect(jwtValidationCost(c)).toBe(150_000 + JWT_VALIDATION_LIMITS.maxKeyAttempts * 400_000);
     const es512 = base();
     es512.jws.allowed_algorithms = ['RS256', 'ES512'];
     expect(jwtValidationCost(parsed(es512))).toBe(150_000 + JWT_VALIDATION_LIMITS.maxKeyAttempts * 2_400_000);
+    // Body tokens: one scan of the body for them all.
+    const body = base();
+    body.http.tokens = ['a', 'b'].map((name) => ({ type: 'jwt', method: 'body', name }));
+    expect(jwtValidationCost(parsed(body))).toBe(JWT_BODY_SCAN_COST + 2 * (150_000 + JWT_VALIDATION_LIMITS.maxKeyAttempts * 400_000));
   });
 
   it('refuses a policy whose tokens would cost too much together', () => {

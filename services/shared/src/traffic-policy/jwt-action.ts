@@ -5,7 +5,9 @@
  *
  *   issuer.allow_list[].value      required, 1–16 issuers, each a URL; `iss` must equal one exactly
  *   audience.allow_list[].value    optional (left out: no `aud` check); 1–16 values when given
- *   http.tokens[]                  required, 1–4; {type, method, name, prefix?}; all must be present
+ *   http.tokens[]                  required, 1–4; {type, method, name, prefix?}; all must be present;
+ *                                  method `header` (the default when left out) or `body` (a field
+ *                                  of a form or JSON body), unique by method and name (any case)
  *   jws.allowed_algorithms         required, 1–10 distinct asymmetric JWS algorithms
  *   jws.keys.sources.additional_jkus   https URLs of JWK sets (at most 8)
  *   jws.keys.identification[].token_claims   optional, only `kid`: tokens must then carry a kid
@@ -15,7 +17,6 @@
  *
  * Where Warren differs, the policy is refused with a 400 rather than run differently:
  * - inbound rules only (the request phase), as ngrok (`on_http_request`);
- * - `http.tokens[].method: body` is not supported (the token must be in a header);
  * - CEL interpolation (`${…}`) is not supported in any field;
  * - `none` and the HMAC algorithms (HS256/384/512) are refused: keys come from JWK sets of
  *   public keys, and a shared secret in a policy would be readable by everyone who can read it.
@@ -32,7 +33,8 @@
  * also checks the addresses the host name resolves to (see the ingress's `jwt-action.ts`).
  *
  * Per-request cost (charged to the policy's total, as `restrict-ips` is): each token is decoded
- * (bounded by the 16 KiB request head) and its signature checked with at most
+ * (bounded by the 16 KiB request head; a body token longer than that is refused at the ingress),
+ * a body with `body` tokens is scanned once (`JWT_BODY_SCAN_COST`), and each signature checked with at most
  * `JWT_VALIDATION_LIMITS.maxKeyAttempts` candidate keys, each priced by the slowest allowed
  * algorithm (measured with jose 6 on the reference machine, 8 KB claims: RS256 ~0.25 ms, PS256
  * ~0.33 ms, ES256 ~0.39 ms, EdDSA ~0.30 ms, ES384 ~1.0 ms, ES512 ~2.0 ms).
@@ -52,6 +54,11 @@ export const JWT_VALIDATION_LIMITS = {
   maxTokens: JWT_MAX_TOKENS,
   /** Characters of a token `prefix` (`Bearer `). */
   prefixChars: 64,
+  /**
+   * Characters of a token read from a body field (after decoding): a header token is bounded by
+   * the 16 KiB request head, and the result variables' cost (`cost.ts`) assumes that bound.
+   */
+  bodyTokenChars: 16 * 1024,
   maxAlgorithms: 10,
   /** `additional_jkus`, over all `keys` entries. */
   maxJkus: 8,
@@ -103,10 +110,20 @@ const ALG_COST: Record<(typeof JWT_ALGORITHMS)[number], number> = {
 /** Finding, un-prefixing and decoding one token (base64url and JSON of at most a 16 KiB head). */
 const TOKEN_DECODE_COST = 150_000;
 
+/**
+ * Scanning a buffered body (at most 1 MiB) once for the `body` tokens' fields, ≈ ns: the
+ * ingress's byte scanners (`services/ingress/src/policy/jwt-body.ts`) take 1–3× a bare loop over
+ * the same bytes for 1 MiB bodies of the worst shapes (175,000 tiny top-level members, escaped
+ * names, numbers, deep nesting), a bare loop over 1 MiB being ~0.5 ms on the reference machine
+ * (measured on a loaded 2-core machine, where it took 1.3–1.8 ms); rounded up.
+ */
+export const JWT_BODY_SCAN_COST = 1_500_000;
+
 /** What one run of `jwt-validation` costs at worst (≈ ns), charged to the policy's total. */
 export function jwtValidationCost(c: JwtValidationConfig): number {
   const slowest = Math.max(...c.algorithms.map((a) => ALG_COST[a as keyof typeof ALG_COST] ?? 2_400_000));
-  return c.tokens.length * (TOKEN_DECODE_COST + JWT_VALIDATION_LIMITS.maxKeyAttempts * slowest);
+  const body = c.tokens.some((t) => t.method === 'body') ? JWT_BODY_SCAN_COST : 0;
+  return body + c.tokens.length * (TOKEN_DECODE_COST + JWT_VALIDATION_LIMITS.maxKeyAttempts * slowest);
 }
 
 /** The environment switch that lets JWK set URLs name private / loopback hosts. */
@@ -337,27 +354,34 @@ function parseAllowList(v: unknown, path: string, what: 'issuer' | 'audience'): 
 }
 
 const HEADER_NAME_RE = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,128}$/;
+/** A body field name: 1–128 printable ASCII characters, no spaces. */
+const FIELD_NAME_RE = /^[\x21-\x7e]{1,128}$/;
 const PREFIX_RE = /^[\x20-\x7e]*$/;
+
+/** `http.tokens[].method` values (ngrok ERR_NGROK_7170). */
+export const JWT_TOKEN_METHODS = ['header', 'body'] as const;
 
 function parseTokens(v: unknown, path: string): JwtValidationConfig['tokens'] {
   const list = nonEmptyList(v, path, JWT_VALIDATION_LIMITS.maxTokens, 'token');
+  // By method and lower-case name: a token is identified by both (ngrok ERR_NGROK_7189).
   const seen = new Map<string, number>();
   return list.map((e, i) => {
     const p = at(path, i);
     const t = expectObj(e, p, 'a token');
     noUnknownKeys(t, p, ['type', 'method', 'name', 'prefix']);
-    for (const k of ['type', 'method', 'name']) if (t[k] === undefined || t[k] === null) throw new TrafficPolicyError(at(p, k), 'is required');
+    for (const k of ['type', 'name']) if (t[k] === undefined || t[k] === null) throw new TrafficPolicyError(at(p, k), 'is required');
     if (!(JWT_TOKEN_TYPES as readonly unknown[]).includes(t.type)) throw new TrafficPolicyError(at(p, 'type'), `must be one of ${JWT_TOKEN_TYPES.join(', ')}, got ${JSON.stringify(t.type)}`);
-    if (t.method === 'body') throw new TrafficPolicyError(at(p, 'method'), 'body is not supported by Warren; send the token in a header (method: header)');
-    if (t.method !== 'header') throw new TrafficPolicyError(at(p, 'method'), `must be "header" (ngrok also has "body", which Warren does not support), got ${JSON.stringify(t.method)}`);
+    const method = t.method ?? 'header';
+    if (method !== 'header' && method !== 'body') throw new TrafficPolicyError(at(p, 'method'), `must be "header" or "body", got ${JSON.stringify(method)}`);
     const name = t.name;
     if (typeof name !== 'string') throw new TrafficPolicyError(at(p, 'name'), `must be a string, got ${typeName(name)}`);
     noInterpolation(name, at(p, 'name'));
-    if (!HEADER_NAME_RE.test(name)) throw new TrafficPolicyError(at(p, 'name'), `${JSON.stringify(name.slice(0, 200))} is not a valid header name`);
-    const lower = name.toLowerCase();
-    const earlier = seen.get(lower);
-    if (earlier !== undefined) throw new TrafficPolicyError(at(p, 'name'), `header ${JSON.stringify(name)} is already read by ${at(path, earlier)}`);
-    seen.set(lower, i);
+    if (method === 'header' && !HEADER_NAME_RE.test(name)) throw new TrafficPolicyError(at(p, 'name'), `${JSON.stringify(name.slice(0, 200))} is not a valid header name`);
+    if (method === 'body' && !FIELD_NAME_RE.test(name)) throw new TrafficPolicyError(at(p, 'name'), `${JSON.stringify(name.slice(0, 200))} is not a valid body field name (1 to 128 printable ASCII characters, no spaces)`);
+    const key = `${method} ${name.toLowerCase()}`;
+    const earlier = seen.get(key);
+    if (earlier !== undefined) throw new TrafficPolicyError(at(p, 'name'), `${method === 'header' ? 'header' : 'body field'} ${JSON.stringify(name)} is already read by ${at(path, earlier)} (names are not case-sensitive)`);
+    seen.set(key, i);
     let prefix = '';
     if (t.prefix !== undefined && t.prefix !== null) {
       if (typeof t.prefix !== 'string') throw new TrafficPolicyError(at(p, 'prefix'), `must be a string, got ${typeName(t.prefix)}`);
@@ -366,7 +390,7 @@ function parseTokens(v: unknown, path: string): JwtValidationConfig['tokens'] {
       if (!PREFIX_RE.test(t.prefix)) throw new TrafficPolicyError(at(p, 'prefix'), 'must hold printable ASCII characters only');
       prefix = t.prefix;
     }
-    return { type: t.type as JwtValidationConfig['tokens'][number]['type'], method: 'header' as const, name, prefix };
+    return { type: t.type as JwtValidationConfig['tokens'][number]['type'], method, name, prefix };
   });
 }
 

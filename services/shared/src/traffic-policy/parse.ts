@@ -1,11 +1,12 @@
 import { parseDocument } from 'yaml';
 import { parseDurationNs } from './duration.js';
 import { CelCompileError, compileExpression, parseTemplate, withPolicyRegexBudget, type CelProgram } from './cel.js';
-import { parseBasicAuthConfig, parseRestrictIpsConfig, restrictIpsCost } from './access-actions.js';
+import { IP_POLICY_MAX_RULES, parseBasicAuthConfig, parseRestrictIpsConfig, restrictIpsCost, restrictIpsMaxCidrs } from './access-actions.js';
 import { checkVarNames, parseLogConfig, parseSetVarsConfig } from './var-actions.js';
 import { parseRedirectConfig, parseUrlRewriteConfig, type UrlActionWork } from './url-actions.js';
 import { parseCompressResponseConfig, parseVerifyWebhookConfig, VERIFY_WEBHOOK_COST } from './body-actions.js';
 import { jwtValidationCost, parseJwtValidationConfig } from './jwt-action.js';
+import { CIRCUIT_BREAKER_COST, CLOSE_CONNECTION_COST, parseCircuitBreakerConfig, parseCloseConnectionConfig } from './flow-actions.js';
 import { CostEstimateError, DFA_EXPLORE_STEPS, estimateCost, formatCost, MAX_EXPRESSION_COST, MAX_POLICY_COST, type PolicyHeaderGrowth } from './cost.js';
 import type { BucketKeyElement, PolicyAction, PolicyDirection, PolicyRule, RateLimitConfig, TrafficPolicy } from './types.js';
 
@@ -13,7 +14,7 @@ import type { BucketKeyElement, PolicyAction, PolicyDirection, PolicyRule, RateL
 export const MAX_TRAFFIC_POLICY_BYTES = 64 * 1024;
 
 /** Action types accepted (wire-conventions.md §12), in both directions. */
-export const SUPPORTED_ACTION_TYPES = ['rate-limit', 'deny', 'custom-response', 'add-headers', 'remove-headers', 'restrict-ips', 'basic-auth', 'set-vars', 'log', 'url-rewrite', 'redirect', 'jwt-validation', 'verify-webhook', 'compress-response'] as const;
+export const SUPPORTED_ACTION_TYPES = ['rate-limit', 'deny', 'custom-response', 'add-headers', 'remove-headers', 'restrict-ips', 'basic-auth', 'set-vars', 'log', 'url-rewrite', 'redirect', 'jwt-validation', 'verify-webhook', 'compress-response', 'circuit-breaker', 'close-connection'] as const;
 
 export const HEADER_ACTION_LIMITS = {
   /** Headers per add-headers / remove-headers / custom-response action. */
@@ -88,6 +89,14 @@ export function typeName(v: unknown): string {
 }
 
 export const at = (path: string, key: string | number) => (typeof key === 'number' ? `${path}[${key}]` : path ? `${path}.${key}` : key);
+
+/**
+ * Refuses an action that runs on the request only (Warren's `inbound`, ngrok's `on_http_request`)
+ * in an outbound rule: a 400 naming the action's `type` (`configPath` is the path of its `config`).
+ */
+export function onlyInbound(type: string, configPath: string, direction: PolicyDirection, why: string): void {
+  if (direction !== 'inbound') throw new TrafficPolicyError(configPath.replace(/\.config$/, '.type'), `${type} can only be used in inbound rules (${why})`);
+}
 
 export function expectObj(v: unknown, path: string, what: string): Obj {
   if (!isObj(v)) throw new TrafficPolicyError(path, `${what} must be a mapping, got ${typeName(v)}`);
@@ -279,8 +288,9 @@ function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: strin
     }
     case 'restrict-ips': {
       const config = parseRestrictIpsConfig(raw, path, direction);
-      const n = config.allow.length + config.deny.length;
-      g.work.push({ path, what: `restrict-ips: checking the client address against ${n} CIDR${n === 1 ? '' : 's'} is`, cost: () => restrictIpsCost(config) });
+      const n = restrictIpsMaxCidrs(config);
+      const ipp = config.ip_policies.length > 0 ? ` (${config.ip_policies.length} IP polic${config.ip_policies.length === 1 ? 'y' : 'ies'} counted at their limit of ${IP_POLICY_MAX_RULES} rules)` : '';
+      g.work.push({ path, what: `restrict-ips: checking the client address against ${ipp ? 'up to ' : ''}${n} CIDR${n === 1 ? '' : 's'}${ipp} is`, cost: () => restrictIpsCost(config) });
       return { type, config };
     }
     case 'basic-auth':
@@ -306,6 +316,16 @@ function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: strin
     }
     case 'compress-response':
       return { type, config: parseCompressResponseConfig(raw, path, direction) };
+    case 'circuit-breaker': {
+      const config = parseCircuitBreakerConfig(raw, path, direction);
+      g.work.push({ path, what: 'circuit-breaker: admitting the request and counting its result is', cost: () => CIRCUIT_BREAKER_COST });
+      return { type, config };
+    }
+    case 'close-connection': {
+      const config = parseCloseConnectionConfig(raw, path, direction);
+      g.work.push({ path, what: 'close-connection: closing the connection is', cost: () => CLOSE_CONNECTION_COST });
+      return { type, config };
+    }
   }
 }
 
@@ -317,7 +337,7 @@ function parseAction(v: unknown, path: string, direction: PolicyDirection, g: Ga
   const type = a.type as PolicyAction['type'];
   if (!(SUPPORTED_ACTION_TYPES as readonly string[]).includes(type))
     throw new TrafficPolicyError(at(path, 'type'), `action type ${JSON.stringify(a.type.slice(0, 64))} is not supported; supported: ${SUPPORTED_ACTION_TYPES.join(', ')}`);
-  if ((a.config === undefined || a.config === null) && type !== 'deny' && type !== 'compress-response') throw new TrafficPolicyError(at(path, 'config'), 'is required');
+  if ((a.config === undefined || a.config === null) && type !== 'deny' && type !== 'compress-response' && type !== 'circuit-breaker' && type !== 'close-connection') throw new TrafficPolicyError(at(path, 'config'), 'is required');
   return parseActionConfig(type, a.config, at(path, 'config'), direction, g);
 }
 

@@ -62,12 +62,14 @@ export interface RemoveHeadersAction {
 
 /**
  * `restrict-ips` (inbound only): admits the client address (`conn.client_ip`) when it is in no
- * `deny` CIDR and, if `allow` is given, in an `allow` CIDR; otherwise 403 unless `enforce` is
- * false. CIDRs are canonical (`parseCidr`). See `access-actions.ts`.
+ * `deny` CIDR and, if there is any `allow` CIDR, in one of them; otherwise 403 unless `enforce` is
+ * false. CIDRs are canonical (`parseCidr`). `ip_policies` are IP policy ids (`ipp_…`) of the
+ * route's account whose rules add to `allow` and `deny` (resolved by the ingress from its config).
+ * See `access-actions.ts`.
  */
 export interface RestrictIpsAction {
   type: 'restrict-ips';
-  config: { enforce: boolean; allow: string[]; deny: string[] };
+  config: { enforce: boolean; allow: string[]; deny: string[]; ip_policies: string[] };
 }
 
 /**
@@ -140,8 +142,8 @@ export interface JwtValidationConfig {
   issuers: string[];
   /** `audience.allow_list[].value`; null when `audience` is left out (no `aud` check). */
   audiences: string[] | null;
-  /** `http.tokens`: every one must be present. Only `method: header` is supported. */
-  tokens: { type: 'id_token' | 'access_token' | 'at+jwt' | 'it+jwt' | 'plain' | 'jwt'; method: 'header'; name: string; prefix: string }[];
+  /** `http.tokens`: every one must be present, in a header or (`body`) a form / JSON body field. */
+  tokens: { type: 'id_token' | 'access_token' | 'at+jwt' | 'it+jwt' | 'plain' | 'jwt'; method: 'header' | 'body'; name: string; prefix: string }[];
   /** `jws.allowed_algorithms`: asymmetric JWS algorithms only. */
   algorithms: string[];
   /** `jws.keys.identification[].token_claims` lists `kid`: a token without a `kid` header is refused. */
@@ -172,7 +174,42 @@ export interface CompressResponseAction {
   config: { algorithms: ('br' | 'gzip' | 'deflate')[] };
 }
 
-export type PolicyAction = RateLimitAction | DenyAction | CustomResponseAction | AddHeadersAction | RemoveHeadersAction | RestrictIpsAction | BasicAuthAction | SetVarsAction | LogAction | UrlRewriteAction | RedirectAction | JwtValidationAction | VerifyWebhookAction | CompressResponseAction;
+/**
+ * `circuit-breaker` (inbound only): counts the upstream results of the requests it lets through
+ * over a rolling `window_duration`; once at least `volume_threshold` of them hold an
+ * `error_threshold` fraction of errors (5xx, or the upstream unreachable), requests reaching it
+ * get 503 for `tripped_duration`, then one probe is let through. Non-terminating. See
+ * `flow-actions.ts`.
+ */
+export interface CircuitBreakerAction {
+  type: 'circuit-breaker';
+  config: CircuitBreakerConfig;
+}
+
+export interface CircuitBreakerConfig {
+  /** 0.0..1.0. */
+  error_threshold: number;
+  /** 1..2,000,000,000. */
+  volume_threshold: number;
+  /** The durations as written (1s..2m). */
+  window_duration: string;
+  tripped_duration: string;
+  /** Always 10 (ngrok: fixed). */
+  num_buckets: number;
+  /** False: never trips, never refuses. */
+  enforce: boolean;
+  /** `window_duration` and `tripped_duration` in milliseconds. */
+  windowMs: number;
+  trippedMs: number;
+}
+
+/** `close-connection` (inbound only): closes the client connection without a response. Terminating; no config. */
+export interface CloseConnectionAction {
+  type: 'close-connection';
+  config: Record<string, never>;
+}
+
+export type PolicyAction = RateLimitAction | DenyAction | CustomResponseAction | AddHeadersAction | RemoveHeadersAction | RestrictIpsAction | BasicAuthAction | SetVarsAction | LogAction | UrlRewriteAction | RedirectAction | JwtValidationAction | VerifyWebhookAction | CompressResponseAction | CircuitBreakerAction | CloseConnectionAction;
 export type PolicyActionType = PolicyAction['type'];
 
 export interface PolicyRule {

@@ -84,6 +84,16 @@ export const routesRepo = {
     );
   },
 
+  /**
+   * Mirrors the IP policies named by the traffic policy's restrict-ips actions into
+   * https_edge_route_traffic_policy_ip_policies (FK RESTRICT → 409 on policy delete).
+   */
+  async setTrafficPolicyIpPolicies(q: Queryable, routeId: string, ids: string[]): Promise<void> {
+    await q.query('DELETE FROM https_edge_route_traffic_policy_ip_policies WHERE route_id = $1', [routeId]);
+    if (ids.length === 0) return;
+    await q.query('INSERT INTO https_edge_route_traffic_policy_ip_policies (route_id, ip_policy_id) SELECT $1, unnest($2::text[])', [routeId, ids]);
+  },
+
   /** Locks the edge row (serializes route creation per edge, for the 100-route limit). */
   async lockEdge(q: Queryable, accountId: string, edgeId: string): Promise<boolean> {
     const { rows } = await q.query('SELECT id FROM https_edges WHERE account_id = $1 AND id = $2 FOR UPDATE', [accountId, edgeId]);

@@ -1,4 +1,4 @@
-import { AppError, newId, notFound, rfc3339 } from '@warren/shared';
+import { AppError, decodeTrafficPolicy, newId, notFound, restrictIpsPolicyRefs, rfc3339, validateTrafficPolicy } from '@warren/shared';
 import type { Db, Queryable } from '../../db/pool.js';
 import type { RequestContext } from '../../http/context.js';
 import { audit } from '../../events/outbox.js';
@@ -36,14 +36,51 @@ interface Given {
   prefix: string;
 }
 
+type StoredTrafficPolicy = NonNullable<StoredModules['traffic_policy']>;
+type PolicyRefs = { path: string; id: string }[];
+/** The refs of a stored module object, parsed once per request (check, then mirror). */
+const policyRefsCache = new WeakMap<StoredTrafficPolicy, PolicyRefs>();
+
+/**
+ * The IP policies the traffic policy's restrict-ips actions name, with their paths in the
+ * document. The value was validated (cost included) by the request schema; this only reads it.
+ */
+function trafficPolicyRefs(tp: StoredTrafficPolicy | undefined): PolicyRefs {
+  if (!tp) return [];
+  let refs = policyRefsCache.get(tp);
+  if (!refs) {
+    refs = restrictIpsPolicyRefs(validateTrafficPolicy(decodeTrafficPolicy(tp.value)));
+    policyRefsCache.set(tp, refs);
+  }
+  return refs;
+}
+
+/**
+ * Every IP policy a traffic policy names must be one of this account's (3002, as for
+ * ip_restriction; another account's is reported exactly like a missing one). The message names
+ * the place in the document: `traffic_policy.value: inbound[0].actions[0].config.ip_policies[1]: …`.
+ */
+async function checkTrafficPolicyRefs(q: Queryable, accountId: string, tp: StoredTrafficPolicy, field: string): Promise<void> {
+  const refs = trafficPolicyRefs(tp);
+  if (refs.length === 0) return;
+  const { rows } = await q.query<{ id: string }>('SELECT id FROM ip_policies WHERE account_id = $1 AND id = ANY($2::text[])', [accountId, [...new Set(refs.map((r) => r.id))]]);
+  const found = new Set(rows.map((r) => r.id));
+  const missing = refs.find((r) => !found.has(r.id));
+  if (missing) throw new AppError(3002, `${field}: ${missing.path}: no IP policy with id ${JSON.stringify(missing.id)} in this account`, { field, resourceId: missing.id });
+}
+
 /** Body references of the given modules must be resources of this account (3002). */
 async function checkReferences(q: Queryable, accountId: string, modules: StoredModules, given: Given[]): Promise<void> {
   for (const { name, prefix } of given) {
     if (name === 'backend' && modules.backend) await requireOwned(q, 'tunnel_group_backends', accountId, [modules.backend.backend_id], joinPath(prefix, 'backend_id'));
     if (name === 'ip_restriction' && modules.ip_restriction)
       await requireOwned(q, 'ip_policies', accountId, modules.ip_restriction.ip_policy_ids, joinPath(prefix, 'ip_policy_ids'));
+    if (name === 'traffic_policy' && modules.traffic_policy) await checkTrafficPolicyRefs(q, accountId, modules.traffic_policy, joinPath(prefix, 'value'));
   }
 }
+
+/** The distinct IP policies a stored traffic policy names (mirrored for the delete check). */
+const trafficPolicyIpPolicyIds = (tp: StoredTrafficPolicy | undefined) => [...new Set(trafficPolicyRefs(tp).map((r) => r.id))];
 
 async function checkMatchFree(q: Queryable, edgeId: string, matchType: string, match: string, exceptId: string): Promise<void> {
   const other = await repo.findByMatch(q, edgeId, matchType, match, exceptId);
@@ -75,6 +112,8 @@ export function createHttpsEdgeRoutesService(deps: { db: Db }) {
     const ipBefore = before.modules.ip_restriction?.ip_policy_ids ?? [];
     const ipAfter = next.modules.ip_restriction?.ip_policy_ids ?? [];
     if (!jsonEqual(ipBefore, ipAfter)) await repo.setIpPolicies(q, before.id, ipAfter);
+    if (before.modules.traffic_policy?.value !== next.modules.traffic_policy?.value)
+      await repo.setTrafficPolicyIpPolicies(q, before.id, trafficPolicyIpPolicyIds(next.modules.traffic_policy));
     return row;
   }
 
@@ -111,6 +150,7 @@ export function createHttpsEdgeRoutesService(deps: { db: Db }) {
             throw mapUnique(err);
           });
         if (modules.ip_restriction) await repo.setIpPolicies(q, id, modules.ip_restriction.ip_policy_ids);
+        if (modules.traffic_policy) await repo.setTrafficPolicyIpPolicies(q, id, trafficPolicyIpPolicyIds(modules.traffic_policy));
         const out = toRoute(row, ctx.baseUrl);
         await emit(q, ctx, 'created', out);
         return out;

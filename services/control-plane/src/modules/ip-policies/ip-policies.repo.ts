@@ -51,11 +51,15 @@ export const ipPoliciesRepo = {
     ]);
     return rows[0];
   },
-  /** Routes whose ip_restriction module lists this policy. */
-  async referencingRoutes(q: Queryable, id: string): Promise<{ route_id: string; edge_id: string }[]> {
-    const { rows } = await q.query<{ route_id: string; edge_id: string }>(
-      `SELECT p.route_id, r.edge_id FROM https_edge_route_ip_policies p JOIN https_edge_routes r ON r.id = p.route_id
-        WHERE p.ip_policy_id = $1 ORDER BY p.route_id LIMIT 5`,
+  /** Routes whose ip_restriction module (`via` 'module') or traffic policy's restrict-ips actions ('policy') list this policy: the first 5. */
+  async referencingRoutes(q: Queryable, id: string): Promise<{ route_id: string; edge_id: string; via: 'module' | 'policy' }[]> {
+    const { rows } = await q.query<{ route_id: string; edge_id: string; via: 'module' | 'policy' }>(
+      `SELECT p.route_id, r.edge_id, p.via FROM (
+          SELECT route_id, 'module' AS via FROM https_edge_route_ip_policies WHERE ip_policy_id = $1
+          UNION ALL
+          SELECT route_id, 'policy' AS via FROM https_edge_route_traffic_policy_ip_policies WHERE ip_policy_id = $1
+        ) p JOIN https_edge_routes r ON r.id = p.route_id
+        ORDER BY p.route_id, p.via LIMIT 5`,
       [id],
     );
     return rows;

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { IP_POLICY_MAX_RULES } from '@warren/shared';
 import { description, metadata, obj, refId } from '../../http/validate.js';
 import { RefSchema } from '../common.js';
 import { parseCidr } from './cidr.js';
@@ -26,7 +27,8 @@ export type IpPolicy = z.infer<typeof IpPolicyResponse>;
 export const IpPolicyList = z.object({ ip_policies: z.array(IpPolicyResponse), uri: z.string(), next_page_uri: z.string().nullable() });
 
 export const RULE_ACTIONS = ['allow', 'deny'] as const;
-export const MAX_RULES_PER_POLICY = 1000;
+/** Shared with the traffic policy, which charges a restrict-ips `ip_policies` entry at this many CIDRs. */
+export const MAX_RULES_PER_POLICY = IP_POLICY_MAX_RULES;
 
 const cidr = () =>
   z

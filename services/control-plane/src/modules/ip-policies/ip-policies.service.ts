@@ -103,12 +103,10 @@ export function createIpPoliciesService(deps: { db: Db }) {
         const before = await repo.get(q, ctx.auth.accountId, id, true);
         if (!before) throw notFound('IP policy', id);
         const routes = await repo.referencingRoutes(q, id);
-        if (routes.length > 0)
-          throw new AppError(
-            4100,
-            `the IP policy is listed by the ip_restriction module of route ${routes.map((r) => `${r.route_id} (edge ${r.edge_id})`).join(', ')}; remove it there first`,
-            { resourceId: id },
-          );
+        if (routes.length > 0) {
+          const where = routes.map((r) => `${r.via === 'module' ? 'the ip_restriction module' : "a restrict-ips action's ip_policies in the traffic policy"} of route ${r.route_id} (edge ${r.edge_id})`);
+          throw new AppError(4100, `the IP policy is listed by ${where.join(', ')}; remove it there first`, { resourceId: id });
+        }
         const cascaded = await rules.listByPolicy(q, id);
         await repo.delete(q, ctx.auth.accountId, id);
         for (const rule of cascaded)
