@@ -2,8 +2,9 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor, type IngressProcess } from '../support/cluster.js';
 import { formPost, type Browser, type BrowserResponse } from '../support/browser.js';
-import { startTestIdp, type TestIdp } from '../support/oidc-idp.js';
-import { startFakeGithub, type FakeGithub } from '../support/github-fake.js';
+import type { TestIdp } from '../support/oidc-idp.js';
+import type { FakeGithub } from '../support/github-fake.js';
+import { startOAuthTestProviders, type OAuthTestProviders } from '../support/oauth-providers.js';
 import { startSignInCluster, type SignInCluster } from '../support/sign-in-cluster.js';
 
 /**
@@ -20,11 +21,7 @@ const GH_SECRET = `gh-${randomBytes(12).toString('hex')}`;
 const G_ID = 'google-e2e';
 const G_SECRET = `g-${randomBytes(12).toString('hex')}`;
 
-interface Providers {
-  gh: FakeGithub;
-  idp: TestIdp;
-  close(): Promise<void>;
-}
+type Providers = OAuthTestProviders;
 
 let c: SignInCluster<Providers>;
 let gh: FakeGithub, idp: TestIdp;
@@ -52,16 +49,13 @@ beforeAll(async () => {
     name: 'oauth',
     host: HOST,
     providers: async (tls) => {
-      const gh = await startFakeGithub({ cert: tls.cert, key: tls.key, clientId: GH_ID, clientSecret: GH_SECRET });
+      const p = await startOAuthTestProviders(tls, { github: { clientId: GH_ID, clientSecret: GH_SECRET }, idp: { clientId: G_ID, clientSecret: G_SECRET, redirectUris: [`${ORIGIN}/g/.warren/oauth/callback`] } });
+      const gh = p.gh;
       gh.users.set('alice', { id: 101, login: 'alice', name: 'Alice Liddell', emails: [{ email: 'alice@corp.test', verified: true, primary: true }], orgs: ['acme'], teams: ['acme/ops'] });
       gh.users.set('bob', { id: 102, login: 'bob', name: null, emails: [{ email: 'bob@corp.test', verified: true, primary: true }], orgs: [], teams: [] });
       gh.users.set('carol', { id: 103, login: 'carol', name: 'Carol', emails: [{ email: 'carol@corp.test', verified: true, primary: true }], orgs: ['other'], teams: ['other/ops'] });
       gh.users.set('eve', { id: 104, login: 'eve', name: 'Eve', emails: [{ email: 'eve@evil.test', verified: true, primary: true }, { email: 'carol@corp.test', verified: false, primary: false }], orgs: [], teams: [] });
-      const idp = await startTestIdp({ cert: tls.cert, key: tls.key, clientId: G_ID, clientSecret: G_SECRET, redirectUris: [`${ORIGIN}/g/.warren/oauth/callback`] }).catch(async (e) => {
-        await gh.close();
-        throw e;
-      });
-      return { gh, idp, close: async () => void (await Promise.allSettled([gh.close(), idp.close()])) };
+      return p;
     },
     ingressEnv: (tls, p) => ({ NODE_EXTRA_CA_CERTS: tls.caFile, WARREN_OAUTH_PROVIDER_ENDPOINTS: JSON.stringify({ github: p.gh.endpoints, google: { issuer: p.idp.issuer } }) }),
   });

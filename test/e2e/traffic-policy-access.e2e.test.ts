@@ -118,9 +118,10 @@ describe('basic-auth on live traffic', () => {
     }
     expect((await request('/auth/x', { headers: basic('bob:another-pass') })).json().headers['x-user']).toBe('bob');
 
-    // The API returns the policy as stored; nothing else anywhere holds the password.
+    // The API shows the usernames, never the passwords (wire-conventions.md §9).
     const got = await api('GET', `/edges/https/${edgeId}/routes/${id}`);
-    expect(JSON.parse(got.body.traffic_policy.value).inbound[0].actions[0].config.credentials).toEqual([`alice:${SECRET}`, 'bob:another-pass']);
+    expect(JSON.parse(got.body.traffic_policy.value).inbound[0].actions[0].config.credentials).toEqual(['alice:', 'bob:']);
+    expect(JSON.stringify(got.body)).not.toContain(SECRET);
   });
 
   it('IP or password: enforce: false on both, then one rule decides', async () => {

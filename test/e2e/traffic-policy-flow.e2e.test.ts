@@ -17,6 +17,13 @@ const hits = new Map<string, number>();
 const hitsOf = (p: string) => hits.get(p) ?? 0;
 
 const upstream: http.RequestListener = (req, res) => {
+  if (req.url?.endsWith('/slow')) {
+    // Answers after 3 s (its clients go away before that).
+    req.resume();
+    const timer = setTimeout(() => res.end('slow\n'), 3_000);
+    res.on('close', () => clearTimeout(timer));
+    return;
+  }
   const m = /\/status\/(\d{3})$/.exec(req.url ?? '');
   if (!m) return echoUrlAndHeaders(req, res);
   req.resume();
@@ -93,6 +100,43 @@ inbound:
     for (let i = 0; i < 3; i++) expect(await status('/cb/api/status/500')).toBe(500); // below the volume threshold
     expect(await status('/cb/api/status/200')).toBe(200);
     expect(hitsOf('/cb/api/status/200')).toBe(before + 2);
+  });
+
+  it('a half-open probe whose client goes away, or that is an Upgrade, frees its place: the next request probes', async () => {
+    // Not under /cb: the route's readiness probe (/pcb/probe-…) must not be answered by another route.
+    await c.policyRoute('/pcb', {
+      inbound: [{ expressions: ["req.url.path.startsWith('/pcb/api')"], actions: [{ type: 'circuit-breaker', config: { volume_threshold: 2, window_duration: '30s', tripped_duration: '1s' } }] }],
+    });
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    const trip = async () => {
+      // Upstream errors until it trips (two results at least, half of them errors).
+      for (let i = 0; i < 3 && (await status('/pcb/api/status/500')) === 500; i++);
+      expect(await status('/pcb/api/status/200')).toBe(503);
+      await sleep(1_100); // half-open
+    };
+    /** Sends `head` on a new connection and goes away after `ms`, whatever came back. */
+    const goneAfter = (head: string, ms: number) =>
+      new Promise<void>((resolve) => {
+        const sock = net.connect(c.a.http, '127.0.0.1', () => sock.write(head));
+        sock.on('error', () => {});
+        setTimeout(() => {
+          sock.destroy();
+          resolve();
+        }, ms);
+      });
+
+    // The probe's client goes away before the (slow) upstream answers: no result, the place is free.
+    await trip();
+    await goneAfter(`GET /pcb/api/slow HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`, 300);
+    await sleep(100);
+    // Within tripped_duration of that probe: it used to be refused (503) until the probe was given up.
+    expect(await status('/pcb/api/status/200')).toBe(200);
+    expect(await status('/pcb/api/status/200')).toBe(200); // closed
+
+    // An Upgrade taking the probe: it has no result the breaker counts.
+    await trip();
+    await goneAfter(`GET /pcb/api/ws HTTP/1.1\r\nHost: ${HOST}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n`, 300);
+    expect(await status('/pcb/api/status/200')).toBe(200);
   });
 
   it('with enforce: false never refuses', async () => {

@@ -231,11 +231,30 @@ describe('jwt-validation with tokens in the body, on live traffic', () => {
       ['invalid JSON', post('/bodytok/x', `{"_id_token":"Bearer ${tok}"`, 'application/json')],
       ['in a header only', cluster.request('/bodytok/x', { method: 'POST', body: 'a=1', headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: `Bearer ${tok}` }, timeoutMs: 15_000 })],
       ['expired', post('/bodytok/x', `_id_token=Bearer+${await sign({ exp: Math.floor(Date.now() / 1000) - 300 })}`, 'application/x-www-form-urlencoded')],
+      // A valid token, in a body the upstream would decode differently (UTF-7 can hide another
+      // _id_token member from a UTF-8 reader; gzip, another body altogether): no body token.
+      ['UTF-7', post('/bodytok/x', `{"_id_token":"Bearer ${tok}","x":"+ACI-,+ACI-_id_token+ACI-:+ACI-Bearer evil+ACI-,+ACI-y+ACI-:+ACI-"}`, 'application/json; charset=utf-7')],
+      ['gzip', cluster.request('/bodytok/x', { method: 'POST', body: `_id_token=Bearer+${tok}`, headers: { 'content-type': 'application/x-www-form-urlencoded', 'content-encoding': 'gzip' }, timeoutMs: 15_000 })],
+      // A malformed escape in the member: a 401 (it used to fail the route: 502 and an error logged).
+      ['a malformed escape', post('/bodytok/x', '{"_id_token":"Bearer \\q"}', 'application/json')],
+      ['a short \\u escape', post('/bodytok/x', '{"_id_token":"\\u12"}', 'application/json')],
     ];
     for (const [what, p] of cases) {
       const r = await p;
       expect([what, r.status, r.headers['warren-error-code']]).toEqual([what, 401, 'ERR_WARREN_7122']);
     }
+    // Two Content-Type headers (Node reads the first, the upstream is sent both): no body token.
+    const raw = await new Promise<string>((resolve, reject) => {
+      const body = `{"_id_token":"Bearer ${tok}"}`;
+      const sock = net.connect(cluster.a.http, '127.0.0.1', () =>
+        sock.write(`POST /bodytok/x HTTP/1.1\r\nHost: ${cluster.host}\r\nContent-Type: application/json\r\nContent-Type: application/json; charset=utf-7\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`),
+      );
+      const chunks: Buffer[] = [];
+      sock.on('data', (c: Buffer) => chunks.push(c));
+      sock.on('error', reject);
+      sock.on('close', () => resolve(Buffer.concat(chunks).toString('latin1')));
+    });
+    expect(raw).toMatch(/^HTTP\/1\.1 401 /);
   });
 
   it('refuses bad token methods and duplicates with a 400 naming the field', async () => {

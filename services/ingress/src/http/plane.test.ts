@@ -121,7 +121,7 @@ let a: Awaited<ReturnType<typeof node>>;
 let b: Awaited<ReturnType<typeof node>>;
 /** Node C runs a test pipeline on route r_api: deny by header, add a request header, edit and transform the response. */
 let c: Awaited<ReturnType<typeof node>>;
-const results: Array<number | 'error'> = [];
+const results: Array<number | 'error' | 'none'> = [];
 const testStage: StageFactory = (route) => {
   if (route.id !== 'r_api' && route.id !== 'r_none') return null;
   const stage: RouteStage = {

@@ -237,6 +237,7 @@ export class PublicHandler {
     const pipeline = cr.pipeline!;
     if (!cr.backend) {
       sendError(req, res, 7002);
+      pipeline.onResult(state, 'none');
       return Promise.resolve(502);
     }
     const next = track ? track.picking(r.next) : r.next;
@@ -248,7 +249,13 @@ export class PublicHandler {
     }
     if (target.kind === 'remote') this.opts.metrics.hops.inc();
     const info: RequestInfo = { scheme: state.scheme, clientAddr: `${req.socket.remoteAddress ?? '0.0.0.0'}:${req.socket.remotePort ?? 0}`, edgeType: r.edgeType };
-    return this.opts.forwarder.forward(req, res, target, info, state.headers, next, { pipeline, state });
+    const done = this.opts.forwarder.forward(req, res, target, info, state.headers, next, { pipeline, state });
+    if (pipeline.hasResultStages) {
+      // Ended without an upstream result (the client went away first): a circuit breaker's probe frees its place.
+      const none = () => pipeline.onResult(state, 'none');
+      done.then(none, none);
+    }
+    return done;
   }
 
   /** An upgrade on a route with a pipeline: the request stages (no body), then the tunnel. */
@@ -259,6 +266,8 @@ export class PublicHandler {
       headers: publicRequestHeaders(req.rawHeaders, clientIp, scheme, true), body: null, vars: {}, startedAt: performance.now(),
     };
     const out = await cr.pipeline!.onRequest(state);
+    // An Upgrade has no result a circuit breaker counts: one that let it through as its probe frees the place.
+    if (!out) cr.pipeline!.onResult(state, 'none');
     if (out) {
       this.opts.metrics.upgrades.inc({ result: 'refused' });
       if (out === CLOSE_CONNECTION) {

@@ -110,15 +110,59 @@ describe('circuit_breaker', () => {
     expect(await send(build(SETTINGS, 'rt_2'), 200)).toBe(200);
   });
 
-  it('bounds the number of breakers kept', async () => {
+  it('keeps exactly the breakers of the config last compiled: no route can push out another', async () => {
     const c = clock();
-    const f = createCircuitBreakerStage({ now: c.now, maxBreakers: 2 });
-    const b = (id: string) => f(makeRoute({ circuit_breaker: SETTINGS }, { id }), makeEdge(), makeConfig(), testDeps())!;
-    const first = b('rt_a');
-    for (let i = 0; i < 4; i++) await send(first, 500);
-    b('rt_b');
-    b('rt_c'); // evicts rt_a
-    expect(await send(b('rt_a'), 200)).toBe(200);
+    const f = createCircuitBreakerStage({ now: c.now });
+    const b = (id: string, config: ReturnType<typeof makeConfig>) => f(makeRoute({ circuit_breaker: SETTINGS }, { id }), makeEdge(), config, testDeps())!;
+    const v1 = makeConfig();
+    for (let i = 0; i < 4; i++) await send(b('rt_a', v1), 500);
+    // The next version: many other routes (once more than the old LRU's 10,000) and rt_a, which carries over.
+    const v2 = makeConfig();
+    for (let i = 0; i < 10_001; i++) b(`rt_other${i}`, v2);
+    expect(await send(b('rt_a', v2), 200)).toBe(503);
+    // A version without rt_a drops its breaker (and the others'): it starts afresh when it comes back.
+    const v3 = makeConfig();
+    b('rt_b', v3);
+    expect(await send(b('rt_a', makeConfig()), 200)).toBe(200);
+  });
+
+  it('a probe that ends without a result frees its place at once (the client went away, a later stage refused it)', async () => {
+    const { stage, c } = setup();
+    for (let i = 0; i < 4; i++) await send(stage, 500);
+    for (let round = 0; round < 3; round++) {
+      c.advance(10_000);
+      // Each round someone takes the probe and aborts: told 'none'. The next request probes and closes the circuit.
+      const aborted = makeState();
+      expect(await stage.onRequest!(aborted)).toBeNull();
+      stage.onResult!(aborted, 'none');
+      const probe = makeState();
+      expect(await stage.onRequest!(probe)).toBeNull();
+      expect(await send(stage, 200)).toBe(503); // one probe at a time
+      stage.onResult!(probe, round < 2 ? 500 : 200);
+    }
+    expect(await send(stage, 200)).toBe(200);
+  });
+
+  it("'none' does not count, closes nothing, and a late one of a replaced probe leaves the current probe out", async () => {
+    const { stage, c } = setup();
+    for (let i = 0; i < 2; i++) await send(stage, 500);
+    const s = makeState();
+    expect(await stage.onRequest!(s)).toBeNull();
+    stage.onResult!(s, 'none'); // not a result
+    expect(await send(stage, 500)).toBe(500); // 3 results: below the volume threshold
+    expect(await send(stage, 200)).toBe(200);
+    expect(await send(stage, 500)).toBe(500); // 5 results, 4 errors: trips
+    expect(await send(stage, 200)).toBe(503);
+    c.advance(10_000);
+    const first = makeState();
+    expect(await stage.onRequest!(first)).toBeNull();
+    c.advance(10_000); // given up
+    const second = makeState();
+    expect(await stage.onRequest!(second)).toBeNull();
+    stage.onResult!(first, 'none');
+    expect(await send(stage, 200)).toBe(503); // second is still out
+    stage.onResult!(second, 'none');
+    expect(await send(stage, 200)).toBe(200);
   });
 
   it('CircuitBreaker reports its state', () => {

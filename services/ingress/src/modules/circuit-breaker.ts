@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { Outcome, RequestState, RouteStage, StageFactory } from '../pipeline/types.js';
+import type { Outcome, RequestState, RouteStage, StageFactory, UpstreamResult } from '../pipeline/types.js';
 import { enabledModule, moduleError } from './common.js';
 
 /**
@@ -10,11 +10,12 @@ import { enabledModule, moduleError } from './common.js';
  * `error_threshold_percentage`. While tripped every request is answered 503 (7103) for
  * `tripped_duration` seconds; then the circuit is half-open: one probe request goes through
  * (the others get 503); a non-5xx result closes the circuit (fresh window), an error re-trips it.
- * A probe whose result never comes (refused by a later stage) is given up after
- * `tripped_duration`, and another probe is admitted.
+ * A probe that ends without an upstream result (`'none'`: refused by a later stage or rule, its
+ * client went away before the answer, an Upgrade) frees its place at once: the next request is
+ * the probe. One whose end is never reported is given up after `tripped_duration`.
  *
- * State survives config versions while the route's breaker settings are unchanged; at most
- * MAX_BREAKERS routes are kept (least recently built dropped first).
+ * State survives config versions while the route's breaker settings are unchanged
+ * (`BreakerRegistry`: exactly the breakers of the config last compiled are kept).
  *
  * The traffic-policy `circuit-breaker` action (`policy/flow-actions.ts`) runs the same breaker
  * (`CircuitBreaker`, `BreakerRegistry`, `breakerOpen`, `recordBreakerResult`).
@@ -38,7 +39,10 @@ export class CircuitBreaker {
   private readonly errors: Uint32Array;
   private openUntil = 0;
   private tripped = false;
+  /** The request admitted as the half-open probe, and when (null: none out). */
+  private probe: object | null = null;
   private probeSince: number | null = null;
+  /** Probes admitted while tripped whose result may still come (a given-up one's result counts too). */
   private readonly probes = new WeakSet<object>();
 
   constructor(
@@ -64,17 +68,29 @@ export class CircuitBreaker {
     if (t < this.openUntil) return false;
     if (this.probeSince !== null && t - this.probeSince < this.settings.trippedDurationMs) return false;
     this.probeSince = t;
+    this.probe = token;
     this.probes.add(token);
     return true;
   }
 
-  /** Records the upstream result of an admitted request. */
-  record(token: object, result: number | 'error'): void {
+  /**
+   * Records the upstream result of an admitted request; `'none'`: it ended without one (not
+   * counted; a probe frees its place). Told more than once, only the first result counts.
+   */
+  record(token: object, result: UpstreamResult): void {
+    if (result === 'none') {
+      if (this.probes.delete(token) && this.probe === token) {
+        this.probe = null;
+        this.probeSince = null;
+      }
+      return;
+    }
     const failed = result === 'error' || result >= 500;
     const t = this.now();
     if (this.tripped) {
       if (!this.probes.has(token)) return;
       this.probes.delete(token);
+      this.probe = null;
       this.probeSince = null;
       if (failed) this.trip(t);
       else {
@@ -108,33 +124,50 @@ export class CircuitBreaker {
   private trip(t: number): void {
     this.tripped = true;
     this.openUntil = t + this.settings.trippedDurationMs;
+    this.probe = null;
     this.probeSince = null;
   }
 }
 
-export const MAX_BREAKERS = 10_000;
-
 /**
- * Breakers kept across config versions: `get` returns the one under `key` while its settings
- * are unchanged, else a new one. At most `max` are kept, the least recently asked for dropped
- * first. Each registry has its own clock.
+ * Breakers kept across config versions, exactly those the config last compiled uses: while a
+ * config is compiled (`compiling(config)`, then `get` for each breaker it has), a breaker of the
+ * previous config under the same key (route, and action place) with the same settings carries
+ * over; the others are new, and the previous config's other breakers are dropped when the next
+ * config is compiled. No LRU: one account's breakers cannot push out another's, and memory is
+ * bounded by the config (a policy has at most `CIRCUIT_BREAKER_LIMITS.perPolicy`). Each registry
+ * has its own clock.
  */
 export class BreakerRegistry {
-  private readonly breakers = new Map<string, { settings: string; breaker: CircuitBreaker }>();
+  /** The breakers of the config being (or last) compiled, and of the one before it. */
+  private current = new Map<string, { settings: string; breaker: CircuitBreaker }>();
+  private previous = new Map<string, { settings: string; breaker: CircuitBreaker }>();
+  private config: WeakRef<object> | null = null;
 
-  constructor(
-    private readonly now: () => number = () => performance.now(),
-    private readonly max = MAX_BREAKERS,
-  ) {}
+  constructor(private readonly now: () => number = () => performance.now()) {}
+
+  /** `config` is being compiled: from now on `get` builds its set of breakers (a no-op while it is the same config). */
+  compiling(config: object): void {
+    if (this.config?.deref() === config) return;
+    this.config = new WeakRef(config);
+    this.previous = this.current;
+    this.current = new Map();
+  }
 
   get(key: string, settings: CircuitBreakerSettings): CircuitBreaker {
     const wanted = JSON.stringify(settings);
-    let entry = this.breakers.get(key);
-    this.breakers.delete(key);
-    if (!entry || entry.settings !== wanted) entry = { settings: wanted, breaker: new CircuitBreaker(settings, this.now) };
-    this.breakers.set(key, entry);
-    if (this.breakers.size > this.max) this.breakers.delete(this.breakers.keys().next().value!);
+    let entry = this.current.get(key);
+    if (!entry || entry.settings !== wanted) {
+      const before = this.previous.get(key);
+      entry = before && before.settings === wanted ? before : { settings: wanted, breaker: new CircuitBreaker(settings, this.now) };
+      this.current.set(key, entry);
+    }
     return entry.breaker;
+  }
+
+  /** Breakers kept for the config being (or last) compiled. */
+  get size(): number {
+    return this.current.size;
   }
 }
 
@@ -144,7 +177,11 @@ export function breakerOpen(s: RequestState, settings: CircuitBreakerSettings): 
 }
 
 /** Records the upstream result of a request `breaker` admitted; logs when the circuit trips and when it closes again. */
-export function recordBreakerResult(breaker: CircuitBreaker, token: object, result: number | 'error', log: Logger, context: Record<string, string>): void {
+export function recordBreakerResult(breaker: CircuitBreaker, token: object, result: UpstreamResult, log: Logger, context: Record<string, string>): void {
+  if (result === 'none') {
+    breaker.record(token, result);
+    return;
+  }
   const before = breaker.state();
   breaker.record(token, result);
   const after = breaker.state();
@@ -161,9 +198,10 @@ interface CircuitBreakerModule {
 }
 
 /** A circuit_breaker factory with its own clock and breaker registry (per ingress process). */
-export function createCircuitBreakerStage(opts: { now?: () => number; maxBreakers?: number } = {}): StageFactory {
-  const breakers = new BreakerRegistry(opts.now, opts.maxBreakers);
-  return (route, _edge, _config, deps): RouteStage | null => {
+export function createCircuitBreakerStage(opts: { now?: () => number } = {}): StageFactory {
+  const breakers = new BreakerRegistry(opts.now);
+  return (route, _edge, config, deps): RouteStage | null => {
+    breakers.compiling(config);
     const m = enabledModule<CircuitBreakerModule>(route, 'circuit_breaker');
     if (!m) return null;
     const settings: CircuitBreakerSettings = {

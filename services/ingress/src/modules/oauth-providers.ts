@@ -54,8 +54,9 @@ import type { ClientAuth } from './oidc-discovery.js';
  *   `user:read:email`).
  */
 
-export const OAUTH_PROVIDER_KINDS = ['github', 'facebook', 'microsoft', 'google', 'linkedin', 'gitlab', 'twitch', 'amazon'] as const;
-export type OAuthProviderKind = (typeof OAUTH_PROVIDER_KINDS)[number];
+/** The eight providers (one list with the traffic policy's `oauth` action, in @warren/shared). */
+export { OAUTH_PROVIDERS as OAUTH_PROVIDER_KINDS, type OAuthProviderKind } from '@warren/shared';
+import { OAUTH_PROVIDERS as OAUTH_PROVIDER_KINDS, type OAuthProviderKind } from '@warren/shared';
 
 /** The endpoints an install may override (WARREN_OAUTH_PROVIDER_ENDPOINTS). */
 export interface ProviderEndpoints {

@@ -3,7 +3,7 @@ import type { RouteStage, StageFactory } from '../pipeline/types.js';
 import { enabledModule } from './common.js';
 import { DiscoveryCache, REQUEST_TIMEOUT_S } from './oidc-discovery.js';
 import { oidcAuthorizationUrl, oidcExchange } from './oidc.js';
-import { DEFAULT_MAXIMUM_DURATION, ProviderUnavailable, deriveSessionKeys, signInGate, type Identity, type LoginState, type Refusal, type SessionPolicy, type SignInModuleFields } from './oidc-session.js';
+import { DEFAULT_MAXIMUM_DURATION, ProviderUnavailable, deriveSessionKeys, signInGate, type Identity, type LoginState, type Refusal, type SessionPolicy, type SignInModuleFields, type SignInProvider } from './oidc-session.js';
 import { MICROSOFT_CONSUMER_TENANT, OAUTH_PROVIDER_KINDS, PROVIDERS, parseEndpointOverrides, type OAuthProviderKind, type ProviderEndpoints, type ProviderSpec } from './oauth-providers.js';
 import { isAllowed, rulesFrom, verifiedOidcEmail, type AllowRules, type UserFacts } from './oauth-rules.js';
 
@@ -179,8 +179,31 @@ function githubUser(config: client.Configuration, token: string, api: string, si
   };
 }
 
-/** The provider-specific half of a sign-in. */
-function makeProvider(kind: OAuthProviderKind, spec: ProviderSpec, eps: ProviderEndpoints, clientId: string, secret: string, scope: string, rules: AllowRules, discovery: DiscoveryCache, log: { info(o: object, m: string): void }, fetchImpl?: client.CustomFetch, githubDeadlineMs = GITHUB_AUTHORIZATION_DEADLINE_MS) {
+/** What `oauthProvider` needs: the provider, the app, what to ask for, and how to reach it. */
+export interface OAuthProviderParams {
+  kind: OAuthProviderKind;
+  eps: ProviderEndpoints;
+  clientId: string;
+  secret: string;
+  scope: string;
+  rules: AllowRules;
+  /** Extra authorization request parameters (the policy action's `authz_url_params`); never replace the flow's own. */
+  extra?: Record<string, string>;
+  discovery: DiscoveryCache;
+  log: { info(o: object, m: string): void };
+  fetch?: client.CustomFetch;
+  githubDeadlineMs?: number;
+}
+
+/**
+ * The provider-specific half of a sign-in, shared by the `oauth` route module and the traffic
+ * policy's `oauth` action (`policy/auth-actions.ts`, with no allow lists: its rules authorize).
+ */
+export function oauthProvider(p: OAuthProviderParams): SignInProvider {
+  const { kind, eps, clientId, secret, scope, rules, discovery, log, extra = {} } = p;
+  const spec = PROVIDERS[kind];
+  const fetchImpl = p.fetch;
+  const githubDeadlineMs = p.githubDeadlineMs ?? GITHUB_AUTHORIZATION_DEADLINE_MS;
   const refusal = (who: string): Refusal => ({
     refused: `the ${spec.label} account ${who} is not allowed to use this route: it matches none of the route's allowed email addresses, email domains${kind === 'github' ? ', organizations or teams' : ''}`,
   });
@@ -195,7 +218,7 @@ function makeProvider(kind: OAuthProviderKind, spec: ProviderSpec, eps: Provider
     };
     const opts = { pkce: spec.pkce, nonce: spec.nonce };
     return {
-      authorizationUrl: async (login: LoginState, redirectUri: string) => oidcAuthorizationUrl(await config(), login, redirectUri, scope, spec.extra, opts),
+      authorizationUrl: async (login: LoginState, redirectUri: string) => oidcAuthorizationUrl(await config(), login, redirectUri, scope, { ...extra, ...spec.extra }, opts),
       exchange: async (url: URL, login: LoginState): Promise<Identity | Refusal> => {
         const claims = await oidcExchange(await config(), url, login, (c) => typeof c.email !== 'string' || (kind !== 'microsoft' && c.email_verified === undefined) || typeof (c.name ?? c.preferred_username) !== 'string', log, opts);
         const email = verifiedOidcEmail(kind, claims, MICROSOFT_CONSUMER_TENANT) ?? '';
@@ -211,7 +234,7 @@ function makeProvider(kind: OAuthProviderKind, spec: ProviderSpec, eps: Provider
   if (fetchImpl) config[client.customFetch] = fetchImpl;
   return {
     authorizationUrl: async (login: LoginState, redirectUri: string) => {
-      const params: Record<string, string> = { redirect_uri: redirectUri, scope, state: login.state };
+      const params: Record<string, string> = { ...extra, redirect_uri: redirectUri, scope, state: login.state };
       if (spec.pkce) {
         params.code_challenge = await client.calculatePKCECodeChallenge(login.verifier);
         params.code_challenge_method = 'S256';
@@ -239,21 +262,32 @@ function makeProvider(kind: OAuthProviderKind, spec: ProviderSpec, eps: Provider
   };
 }
 
+/** Parsed WARREN_OAUTH_PROVIDER_ENDPOINTS values (or why one is bad), by the text. */
+const parsedOverrides = new Map<string, ReturnType<typeof parseEndpointOverrides> | Error>();
+
+/**
+ * A provider's endpoints: its public ones with the overrides of `raw` (default: the process's
+ * WARREN_OAUTH_PROVIDER_ENDPOINTS). Throws when the overrides are bad (the route then answers 503).
+ */
+export function oauthEndpoints(kind: OAuthProviderKind, raw: string | undefined = process.env.WARREN_OAUTH_PROVIDER_ENDPOINTS): ProviderEndpoints {
+  const key = raw ?? '';
+  let overrides = parsedOverrides.get(key);
+  if (overrides === undefined) {
+    try {
+      overrides = parseEndpointOverrides(raw);
+    } catch (err) {
+      overrides = err as Error;
+    }
+    parsedOverrides.set(key, overrides);
+  }
+  if (overrides instanceof Error) throw new Error(`oauth: ${overrides.message}`);
+  return { ...PROVIDERS[kind].endpoints, ...overrides[kind] };
+}
+
 export function createOAuthStage(opts: OAuthOptions = {}): StageFactory {
   const nowMs = opts.now ?? Date.now;
   const discovery = opts.discovery ?? new DiscoveryCache();
-  let overrides: ReturnType<typeof parseEndpointOverrides> | Error | null = null;
-  const endpointsFor = (kind: OAuthProviderKind): ProviderEndpoints => {
-    if (overrides === null) {
-      try {
-        overrides = parseEndpointOverrides(opts.endpoints ?? process.env.WARREN_OAUTH_PROVIDER_ENDPOINTS);
-      } catch (err) {
-        overrides = err as Error;
-      }
-    }
-    if (overrides instanceof Error) throw new Error(`oauth: ${overrides.message}`);
-    return { ...PROVIDERS[kind].endpoints, ...overrides[kind] };
-  };
+  const endpointsFor = (kind: OAuthProviderKind) => oauthEndpoints(kind, opts.endpoints);
   return (route, _edge, _config, deps): RouteStage | null => {
     const m = enabledModule<OAuthModule>(route, 'oauth');
     if (!m) return null;
@@ -284,7 +318,7 @@ export function createOAuthStage(opts: OAuthOptions = {}): StageFactory {
       providerLabel: spec.family === 'oidc' ? eps.issuer! : new URL(eps.token!).origin,
       nowMs,
       log,
-      provider: makeProvider(kind, spec, eps, clientId, secret, scope, rules, discovery, log, opts.fetch, opts.githubDeadlineMs),
+      provider: oauthProvider({ kind, eps, clientId, secret, scope, rules, discovery, log, fetch: opts.fetch, githubDeadlineMs: opts.githubDeadlineMs }),
     });
   };
 }

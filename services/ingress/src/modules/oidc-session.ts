@@ -342,24 +342,54 @@ function isTransportError(err: unknown): boolean {
   return err instanceof ProviderUnavailable || e?.name === 'TimeoutError' || e?.name === 'AbortError' || (e?.name === 'TypeError' && !!e.cause);
 }
 
+/** Where a sign-in flow answers and what it names its cookies (see `signInFlow`). */
+export interface SignInFlowOptions extends Omit<SignInGateOptions, 'route' | 'cookiePrefix' | 'optionsPassthrough'> {
+  /** The route's path prefix without a trailing slash (`""` for `/`): the fallback return-to. */
+  base: string;
+  /** The redirect URI's path. */
+  callbackPath: string;
+  /** Paths a return-to may not name (no redirect loop through the flow's own paths). */
+  isReserved(path: string): boolean;
+  /** The session cookie's name for a request's scheme. */
+  sessionCookie(scheme: 'http' | 'https'): string;
+  /** Pre-login cookies are `<prefix><first 16 characters of the state>`. */
+  loginCookiePrefix: string;
+  /** Path and query that start a sign-in returning to `returnTo` (the 401's `login=` and the "sign in again" links). */
+  loginUrl(returnTo: string): string;
+}
+
 /**
- * The request side of a sign-in module (see oidc.ts for the behaviour, which oauth shares):
- * the reserved paths `<base>/.warren/<module>/{callback,login,logout}`, the sealed pre-login and
- * session cookies, 302 for browser navigations and 401 otherwise, OPTIONS passthrough, the sliding
- * session refresh, and the identity headers on what goes upstream.
+ * The parts of a sign-in that do not depend on where they are mounted, shared by the route
+ * modules' gate (`signInGate`) and the traffic policy's `oauth` / `openid-connect` actions
+ * (`policy/auth-actions.ts`): the sealed pre-login and session cookies, the callback, logout,
+ * starting a sign-in, the 302/401 challenge, the sliding refresh, and removing the flow's cookies
+ * from what goes upstream.
  */
-export function signInGate(o: SignInGateOptions): RouteStage {
-  const { module, keys, policy, provider, log } = o;
-  const reserved = `/.warren/${module}/`;
-  const sessionCookie = (s: RequestState) => sessionCookieName(o.cookiePrefix, module, s.scheme);
-  const sessionCookieNames = new Set([sessionCookieName(o.cookiePrefix, module, 'http'), sessionCookieName(o.cookiePrefix, module, 'https')]);
-  const loginCookiePrefix = `${o.cookiePrefix}${module}.login.`;
-  const base = routeBase(o.route);
-  const reservedPrefix = `${base}${reserved}`;
-  const callbackPath = `${reservedPrefix}callback`;
-  const loginPath = `${reservedPrefix}login`;
-  const logoutPath = `${reservedPrefix}logout`;
-  const isReserved = (p: string) => p.startsWith(reservedPrefix);
+export interface SignInFlow {
+  /** The redirect URI's answer: the session cookie and a 302 back, or an error page. */
+  callback(s: RequestState): Promise<NonNullable<Outcome>>;
+  /** Clears the session cookie, then the provider's next step or a "signed out" page. */
+  logout(s: RequestState): Promise<NonNullable<Outcome>>;
+  /** 302 to the provider (`returnTo` already sanitized), with the pre-login cookie. */
+  startLogin(s: RequestState, returnTo: string): Promise<NonNullable<Outcome>>;
+  /** The request's current session, or null; schedules the sliding refresh for `onResponse`. */
+  session(s: RequestState): Session | null;
+  /** A request without a session: 302 to the provider for browser navigations, else 401 naming the login URL. */
+  challenge(s: RequestState): Promise<NonNullable<Outcome>> | NonNullable<Outcome>;
+  /** Adds the sliding refresh's Set-Cookie, if `session()` scheduled one, to the upstream's response. */
+  onResponse(s: RequestState, r: { headers: string[] }): void;
+  /** Removes the flow's cookies (session, whichever scheme, and pre-login) from the request's Cookie headers. Edits `s.headers`. */
+  dropCookies(s: RequestState): void;
+  /** The request's own path and query (`/` when it has none). */
+  ownTarget(s: RequestState): string;
+  /** `scheme://host[:port]` of the request. */
+  origin(s: RequestState): string;
+}
+
+export function signInFlow(o: SignInFlowOptions): SignInFlow {
+  const { module, keys, policy, provider, log, base, callbackPath, isReserved, loginCookiePrefix } = o;
+  const sessionCookie = (s: RequestState) => o.sessionCookie(s.scheme);
+  const sessionCookieNames = new Set([o.sessionCookie('http'), o.sessionCookie('https')]);
   /** Set-Cookie to add to the upstream's response (a sliding session's refresh). */
   const refreshes = new WeakMap<RequestState, string>();
 
@@ -374,8 +404,7 @@ export function signInGate(o: SignInGateOptions): RouteStage {
     return url.startsWith('/') ? url : '/';
   };
 
-  const forward = (s: RequestState, session: Session | null): null => {
-    stripIdentityHeaders(s.headers);
+  const dropCookies = (s: RequestState): void => {
     const cookieIdx = [] as number[];
     for (let i = 0; i + 1 < s.headers.length; i += 2) if (s.headers[i]!.toLowerCase() === 'cookie') cookieIdx.push(i);
     for (let j = cookieIdx.length - 1; j >= 0; j--) {
@@ -384,12 +413,6 @@ export function signInGate(o: SignInGateOptions): RouteStage {
       if (rest === null) s.headers.splice(i, 2);
       else s.headers[i + 1] = rest;
     }
-    if (session) {
-      if (session.email) s.headers.push(IDENTITY_HEADERS.email, headerValue(session.email));
-      s.headers.push(IDENTITY_HEADERS.id, headerValue(session.sub));
-      if (session.name) s.headers.push(IDENTITY_HEADERS.name, headerValue(session.name));
-    }
-    return null;
   };
 
   const unavailable = (s: RequestState, err: unknown): NonNullable<Outcome> => {
@@ -398,7 +421,7 @@ export function signInGate(o: SignInGateOptions): RouteStage {
     return moduleError(s, 7107, detail, { 'retry-after': '5' });
   };
 
-  const loginAgain = (s: RequestState, returnTo: string) => `${origin(s)}${loginPath}?return_to=${encodeURIComponent(returnTo)}`;
+  const loginAgain = (s: RequestState, returnTo: string) => `${origin(s)}${o.loginUrl(returnTo)}`;
 
   /** A page (HTML for browsers, else the JSON error) with a link to sign in again. */
   const page = (s: RequestState, code: 7108 | 7109, title: string, reason: string, returnTo: string): NonNullable<Outcome> => {
@@ -417,7 +440,7 @@ export function signInGate(o: SignInGateOptions): RouteStage {
   };
 
   /** 302 to the provider, with the pre-login state in its own cookie. */
-  const startLogin = async (s: RequestState, returnTo: string): Promise<Outcome> => {
+  const startLogin = async (s: RequestState, returnTo: string): Promise<NonNullable<Outcome>> => {
     const login: LoginState = {
       state: randomBytes(32).toString('base64url'),
       nonce: randomBytes(32).toString('base64url'),
@@ -447,7 +470,7 @@ export function signInGate(o: SignInGateOptions): RouteStage {
    * The callback's answer, with the pre-login cookie it consumed cleared (Max-Age=0, its own
    * Path): every answer, success or failure, ends that sign-in attempt.
    */
-  const callback = async (s: RequestState): Promise<Outcome> => {
+  const callback = async (s: RequestState): Promise<NonNullable<Outcome>> => {
     const state = new URL(origin(s) + ownTarget(s)).searchParams.get('state') ?? '';
     const loginCookie = state ? loginCookiePrefix + state.slice(0, 16) : null;
     const out = await callbackAnswer(s, loginCookie);
@@ -509,38 +532,94 @@ export function signInGate(o: SignInGateOptions): RouteStage {
     };
   };
 
+  const session = (s: RequestState): Session | null => {
+    const now = nowS();
+    const found = readSession(keys.session, getCookie(s.req.headers.cookie, sessionCookie(s)), now, policy);
+    if (found && needsRefresh(found, now, policy)) {
+      refreshes.set(s, setCookie(sessionCookie(s), seal(keys.session, 'session', { ...found, seen: now }), cookieAttrs(s, found.exp - now)));
+    }
+    return found;
+  };
+
+  const challenge = (s: RequestState): Promise<NonNullable<Outcome>> | NonNullable<Outcome> => {
+    const returnTo = sanitizeReturnTo(ownTarget(s), base || '/', isReserved);
+    if (isBrowserNavigation(s)) return startLogin(s, returnTo);
+    const login = loginAgain(s, returnTo);
+    return moduleError(s, 7106, `sign-in through ${o.providerName} of this route is required: open ${login} in a browser`, {
+      'www-authenticate': `${o.challenge} realm="${s.host}", login="${login}"`,
+    });
+  };
+
   return {
-    name: module,
-    onRequest(s) {
-      if (s.path.startsWith(reservedPrefix)) {
-        if (s.path === callbackPath) return callback(s);
-        if (s.path === logoutPath) return logout(s);
-        if (s.path === loginPath) {
-          const q = ownTarget(s).indexOf('?');
-          const rt = q < 0 ? null : new URLSearchParams(ownTarget(s).slice(q + 1)).get('return_to');
-          return startLogin(s, sanitizeReturnTo(rt, base || '/', isReserved));
-        }
-        return moduleError(s, 7108, 'no such sign-in path');
-      }
-      const now = nowS();
-      const session = readSession(keys.session, getCookie(s.req.headers.cookie, sessionCookie(s)), now, policy);
-      if (session) {
-        if (needsRefresh(session, now, policy)) {
-          refreshes.set(s, setCookie(sessionCookie(s), seal(keys.session, 'session', { ...session, seen: now }), cookieAttrs(s, session.exp - now)));
-        }
-        return forward(s, session);
-      }
-      if (o.optionsPassthrough && s.req.method === 'OPTIONS') return forward(s, null);
-      const returnTo = sanitizeReturnTo(ownTarget(s), base || '/', isReserved);
-      if (isBrowserNavigation(s)) return startLogin(s, returnTo);
-      const login = loginAgain(s, returnTo);
-      return moduleError(s, 7106, `sign-in through ${o.providerName} of this route is required: open ${login} in a browser`, {
-        'www-authenticate': `${o.challenge} realm="${s.host}", login="${login}"`,
-      });
-    },
+    callback,
+    logout,
+    startLogin,
+    session,
+    challenge,
     onResponse(s, r) {
       const c = refreshes.get(s);
       if (c) r.headers.push('set-cookie', c);
+    },
+    dropCookies,
+    ownTarget,
+    origin,
+  };
+}
+
+/**
+ * The request side of a sign-in module (see oidc.ts for the behaviour, which oauth shares):
+ * the reserved paths `<base>/.warren/<module>/{callback,login,logout}`, the sealed pre-login and
+ * session cookies, 302 for browser navigations and 401 otherwise, OPTIONS passthrough, the sliding
+ * session refresh, and the identity headers on what goes upstream.
+ */
+export function signInGate(o: SignInGateOptions): RouteStage {
+  const base = routeBase(o.route);
+  const reservedPrefix = `${base}/.warren/${o.module}/`;
+  const loginPath = `${reservedPrefix}login`;
+  const logoutPath = `${reservedPrefix}logout`;
+  const isReserved = (p: string) => p.startsWith(reservedPrefix);
+  const flow = signInFlow({
+    ...o,
+    base,
+    callbackPath: `${reservedPrefix}callback`,
+    isReserved,
+    sessionCookie: (scheme) => sessionCookieName(o.cookiePrefix, o.module, scheme),
+    loginCookiePrefix: `${o.cookiePrefix}${o.module}.login.`,
+    loginUrl: (returnTo) => `${loginPath}?return_to=${encodeURIComponent(returnTo)}`,
+  });
+
+  const forward = (s: RequestState, session: Session | null): null => {
+    stripIdentityHeaders(s.headers);
+    flow.dropCookies(s);
+    if (session) {
+      if (session.email) s.headers.push(IDENTITY_HEADERS.email, headerValue(session.email));
+      s.headers.push(IDENTITY_HEADERS.id, headerValue(session.sub));
+      if (session.name) s.headers.push(IDENTITY_HEADERS.name, headerValue(session.name));
+    }
+    return null;
+  };
+
+  return {
+    name: o.module,
+    onRequest(s) {
+      if (s.path.startsWith(reservedPrefix)) {
+        if (s.path === `${reservedPrefix}callback`) return flow.callback(s);
+        if (s.path === logoutPath) return flow.logout(s);
+        if (s.path === loginPath) {
+          const target = flow.ownTarget(s);
+          const q = target.indexOf('?');
+          const rt = q < 0 ? null : new URLSearchParams(target.slice(q + 1)).get('return_to');
+          return flow.startLogin(s, sanitizeReturnTo(rt, base || '/', isReserved));
+        }
+        return moduleError(s, 7108, 'no such sign-in path');
+      }
+      const session = flow.session(s);
+      if (session) return forward(s, session);
+      if (o.optionsPassthrough && s.req.method === 'OPTIONS') return forward(s, null);
+      return flow.challenge(s);
+    },
+    onResponse(s, r) {
+      flow.onResponse(s, r);
     },
   };
 }

@@ -2,7 +2,7 @@ import * as client from 'openid-client';
 import type { RouteStage, StageFactory } from '../pipeline/types.js';
 import { enabledModule } from './common.js';
 import { DiscoveryCache } from './oidc-discovery.js';
-import { deriveOidcKeys, signInGate, type Identity, type SessionPolicy, type SignInModuleFields } from './oidc-session.js';
+import { deriveOidcKeys, signInGate, type Identity, type SessionPolicy, type SignInModuleFields, type SignInProvider } from './oidc-session.js';
 
 export { routeBase, isBrowserNavigation } from './oidc-session.js';
 
@@ -102,7 +102,7 @@ export function requestedScopes(configured: readonly string[] | undefined): stri
  * pass extra authorization parameters and read more claims.
  */
 export async function oidcAuthorizationUrl(config: client.Configuration, login: { state: string; nonce: string; verifier: string }, redirectUri: string, scope: string, extra: Record<string, string> = {}, opts: { pkce?: boolean; nonce?: boolean } = {}): Promise<URL> {
-  const params: Record<string, string> = { redirect_uri: redirectUri, scope, state: login.state, ...extra };
+  const params: Record<string, string> = { ...extra, redirect_uri: redirectUri, scope, state: login.state };
   if (opts.nonce !== false) params.nonce = login.nonce;
   if (opts.pkce !== false) {
     params.code_challenge = await client.calculatePKCECodeChallenge(login.verifier);
@@ -142,6 +142,25 @@ export async function oidcExchange(
 
 const str = (v: unknown) => (typeof v === 'string' ? v : '');
 
+/**
+ * An OpenID provider found by discovery at `issuer`, as the `oidc` route module and the traffic
+ * policy's `openid-connect` action (`policy/auth-actions.ts`) sign in through it: the identity is
+ * the `sub`, `email` and `name` claims (userinfo asked when the ID token lacks email or name).
+ * `extra`: further authorization request parameters (the action's `authz_url_params`);
+ * `dropUnverifiedEmail` (the action, whose rules authorize by the email): an email the provider
+ * marks `email_verified: false` is not the identity's.
+ */
+export function oidcProvider(p: { issuer: string; clientId: string; secret: string; scope: string; extra?: Record<string, string>; discovery: DiscoveryCache; log: { info(o: object, msg: string): void }; dropUnverifiedEmail?: boolean }): SignInProvider {
+  const config = () => p.discovery.config(p.issuer, p.clientId, p.secret);
+  return {
+    authorizationUrl: async (login, redirectUri) => oidcAuthorizationUrl(await config(), login, redirectUri, p.scope, p.extra),
+    exchange: async (url, login): Promise<Identity> => {
+      const claims = await oidcExchange(await config(), url, login, (c) => typeof c.email !== 'string' || typeof c.name !== 'string', p.log);
+      return { sub: claims.sub, email: p.dropUnverifiedEmail && claims.email_verified === false ? '' : str(claims.email), name: str(claims.name) };
+    },
+  };
+}
+
 export function createOidcStage(opts: OidcOptions = {}): StageFactory {
   const nowMs = opts.now ?? Date.now;
   const discovery = opts.discovery ?? new DiscoveryCache();
@@ -175,13 +194,7 @@ export function createOidcStage(opts: OidcOptions = {}): StageFactory {
       providerLabel: issuer,
       nowMs,
       log,
-      provider: {
-        authorizationUrl: async (login, redirectUri) => oidcAuthorizationUrl(await discovery.config(issuer, clientId, secret), login, redirectUri, scope),
-        exchange: async (url, login): Promise<Identity> => {
-          const claims = await oidcExchange(await discovery.config(issuer, clientId, secret), url, login, (c) => typeof c.email !== 'string' || typeof c.name !== 'string', log);
-          return { sub: claims.sub, email: str(claims.email), name: str(claims.name) };
-        },
-      },
+      provider: oidcProvider({ issuer, clientId, secret, scope, discovery, log }),
     });
   };
 }

@@ -1,7 +1,7 @@
 import type http from 'node:http';
 import type { Transform } from 'node:stream';
 import type { DataPlaneConfig, DpEdge, DpRoute } from '@warren/shared';
-import type { Outcome, RequestState, ResponseState, RouteStage, StageDeps, StageFactory } from './types.js';
+import type { Outcome, RequestState, ResponseState, RouteStage, StageDeps, StageFactory, UpstreamResult } from './types.js';
 
 /** Largest request body buffered for a stage that needs it (webhook verification); over it, 413. */
 export const MAX_BUFFERED_BODY = 1024 * 1024;
@@ -37,18 +37,42 @@ export class RoutePipeline {
     return this.responseStages.length > 0 || this.transformStages.length > 0 || this.resultStages.length > 0;
   }
 
+  /** Some stage listens for upstream results (a circuit breaker). */
+  get hasResultStages(): boolean {
+    return this.resultStages.length > 0;
+  }
+
   /**
    * Runs the request stages in order; the first Outcome ends the request there. Synchronous
    * until a stage answers with a promise (a rate-limit check): no promise per request otherwise.
+   * A request a stage answers, or whose stages fail, has no upstream result: the result stages
+   * are told `'none'` (a circuit breaker's half-open probe frees its place).
    */
   onRequest(s: RequestState, from = 0): Outcome | Promise<Outcome> {
     const stages = this.requestStages;
-    for (let i = from; i < stages.length; i++) {
-      const out = stages[i]!.onRequest!(s);
-      if (out instanceof Promise) return i + 1 < stages.length ? out.then((o) => o ?? this.onRequest(s, i + 1)) : out;
-      if (out) return out;
+    try {
+      for (let i = from; i < stages.length; i++) {
+        const out = stages[i]!.onRequest!(s);
+        if (out instanceof Promise) {
+          if (i + 1 < stages.length) return out.then((o) => (o ? this.answered(s, o) : this.onRequest(s, i + 1)), (err: unknown) => this.failed(s, err));
+          return this.resultStages.length === 0 ? out : out.then((o) => (o ? this.answered(s, o) : o), (err: unknown) => this.failed(s, err));
+        }
+        if (out) return this.answered(s, out);
+      }
+    } catch (err) {
+      this.failed(s, err);
     }
     return null;
+  }
+
+  private answered(s: RequestState, out: NonNullable<Outcome>): NonNullable<Outcome> {
+    if (this.resultStages.length > 0) this.onResult(s, 'none');
+    return out;
+  }
+
+  private failed(s: RequestState, err: unknown): never {
+    if (this.resultStages.length > 0) this.onResult(s, 'none');
+    throw err;
   }
 
   /** Runs the response stages on the head; an Outcome replaces the upstream's response. */
@@ -66,7 +90,7 @@ export class RoutePipeline {
     return { status: r.status, headers: r.headers, transforms };
   }
 
-  onResult(s: RequestState, result: number | 'error'): void {
+  onResult(s: RequestState, result: UpstreamResult): void {
     for (const stage of this.resultStages) stage.onResult!(s, result);
   }
 }

@@ -65,9 +65,17 @@ export interface RouteStage {
   onResponse?(s: RequestState, r: ResponseState): Outcome | void | Promise<Outcome | void>;
   /** May wrap the response body (compression); called after every onResponse, with the final head. */
   transformBody?(s: RequestState, r: ResponseState): Transform | null;
-  /** The request's outcome at the upstream: its status, or 'error' when the tunnel/agent failed (circuit breaker). */
-  onResult?(s: RequestState, result: number | 'error'): void;
+  /** The request's outcome at the upstream (circuit breaker); see `UpstreamResult`. */
+  onResult?(s: RequestState, result: UpstreamResult): void;
 }
+
+/**
+ * A request's outcome at the upstream: its status, 'error' when the tunnel/agent failed, or
+ * 'none' when it ended without one (a stage refused it, the stages failed, the client went away
+ * before the answer, an Upgrade). 'none' may follow another result of the same request (then it
+ * means nothing), and is told only to pipelines with result stages.
+ */
+export type UpstreamResult = number | 'error' | 'none';
 
 /** Sliding-window counting per ingress server (the spec's rate-limit action). */
 export interface RateLimiter {

@@ -5,6 +5,7 @@ import { addVary, claimCompression, compressibleResponse, contentEncoded, create
 import { createWebhookChecks, type WebhookCheck, type WebhookCheckResult, type WebhookVerificationOptions } from '../modules/webhook-verification.js';
 import type { Outcome, RequestState, ResponseState } from '../pipeline/types.js';
 import { actionsOf } from './activation.js';
+import { originalRequestBody } from './find-replace.js';
 
 /**
  * The traffic-policy body actions at run time (validated by
@@ -92,7 +93,8 @@ function afterCheck(a: CompiledVerifyWebhook, s: RequestState, result: WebhookCh
  * SNS (a certificate may have to be fetched).
  */
 export function runVerifyWebhook(a: CompiledVerifyWebhook, s: RequestState): Outcome | Promise<Outcome> {
-  const result = a.check(s, s.body ?? NO_BODY);
+  // The body as the client sent it, even after a request-body-find-replace.
+  const result = a.check(s, originalRequestBody(s) ?? NO_BODY);
   return result instanceof Promise ? result.then((r) => afterCheck(a, s, r)) : afterCheck(a, s, result);
 }
 
@@ -116,6 +118,11 @@ export function runCompressResponse(a: CompiledCompressResponse, s: RequestState
   if (!coding) return;
   pending.set(s, { coding, ...encodeHead(r.headers, coding) });
   vars.negotiated_algorithm = coding;
+}
+
+/** The coding an earlier compress-response set on `s`'s head, its body not compressed yet (find-replace then sees it plain). */
+export function compressionPending(s: RequestState): Coding | undefined {
+  return pending.get(s)?.coding;
 }
 
 /** The stage's `transformBody`: the compressor a compress-response decided on, or null. */

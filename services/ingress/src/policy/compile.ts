@@ -5,6 +5,8 @@ import { compileRedirect, compileUrlRewrite, type CompiledRedirect, type Compile
 import { compileJwtValidation, type CompiledJwtValidation } from './jwt-action.js';
 import { compileCompressResponse, compileVerifyWebhook, type CompiledCompressResponse, type CompiledVerifyWebhook } from './body-actions.js';
 import { compileCircuitBreaker, type CompiledCircuitBreaker, type CompiledCloseConnection } from './flow-actions.js';
+import { compileFindReplaceAction, type CompiledFindReplace } from './find-replace.js';
+import { compileAuthAction, type AuthRouter, type CompiledAuthAction } from './auth-actions.js';
 
 /**
  * A traffic policy compiled once per config version: every CEL expression parsed and
@@ -42,7 +44,7 @@ export interface CompiledRemoveHeaders {
   lower: Set<string>;
 }
 
-export type CompiledAction = CompiledRateLimit | CompiledRespond | CompiledAddHeaders | CompiledRemoveHeaders | CompiledRestrictIps | CompiledBasicAuth | CompiledSetVars | CompiledLog | CompiledUrlRewrite | CompiledRedirect | CompiledJwtValidation | CompiledVerifyWebhook | CompiledCompressResponse | CompiledCircuitBreaker | CompiledCloseConnection;
+export type CompiledAction = CompiledRateLimit | CompiledRespond | CompiledAddHeaders | CompiledRemoveHeaders | CompiledRestrictIps | CompiledBasicAuth | CompiledSetVars | CompiledLog | CompiledUrlRewrite | CompiledRedirect | CompiledJwtValidation | CompiledVerifyWebhook | CompiledCompressResponse | CompiledCircuitBreaker | CompiledCloseConnection | CompiledFindReplace | CompiledAuthAction;
 
 export interface CompiledRule {
   /** `inbound[0]`, for logs. */
@@ -54,6 +56,8 @@ export interface CompiledRule {
 export interface CompiledPolicy {
   inbound: CompiledRule[];
   outbound: CompiledRule[];
+  /** The special paths of the oauth / openid-connect actions, once bound to the route (`auth-actions.ts` `bindAuthActions`). */
+  auth?: AuthRouter | null;
 }
 
 /** `where`: the action's path in the policy (`inbound[0].actions[1]`), for evaluation errors. `ipPolicyRules`: for restrict-ips `ip_policies`. */
@@ -103,6 +107,12 @@ function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirect
       return compileCircuitBreaker(a.config, routeId, where);
     case 'close-connection':
       return { kind: 'close-connection' };
+    case 'request-body-find-replace':
+    case 'response-body-find-replace':
+      return compileFindReplaceAction(a.type, a.config, direction, where);
+    case 'oauth':
+    case 'openid-connect':
+      return compileAuthAction(a);
   }
 }
 

@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
 import { Counter, type Registry } from 'prom-client';
 import type { Logger } from 'pino';
-import type { CelProgram } from '@warren/shared';
+import type { CelProgram, PolicyDirection } from '@warren/shared';
 import type { Transform } from 'node:stream';
-import type { Outcome, RateLimiter, RateLimitResult, RequestState, ResponseState, RouteStage } from '../pipeline/types.js';
+import type { Outcome, RateLimiter, RateLimitResult, RequestState, ResponseState, RouteStage, UpstreamResult } from '../pipeline/types.js';
 import { Activation, actionsOf } from './activation.js';
 import { basicAuth, restrictIps } from './access-actions.js';
 import { runLog, runSetVars } from './var-actions.js';
@@ -11,6 +11,8 @@ import { runRedirect, runUrlRewrite } from './url-actions.js';
 import { jwtReadsBody, observeJwks, runJwtValidation } from './jwt-action.js';
 import { compressTransform, hasActionKind, runCompressResponse, runVerifyWebhook } from './body-actions.js';
 import { CLOSE_CONNECTION, hasCircuitBreaker, recordCircuitBreakers, runCircuitBreaker } from './flow-actions.js';
+import { runAuthAction } from './auth-actions.js';
+import { findReplaceTransform, observeFindReplace, runRequestFindReplace, runResponseFindReplace } from './find-replace.js';
 import type { CompiledAddHeaders, CompiledPolicy, CompiledRateLimit, CompiledRespond, CompiledRule } from './compile.js';
 import { celToHeaderText, isValidHeaderValue, withoutHeaders } from './headers.js';
 
@@ -55,12 +57,12 @@ export class TrafficPolicyStage implements RouteStage {
   readonly name = 'traffic_policy';
   readonly onRequest?: (s: RequestState) => Outcome | Promise<Outcome>;
   readonly onResponse?: (s: RequestState, r: ResponseState) => Outcome | Promise<Outcome>;
-  /** Declared only by a policy with a verify-webhook action or a jwt-validation body token (the runner then buffers the body). */
+  /** Declared only by a policy with a verify-webhook or request-body-find-replace action or a jwt-validation body token (the runner then buffers the body). */
   readonly needsBody?: boolean;
-  /** Declared only by a policy with a compress-response action (`body-actions.ts`). */
+  /** Declared only by a policy with a compress-response or response-body-find-replace action (`body-actions.ts`, `find-replace.ts`). */
   readonly transformBody?: (s: RequestState, r: ResponseState) => Transform | null;
   /** Declared only by a policy with a circuit-breaker action that can trip (`flow-actions.ts`). */
-  readonly onResult?: (s: RequestState, result: number | 'error') => void;
+  readonly onResult?: (s: RequestState, result: UpstreamResult) => void;
   private readonly errors: Counter<'direction'>;
   /** Expression locations already logged: each failing one is logged once per policy. */
   private readonly logged = new Set<string>();
@@ -72,14 +74,28 @@ export class TrafficPolicyStage implements RouteStage {
   ) {
     this.errors = errorCounter(deps.registry);
     if (policy.inbound.length > 0) this.onRequest = (s) => this.runRequest(s);
-    if (policy.outbound.length > 0) this.onResponse = (s, r) => this.runResponse(s, r);
-    if (hasActionKind(policy.inbound, 'verify-webhook') || jwtReadsBody(policy.inbound)) this.needsBody = true;
+    if (policy.outbound.length > 0 || policy.auth) {
+      // oauth / openid-connect: a sliding session's refreshed cookie goes on the upstream's response.
+      const auth = policy.auth;
+      this.onResponse = auth ? (s, r) => (auth.onResponse(s, r), this.runResponse(s, r)) : (s, r) => this.runResponse(s, r);
+    }
+    const requestFindReplace = hasActionKind(policy.inbound, 'request-body-find-replace');
+    if (hasActionKind(policy.inbound, 'verify-webhook') || jwtReadsBody(policy.inbound) || requestFindReplace) this.needsBody = true;
     if (hasActionKind(policy.inbound, 'jwt-validation')) observeJwks(policy.inbound, deps.registry, deps.log);
-    if (hasActionKind(policy.outbound, 'compress-response')) this.transformBody = compressTransform;
+    const responseFindReplace = hasActionKind(policy.outbound, 'response-body-find-replace');
+    if (requestFindReplace || responseFindReplace) observeFindReplace(deps.registry);
+    if (responseFindReplace) {
+      // Replace first, then compress (a compress-response's compressor is chained after the rewrite).
+      const compress = hasActionKind(policy.outbound, 'compress-response');
+      this.transformBody = (s, r) => findReplaceTransform(s, r, compress ? compressTransform(s, r) : null, (err) => this.failedIn('outbound', 'response-body-find-replace', err));
+    } else if (hasActionKind(policy.outbound, 'compress-response')) this.transformBody = compressTransform;
     if (hasCircuitBreaker(policy.inbound)) this.onResult = (s, result) => recordCircuitBreakers(s, result, deps.log);
   }
 
   private runRequest(s: RequestState): Outcome | Promise<Outcome> {
+    // oauth / openid-connect special paths (`<prefix>/ngrok/{login,logout,callback}`) are answered before any rule.
+    const special = this.policy.auth?.specialPath(s);
+    if (special) return special;
     const run: Run = {
       act: new Activation(s, null),
       rules: this.policy.inbound,
@@ -181,6 +197,23 @@ export class TrafficPolicyStage implements RouteStage {
           }
           case 'close-connection':
             return CLOSE_CONNECTION;
+          case 'oauth':
+          case 'openid-connect': {
+            // Inbound only (validated): terminating (302 / 401) without a session, else the rules go on.
+            const out = runAuthAction(a, run.act);
+            if (out) return out;
+            break;
+          }
+          case 'request-body-find-replace': {
+            // Inbound only (validated): the body is buffered (`needsBody`). Asynchronous for an encoded body: then the rules go on after it.
+            const out = runRequestFindReplace(run.act, a, (where, err) => this.failed(run, where, err));
+            if (out instanceof Promise) return out.then(() => this.runFrom(run, i, j + 1));
+            break;
+          }
+          case 'response-body-find-replace':
+            // Outbound only (validated): decides on the head; `transformBody` rewrites the body.
+            runResponseFindReplace(run.act, a, (where, err) => this.failed(run, where, err));
+            break;
         }
       }
     }
@@ -205,7 +238,11 @@ export class TrafficPolicyStage implements RouteStage {
   }
 
   private failed(run: Run, where: string, err: unknown): void {
-    this.errors.inc({ direction: run.act.r ? 'outbound' : 'inbound' });
+    this.failedIn(run.act.r ? 'outbound' : 'inbound', where, err);
+  }
+
+  private failedIn(direction: PolicyDirection, where: string, err: unknown): void {
+    this.errors.inc({ direction });
     if (this.logged.has(where) || this.logged.size > 1000) return;
     this.logged.add(where);
     const msg = err instanceof Error ? ((err as { summary?: string }).summary ?? err.message.split('\n')[0]) : String(err);

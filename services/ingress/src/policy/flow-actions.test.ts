@@ -2,6 +2,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BreakerRegistry } from '../modules/circuit-breaker.js';
+import { RoutePipeline } from '../pipeline/runner.js';
 import { sendOutcome } from '../http/public.js';
 import type { Outcome, RequestState, RouteStage } from '../pipeline/types.js';
 import { CLOSE_CONNECTION, useBreakerRegistry } from './flow-actions.js';
@@ -137,6 +138,55 @@ describe('circuit-breaker', () => {
     // Another route, or the same action with other settings, has its own breaker.
     expect(await send(stage(policy, 'rt_2'), 200)).toBe(200);
     expect(await send(stage(breakerPolicy({ volume_threshold: 5 })), 200)).toBe(200);
+  });
+
+  it("keeps exactly the breakers of the config last compiled: another account's many breakers cannot reset one", async () => {
+    const victimPolicy = breakerPolicy({ tripped_duration: '2m' });
+    const compile = (policy: unknown, routeId: string, config: object) => trafficPolicyStage({ ...route(policy), id: routeId, accountId: routeId === 'rt_victim' ? 'ac_victim' : 'ac_other' }, EDGE, config as typeof CONFIG, deps())!;
+    const v1 = { ...CONFIG };
+    const victim = compile(victimPolicy, 'rt_victim', v1);
+    for (let i = 0; i < 4; i++) await send(victim, 500);
+    expect(await send(victim, 200)).toBe(503);
+    // The next version: another account's 1,100 routes of 10 breakers each (more than the old LRU's 10,000), and the victim's route.
+    const v2 = { ...CONFIG };
+    const ten = { inbound: [{ actions: Array.from({ length: 10 }, () => ({ type: 'circuit-breaker' })) }] };
+    for (let i = 0; i < 1_100; i++) compile(ten, `rt_other${i}`, v2);
+    expect(await send(compile(victimPolicy, 'rt_victim', v2), 200)).toBe(503);
+    // A version without the victim's breaker drops it (and the other account's): back, it starts afresh.
+    compile(ten, 'rt_other0', { ...CONFIG });
+    expect(await send(compile(victimPolicy, 'rt_victim', { ...CONFIG }), 200)).toBe(200);
+  });
+
+  it.each([
+    ['deny', { type: 'deny' }],
+    ['jwt-validation', { type: 'jwt-validation', config: { issuer: { allow_list: [{ value: 'https://issuer.example/' }] }, audience: { allow_list: [{ value: 'api' }] }, http: { tokens: [{ type: 'jwt', method: 'header', name: 'Authorization', prefix: 'Bearer ' }] }, jws: { allowed_algorithms: ['RS256'], keys: { sources: { additional_jkus: ['https://issuer.example/jwks'] } } } } }],
+    ['basic-auth', { type: 'basic-auth', config: { credentials: ['user:password1'] } }],
+  ])('a half-open probe a later rule refuses (%s) frees its place: the next request probes', async (_, refusing) => {
+    const pipeline = new RoutePipeline([
+      stage({
+        inbound: [
+          { actions: [{ type: 'circuit-breaker', config: { volume_threshold: 2, tripped_duration: '10s' } }] },
+          { expressions: ["req.url.path.startsWith('/refused')"], actions: [refusing] },
+        ],
+      }),
+    ]);
+    const through = async (url: string, result: number): Promise<number> => {
+      const r = request({ url });
+      const out = (await pipeline.onRequest(r)) as Exclude<Outcome, null> | null;
+      if (out) return out.status;
+      pipeline.onResult(r, result);
+      return result;
+    };
+    await through('/x', 500);
+    await through('/x', 500); // tripped
+    t += 10_000;
+    expect(await through('/refused', 200)).toBeGreaterThanOrEqual(400); // takes the probe, refused by the later rule
+    // It used to hold the place for tripped_duration: one such request per period kept the circuit open.
+    const probe = request({ url: '/x' });
+    expect(await pipeline.onRequest(probe)).toBeNull();
+    expect(await through('/x', 200)).toBe(503); // one probe at a time
+    pipeline.onResult(probe, 200); // the upstream has recovered: closed
+    expect(await through('/x', 200)).toBe(200);
   });
 
   it('two breakers in one policy count the same request each', async () => {

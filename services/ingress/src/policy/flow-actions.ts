@@ -2,7 +2,7 @@ import type http from 'node:http';
 import type { Logger } from 'pino';
 import type { CircuitBreakerAction } from '@warren/shared';
 import { BreakerRegistry, breakerOpen, recordBreakerResult, type CircuitBreaker, type CircuitBreakerSettings } from '../modules/circuit-breaker.js';
-import type { Outcome, RequestState } from '../pipeline/types.js';
+import type { Outcome, RequestState, UpstreamResult } from '../pipeline/types.js';
 
 /**
  * The traffic-policy flow-control actions at run time (validated by
@@ -13,7 +13,9 @@ import type { Outcome, RequestState } from '../pipeline/types.js';
  * window of `window_duration` in 10 buckets counts the upstream results of the requests the
  * action let through. An error is a 5xx status from the upstream, or the upstream not reached
  * at all (no tunnel online, the agent or tunnel failed: the client got a 502/503 from the
- * ingress). A request refused by a later rule or stage has no result and is not counted. After
+ * ingress). A request refused by a later rule or stage, whose client went away before the
+ * answer, or an Upgrade, has no result and is not counted (`'none'`: as a half-open probe it
+ * frees its place at once, so such requests cannot hold the circuit open). After
  * an error, the circuit trips when the window holds at least `volume_threshold` results and
  * errors/results ≥ `error_threshold`. While tripped, a request reaching the action gets 503
  * `ERR_WARREN_7103` with `Retry-After` and no later rule runs; after `tripped_duration` one
@@ -24,7 +26,9 @@ import type { Outcome, RequestState } from '../pipeline/types.js';
  *
  * Scope: one breaker per route and action (its place, `inbound[i].actions[j]`), per ingress
  * process. It survives config versions while the action stays in its place with the same
- * settings; a policy edit that moves or changes it starts it afresh.
+ * settings; a policy edit that moves or changes it starts it afresh. The registry keeps exactly
+ * the breakers of the config last compiled (`BreakerRegistry`, `breakersCompiling`), and a
+ * policy has at most `CIRCUIT_BREAKER_LIMITS.perPolicy` of them.
  *
  * `close-connection` (https://ngrok.com/docs/traffic-policy/actions/close-connection/): the
  * client connection is destroyed without a response (`CLOSE_CONNECTION`, carried out by
@@ -49,6 +53,11 @@ export interface CompiledCloseConnection {
 
 /** The policy's breakers, per ingress process (see `BreakerRegistry`). */
 let breakers = new BreakerRegistry();
+
+/** `config` is being compiled: the policies' breakers are those it names from now on (see `BreakerRegistry`). */
+export function breakersCompiling(config: object): void {
+  breakers.compiling(config);
+}
 
 /** For tests: a registry with its own clock. Returns the one it replaces. */
 export function useBreakerRegistry(registry: BreakerRegistry): BreakerRegistry {
@@ -85,7 +94,7 @@ export function runCircuitBreaker(a: CompiledCircuitBreaker, s: RequestState): O
 }
 
 /** The request's upstream result, counted by every breaker of the policy that let it through. */
-export function recordCircuitBreakers(s: RequestState, result: number | 'error', log: Logger): void {
+export function recordCircuitBreakers(s: RequestState, result: UpstreamResult, log: Logger): void {
   const list = admitted.get(s);
   if (!list) return;
   admitted.delete(s);

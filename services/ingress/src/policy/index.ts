@@ -2,6 +2,9 @@ import { validateTrafficPolicy } from '@warren/shared';
 import type { StageFactory } from '../pipeline/types.js';
 import { compilePolicy } from './compile.js';
 import { TrafficPolicyStage } from './engine.js';
+import { bindAuthActions } from './auth-actions.js';
+import { breakersCompiling } from './flow-actions.js';
+import { defaultJwksRegistry } from './jwt-action.js';
 
 /**
  * The route's `traffic_policy` module as a pipeline stage, compiled once per config version;
@@ -9,6 +12,9 @@ import { TrafficPolicyStage } from './engine.js';
  * enabled but unusable (the control plane could not parse it, or it no longer validates).
  */
 export const trafficPolicyStage: StageFactory = (route, _edge, config, deps) => {
+  // Circuit breakers and JWK sets are kept for the config being compiled (carried over when unchanged), the rest dropped.
+  breakersCompiling(config);
+  defaultJwksRegistry.compiling(config);
   const tp = route.trafficPolicy;
   if (!tp || !tp.enabled) return null;
   if (tp.value === null || tp.value === undefined) throw new Error(`route ${route.id}: the traffic policy is enabled but could not be parsed by the control plane`);
@@ -19,7 +25,10 @@ export const trafficPolicyStage: StageFactory = (route, _edge, config, deps) => 
     const p = config.ipPolicies?.get(id);
     return p && p.accountId === route.accountId ? p.rules : undefined;
   };
-  return new TrafficPolicyStage(compilePolicy(policy, route.id, ipPolicyRules), route.id, deps);
+  const compiled = compilePolicy(policy, route.id, ipPolicyRules);
+  // oauth / openid-connect: their sign-ins on this route (throws, so 503, when one cannot run here).
+  compiled.auth = bindAuthActions(compiled.inbound, route, deps.log);
+  return new TrafficPolicyStage(compiled, route.id, deps);
 };
 
 export { TrafficPolicyStage } from './engine.js';

@@ -531,11 +531,12 @@ describe('JWK set caching (a fake fetcher and clock)', () => {
     expect(await rotated).toBeNull();
   });
 
-  it('uses the lifetime of Cache-Control, clamped to 1 minute – 24 hours', async () => {
+  it('uses the lifetime of Cache-Control, clamped to 1 – 15 minutes: it may shorten the default, never lengthen it', async () => {
     const o = { minTtlMs: JWKS_FETCH.minTtlMs, maxTtlMs: JWKS_FETCH.maxTtlMs };
+    expect(JWKS_FETCH.maxTtlMs).toBe(JWKS_FETCH.ttlMs);
     expect(
-      [undefined, '', 'public', 'max-age=300', 'public, max-age=5', 'max-age=9999999', 'no-store', 'no-cache, max-age=600', 's-maxage=120, max-age=30', 'max-age="90"', 'max-age=abc', 'max-age=-1'].map((cc) => jwksMaxAge(cc, o)),
-    ).toEqual([null, null, null, 300_000, 60_000, 86_400_000, 60_000, 60_000, 120_000, 90_000, null, null]);
+      [undefined, '', 'public', 'max-age=300', 'public, max-age=5', 'max-age=9999999', 'max-age=86400', 'max-age=901', 'no-store', 'no-cache, max-age=600', 's-maxage=120, max-age=30', 'max-age="90"', 'max-age=abc', 'max-age=-1'].map((cc) => jwksMaxAge(cc, o)),
+    ).toEqual([null, null, null, 300_000, 60_000, 900_000, 900_000, 900_000, 60_000, 60_000, 120_000, 90_000, null, null]);
     const { calls, a } = await fetched({}, { keys: [rsJwk], maxAgeMs: 2 * MIN });
     now = 90_000; // 75 % of 2 minutes
     await ok(a);
@@ -579,7 +580,16 @@ describe('jwt-validation with tokens in the body', () => {
   const idToken = { type: 'it+jwt', method: 'body', name: '_id_token' };
   function post(body: string | Buffer, contentType: string | undefined, o: { method?: string; headers?: string[] } = {}): RequestState {
     const r = request({ method: o.method ?? 'POST', headers: ['Host', 'app.example.com', ...(o.headers ?? [])] });
-    if (contentType) (r.req.headers as Record<string, string>)['content-type'] = contentType;
+    const raw = ['Host', 'app.example.com', ...(o.headers ?? [])];
+    if (contentType) raw.push('Content-Type', contentType);
+    const h = r.req.headers as Record<string, string>;
+    // As Node parses them: the first Content-Type kept, Content-Encoding values joined.
+    for (let i = 0; i < raw.length; i += 2) {
+      const name = raw[i]!.toLowerCase();
+      if (name === 'content-type' && h[name] === undefined) h[name] = raw[i + 1]!;
+      if (name === 'content-encoding') h[name] = h[name] === undefined ? raw[i + 1]! : `${h[name]}, ${raw[i + 1]!}`;
+    }
+    (r.req as { rawHeaders: string[] }).rawHeaders = raw;
     r.body = Buffer.from(body);
     return r;
   }
@@ -631,6 +641,20 @@ describe('jwt-validation with tokens in the body', () => {
     ['a number', async () => post('{"_id_token":42}', 'application/json'), 'token_malformed', 'the body field _id_token is not a string'],
     ['a token over 16 KiB', async () => post(`_id_token=${'a'.repeat(16 * 1024 + 1)}`, 'application/x-www-form-urlencoded'), 'token_malformed', 'is longer than 16384 characters'],
     ['an empty field', async () => post('_id_token=&x=1', 'application/x-www-form-urlencoded'), 'token_missing', 'no token in the body field _id_token'],
+    // Read as the upstream reads it, or not at all: another charset or a content encoding would
+    // be decoded by the upstream into other fields than the ones checked.
+    ['a JSON body in UTF-7', async () => post(`{"_id_token":"${await sign()}","x":"+ACI-,+ACI-_id_token+ACI-:+ACI-evil+ACI-,+ACI-y+ACI-:+ACI-"}`, 'application/json; charset=utf-7'), 'token_missing', 'UTF-8 bodies only (charset utf-8, or none), not charset "utf-7"'],
+    ['a quoted UTF-16 charset', async () => post(`{"_id_token":"${await sign()}"}`, 'application/json;Charset="UTF-16"'), 'token_missing', 'not charset "utf-16"'],
+    ['a JSON body in us-ascii', async () => post(`{"_id_token":"${await sign()}"}`, 'application/json; charset=us-ascii'), 'token_missing', 'not charset "us-ascii"'],
+    ['a form in latin1', async () => post(`_id_token=${await sign()}`, 'application/x-www-form-urlencoded; charset=iso-8859-1'), 'token_missing', '(charset utf-8 or us-ascii, or none), not charset "iso-8859-1"'],
+    ['two charset parameters', async () => post(`{"_id_token":"${await sign()}"}`, 'application/json; charset=utf-8; charset=utf-7'), 'token_missing', 'charset parameter is malformed or given more than once'],
+    ['a gzip body', async () => post(`{"_id_token":"${await sign()}"}`, 'application/json', { headers: ['Content-Encoding', 'gzip'] }), 'token_missing', 'without a content encoding only, not "gzip"'],
+    ['identity then gzip', async () => post(`{"_id_token":"${await sign()}"}`, 'application/json', { headers: ['Content-Encoding', 'identity', 'Content-Encoding', 'gzip'] }), 'token_missing', 'not "identity, gzip"'],
+    ['two Content-Type headers', async () => post(`{"_id_token":"${await sign()}"}`, 'application/json', { headers: ['content-type', 'application/json; charset=utf-7'] }), 'token_missing', 'more than one Content-Type header'],
+    // A malformed escape in the value: a 401, not a failed route (it used to throw out of the action: 502).
+    ['a value with an invalid escape', async () => post('{"_id_token":"\\q"}', 'application/json'), 'token_malformed', 'the body field _id_token is not a valid JSON string'],
+    ['a value with a short \\u escape', async () => post('{"_id_token":"\\u12"}', 'application/json'), 'token_malformed', 'the body field _id_token is not a valid JSON string'],
+    ['an invalid escape elsewhere', async () => post(`{"_id_token":"${await sign()}","x":"\\x41"}`, 'application/json'), 'token_missing', 'the body is not valid JSON'],
   ])('refuses %s', async (_, make, code, message) => {
     const a = action(bodyConfig([idToken]));
     const r = await make();
@@ -638,6 +662,20 @@ describe('jwt-validation with tokens in the body', () => {
     expect(out).toMatchObject({ status: 401, headers: { 'warren-error-code': 'ERR_WARREN_7122' } });
     expect(vars(r).error.code).toBe(code);
     expect(vars(r).error.message).toContain(message);
+  });
+
+  it('reads UTF-8 bodies however the charset is written, forms in US-ASCII too, and the identity encoding', async () => {
+    const a = action(bodyConfig([idToken]));
+    const tok = await sign();
+    for (const [body, type, extra] of [
+      [`{"_id_token":"${tok}"}`, 'application/json; charset="UTF-8"', []],
+      [`{"_id_token":"${tok}"}`, 'application/json;charset=utf-8 ; foo=bar', ['Content-Encoding', 'Identity']],
+      [`_id_token=${tok}`, 'application/x-www-form-urlencoded; Charset=US-ASCII', []],
+      [`_id_token=${tok}`, 'application/x-www-form-urlencoded; charset="utf-8"', []],
+    ] as const) {
+      const r = post(body, type, { headers: [...extra] });
+      expect(await run(a, r), type).toBeNull();
+    }
   });
 
   it('makes the stage buffer the body only for policies with a body token', () => {
@@ -662,11 +700,93 @@ describe('the body scanners', () => {
     }
   });
 
+  it('check every escape: a malformed one is not JSON, in a wanted value a malformed token; they never throw', () => {
+    for (const doc of ['{"a":"\\q"}', '{"a":"\\u12"}', '{"a":"\\u12g4"}', '{"a":["\\x"]}', '{"\\q":1}', '{"a":"\\', '{"a":"\\u00']) {
+      expect(jsonBodyFields(Buffer.from(doc), w, 100), doc).toEqual({ error: 'the body is not valid JSON' });
+    }
+    for (const doc of ['{"tok":"\\q"}', '{"tok":"\\u12"}', '{"TOK":"ab\\u00"}', '{"tok":"a\nb"}']) {
+      const found = jsonBodyFields(Buffer.from(doc), w, 100) as Map<string, BodyField>;
+      expect(found.get('tok'), doc).toEqual({ count: 1, value: null, problem: 'is not a valid JSON string' });
+    }
+    // A name is what it decodes to only when its escapes are JSON's: "t\ok" names nothing.
+    expect(jsonBodyFields(Buffer.from('{"t\\ok":"a"}'), w, 100)).toEqual({ error: 'the body is not valid JSON' });
+    const ok = jsonBodyFields(Buffer.from('{"t\\u006Fk":"\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9"}'), w, 100) as Map<string, BodyField>;
+    expect(ok.get('tok')!.value).toBe('"\\/\b\f\n\r\t\u00e9');
+  });
+
+  it('compare names in one pass whatever the wanted names share (hash, then bytes)', () => {
+    const long = 'a'.repeat(127);
+    const w4 = wantedFields([`${long}b`, `${long}c`, `${long}d`, `${long}E`]);
+    const body = `{"${long}z":1,"${long.toUpperCase()}e":"x","${long}c":"y","${long}f":2}`;
+    const found = jsonBodyFields(Buffer.from(body), w4, 100) as Map<string, BodyField>;
+    expect([...found.entries()].map(([k, f]) => [k.slice(-1), f.value])).toEqual([
+      ['e', 'x'],
+      ['c', 'y'],
+    ]);
+    expect([...formBodyFields(Buffer.from(`${long}B=1&${long}g=2`), w4, 100).keys()].map((k) => k.slice(-1))).toEqual(['b']);
+  });
+
   it('decode form fields as browsers encode them', () => {
     const f = formBodyFields(Buffer.from('a=1&&=x&TOK=a+b%2Bc%zz&other%5Fname&x=%F0%9F%98%80'), w, 100);
     expect([...f.entries()]).toEqual([
       ['tok', { count: 1, value: 'a b+c%zz', problem: '' }],
       ['other_name', { count: 1, value: '', problem: '' }],
     ]);
+  });
+});
+
+describe('the JWK set registry', () => {
+  /** A registry whose fetches succeed while `up`, on a clock the test moves. */
+  function registry() {
+    const t = { now: 1_000_000, up: true, fetches: [] as string[] };
+    const reg = new JwksRegistry({
+      now: () => t.now,
+      fetch: (url) => {
+        t.fetches.push(url.href);
+        return t.up ? Promise.resolve({ keys: [], maxAgeMs: null } as FetchedJwks) : Promise.reject(new Error('IdP down'));
+      },
+    });
+    return { t, reg };
+  }
+  const usable = async (reg: JwksRegistry, href: string) => 'set' in (await reg.get(href).current(undefined));
+  const victim = 'https://idp.victim.example/jwks';
+
+  it("keeps the sets the config names: another account's URLs cannot push one out (and with it its stale grace)", async () => {
+    const { t, reg } = registry();
+    reg.compiling({ version: 1 });
+    expect(await usable(reg, victim)).toBe(true);
+    t.up = false;
+    t.now += 16 * 60_000; // expired a minute ago: used stale while refetches fail
+    expect(await usable(reg, victim)).toBe(true);
+    // The next config version: another account's many URLs (more than the old LRU's 1,000), and the victim's route.
+    reg.compiling({ version: 2 });
+    for (let i = 0; i < 1_500; i++) reg.get(`https://other.example/${i}`);
+    expect(await usable(reg, victim)).toBe(true);
+    expect(reg.size).toBe(1_501);
+  });
+
+  it('drops the sets the config no longer names, carries over those it still does', async () => {
+    const { t, reg } = registry();
+    const v1 = { version: 1 };
+    reg.compiling(v1);
+    const kept = reg.get('https://kept.example/jwks');
+    const gone = reg.get('https://gone.example/jwks');
+    reg.compiling(v1); // the same config compiled again: nothing changes
+    expect([reg.get('https://kept.example/jwks'), reg.get('https://gone.example/jwks')]).toEqual([kept, gone]);
+    reg.compiling({ version: 2 });
+    expect(reg.get('https://kept.example/jwks')).toBe(kept);
+    expect(reg.size).toBe(1);
+    reg.compiling({ version: 3 });
+    expect(reg.get('https://gone.example/jwks')).not.toBe(gone);
+    expect(t.fetches).toEqual([]);
+  });
+
+  it('is told of each config by the traffic-policy stage', () => {
+    const policy = (urls: string[]) => route({ inbound: [{ actions: [{ type: 'jwt-validation', config: config({}, { sources: { additional_jkus: urls } }) }] }] });
+    const v1 = { ...CONFIG };
+    const a1 = trafficPolicyStage(policy(['https://a.example/jwks']), EDGE, v1, deps()) as unknown as { policy: { inbound: { actions: CompiledJwtValidation[] }[] } };
+    const set = a1.policy.inbound[0]!.actions[0]!.jkus[0]!;
+    const again = trafficPolicyStage(policy(['https://a.example/jwks']), EDGE, { ...CONFIG }, deps()) as unknown as typeof a1;
+    expect(again.policy.inbound[0]!.actions[0]!.jkus[0]).toBe(set);
   });
 });

@@ -17,7 +17,9 @@ import { bodyFields, wantedFields, type WantedFields } from './jwt-body.js';
  *
  * - Every configured token must be in its header (name case-insensitive, sent once), or for
  *   `method: body` in its field of the request body (`jwt-body.ts`: a POST, PUT or PATCH with an
- *   `application/x-www-form-urlencoded` or `application/json` body, a top-level member of the
+ *   `application/x-www-form-urlencoded` or `application/json` body read as the upstream reads it
+ *   — no charset or UTF-8 (forms also US-ASCII), no content encoding but `identity`, one
+ *   Content-Type header; otherwise no body token, `token_missing` — a top-level member of the
  *   JSON object; name case-insensitive, sent once, a string of at most 16 KiB), after its
  *   `prefix` (matched case-insensitively: `Bearer ` / `bearer `). Each is a compact JWS verified
  *   with jose (`jwtVerify`): `alg` among `allowed_algorithms` (never `none`, never HMAC), a key
@@ -43,15 +45,20 @@ import { bodyFields, wantedFields, type WantedFields } from './jwt-body.js';
  * `JWKS_FETCH.timeoutMs` deadline for the whole exchange and a `JWKS_FETCH.maxBytes` body cap;
  * at most `JWKS_FETCH.maxKeys` usable keys are kept (each checked as inline keys are). Caching
  * (`RemoteJwks`), as a production gateway does it:
- * - A set is fresh for its lifetime: the response's `Cache-Control: max-age` (or `s-maxage`)
- *   clamped to `minTtlMs`–`maxTtlMs` (1 min–24 h; `no-cache` / `no-store`: 1 min), else `ttlMs`
- *   (15 min; ngrok: "refreshed roughly every 15 minutes").
+ * - A set is fresh for its lifetime: `ttlMs` (15 min; ngrok: "refreshed roughly every 15
+ *   minutes"), or shorter when the response's `Cache-Control: max-age` (or `s-maxage`) says so,
+ *   clamped to `minTtlMs`–`maxTtlMs` (1–15 min; `no-cache` / `no-store`: 1 min). Cache-Control
+ *   never lengthens it: a key removed from the set (revoked) is accepted for at most 15 min after
+ *   the fetch that still had it (plus the stale grace below while refetches fail).
  * - Refresh ahead: a request that uses a set in the last part of its lifetime (past `refreshAhead`
  *   of it: 12 of 15 minutes) starts a refetch in the background and goes on with the set it has.
  *   No timers: a set no route uses is not refetched (and a route's set is refetched only while
  *   requests come).
  * - Single flight: one fetch at a time per URL in this process, shared by every route naming it
- *   (`JwksRegistry`, an LRU of `maxSets` URLs); requests needing it meanwhile wait for that fetch.
+ *   (`JwksRegistry`); requests needing it meanwhile wait for that fetch. The registry keeps the
+ *   sets the config last compiled names (carried over across config versions, the others
+ *   dropped): no LRU, so one account's URLs cannot push out another's (and with it its stale
+ *   grace); a policy names at most `JWT_VALIDATION_LIMITS.maxJkusPerPolicy` URLs.
  * - Stale while refreshing, stale if error: once expired, a set is still used — while its refetch
  *   runs in the background, and while refetches fail — for `staleMs` (1 h) past its expiry; then it
  *   is dropped and requests wait for a fetch (503 `ERR_WARREN_7123` when it fails). Only a request
@@ -77,9 +84,9 @@ export const JWKS_FETCH = {
   maxKeys: 100,
   /** Lifetime of a set whose response has no usable Cache-Control. */
   ttlMs: 15 * 60_000,
-  /** Bounds of a lifetime taken from Cache-Control. */
+  /** Bounds of a lifetime taken from Cache-Control: it may only shorten `ttlMs`. */
   minTtlMs: 60_000,
-  maxTtlMs: 24 * 60 * 60_000,
+  maxTtlMs: 15 * 60_000,
   /** Part of its lifetime after which a set in use is refetched in the background. */
   refreshAhead: 0.8,
   cooldownMs: 30_000,
@@ -87,8 +94,6 @@ export const JWKS_FETCH = {
   maxFailureBackoffMs: 30_000,
   /** How long past its expiry a set is still used (while refetches run or fail). */
   staleMs: 60 * 60_000,
-  /** JWK set URLs remembered (an LRU over all routes). */
-  maxSets: 1_000,
 } as const;
 
 /** A fetched set: its usable keys and the lifetime its response gave (null: none). */
@@ -302,26 +307,39 @@ class RemoteJwks {
   }
 }
 
-/** The JWK sets this ingress knows, by URL (shared by every route naming one), bounded LRU. */
+/**
+ * The JWK sets this ingress knows, by URL (shared by every route naming one): exactly those the
+ * config last compiled names. While a config is compiled (`compiling(config)`, then `get` for
+ * each URL its policies name), a set the previous config named carries over (its keys, its
+ * fetch state); the previous config's other sets are dropped when the next one is compiled.
+ */
 export class JwksRegistry {
-  private readonly sets = new Map<string, RemoteJwks>();
+  private sets = new Map<string, RemoteJwks>();
+  private previous = new Map<string, RemoteJwks>();
+  private config: WeakRef<object> | null = null;
   readonly options: JwksFetchOptions;
   /** Told of every fetch (set once, by the first policy engine: `observeJwks`). */
   observer: JwksObserver | null = null;
   constructor(o: Partial<JwksFetchOptions> = {}) {
     this.options = { ...JWKS_FETCH, ...o };
   }
+  /** `config` is being compiled: from now on `get` builds its set of URLs (a no-op while it is the same config). */
+  compiling(config: object): void {
+    if (this.config?.deref() === config) return;
+    this.config = new WeakRef(config);
+    this.previous = this.sets;
+    this.sets = new Map();
+  }
   get(href: string): RemoteJwks {
     let s = this.sets.get(href);
-    if (s) {
-      this.sets.delete(href);
-      this.sets.set(href, s);
-      return s;
-    }
-    s = new RemoteJwks(new URL(href), this);
-    if (this.sets.size >= this.options.maxSets) this.sets.delete(this.sets.keys().next().value!);
+    if (s) return s;
+    s = this.previous.get(href) ?? new RemoteJwks(new URL(href), this);
     this.sets.set(href, s);
     return s;
+  }
+  /** Sets kept for the config being (or last) compiled. */
+  get size(): number {
+    return this.sets.size;
   }
 }
 
@@ -355,7 +373,7 @@ export function observeJwks(rules: readonly { actions: readonly { kind: string }
       reg.observer = (e) => {
         counter.inc({ trigger: e.trigger, result: e.ok ? 'ok' : 'error' });
         if (!e.ok) {
-          if (failing.size < reg.options.maxSets) failing.add(e.href);
+          if (failing.size < 1_000) failing.add(e.href);
           log.warn(
             { jwks: e.href, trigger: e.trigger, err: e.error, failuresInARow: e.failures, servingStaleUntil: e.staleUntil === null ? null : new Date(e.staleUntil).toISOString() },
             e.staleUntil === null ? 'jwt-validation: JWK set fetch failed; tokens needing it are answered 503' : 'jwt-validation: JWK set refresh failed; the last good set is still used',
@@ -564,6 +582,19 @@ function fail(vars: CelJwtValidation, s: RequestState, f: Failure): Outcome {
 }
 
 /**
+ * The body tokens' fields of the request. The scanners refuse what they cannot read rather than
+ * throw; should one throw all the same, the request has no body token (a 401, never a failed
+ * route: the body is the client's).
+ */
+function scanBody(s: RequestState, w: WantedFields): ReturnType<typeof bodyFields> {
+  try {
+    return bodyFields(s.req, s.body ?? NO_BODY, w, JWT_VALIDATION_LIMITS.bodyTokenChars);
+  } catch (err) {
+    return { error: `the body could not be read: ${String((err as Error)?.message ?? err).slice(0, 200)}` };
+  }
+}
+
+/**
  * Runs `jwt-validation`: the 401 at once when a token is missing, else a promise of null (go on)
  * or the 401 / 503.
  */
@@ -572,7 +603,7 @@ export function runJwtValidation(a: CompiledJwtValidation, s: RequestState): Out
   vars.reset();
   const found: string[] = [];
   // The body is scanned once, for all the body tokens (buffered: the stage declares needsBody).
-  const fields = a.bodyFields && bodyFields(s.req.method, s.req.headers['content-type'], s.body ?? NO_BODY, a.bodyFields, JWT_VALIDATION_LIMITS.bodyTokenChars);
+  const fields = a.bodyFields && scanBody(s, a.bodyFields);
   for (const t of a.tokens) {
     const r = t.body ? fromBody(fields!, t) : fromHeader(s.headers, t);
     if (isFailure(r)) return fail(vars, s, r);
@@ -582,7 +613,13 @@ export function runJwtValidation(a: CompiledJwtValidation, s: RequestState): Out
     for (let i = 0; i < a.tokens.length; i++) {
       const t = a.tokens[i]!;
       const token = found[i]!;
-      const r = await verifyToken(a, t, token);
+      let r: Awaited<ReturnType<typeof verifyToken>>;
+      try {
+        r = await verifyToken(a, t, token);
+      } catch (err) {
+        // Not expected (jose's verdicts are caught): still the client's token, so a 401, not a failed route.
+        r = verdict(err);
+      }
       if (isFailure(r)) {
         const d = decoded(token);
         vars.tokens.push(new CelJwtToken(d.header, d.payload, d.signature, false, t.body ? 'body' : 'header', t.name));

@@ -13,6 +13,8 @@
  * JSON parser at the upstream sees (a body it accepts that a strict parser refuses has junk
  * inside a nested value, or a malformed number: checked by its characters only).
  */
+import { randomBytes } from 'node:crypto';
+import type http from 'node:http';
 
 /** What was found for one wanted name. */
 export interface BodyField {
@@ -34,28 +36,56 @@ export interface WantedFields {
   names: readonly string[];
   /** `names` as bytes. */
   bytes: readonly Uint8Array[];
+  /** `nameHash` of each name. */
+  hashes: Int32Array;
   /** 1 for each byte a name starts with (either case). */
   first: Uint8Array;
   minLen: number;
   maxLen: number;
 }
 
+/**
+ * The seed of `nameHash`, drawn once per process: a client cannot compute keys that collide with
+ * a wanted name (each collision costs one byte-by-byte comparison, as without the hash).
+ */
+const HASH_SEED = randomBytes(4).readInt32LE(0) | 1;
+
+const lowerByte = (c: number) => (c >= 0x41 && c <= 0x5a ? c + 0x20 : c);
+
+/** A seeded FNV-1a hash of `b[s, s + len)` with ASCII letters lower-cased. */
+function nameHash(b: Uint8Array, s: number, len: number): number {
+  let h = HASH_SEED;
+  for (let k = s; k < s + len; k++) h = Math.imul(h ^ lowerByte(b[k]!), 0x01000193);
+  return h;
+}
+
 export function wantedFields(names: readonly string[]): WantedFields {
   const lower = names.map((n) => n.toLowerCase());
   const first = new Uint8Array(256);
   for (const n of lower) first[n.charCodeAt(0)] = first[n.toUpperCase().charCodeAt(0)] = 1;
-  return { names: lower, bytes: lower.map((n) => Buffer.from(n, 'latin1')), first, minLen: Math.min(...lower.map((n) => n.length)), maxLen: Math.max(...lower.map((n) => n.length)) };
+  const bytes = lower.map((n) => Buffer.from(n, 'latin1'));
+  return { names: lower, bytes, hashes: Int32Array.from(bytes.map((n) => nameHash(n, 0, n.length))), first, minLen: Math.min(...lower.map((n) => n.length)), maxLen: Math.max(...lower.map((n) => n.length)) };
 }
 
-const lowerByte = (c: number) => (c >= 0x41 && c <= 0x5a ? c + 0x20 : c);
-
-/** The wanted name `dec[s, s + len)` is, compared without regard to ASCII case, or undefined. */
-function match(w: WantedFields, dec: Uint8Array, s: number, len: number): string | undefined {
+/**
+ * The wanted name `dec[s, s + len)` is, compared without regard to ASCII case, or undefined. One
+ * pass over the candidate (its hash) whatever the wanted names: a name is compared byte by byte
+ * only when its length and hash are the candidate's, so near-miss keys (sharing a long prefix
+ * with several wanted names) cost no more than any other key.
+ */
+function match(w: WantedFields, dec: Uint8Array, s: number, len: number, hash?: number): string | undefined {
   if (w.first[dec[s]!] === 0) return undefined;
   const all = w.bytes;
+  let h = hash ?? 0;
+  let hashed = hash !== undefined;
   next: for (let j = 0; j < all.length; j++) {
     const name = all[j]!;
     if (name.length !== len) continue;
+    if (!hashed) {
+      h = nameHash(dec, s, len);
+      hashed = true;
+    }
+    if (w.hashes[j] !== h) continue;
     for (let k = 0; k < len; k++) if (lowerByte(dec[s + k]!) !== name[k]) continue next;
     return w.names[j];
   }
@@ -92,6 +122,28 @@ function formDecode(b: Buffer, s: number, e: number, out: Uint8Array): number {
   return n;
 }
 
+/** The `nameHash` of the key `formDecodeKey` decoded last. */
+let keyHash = 0;
+
+/** `formDecode` for a field name, computing its `nameHash` (in `keyHash`) in the same pass. */
+function formDecodeKey(b: Buffer, s: number, e: number, out: Uint8Array): number {
+  let n = 0;
+  let h = HASH_SEED;
+  for (let i = s; i < e; i++) {
+    if (n === out.length) return -1;
+    let c = b[i]!;
+    if (c === 0x2b) c = 0x20;
+    else if (c === 0x25 && i + 2 < e && hex(b[i + 1]!) >= 0 && hex(b[i + 2]!) >= 0) {
+      c = hex(b[i + 1]!) * 16 + hex(b[i + 2]!);
+      i += 2;
+    }
+    out[n++] = c;
+    h = Math.imul(h ^ lowerByte(c), 0x01000193);
+  }
+  keyHash = h;
+  return n;
+}
+
 const tooLong = (maxChars: number) => ({ problem: `is longer than ${maxChars} characters` });
 
 /**
@@ -121,8 +173,8 @@ export function formBodyFields(b: Buffer, w: WantedFields, maxChars: number): Ma
       let name: string | undefined;
       if (c0 !== 0x25 && c0 !== 0x2b && w.first[c0] === 0) name = undefined;
       else {
-        const len = formDecode(b, s, keyEnd, key);
-        name = len < 0 ? undefined : match(w, key, 0, len);
+        const len = formDecodeKey(b, s, keyEnd, key);
+        name = len < 0 ? undefined : match(w, key, 0, len, keyHash);
       }
       const vs = eq < 0 ? i : eq + 1;
       const e = i;
@@ -141,6 +193,33 @@ export function formBodyFields(b: Buffer, w: WantedFields, maxChars: number): Ma
     eq = -1;
   }
   return out;
+}
+
+/**
+ * Bytes after a backslash that make a JSON escape (RFC 8259 §7): 1 for `"`, backslash, `/`, `b`, `f`, `n`, `r`, `t`; 5 for `u`
+ * (then four hex digits must follow); 0: not an escape (the document is not JSON).
+ */
+const ESCAPE = new Uint8Array(256);
+for (const c of '"\\/bfnrt') ESCAPE[c.charCodeAt(0)] = 1;
+ESCAPE[0x75] = 5;
+
+/**
+ * The end of the JSON string whose contents start at `b[i]` (the index of its closing quote), or
+ * -1 when it is not a valid JSON string: unterminated, a control character, or a malformed escape.
+ */
+function stringEnd(b: Buffer, i: number): number {
+  let c = b[i];
+  while (c !== 0x22) {
+    if (c === undefined || c < 0x20) return -1;
+    if (c === 0x5c) {
+      const k = ESCAPE[b[i + 1] ?? 0]!;
+      if (k === 0) return -1;
+      if (k === 5 && (hex(b[i + 2] ?? 0) < 0 || hex(b[i + 3] ?? 0) < 0 || hex(b[i + 4] ?? 0) < 0 || hex(b[i + 5] ?? 0) < 0)) return -1;
+      i += k + 1;
+    } else i++;
+    c = b[i];
+  }
+  return i;
 }
 
 // jsonBodyFields' states: what comes next.
@@ -186,12 +265,8 @@ export function jsonBodyFields(b: Buffer, w: WantedFields, maxChars: number): Bo
           let d = depth;
           for (;;) {
             if (c === 0x22) {
-              c = b[++i];
-              while (c !== 0x22) {
-                if (c === undefined || c < 0x20) return invalid;
-                i += c === 0x5c ? 2 : 1;
-                c = b[i];
-              }
+              i = stringEnd(b, i + 1);
+              if (i < 0) return invalid;
             } else if (c === 0x7b || c === 0x5b) {
               if (d === MAX_JSON_DEPTH) return invalid;
               stack[d++] = c;
@@ -203,13 +278,17 @@ export function jsonBodyFields(b: Buffer, w: WantedFields, maxChars: number): Bo
           }
           i++;
         } else if (c === 0x22) {
-          c = b[++i];
-          while (c !== 0x22) {
-            if (c === undefined || c < 0x20) return invalid;
-            i += c === 0x5c ? 2 : 1;
-            c = b[i];
+          const end = stringEnd(b, i + 1);
+          if (end < 0) {
+            // A wanted member's string that is not JSON (a malformed escape, a control character):
+            // that token is malformed (the body is not JSON either).
+            if (want !== undefined && depth === 1) {
+              record(out, want, () => ({ problem: 'is not a valid JSON string' }));
+              return out;
+            }
+            return invalid;
           }
-          i++;
+          i = end + 1;
         } else if (c === 0x74 || c === 0x66 || c === 0x6e) {
           const lit = c === 0x74 ? 'true' : c === 0x66 ? 'false' : 'null';
           for (let k = 1; k < lit.length; k++) if (b[i + k] !== lit.charCodeAt(k)) return invalid;
@@ -230,20 +309,17 @@ export function jsonBodyFields(b: Buffer, w: WantedFields, maxChars: number): Bo
         }
         if (c !== 0x22) return invalid;
         const s = i + 1;
-        let escaped = false;
-        c = b[++i];
-        while (c !== 0x22) {
-          if (c === undefined || c < 0x20) return invalid;
-          if (c === 0x5c) escaped = true;
-          i += c === 0x5c ? 2 : 1;
-          c = b[i];
-        }
+        i = stringEnd(b, s);
+        if (i < 0) return invalid;
         const e = i++;
         c = b[i];
         while (c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d) c = b[++i];
         if (c !== 0x3a) return invalid;
         i++;
         if (depth === 1 && e - s >= w.minLen && e - s <= 6 * w.maxLen) {
+          // Escapes are looked for only in a name of a wanted name's length (at most 6× it).
+          let escaped = false;
+          for (let k = s; k < e && !escaped; k++) escaped = b[k] === 0x5c;
           if (!escaped) want = e - s <= w.maxLen ? match(w, b, s, e - s) : undefined;
           else {
             const len = unescapeName(b, s, e, key);
@@ -267,7 +343,15 @@ export function jsonBodyFields(b: Buffer, w: WantedFields, maxChars: number): Bo
           const dup = record(out, name, () => {
             if (b[vs] !== 0x22) return { problem: 'is not a string' };
             if (e - vs > 6 * maxChars + 2) return tooLong(maxChars);
-            const v = JSON.parse(b.toString('utf8', vs, e)) as string;
+            // The scanner checked the string (escapes included); JSON.parse cannot refuse it, but
+            // a refusal must never escape the action (a 401, not a failed route).
+            let v: unknown;
+            try {
+              v = JSON.parse(b.toString('utf8', vs, e));
+            } catch {
+              return { problem: 'is not a valid JSON string' };
+            }
+            if (typeof v !== 'string') return { problem: 'is not a string' };
             return v.length > maxChars ? tooLong(maxChars) : v;
           });
           if (dup) return out;
@@ -294,11 +378,16 @@ function unescapeName(b: Buffer, s: number, e: number, out: Uint8Array): number 
     if (n === out.length) return -1;
     let c = b[i]!;
     if (c === 0x5c) {
-      const x = b[++i]!;
+      // The scanner checked the escapes (`stringEnd`); checked again, as this must not misread one.
+      const x = b[++i] ?? 0;
+      if (ESCAPE[x] === 0) return -1;
       if (x === 0x75) {
-        const h = [1, 2, 3, 4].map((k) => hex(b[i + k]!));
-        if (h.some((d) => d < 0)) return -1;
-        c = ((h[0]! * 16 + h[1]!) * 16 + h[2]!) * 16 + h[3]!;
+        const h0 = hex(b[i + 1] ?? 0);
+        const h1 = hex(b[i + 2] ?? 0);
+        const h2 = hex(b[i + 3] ?? 0);
+        const h3 = hex(b[i + 4] ?? 0);
+        if (h0 < 0 || h1 < 0 || h2 < 0 || h3 < 0) return -1;
+        c = ((h0 * 16 + h1) * 16 + h2) * 16 + h3;
         i += 4;
       } else c = x === 0x62 ? 8 : x === 0x66 ? 12 : x === 0x6e ? 10 : x === 0x72 ? 13 : x === 0x74 ? 9 : x;
     }
@@ -318,11 +407,60 @@ export function mediaType(v: string | string[] | undefined): string {
 /** Request methods whose body is read for tokens (ngrok: POST, PUT or PATCH; ERR_NGROK_3415 otherwise). */
 export const BODY_TOKEN_METHODS: ReadonlySet<string> = new Set(['POST', 'PUT', 'PATCH']);
 
-/** The wanted fields of the body of a `method` request with Content-Type `contentType`. */
-export function bodyFields(method: string | undefined, contentType: string | string[] | undefined, body: Buffer, w: WantedFields, maxChars: number): BodyFields {
+/** The request as `bodyFields` reads it. */
+export type BodyRequest = Pick<http.IncomingMessage, 'method' | 'headers' | 'rawHeaders'>;
+
+/** The lower-case `charset` parameter of a Content-Type value (quotes removed), '' when absent, null when given twice or malformed. */
+export function charsetOf(contentType: string): string | null {
+  let charset = '';
+  const params = contentType.split(';');
+  for (let i = 1; i < params.length; i++) {
+    const p = params[i]!;
+    const eq = p.indexOf('=');
+    if (eq < 0) continue;
+    if (p.slice(0, eq).trim().toLowerCase() !== 'charset') continue;
+    if (charset !== '') return null;
+    let v = p.slice(eq + 1).trim();
+    if (v.length >= 2 && v.startsWith('"') && v.endsWith('"')) v = v.slice(1, -1);
+    v = v.trim().toLowerCase();
+    if (v === '') return null;
+    charset = v;
+  }
+  return charset;
+}
+
+/**
+ * Why the body of `req` cannot be read as the upstream will read it, or null. The scanners read
+ * the bytes as UTF-8 (or ASCII) text, as sent: a body in another charset (`utf-7`, `utf-16`…) or
+ * a content encoding (`gzip`…) would be decoded by the upstream's framework into other fields
+ * than the ones checked here, and so would a second Content-Type header (Node keeps the first, the
+ * upstream is sent both). Such a request has no body token (401, `token_missing`).
+ */
+function unreadable(req: BodyRequest, type: string): string | null {
+  const raw = req.rawHeaders;
+  let types = 0;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    if (name.length === 12 && name.toLowerCase() === 'content-type') types++;
+  }
+  if (types > 1) return 'the request has more than one Content-Type header';
+  const encoding = (req.headers['content-encoding'] ?? '').trim().toLowerCase();
+  if (encoding !== '' && encoding !== 'identity') return `tokens in the body are read from bodies without a content encoding only, not ${JSON.stringify(encoding.slice(0, 100))}`;
+  const charset = charsetOf(req.headers['content-type'] ?? '');
+  if (charset === null) return 'the Content-Type charset parameter is malformed or given more than once';
+  if (charset !== '' && charset !== 'utf-8' && !(charset === 'us-ascii' && type === 'application/x-www-form-urlencoded'))
+    return `tokens in the body are read from UTF-8 bodies only (charset utf-8${type === 'application/json' ? '' : ' or us-ascii'}, or none), not charset ${JSON.stringify(charset.slice(0, 100))}`;
+  return null;
+}
+
+/** The wanted fields of the body of `req`, by its method and Content-Type. */
+export function bodyFields(req: BodyRequest, body: Buffer, w: WantedFields, maxChars: number): BodyFields {
+  const method = req.method;
   if (!BODY_TOKEN_METHODS.has(method ?? '')) return { error: `tokens in the body are read from POST, PUT and PATCH requests only, not ${(method ?? '').slice(0, 20)}` };
-  const type = mediaType(contentType);
-  if (type === 'application/x-www-form-urlencoded') return formBodyFields(body, w, maxChars);
-  if (type === 'application/json') return jsonBodyFields(body, w, maxChars);
-  return { error: `tokens in the body are read from application/x-www-form-urlencoded or application/json bodies only, not ${JSON.stringify(type.slice(0, 100) || '(no Content-Type)')}` };
+  const type = mediaType(req.headers['content-type']);
+  if (type !== 'application/x-www-form-urlencoded' && type !== 'application/json')
+    return { error: `tokens in the body are read from application/x-www-form-urlencoded or application/json bodies only, not ${JSON.stringify(type.slice(0, 100) || '(no Content-Type)')}` };
+  const why = unreadable(req, type);
+  if (why) return { error: why };
+  return type === 'application/json' ? jsonBodyFields(body, w, maxChars) : formBodyFields(body, w, maxChars);
 }

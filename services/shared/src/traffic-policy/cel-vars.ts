@@ -3,6 +3,7 @@ import { CelUrlActionResult } from './url-action-vars.js';
 import { CelJwtValidation } from './jwt-action-vars.js';
 import { CelCompress, CelVerifyWebhook } from './body-action-vars.js';
 import { CEL_NO_GEO, type CelGeo } from './geo-vars.js';
+import { CelOAuth, CelOidc } from './auth-action-vars.js';
 
 /**
  * The values traffic-policy expressions read, as lazy views: each field is computed on first
@@ -514,6 +515,14 @@ export class CelActionResults {
   }
   get compress(): CelCompress {
     return (this.cp ??= new CelCompress());
+  }
+  private oa?: CelOAuth;
+  private oi?: CelOidc;
+  get oauth(): CelOAuth {
+    return (this.oa ??= new CelOAuth());
+  }
+  get oidc(): CelOidc {
+    return (this.oi ??= new CelOidc());
   }
 }
 

@@ -30,6 +30,9 @@
  * - `actions.ngrok.verify_webhook.{verified, error.code, error.message}` and
  *   `actions.ngrok.compress.{already_compressed, negotiated_algorithm}` (also under
  *   `actions.service`) — see `body-action-vars.ts`.
+ * - `actions.ngrok.oauth.{identity.{id, email, name, provider_user_id, current_provider_session_id},
+ *   expires_at, …}` and `actions.ngrok.oidc.{identity.{…, current_session_id}, …}` (also under
+ *   `actions.service`) — see `auth-action-vars.ts`.
  * - `time.now` (timestamp).
  * - `vars.<name>`: what `set-vars` actions of the same direction set before (a map of `dyn`;
  *   see `var-actions.ts`).
@@ -72,6 +75,7 @@ import { CelUrlActionError, CelUrlActionResult } from './url-action-vars.js';
 import { CelJwtToken, CelJwtValidation, CelJwtValidationError } from './jwt-action-vars.js';
 import { CelCompress, CelVerifyWebhook, CelVerifyWebhookError } from './body-action-vars.js';
 import { CelGeo } from './geo-vars.js';
+import { CelAuthError, CelOAuth, CelOAuthIdentity, CelOidc, CelOidcIdentity } from './auth-action-vars.js';
 import type { RE2JS } from 're2js';
 
 /** A compiled expression: call with an activation (`{req, conn, actions, time[, res]}`). */
@@ -313,7 +317,18 @@ function baseEnvironment(): Environment {
     .registerType('JwtValidationError', { ctor: CelJwtValidationError, fields: { code: str, message: str } })
     .registerType('JwtToken', { ctor: CelJwtToken, fields: { header: 'map<string, dyn>', payload: 'map<string, dyn>', signature: str, verified: 'bool', location: str, location_property: str } })
     .registerType('JwtValidationResult', { ctor: CelJwtValidation, fields: { tokens: 'list<JwtToken>', error: 'JwtValidationError' } })
-    .registerType('ActionResults', { ctor: CelActionResults, fields: { jwt_validation: 'JwtValidationResult', rate_limit: 'RateLimitResult', restrict_ips: 'RestrictIpsResult', basic_auth: 'BasicAuthResult', url_rewrite: 'UrlActionResult', redirect: 'UrlActionResult', verify_webhook: 'VerifyWebhookResult', compress: 'CompressResult' } })
+    .registerType('ActionResults', { ctor: CelActionResults, fields: { jwt_validation: 'JwtValidationResult', rate_limit: 'RateLimitResult', restrict_ips: 'RestrictIpsResult', basic_auth: 'BasicAuthResult', url_rewrite: 'UrlActionResult', redirect: 'UrlActionResult', verify_webhook: 'VerifyWebhookResult', compress: 'CompressResult', oauth: 'OAuthResult', oidc: 'OidcResult' } })
+    .registerType('AuthError', { ctor: CelAuthError, fields: { code: str, message: str } })
+    .registerType('OAuthIdentity', { ctor: CelOAuthIdentity, fields: { id: str, email: str, name: str, provider_user_id: str, current_provider_session_id: str } })
+    .registerType('OAuthResult', {
+      ctor: CelOAuth,
+      fields: { identity: 'OAuthIdentity', error: 'AuthError', access_token: str, refresh_token: str, expires_at: str, session_timed_out: 'bool', session_max_duration_reached: 'bool', userinfo_refreshed: 'bool' },
+    })
+    .registerType('OidcIdentity', { ctor: CelOidcIdentity, fields: { id: str, email: str, name: str, provider_user_id: str, current_session_id: str } })
+    .registerType('OidcResult', {
+      ctor: CelOidc,
+      fields: { identity: 'OidcIdentity', error: 'AuthError', identity_token: str, access_token: str, refresh_token: str, expires_at: str, session_timed_out: 'bool', session_max_duration_reached: 'bool', user_info_refreshed: 'bool' },
+    })
     .registerType('Actions', { ctor: CelActions, fields: { ngrok: 'ActionResults', service: 'ActionResults' } })
     .registerType('Time', { ctor: CelTime, fields: { now: 'google.protobuf.Timestamp' } })
     .registerVariable('req', 'Request')

@@ -502,6 +502,46 @@ function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cos
       return { shape: { n: 0, w: 0, obj: 'CompressResult' }, cost: 0 };
     case 'CompressResult.negotiated_algorithm':
       return s(8); // `br`, `gzip` or `deflate`
+    // oauth / openid-connect results (`auth-action-vars.ts`): identity values are capped at
+    // AUTH_IDENTITY_MAX_CHARS (1024; not imported, to keep this file's imports as they are).
+    case 'ActionResults.oauth':
+      return { shape: { n: 0, w: 0, obj: 'OAuthResult' }, cost: 0 };
+    case 'ActionResults.oidc':
+      return { shape: { n: 0, w: 0, obj: 'OidcResult' }, cost: 0 };
+    case 'OAuthResult.identity':
+      return { shape: { n: 0, w: 0, obj: 'OAuthIdentity' }, cost: 0 };
+    case 'OidcResult.identity':
+      return { shape: { n: 0, w: 0, obj: 'OidcIdentity' }, cost: 0 };
+    case 'OAuthResult.error':
+    case 'OidcResult.error':
+      return { shape: { n: 0, w: 0, obj: 'AuthError' }, cost: 0 };
+    case 'OAuthIdentity.id':
+    case 'OAuthIdentity.email':
+    case 'OAuthIdentity.name':
+    case 'OAuthIdentity.provider_user_id':
+    case 'OAuthIdentity.current_provider_session_id':
+    case 'OidcIdentity.id':
+    case 'OidcIdentity.email':
+    case 'OidcIdentity.name':
+    case 'OidcIdentity.provider_user_id':
+    case 'OidcIdentity.current_session_id':
+    case 'OAuthResult.access_token':
+    case 'OAuthResult.refresh_token':
+    case 'OAuthResult.expires_at':
+    case 'OidcResult.identity_token':
+    case 'OidcResult.access_token':
+    case 'OidcResult.refresh_token':
+    case 'OidcResult.expires_at':
+    case 'AuthError.code':
+    case 'AuthError.message':
+      return s(1024);
+    case 'OAuthResult.session_timed_out':
+    case 'OAuthResult.session_max_duration_reached':
+    case 'OAuthResult.userinfo_refreshed':
+    case 'OidcResult.session_timed_out':
+    case 'OidcResult.session_max_duration_reached':
+    case 'OidcResult.user_info_refreshed':
+      return { shape: SCALAR, cost: 0 };
     case 'ActionResults.basic_auth':
       return { shape: { n: 0, w: 0, obj: 'BasicAuthResult' }, cost: 0 };
     case 'BasicAuthResult.credentials':

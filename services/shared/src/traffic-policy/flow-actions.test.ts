@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { oneAction, refusal } from './testing.js';
-import { CIRCUIT_BREAKER_COST, CLOSE_CONNECTION_COST } from './flow-actions.js';
+import { CIRCUIT_BREAKER_COST, CIRCUIT_BREAKER_LIMITS, CLOSE_CONNECTION_COST } from './flow-actions.js';
 import { MAX_POLICY_COST } from './cost.js';
 import { parseTrafficPolicy, SUPPORTED_ACTION_TYPES, validateTrafficPolicy } from './index.js';
 
@@ -103,11 +103,12 @@ inbound:
   });
 
   it('counts against the policy cost bound', () => {
-    const n = Math.floor(MAX_POLICY_COST / CIRCUIT_BREAKER_COST);
-    const many = (k: number) => ({ inbound: [{ actions: Array.from({ length: k }, () => ({ type: 'circuit-breaker' })) }] });
+    // At most 10 breakers (see below): the rest of the budget taken by close-connection actions.
+    const n = Math.floor((MAX_POLICY_COST - CIRCUIT_BREAKER_COST) / CLOSE_CONNECTION_COST);
+    const many = (k: number) => ({ inbound: [{ actions: Array.from({ length: k }, () => ({ type: 'close-connection' })) }, { actions: [{ type: 'circuit-breaker' }] }] });
     expect(() => validateTrafficPolicy(many(n), { checkCost: true })).not.toThrow();
     const err = fails(many(n + 1));
-    expect(err.path).toBe(`inbound[0].actions[${n}].config`);
+    expect(err.path).toBe('inbound[1].actions[0].config');
     expect(err.reason).toMatch(/^circuit-breaker: admitting the request and counting its result is estimated at .* per request at worst, which takes the policy to .*, more than the .* allowed for a policy$/);
   });
 });
@@ -138,5 +139,18 @@ inbound:
     const err = fails({ inbound: Array.from({ length: n + 1 }, () => ({ actions: [{ type: 'close-connection' }] })) });
     expect(err.path).toBe(`inbound[${n}].actions[0].config`);
     expect(err.reason).toMatch(/^close-connection: closing the connection is estimated at/);
+  });
+});
+
+describe('circuit-breaker actions per policy', () => {
+  it(`are at most ${CIRCUIT_BREAKER_LIMITS.perPolicy} (each is a breaker the ingress keeps per route): a 400 naming the first one over`, () => {
+    expect(CIRCUIT_BREAKER_LIMITS.perPolicy).toBe(10);
+    const rules = (n: number) => ({ inbound: [{ actions: Array.from({ length: 6 }, () => ({ type: 'circuit-breaker' })) }, { actions: Array.from({ length: n - 6 }, () => ({ type: 'circuit-breaker' })) }] });
+    expect(validateTrafficPolicy(rules(10), { checkCost: true }).inbound[1]!.actions).toHaveLength(4);
+    refusedAt(rules(11), 'inbound[1].actions[4].type', 'too many circuit-breaker actions: a policy has at most 10');
+    // Also where the ingress validates the stored policy again (the review's 2,400 breakers in 64 KiB).
+    const many = `inbound: [{actions: [${Array(2400).fill('{type: circuit-breaker}').join(',')}]}]`;
+    expect(refusal(many, true).path).toBe('inbound[0].actions[10].type');
+    expect(refusal(JSON.parse(JSON.stringify(rules(11))), false).path).toBe('inbound[1].actions[4].type');
   });
 });

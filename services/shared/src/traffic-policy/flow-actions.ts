@@ -19,7 +19,7 @@
  */
 import { parseDurationNs } from './duration.js';
 import { at, expectObj, noUnknownKeys, onlyInbound, TrafficPolicyError, typeName } from './parse.js';
-import type { CircuitBreakerConfig, PolicyDirection } from './types.js';
+import type { CircuitBreakerConfig, PolicyDirection, TrafficPolicy } from './types.js';
 
 export const CIRCUIT_BREAKER_LIMITS = {
   errorThresholdMin: 0,
@@ -31,6 +31,11 @@ export const CIRCUIT_BREAKER_LIMITS = {
   durationMaxMs: 120_000,
   /** ngrok: "fixed at 10". */
   numBuckets: 10,
+  /**
+   * circuit-breaker actions in one policy: each is a breaker the ingress keeps per route for as
+   * long as the config has it, so a policy's share is bounded.
+   */
+  perPolicy: 10,
 } as const;
 
 export const CIRCUIT_BREAKER_DEFAULTS = {
@@ -127,4 +132,17 @@ export function parseCloseConnectionConfig(raw: unknown, path: string, direction
   const first = Object.keys(c)[0];
   if (first !== undefined) throw new TrafficPolicyError(at(path, first), `unknown field "${first.slice(0, 64)}"; close-connection has no configuration fields`);
   return {};
+}
+
+/** At most `CIRCUIT_BREAKER_LIMITS.perPolicy` circuit-breaker actions in a policy: a 400 naming the first one over. */
+export function checkCircuitBreakerCount(policy: TrafficPolicy): void {
+  const max = CIRCUIT_BREAKER_LIMITS.perPolicy;
+  let n = 0;
+  for (const direction of ['inbound', 'outbound'] as const) {
+    policy[direction].forEach((rule, i) =>
+      rule.actions.forEach((a, j) => {
+        if (a.type === 'circuit-breaker' && ++n > max) throw new TrafficPolicyError(`${direction}[${i}].actions[${j}].type`, `too many circuit-breaker actions: a policy has at most ${max}`);
+      }),
+    );
+  }
 }

@@ -23,6 +23,7 @@ export { CelUrlActionError, CelUrlActionResult } from './url-action-vars.js';
 export { COMPRESS_ALGORITHMS, VERIFY_WEBHOOK_COST, VERIFY_WEBHOOK_LIMITS, type CompressAlgorithm } from './body-actions.js';
 export { CelCompress, CelVerifyWebhook, CelVerifyWebhookError } from './body-action-vars.js';
 export { CIRCUIT_BREAKER_COST, CIRCUIT_BREAKER_DEFAULTS, CIRCUIT_BREAKER_LIMITS, CLOSE_CONNECTION_COST } from './flow-actions.js';
+export { FIND_REPLACE_BODY_COST, FIND_REPLACE_LIMITS, FIND_REPLACE_TEMPLATE_LIMITS, applyFindReplace, compileFindReplace, findReplaceCost, type FindReplaceType } from './find-replace.js';
 export {
   CEL_NO_TLS,
   CEL_TIME,
@@ -50,3 +51,6 @@ export {
 } from './cel-vars.js';
 export { MAX_CERTIFICATE_BYTES } from './x509.js';
 export { CEL_NO_GEO, CelGeo, GEO_LIMITS, GEO_LOOKUP_COST } from './geo-vars.js';
+export { AUTH_ACTION_COST, AUTH_ACTION_LIMITS, OAUTH_PROVIDERS, issuerProblem, type AuthActionConfig, type OAuthAction, type OAuthProviderKind, type OpenIdConnectAction } from './auth-actions.js';
+export { AUTH_IDENTITY_MAX_CHARS, CelAuthError, CelOAuth, CelOAuthIdentity, CelOidc, CelOidcIdentity, recordAuthRun, type AuthRunResult } from './auth-action-vars.js';
+export { hasBlankTrafficPolicySecrets, mergeTrafficPolicySecrets, redactTrafficPolicySecrets } from './secrets.js';

@@ -213,3 +213,26 @@ describe('jwt-validation cost', () => {
     expect(() => parseTrafficPolicy(JSON.stringify({ inbound: [{ expressions: ['actions.ngrok.jwt_validation.tokens[0].nope'], actions: [{ type: 'deny' }] }] }))).toThrow(TrafficPolicyError);
   });
 });
+
+describe('JWK set URLs per policy', () => {
+  const withJkus = (urls: string[]) => ({ ...base(), jws: { allowed_algorithms: ['RS256'], keys: { sources: { additional_jkus: urls } } } });
+  const policy = (lists: string[][]) => JSON.stringify({ inbound: lists.map((urls) => ({ actions: [{ type: 'jwt-validation', config: withJkus(urls) }] })) });
+  const urls = (from: number, n: number) => Array.from({ length: n }, (_, i) => `https://k${from + i}.example/jwks`);
+
+  it(`are at most ${JWT_VALIDATION_LIMITS.maxJkusPerPolicy} distinct over all the jwt-validation actions (the ingress keeps every set the config names)`, () => {
+    expect(JWT_VALIDATION_LIMITS.maxJkusPerPolicy).toBe(16);
+    // 16 distinct, and the same URLs named again by other actions, are fine.
+    expect(() => parseTrafficPolicy(policy([urls(0, 8), urls(8, 8), urls(0, 8), urls(4, 8)]))).not.toThrow();
+    let err: unknown;
+    try {
+      parseTrafficPolicy(policy([urls(0, 8), urls(8, 8), urls(15, 2)]));
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(TrafficPolicyError);
+    expect((err as TrafficPolicyError).path).toBe('inbound[2].actions[0].config.jws.keys');
+    expect((err as Error).message).toContain('too many JWK set URLs: a policy names at most 16 distinct additional_jkus URLs over all its jwt-validation actions, this one takes it to 17');
+    // Checked where the policy is validated again (the ingress), not only when saved.
+    expect(() => validateTrafficPolicy(JSON.parse(policy([urls(0, 8), urls(8, 8), urls(16, 1)])) as unknown)).toThrow(TrafficPolicyError);
+  });
+});

@@ -44,7 +44,7 @@ import { BlockList } from 'node:net';
 import { normalizeIp } from '../cidr.js';
 import { JWT_MAX_TOKENS } from './jwt-action-vars.js';
 import { at, expectList, expectObj, noUnknownKeys, TrafficPolicyError, typeName } from './parse.js';
-import type { JwtValidationConfig, PolicyDirection } from './types.js';
+import type { JwtValidationConfig, PolicyDirection, TrafficPolicy } from './types.js';
 
 export const JWT_VALIDATION_LIMITS = {
   maxIssuers: 16,
@@ -62,6 +62,11 @@ export const JWT_VALIDATION_LIMITS = {
   maxAlgorithms: 10,
   /** `additional_jkus`, over all `keys` entries. */
   maxJkus: 8,
+  /**
+   * Distinct `additional_jkus` URLs over all the policy's jwt-validation actions: the ingress
+   * keeps (and refreshes) every set the config names, so a policy's share is bounded.
+   */
+  maxJkusPerPolicy: 16,
   jkuChars: 2048,
   /** `inline_keys`, over all `keys` entries. */
   maxInlineKeys: 32,
@@ -112,12 +117,16 @@ const TOKEN_DECODE_COST = 150_000;
 
 /**
  * Scanning a buffered body (at most 1 MiB) once for the `body` tokens' fields, ≈ ns: the
- * ingress's byte scanners (`services/ingress/src/policy/jwt-body.ts`) take 1–3× a bare loop over
- * the same bytes for 1 MiB bodies of the worst shapes (175,000 tiny top-level members, escaped
- * names, numbers, deep nesting), a bare loop over 1 MiB being ~0.5 ms on the reference machine
- * (measured on a loaded 2-core machine, where it took 1.3–1.8 ms); rounded up.
+ * ingress's byte scanners (`services/ingress/src/policy/jwt-body.ts`) take 1–3.5× a bare loop
+ * over the same bytes for 1 MiB bodies of the worst shapes (175,000 tiny top-level members,
+ * escaped names, numbers, deep nesting, and keys one byte short of the wanted names: four wanted
+ * names of 128 characters sharing 127, over 1 MiB of such keys, raw or escaped, in JSON or a
+ * form — a candidate name is hashed once and compared byte by byte only on a hash match, so this
+ * is no longer ~7× as when each wanted name was compared in turn), a bare loop over 1 MiB being
+ * ~0.5 ms on the reference machine (measured on a loaded 2-core machine, where it took
+ * 1.3–1.8 ms); 4× it.
  */
-export const JWT_BODY_SCAN_COST = 1_500_000;
+export const JWT_BODY_SCAN_COST = 2_000_000;
 
 /** What one run of `jwt-validation` costs at worst (≈ ns), charged to the policy's total. */
 export function jwtValidationCost(c: JwtValidationConfig): number {
@@ -482,4 +491,23 @@ export function parseJwtValidationConfig(raw: unknown, path: string, direction: 
   const algorithms = parseAlgorithms(jws.allowed_algorithms, at(at(path, 'jws'), 'allowed_algorithms'));
   const keys = parseKeys(jws.keys, at(at(path, 'jws'), 'keys'), algorithms, saving && !jwksPrivateAllowed());
   return { issuers, audiences, tokens, algorithms, ...keys };
+}
+
+/**
+ * At most `JWT_VALIDATION_LIMITS.maxJkusPerPolicy` distinct JWK set URLs over all the policy's
+ * jwt-validation actions: a 400 naming the action that goes over.
+ */
+export function checkJwkSetUrls(policy: TrafficPolicy): void {
+  const max = JWT_VALIDATION_LIMITS.maxJkusPerPolicy;
+  const urls = new Set<string>();
+  for (const direction of ['inbound', 'outbound'] as const) {
+    policy[direction].forEach((rule, i) =>
+      rule.actions.forEach((a, j) => {
+        if (a.type !== 'jwt-validation') return;
+        for (const u of a.config.jkus) urls.add(u);
+        if (urls.size > max)
+          throw new TrafficPolicyError(`${direction}[${i}].actions[${j}].config.jws.keys`, `too many JWK set URLs: a policy names at most ${max} distinct additional_jkus URLs over all its jwt-validation actions, this one takes it to ${urls.size}`);
+      }),
+    );
+  }
 }

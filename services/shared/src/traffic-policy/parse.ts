@@ -3,10 +3,12 @@ import { parseDurationNs } from './duration.js';
 import { CelCompileError, compileExpression, parseTemplate, withPolicyRegexBudget, type CelProgram } from './cel.js';
 import { IP_POLICY_MAX_RULES, parseBasicAuthConfig, parseRestrictIpsConfig, restrictIpsCost, restrictIpsMaxCidrs } from './access-actions.js';
 import { checkVarNames, parseLogConfig, parseSetVarsConfig } from './var-actions.js';
+import { AUTH_ACTION_COST, checkAuthIds, parseOAuthConfig, parseOpenIdConnectConfig } from './auth-actions.js';
 import { parseRedirectConfig, parseUrlRewriteConfig, type UrlActionWork } from './url-actions.js';
 import { parseCompressResponseConfig, parseVerifyWebhookConfig, VERIFY_WEBHOOK_COST } from './body-actions.js';
-import { jwtValidationCost, parseJwtValidationConfig } from './jwt-action.js';
-import { CIRCUIT_BREAKER_COST, CLOSE_CONNECTION_COST, parseCircuitBreakerConfig, parseCloseConnectionConfig } from './flow-actions.js';
+import { checkJwkSetUrls, jwtValidationCost, parseJwtValidationConfig } from './jwt-action.js';
+import { CIRCUIT_BREAKER_COST, checkCircuitBreakerCount, CLOSE_CONNECTION_COST, parseCircuitBreakerConfig, parseCloseConnectionConfig } from './flow-actions.js';
+import { parseFindReplaceConfig } from './find-replace.js';
 import { CostEstimateError, DFA_EXPLORE_STEPS, estimateCost, formatCost, MAX_EXPRESSION_COST, MAX_POLICY_COST, type PolicyHeaderGrowth } from './cost.js';
 import type { BucketKeyElement, PolicyAction, PolicyDirection, PolicyRule, RateLimitConfig, TrafficPolicy } from './types.js';
 
@@ -14,7 +16,7 @@ import type { BucketKeyElement, PolicyAction, PolicyDirection, PolicyRule, RateL
 export const MAX_TRAFFIC_POLICY_BYTES = 64 * 1024;
 
 /** Action types accepted (wire-conventions.md §12), in both directions. */
-export const SUPPORTED_ACTION_TYPES = ['rate-limit', 'deny', 'custom-response', 'add-headers', 'remove-headers', 'restrict-ips', 'basic-auth', 'set-vars', 'log', 'url-rewrite', 'redirect', 'jwt-validation', 'verify-webhook', 'compress-response', 'circuit-breaker', 'close-connection'] as const;
+export const SUPPORTED_ACTION_TYPES = ['rate-limit', 'deny', 'custom-response', 'add-headers', 'remove-headers', 'restrict-ips', 'basic-auth', 'set-vars', 'log', 'url-rewrite', 'redirect', 'jwt-validation', 'verify-webhook', 'compress-response', 'circuit-breaker', 'close-connection', 'request-body-find-replace', 'response-body-find-replace', 'oauth', 'openid-connect'] as const;
 
 export const HEADER_ACTION_LIMITS = {
   /** Headers per add-headers / remove-headers / custom-response action. */
@@ -67,7 +69,7 @@ type Obj = Record<string, unknown>;
 interface Gathered {
   programs: { path: string; program: CelProgram; interpolation: boolean }[];
   growth: PolicyHeaderGrowth;
-  /** Work other than CEL, charged to the policy's total: the url-rewrite / redirect regexp searches (`url-actions.ts`). */
+  /** Work other than CEL, charged to the policy's total: the url-rewrite / redirect / body find-replace regexp searches (`url-actions.ts`). */
   work: UrlActionWork[];
   /** The policy is being saved (`checkCost`): checks that depend on the saving process's environment run (jwt-validation JKU hosts). */
   saving?: boolean;
@@ -321,6 +323,16 @@ function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: strin
       g.work.push({ path, what: 'circuit-breaker: admitting the request and counting its result is', cost: () => CIRCUIT_BREAKER_COST });
       return { type, config };
     }
+    case 'request-body-find-replace':
+    case 'response-body-find-replace':
+      // The searches and the body's decoding are charged to the policy's total (`g.work`).
+      return { type, config: parseFindReplaceConfig(type, raw, path, direction, g) } as PolicyAction;
+    case 'oauth':
+      g.work.push({ path, what: 'oauth: reading and opening the session cookie is', cost: () => AUTH_ACTION_COST });
+      return { type, config: parseOAuthConfig(raw, path, direction) };
+    case 'openid-connect':
+      g.work.push({ path, what: 'openid-connect: reading and opening the session cookie is', cost: () => AUTH_ACTION_COST });
+      return { type, config: parseOpenIdConnectConfig(raw, path, direction) };
     case 'close-connection': {
       const config = parseCloseConnectionConfig(raw, path, direction);
       g.work.push({ path, what: 'close-connection: closing the connection is', cost: () => CLOSE_CONNECTION_COST });
@@ -429,6 +441,9 @@ export function validateTrafficPolicy(doc: unknown, opts: ValidateOptions = {}):
     return { inbound, outbound };
   });
   checkVarNames(policy);
+  checkAuthIds(policy);
+  checkCircuitBreakerCount(policy);
+  checkJwkSetUrls(policy);
   if (opts.checkCost) checkCost(g);
   return policy;
 }

@@ -3,6 +3,8 @@
  * wire-conventions.md §12, §13). Produced by `parseTrafficPolicy`; the ingress evaluates it.
  */
 
+import type { OAuthAction, OpenIdConnectAction } from './auth-actions.js';
+
 export type PolicyDirection = 'inbound' | 'outbound';
 
 /** One element of a rate-limit `bucket_key`, as written (`source`) and as resolved. */
@@ -175,6 +177,25 @@ export interface CompressResponseAction {
 }
 
 /**
+ * `request-body-find-replace` (inbound only) / `response-body-find-replace` (outbound only):
+ * every match of each `from` (RE2, `${expr}` interpolated) in the body replaced by its `to`
+ * (`$1`/`$name` capture references; empty: deleted), in order. See `find-replace.ts`.
+ */
+export interface FindReplaceConfig {
+  replacements: { from: string; to: string }[];
+}
+
+export interface RequestBodyFindReplaceAction {
+  type: 'request-body-find-replace';
+  config: FindReplaceConfig;
+}
+
+export interface ResponseBodyFindReplaceAction {
+  type: 'response-body-find-replace';
+  config: FindReplaceConfig;
+}
+
+/**
  * `circuit-breaker` (inbound only): counts the upstream results of the requests it lets through
  * over a rolling `window_duration`; once at least `volume_threshold` of them hold an
  * `error_threshold` fraction of errors (5xx, or the upstream unreachable), requests reaching it
@@ -209,7 +230,7 @@ export interface CloseConnectionAction {
   config: Record<string, never>;
 }
 
-export type PolicyAction = RateLimitAction | DenyAction | CustomResponseAction | AddHeadersAction | RemoveHeadersAction | RestrictIpsAction | BasicAuthAction | SetVarsAction | LogAction | UrlRewriteAction | RedirectAction | JwtValidationAction | VerifyWebhookAction | CompressResponseAction | CircuitBreakerAction | CloseConnectionAction;
+export type PolicyAction = RateLimitAction | DenyAction | CustomResponseAction | AddHeadersAction | RemoveHeadersAction | RestrictIpsAction | BasicAuthAction | SetVarsAction | LogAction | UrlRewriteAction | RedirectAction | JwtValidationAction | VerifyWebhookAction | CompressResponseAction | CircuitBreakerAction | CloseConnectionAction | RequestBodyFindReplaceAction | ResponseBodyFindReplaceAction | OAuthAction | OpenIdConnectAction;
 export type PolicyActionType = PolicyAction['type'];
 
 export interface PolicyRule {

@@ -284,9 +284,20 @@ function dynamicPattern(from: Extract<UrlFrom, { kind: 'dynamic' }>, evaluate: (
   }
 }
 
-function tooLong(what: string): UrlActionRuntimeError {
-  return new UrlActionRuntimeError('url_too_long', `${what} is over ${URL_ACTION_LIMITS.urlChars} characters`);
+/**
+ * What `applyUrlTemplate` works on: at most `chars` characters in and out, at most `maxMatches`
+ * matches; `subject` names the input in messages. The url actions' by default; the body
+ * find-replace actions (`find-replace.ts`) pass their own.
+ */
+export interface TemplateLimits {
+  chars: number;
+  /** Longest result; `chars` when absent. */
+  outChars?: number;
+  maxMatches: number;
+  subject: string;
 }
+
+const URL_LIMITS: TemplateLimits = { chars: URL_ACTION_LIMITS.urlChars, maxMatches: URL_ACTION_LIMITS.maxMatches, subject: 'URL' };
 
 /**
  * Applies `t` to `url`: every match of `from` replaced by `to` (the whole URL when `from` is
@@ -294,9 +305,10 @@ function tooLong(what: string): UrlActionRuntimeError {
  * when it fails to evaluate); all are evaluated first, then the pattern is searched. Throws
  * `UrlActionRuntimeError` (or what `evaluate` throws).
  */
-export function applyUrlTemplate(t: UrlTemplate, url: string, evaluate: (p: CelProgram) => string): UrlTemplateResult | null {
-  if (url.length > URL_ACTION_LIMITS.urlChars) throw tooLong('the request URL');
-  const max = URL_ACTION_LIMITS.urlChars;
+export function applyUrlTemplate(t: UrlTemplate, url: string, evaluate: (p: CelProgram) => string, limits: TemplateLimits = URL_LIMITS): UrlTemplateResult | null {
+  const max = limits.outChars ?? limits.chars;
+  const tooLong = (what: string, most = max) => new UrlActionRuntimeError('url_too_long', `${what} is over ${most} characters`);
+  if (url.length > limits.chars) throw tooLong(`the request ${limits.subject}`, limits.chars);
   const repl: (string | number)[] = t.to.map((p) => (typeof p === 'string' || typeof p === 'number' ? p : evaluate(p)));
   const from = t.from;
   let re: RE2JS | null = null;
@@ -306,13 +318,13 @@ export function applyUrlTemplate(t: UrlTemplate, url: string, evaluate: (p: CelP
     let out = '';
     for (const p of repl) {
       out += typeof p === 'string' ? p : url;
-      if (out.length > max) throw tooLong('the new URL');
+      if (out.length > max) throw tooLong(`the new ${limits.subject}`);
     }
     return { url: out, matches: [url] };
   }
-  const found = re.re2().findAllSubmatchIndex(url, URL_ACTION_LIMITS.maxMatches + 1) as number[][] | null;
+  const found = re.re2().findAllSubmatchIndex(url, limits.maxMatches + 1) as number[][] | null;
   if (!found || found.length === 0) return null;
-  if (found.length > URL_ACTION_LIMITS.maxMatches) throw new UrlActionRuntimeError('too_many_matches', `from matches more than ${URL_ACTION_LIMITS.maxMatches} times in the URL`);
+  if (found.length > limits.maxMatches) throw new UrlActionRuntimeError('too_many_matches', `from matches more than ${limits.maxMatches} times in the ${limits.subject}`);
   let out = '';
   let last = 0;
   for (const m of found) {
@@ -323,12 +335,12 @@ export function applyUrlTemplate(t: UrlTemplate, url: string, evaluate: (p: CelP
         const s = m[2 * p];
         if (s !== undefined && s >= 0) out += url.slice(s, m[2 * p + 1]);
       }
-      if (out.length > max) throw tooLong('the new URL');
+      if (out.length > max) throw tooLong(`the new ${limits.subject}`);
     }
     last = m[1]!;
   }
   out += url.slice(last);
-  if (out.length > max) throw tooLong('the new URL');
+  if (out.length > max) throw tooLong(`the new ${limits.subject}`);
   const first = found[0]!;
   const matches: string[] = [];
   for (let g = 0; 2 * g < first.length && g < URL_ACTION_LIMITS.resultGroups; g++) {
@@ -380,13 +392,13 @@ function searchCost(info: Partial<RegexRunInfo>, chars: number, literal: number)
 
 /**
  * Worst-case cost of one run of `t` on a URL of at most `URL_ACTION_LIMITS.urlChars`
- * characters (the CEL of its `${…}` is costed separately, as expressions). A dynamic `from` is
- * costed as its pattern with the most text its `${…}` may insert (that filler's DFA standing
- * for the request's), compiled for the request.
+ * characters (the CEL of its `${…}` is costed separately, as expressions), or on what `limits`
+ * allows. A dynamic `from` is costed as its pattern with the most text its `${…}` may insert
+ * (that filler's DFA standing for the request's), compiled for the request.
  */
-export function urlTemplateCost(t: UrlTemplate): number {
-  const n = URL_ACTION_LIMITS.urlChars;
-  const build = n * W.outChar;
+export function urlTemplateCost(t: UrlTemplate, limits: TemplateLimits = URL_LIMITS): number {
+  const n = limits.chars;
+  const build = (limits.outChars ?? n) * W.outChar;
   const from = t.from;
   if (!from) return W.call + build;
   let info: Partial<RegexRunInfo>;
@@ -406,7 +418,7 @@ export function urlTemplateCost(t: UrlTemplate): number {
     }
     compile = W.compileInst * (info.programSize ?? MAX_REGEX_PROGRAM_SIZE);
   }
-  return W.call + compile + searchCost(info, n, literal) + maxMatches(re) * W.match + build;
+  return W.call + compile + searchCost(info, n, literal) + maxMatches(re, limits.maxMatches) * W.match + build;
 }
 
 /** Only `linear` is read off `regexCostInfo` here (a search is costed by size, not by its DFA). */
@@ -420,9 +432,9 @@ const BEGIN_TEXT = 4;
  * The most matches a run may replace: one for a pattern anchored at the start of the text
  * (`^…` without `(?m)`: read from re2js's start condition, assumed absent if unreadable).
  */
-function maxMatches(re: RE2JS | null): number {
+function maxMatches(re: RE2JS | null, most: number): number {
   const cond = re ? (re.re2() as unknown as { cond?: unknown }).cond : undefined;
-  return typeof cond === 'number' && (cond & BEGIN_TEXT) !== 0 ? 1 : URL_ACTION_LIMITS.maxMatches;
+  return typeof cond === 'number' && (cond & BEGIN_TEXT) !== 0 ? 1 : most;
 }
 
 // --- Validation ---

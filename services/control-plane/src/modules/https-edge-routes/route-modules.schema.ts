@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { MAX_TRAFFIC_POLICY_BYTES, parseTrafficPolicy, SUPPORTED_ACTION_TYPES, TrafficPolicyError } from '@warren/shared';
+import { hasBlankTrafficPolicySecrets, issuerProblem, MAX_TRAFFIC_POLICY_BYTES, parseTrafficPolicy, SUPPORTED_ACTION_TYPES, TrafficPolicyError } from '@warren/shared';
 import { boundedString, obj, refId, uint32 } from '../../http/validate.js';
 import { RefSchema } from '../common.js';
 import { WEBHOOK_PROVIDERS, isWebhookProvider } from './webhook-providers.js';
@@ -295,18 +295,11 @@ export const SamlResponse = z.object({
 
 // ---------------------------------------------------------------- oidc
 
+/** The same check as the traffic policy's `openid-connect` `issuer_url` (`issuerProblem` in @warren/shared). */
 const issuer = z.string().superRefine((s, ctx) => {
   if (bytes(s) > 255) return fail(ctx, 5003, 'must be at most 255 bytes');
-  let u: URL | undefined;
-  try {
-    u = new URL(s);
-  } catch {
-    /* reported below */
-  }
-  if (!u || u.protocol !== 'https:' || !u.hostname || /\s/.test(s)) fail(ctx, 2104, 'must be an https URL');
-  // OpenID Connect Discovery 1.0 §2: an issuer has no query or fragment; credentials in it would leak into logs.
-  else if (u.search || u.hash || s.includes('#') || s.includes('?')) fail(ctx, 2104, 'must not have a query or fragment');
-  else if (u.username || u.password) fail(ctx, 2104, 'must not contain credentials');
+  const problem = issuerProblem(s);
+  if (problem) fail(ctx, 2104, problem);
 });
 
 /** An OAuth scope-token (RFC 6749 §3.3): printable ASCII without space, `"` or `\`. */
@@ -355,10 +348,14 @@ export const UserAgentFilterResponse = z.object({ enabled: z.boolean(), allow: z
 
 // ---------------------------------------------------------------- traffic_policy
 
+const TP_SECRETS = 'verify-webhook secret, oauth and openid-connect client_secret are returned as "", basic-auth credentials as "user:"';
+
 export const TrafficPolicyRequest = obj({
   enabled: enabled(),
   value: boundedString(MAX_TRAFFIC_POLICY_BYTES, 5003, 'value')
     .superRefine((text, ctx) => {
+      // A secret left "" keeps the stored one: validated once filled in (route-modules.ts).
+      if (hasBlankTrafficPolicySecrets(text)) return;
       try {
         parseTrafficPolicy(text);
       } catch (err) {
@@ -366,6 +363,11 @@ export const TrafficPolicyRequest = obj({
         fail(ctx, 6900, err.message);
       }
     })
-    .describe(`the traffic policy document, YAML or JSON, at most 64 KiB: inbound and outbound rules of CEL expressions and actions (${SUPPORTED_ACTION_TYPES.join(', ')})`),
+    .describe(
+      `the traffic policy document, YAML or JSON, at most 64 KiB: inbound and outbound rules of CEL expressions and actions (${SUPPORTED_ACTION_TYPES.join(', ')}); ${TP_SECRETS}, and such a value left "" (a credential "user:") keeps the stored one at the same place`,
+    ),
 });
-export const TrafficPolicyResponse = z.object({ enabled: z.boolean(), value: z.string() });
+export const TrafficPolicyResponse = z.object({
+  enabled: z.boolean(),
+  value: z.string().describe(`the document as saved, but for its secrets: ${TP_SECRETS}`),
+});

@@ -1,4 +1,4 @@
-import { AppError } from '@warren/shared';
+import { AppError, mergeTrafficPolicySecrets, parseTrafficPolicy, redactTrafficPolicySecrets, TrafficPolicyError } from '@warren/shared';
 import type { z } from 'zod';
 import { ref } from '../common.js';
 import { joinPath } from '../https-edges/module-body.js';
@@ -36,8 +36,9 @@ import { base64SecretProblem, isBase64EcdsaPublicKey, SECRETLESS_PROVIDER } from
 /**
  * The 13 route modules: how a request shape becomes the stored form (jsonb in
  * `https_edge_routes.modules`, secrets and the SAML signing key included) and how the stored
- * form is returned (secrets ""). Fields missing from a given module take their defaults; only
- * secrets (and the SAML signing key) carry over from the stored module (wire-conventions.md §8, §9).
+ * form is returned (secrets "", those inside the traffic policy document included). Fields
+ * missing from a given module take their defaults; only secrets (and the SAML signing key) carry
+ * over from the stored module (wire-conventions.md §8, §9).
  */
 
 export const MODULE_NAMES = [
@@ -198,6 +199,23 @@ function oauthBuild(input: z.output<typeof OAuthRequest>, prev: StoredModules['o
     maximum_duration: input.maximum_duration ?? 0,
     auth_check_interval: input.auth_check_interval ?? 0,
   };
+}
+
+/**
+ * The document's secrets left `""` (basic-auth `user:`) keep the stored ones at the same place
+ * (`mergeTrafficPolicySecrets`, wire-conventions.md §9); the request schema skipped validating
+ * such a document, so the filled-in one is validated here, as a saved policy is.
+ */
+function trafficPolicyBuild(input: z.output<typeof TrafficPolicyRequest>, prev: StoredModules['traffic_policy'], c: BuildContext): NonNullable<StoredModules['traffic_policy']> {
+  const field = joinPath(c.prefix, 'value');
+  try {
+    const value = mergeTrafficPolicySecrets(input.value, prev?.value);
+    if (value !== input.value) parseTrafficPolicy(value);
+    return { enabled: on(input.enabled), value };
+  } catch (err) {
+    if (err instanceof TrafficPolicyError) throw new AppError(6900, `${field}: ${err.message}`, { field });
+    throw err;
+  }
 }
 
 function renderOAuthProvider(kind: OAuthProviderKind, p: StoredOAuthProvider | undefined) {
@@ -367,8 +385,8 @@ export const MODULES = {
     title: 'traffic policy',
     request: TrafficPolicyRequest,
     response: TrafficPolicyResponse,
-    build: (i) => ({ enabled: on(i.enabled), value: i.value }),
-    render: (s) => ({ enabled: s.enabled, value: s.value }),
+    build: trafficPolicyBuild,
+    render: (s) => ({ enabled: s.enabled, value: redactTrafficPolicySecrets(s.value) }),
   }),
 } as const;
 

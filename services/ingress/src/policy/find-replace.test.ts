@@ -1,0 +1,241 @@
+import { createHmac } from 'node:crypto';
+import { Readable, type Transform } from 'node:stream';
+import { buffer } from 'node:stream/consumers';
+import zlib from 'node:zlib';
+import { Registry } from 'prom-client';
+import { describe, expect, it } from 'vitest';
+import { FIND_REPLACE_LIMITS } from '@warren/shared';
+import { compressionStage } from '../modules/compression.js';
+import { makeConfig, makeEdge, makeRoute, makeState, testDeps } from '../modules/testing.js';
+import { isOutcome, RoutePipeline } from '../pipeline/runner.js';
+import type { RequestState, RouteStage } from '../pipeline/types.js';
+import { trafficPolicyStage } from './index.js';
+
+const route = (policy: unknown, modules: Record<string, unknown> = {}) => makeRoute(modules, { trafficPolicy: { enabled: true, value: policy } });
+function stage(policy: unknown, registry?: Registry): RouteStage {
+  const deps = testDeps();
+  const s = trafficPolicyStage(route(policy), makeEdge(), makeConfig(), registry ? { ...deps, registry } : deps);
+  if (!s) throw new Error('no stage');
+  return s;
+}
+const header = (pairs: string[], name: string) => pairs.filter((_, i) => i % 2 === 1 && pairs[i - 1]!.toLowerCase() === name.toLowerCase());
+const REDACT = [{ from: 'api_key=([a-zA-Z0-9]+)', to: 'api_key=REDACTED' }, { from: '"ssn":\\s*"[0-9-]+"', to: '"ssn":"***"' }];
+const requestPolicy = (replacements: unknown = REDACT, extra: unknown[] = []) => ({ inbound: [{ actions: [...extra, { type: 'request-body-find-replace', config: { replacements } }] }] });
+const responsePolicy = (replacements: unknown = REDACT, extra: unknown[] = []) => ({ outbound: [{ actions: [{ type: 'response-body-find-replace', config: { replacements } }, ...extra] }] });
+
+function post(body: string | Buffer, headers: string[] = ['Content-Type', 'application/json']): RequestState {
+  const b = Buffer.isBuffer(body) ? body : Buffer.from(body);
+  return makeState({ method: 'POST', url: '/api', headers: ['Host', 'app.example.test', ...headers, 'Content-Length', String(b.length)], body: b });
+}
+
+async function skips(registry: Registry): Promise<Record<string, number>> {
+  const out: Record<string, number> = {};
+  for (const v of (await registry.getSingleMetric('warren_traffic_policy_find_replace_skipped_total')?.get())?.values ?? []) out[`${v.labels.direction}/${v.labels.reason}`] = v.value;
+  return out;
+}
+
+describe('the stage declares body hooks only for these actions', () => {
+  it('needsBody with request-body-find-replace, transformBody with response-body-find-replace, neither otherwise', () => {
+    const plain = stage({ inbound: [{ actions: [{ type: 'deny' }] }], outbound: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-a': 'b' } } }] }] });
+    expect(plain.needsBody).toBeFalsy();
+    expect(plain.transformBody).toBeUndefined();
+    const r = stage(requestPolicy());
+    expect(r.needsBody).toBe(true);
+    expect(r.transformBody).toBeUndefined();
+    const w = stage(responsePolicy());
+    expect(w.needsBody).toBeFalsy();
+    expect(w.transformBody).toBeTypeOf('function');
+  });
+});
+
+describe('request-body-find-replace', () => {
+  it('rewrites a JSON body and sets Content-Length to its new length (Transfer-Encoding and digests dropped)', async () => {
+    const s = post('{"q":"api_key=abc123 and api_key=XYZ","ssn": "123-45-6789"}', ['Content-Type', 'application/json; charset=utf-8', 'Transfer-Encoding', 'chunked', 'Content-MD5', 'x']);
+    expect(await stage(requestPolicy()).onRequest!(s)).toBeNull();
+    expect(s.body!.toString()).toBe('{"q":"api_key=REDACTED and api_key=REDACTED","ssn":"***"}');
+    expect(header(s.headers, 'content-length')).toEqual([String(s.body!.length)]);
+    expect(header(s.headers, 'transfer-encoding')).toEqual([]);
+    expect(header(s.headers, 'content-md5')).toEqual([]);
+  });
+
+  it('interpolates ${…} as literal text; later rules see the new Content-Length', async () => {
+    const policy = {
+      inbound: [
+        { actions: [{ type: 'request-body-find-replace', config: { replacements: [{ from: "${req.headers['x-find'][0]}", to: "<${req.headers['x-to'][0]}>" }] } }] },
+        { actions: [{ type: 'add-headers', config: { headers: { 'x-len': "${req.headers['content-length'][0]}" } } }] },
+      ],
+    };
+    const s = post('a+b ab a+b', ['Content-Type', 'text/plain', 'X-Find', 'a+b', 'X-To', '$1']);
+    await stage(policy).onRequest!(s);
+    expect(s.body!.toString()).toBe('<$1> ab <$1>');
+    expect(header(s.headers, 'x-len')).toEqual(['12']);
+  });
+
+  it('decodes a gzip/deflate/br request body, rewrites it and encodes it again', async () => {
+    for (const [coding, enc, dec] of [
+      ['gzip', zlib.gzipSync, zlib.gunzipSync],
+      ['deflate', zlib.deflateSync, zlib.inflateSync],
+      ['br', zlib.brotliCompressSync, zlib.brotliDecompressSync],
+    ] as const) {
+      const s = post(enc(Buffer.from('token api_key=s3cr3t end')), ['Content-Type', 'text/plain', 'Content-Encoding', coding]);
+      await stage(requestPolicy()).onRequest!(s);
+      expect(dec(s.body!).toString()).toBe('token api_key=REDACTED end');
+      expect(header(s.headers, 'content-length')).toEqual([String(s.body!.length)]);
+    }
+  });
+
+  it('leaves binary, undeclared, non-UTF-8, foreign-charset, unknown-coding and over-bound bodies byte for byte, and counts them', async () => {
+    const registry = new Registry();
+    // A regex replacement: the 4 KiB bound (literal ones: `literal replacements` below).
+    const st = stage(requestPolicy([{ from: '[a]', to: 'b' }]), registry);
+    const bomb = zlib.gzipSync(Buffer.alloc(10 * 1024 * 1024, 'a'));
+    const cases: [Buffer, string[]][] = [
+      [Buffer.from([0x61, 0x00, 0xff, 0x61]), ['Content-Type', 'application/octet-stream']],
+      [Buffer.from('aaa'), []],
+      [Buffer.from([0x61, 0xff, 0x61]), ['Content-Type', 'text/plain']],
+      [Buffer.from('aaa'), ['Content-Type', 'text/plain; charset=iso-8859-1']],
+      [Buffer.from('aaa'), ['Content-Type', 'text/plain', 'Content-Encoding', 'zstd']],
+      [Buffer.from('a'.repeat(FIND_REPLACE_LIMITS.bodyBytes + 1)), ['Content-Type', 'text/plain']],
+      [bomb, ['Content-Type', 'text/plain', 'Content-Encoding', 'gzip']],
+      [Buffer.from('a '.repeat(FIND_REPLACE_LIMITS.maxMatches + 1)), ['Content-Type', 'text/plain']],
+    ];
+    for (const [body, headers] of cases) {
+      const s = post(body, headers);
+      await st.onRequest!(s);
+      expect(s.body!.equals(body)).toBe(true);
+      expect(header(s.headers, 'content-length')).toEqual([String(body.length)]);
+    }
+    expect(await skips(registry)).toEqual({ 'request/type': 2, 'request/not_utf8': 1, 'request/charset': 1, 'request/encoding': 1, 'request/too_large': 2, 'request/too_many_matches': 1 });
+  });
+
+  it('verify-webhook still checks the body as the client sent it', async () => {
+    const body = '{"api_key=abc":1}';
+    const sig = `sha256=${createHmac('sha256', 'gh-secret').update(body).digest('hex')}`;
+    const policy = requestPolicy(REDACT, []);
+    (policy.inbound[0]!.actions as unknown[]).push({ type: 'verify-webhook', config: { provider: 'github', secret: 'gh-secret' } });
+    const s = post(body, ['Content-Type', 'application/json', 'X-Hub-Signature-256', sig]);
+    expect(await stage(policy).onRequest!(s)).toBeNull();
+    expect(s.body!.toString()).toBe('{"api_key=REDACTED":1}');
+  });
+});
+
+// ------------------------------------------------------------------------------ response side
+
+const TEXT = '{"user":"bob","api_key=K1":"x","ssn": "123-45-6789"}';
+const REWRITTEN = '{"user":"bob","api_key=REDACTED":"x","ssn":"***"}';
+function get(ae?: string, method = 'GET'): RequestState {
+  return makeState({ method, url: '/api', headers: ae ? ['Host', 'app.example.test', 'Accept-Encoding', ae] : ['Host', 'app.example.test'] });
+}
+/** The response side as the proxy runs it: the head, then the body (in chunks) through the transforms. */
+async function respond(p: RoutePipeline, s: RequestState, head: string[], body: Buffer, status = 200) {
+  const d = await p.onResponse(s, status, [...head]);
+  if (isOutcome(d)) throw new Error('unexpected outcome');
+  let out: Readable = Readable.from([body.subarray(0, 5), body.subarray(5, 20), body.subarray(20)]);
+  for (const t of d!.transforms) out = out.pipe(t as Transform);
+  return { headers: d!.headers, body: await buffer(out) };
+}
+const jsonHead = (body: Buffer, more: string[] = []) => ['Content-Type', 'application/json', 'Content-Length', String(body.length), 'ETag', '"v1"', 'Accept-Ranges', 'bytes', ...more];
+const pipeline = (policy: unknown, registry?: Registry) => new RoutePipeline([stage(policy, registry)]);
+
+describe('response-body-find-replace', () => {
+  it('rewrites a body that arrives in chunks; Content-Length and Accept-Ranges dropped, ETag weakened', async () => {
+    const body = Buffer.from(TEXT);
+    const res = await respond(pipeline(responsePolicy()), get(), jsonHead(body), body);
+    expect(res.body.toString()).toBe(REWRITTEN);
+    expect(res.headers).toEqual(['Content-Type', 'application/json', 'ETag', 'W/"v1"']);
+  });
+
+  it('replaces, then compresses, with compress-response (also when it comes first) and with the compression module', async () => {
+    const body = Buffer.from(TEXT.repeat(30));
+    for (const policy of [responsePolicy(REDACT, [{ type: 'compress-response' }]), { outbound: [{ actions: [{ type: 'compress-response' }, { type: 'response-body-find-replace', config: { replacements: REDACT } }] }] }]) {
+      const res = await respond(pipeline(policy), get('gzip'), jsonHead(body), body);
+      expect(header(res.headers, 'content-encoding')).toEqual(['gzip']);
+      expect(zlib.gunzipSync(res.body).toString()).toBe(REWRITTEN.repeat(30));
+    }
+    const r = route(responsePolicy(), { compression: { enabled: true } });
+    const both = new RoutePipeline([trafficPolicyStage(r, makeEdge(), makeConfig(), testDeps())!, compressionStage(r, makeEdge(), makeConfig(), testDeps())!]);
+    const res = await respond(both, get('br'), jsonHead(body), body);
+    expect(zlib.brotliDecompressSync(res.body).toString()).toBe(REWRITTEN.repeat(30));
+  });
+
+  it('rewrites a body the upstream compressed and keeps its coding (compress-response sees it already compressed)', async () => {
+    for (const [coding, enc, dec] of [
+      ['gzip', zlib.gzipSync, zlib.gunzipSync],
+      ['br', zlib.brotliCompressSync, zlib.brotliDecompressSync],
+    ] as const) {
+      const body = enc(Buffer.from(TEXT));
+      const res = await respond(pipeline(responsePolicy(REDACT, [{ type: 'compress-response' }])), get('gzip, br'), jsonHead(body, ['Content-Encoding', coding]), body);
+      expect(header(res.headers, 'content-encoding')).toEqual([coding]);
+      expect(dec(res.body).toString()).toBe(REWRITTEN);
+    }
+  });
+
+  it('passes binary, partial, HEAD and over-bound bodies unchanged, and counts them', async () => {
+    const registry = new Registry();
+    const p = pipeline(responsePolicy([{ from: '[a]', to: 'b' }]), registry);
+    const png = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x61, 0x61, 0xff, 0x00]);
+    const same = async (head: string[], body: Buffer, status = 200, s = get()) => {
+      const res = await respond(p, s, head, body, status);
+      expect(res.body.equals(body)).toBe(true);
+      return res.headers;
+    };
+    expect(await same(['Content-Type', 'image/png', 'Content-Length', '8'], png)).toEqual(['Content-Type', 'image/png', 'Content-Length', '8']);
+    await same(['Content-Type', 'text/event-stream'], Buffer.from('data: aaa\n\n'));
+    await same(['Content-Type', 'text/plain', 'Content-Range', 'bytes 0-2/10'], Buffer.from('aaa'), 206);
+    await same(['Content-Type', 'text/plain'], Buffer.from('aaa'), 200, get(undefined, 'HEAD'));
+    const big = Buffer.from('a'.repeat(FIND_REPLACE_LIMITS.bodyBytes + 100));
+    // Declared too large: decided on the head, the head is left alone.
+    expect(await same(['Content-Type', 'text/plain', 'Content-Length', String(big.length)], big)).toEqual(['Content-Type', 'text/plain', 'Content-Length', String(big.length)]);
+    // Chunked and too large: found out while buffering; what was held and the rest pass unchanged.
+    await same(['Content-Type', 'text/plain'], big);
+    await same(['Content-Type', 'text/plain'], Buffer.from([0x61, 0xfe, 0x61]));
+    expect(await skips(registry)).toEqual({ 'response/type': 2, 'response/partial': 1, 'response/too_large': 2, 'response/not_utf8': 1 });
+  });
+
+  it('applies several actions in order, each with the ${…} values of when it ran', async () => {
+    const policy = {
+      outbound: [
+        { actions: [{ type: 'response-body-find-replace', config: { replacements: [{ from: 'bob', to: "${res.headers['x-who'][0]}" }] } }] },
+        { actions: [{ type: 'response-body-find-replace', config: { replacements: [{ from: 'alice', to: 'carol' }] } }] },
+      ],
+    };
+    const body = Buffer.from(TEXT);
+    const res = await respond(pipeline(policy), get(), jsonHead(body, ['X-Who', 'alice']), body);
+    expect(res.body.toString()).toBe(TEXT.replace('bob', 'carol'));
+  });
+});
+
+describe('literal replacements on large bodies', () => {
+  const LIT = [{ from: 'api_key=SECRET', to: 'api_key=REDACTED' }];
+  it('rewrites a 200 KiB request body (also gzipped) and a 200 KiB response, chunked or gzipped; over 256 KiB passes', async () => {
+    const text = `${'<p>filler text</p>\n'.repeat(10_000)}api_key=SECRET<p>end</p>`;
+    const want = text.replace('SECRET', 'REDACTED');
+    const s = post(text, ['Content-Type', 'text/html']);
+    await stage(requestPolicy(LIT)).onRequest!(s);
+    expect(s.body!.toString()).toBe(want);
+    expect(header(s.headers, 'content-length')).toEqual([String(s.body!.length)]);
+    const g = post(zlib.gzipSync(text), ['Content-Type', 'text/html', 'Content-Encoding', 'gzip']);
+    await stage(requestPolicy(LIT)).onRequest!(g);
+    expect(zlib.gunzipSync(g.body!).toString()).toBe(want);
+    const body = Buffer.from(text);
+    const res = await respond(pipeline(responsePolicy(LIT)), get(), ['Content-Type', 'text/html'], body);
+    expect(res.body.toString()).toBe(want);
+    const gz = zlib.gzipSync(body);
+    const r2 = await respond(pipeline(responsePolicy(LIT)), get('gzip'), ['Content-Type', 'text/html', 'Content-Encoding', 'gzip'], gz);
+    expect(zlib.gunzipSync(r2.body).toString()).toBe(want);
+    const registry = new Registry();
+    const big = Buffer.from(`api_key=SECRET ${'x'.repeat(FIND_REPLACE_LIMITS.literalBodyBytes)}`);
+    const r3 = await respond(pipeline(responsePolicy(LIT), registry), get(), ['Content-Type', 'text/plain'], big);
+    expect(r3.body.equals(big)).toBe(true);
+    expect(await skips(registry)).toEqual({ 'response/too_large': 1 });
+  });
+
+  it('a regex in the action brings it to 4 KiB: a larger body passes unchanged and is counted', async () => {
+    const registry = new Registry();
+    const text = `api_key=SECRET ${'x'.repeat(8000)}`;
+    const s = post(text, ['Content-Type', 'text/plain']);
+    await stage(requestPolicy([...LIT, { from: '\\d{3}-\\d{2}-\\d{4}', to: 'X' }]), registry).onRequest!(s);
+    expect(s.body!.toString()).toBe(text);
+    expect(await skips(registry)).toEqual({ 'request/too_large': 1 });
+  });
+});

@@ -1,0 +1,403 @@
+import { isUtf8 } from 'node:buffer';
+import * as stream from 'node:stream';
+import { Transform, type Duplex, type TransformCallback } from 'node:stream';
+import zlib from 'node:zlib';
+import { Counter, type Registry } from 'prom-client';
+import { applyFindReplace, compileFindReplace, FIND_REPLACE_LIMITS, UrlActionRuntimeError, type CelProgram, type FindReplaceConfig, type FindReplaceType, type PolicyDirection } from '@warren/shared';
+import { rawHeader, removeRawHeaders, setRawHeader } from '../modules/common.js';
+import type { RequestState, ResponseState } from '../pipeline/types.js';
+import type { Activation } from './activation.js';
+import { compressionPending } from './body-actions.js';
+import { celToHeaderText } from './headers.js';
+import type { FailedFn } from './url-actions.js';
+
+/**
+ * `request-body-find-replace` and `response-body-find-replace` at run time (validated, and the
+ * replacements compiled and applied, by `services/shared/src/traffic-policy/find-replace.ts`).
+ * ngrok: https://ngrok.com/docs/traffic-policy/actions/request-body-find-replace/ and
+ * …/response-body-find-replace/.
+ *
+ * Which bodies (ngrok documents no content types; binary bodies are never touched):
+ * - a text type: `text/*` but `text/event-stream` (ngrok has `sse-find-replace` for streams),
+ *   JSON, XML (`application/json`, `…+json`, `application/xml`, `…+xml`), form data
+ *   (`application/x-www-form-urlencoded`), JavaScript, GraphQL, NDJSON, YAML; with no charset
+ *   or `utf-8` / `us-ascii`, and whose bytes are valid UTF-8. No `Content-Type`: not touched.
+ * - no content coding, or exactly one of `gzip` (`x-gzip`), `deflate`, `br`: decoded (at most
+ *   the action's bound comes out, so a zip bomb stops there), rewritten, encoded again with the
+ *   same coding, both with node:zlib's asynchronous calls (libuv's thread pool, off the event
+ *   loop). Anything else (`zstd`, two codings, a corrupt body) passes unchanged.
+ * - at most the action's bound once decoded (`CompiledFindReplace.bodyBytes`: 256 KiB when all
+ *   its replacements are literal, else 4 KiB; see the shared module), within its replacements'
+ *   match and result bounds.
+ * A body outside these passes on unchanged and is counted in
+ * `warren_traffic_policy_find_replace_skipped_total{direction, reason}` (`reason`: `type`,
+ * `charset`, `encoding`, `too_large`, `not_utf8`, `too_many_matches`, `partial`). `${…}` values
+ * are evaluated when the action runs; one that fails to evaluate is an evaluation error (counted
+ * and logged by the engine) and the action does nothing.
+ *
+ * Request: the stage buffers the body (`needsBody`, as for verify-webhook: 1 MiB, else 413
+ * `ERR_WARREN_7009`; 30 s, else 408 `ERR_WARREN_7012`). The rewritten body replaces
+ * `RequestState.body` (what the forwarder sends) and `Content-Length` is set to its length
+ * (`Transfer-Encoding` dropped: the body is sent whole); `Content-MD5` / `Content-Digest` /
+ * `Repr-Digest`, no longer true, are dropped. verify-webhook still checks the original body
+ * (`originalRequestBody`); later actions and the upstream see the new one.
+ *
+ * Response: the action decides on the head (not for HEAD, 1xx/204/304, a 206 or `Content-Range`
+ * response (a part cannot be rewritten: `partial`), a declared `Content-Length` over the bound)
+ * and evaluates its `${…}`; then it drops `Content-Length` (the new length is not known when the
+ * head goes out: the response is sent chunked), `Accept-Ranges` and the digests above, and
+ * weakens a strong `ETag` (`W/`, as compression does). The stage's `transformBody` buffers at
+ * most the largest bound of the actions that ran (256 KiB at most per response) as the body
+ * arrives: once it has ended, each action whose bound the (decoded) body fits runs on it, in
+ * order, the others are counted (`too_large`), and the result goes out; if it grows past that
+ * bound, what was held is sent unchanged and the rest streams through (`too_large`). It runs before the compressor of a compress-response (the
+ * engine chains them): the text is replaced, then compressed. The route's `compression` module
+ * compresses before the policy's transforms run, so a body it compressed is decoded, rewritten
+ * and compressed again, as is a body the upstream encoded (which keeps its coding; compress-response
+ * sees it as already compressed).
+ */
+
+export interface CompiledFindReplace {
+  kind: FindReplaceType;
+  /** The action's path (`outbound[0].actions[1]`), for evaluation errors. */
+  where: string;
+  replacements: Replacements;
+}
+
+type Replacements = ReturnType<typeof compileFindReplace>;
+
+export function compileFindReplaceAction(type: FindReplaceType, c: FindReplaceConfig, direction: PolicyDirection, where: string): CompiledFindReplace {
+  return { kind: type, where, replacements: compileFindReplace(direction, c) };
+}
+
+type Direction = 'request' | 'response';
+type SkipReason = 'type' | 'charset' | 'encoding' | 'too_large' | 'not_utf8' | 'too_many_matches' | 'partial';
+
+let skipped: Counter<'direction' | 'reason'> | null = null;
+
+/** Registers the skip counter (once per registry; by each engine with one of these actions). */
+export function observeFindReplace(registry: Registry): void {
+  const name = 'warren_traffic_policy_find_replace_skipped_total';
+  skipped =
+    (registry.getSingleMetric(name) as Counter<'direction' | 'reason'> | undefined) ??
+    new Counter({ name, help: 'Bodies a request-/response-body-find-replace action passed on unchanged because it could not rewrite them (reason: type, charset, encoding, too_large, not_utf8, too_many_matches, partial)', labelNames: ['direction', 'reason'], registers: [registry] });
+}
+
+function skip(direction: Direction, reason: SkipReason): null {
+  skipped?.inc({ direction, reason });
+  return null;
+}
+
+// --- What a body is ---
+
+const TEXT_TYPES = new Set(['application/json', 'application/xml', 'application/x-www-form-urlencoded', 'application/javascript', 'application/ecmascript', 'application/x-javascript', 'application/graphql', 'application/x-ndjson', 'application/yaml', 'application/x-yaml']);
+
+/** null when the media type is text this action may rewrite, else the reason it is not. */
+function typeProblem(contentType: string | undefined): SkipReason | null {
+  if (!contentType) return 'type';
+  const [media, ...params] = contentType.split(';');
+  const t = media!.trim().toLowerCase();
+  const text = (t.startsWith('text/') && t !== 'text/event-stream') || TEXT_TYPES.has(t) || (t.startsWith('application/') && (t.endsWith('+json') || t.endsWith('+xml')));
+  if (!text) return 'type';
+  for (const p of params) {
+    const eq = p.indexOf('=');
+    if (eq < 0 || p.slice(0, eq).trim().toLowerCase() !== 'charset') continue;
+    const cs = p.slice(eq + 1).trim().replace(/^"(.*)"$/, '$1').toLowerCase();
+    if (cs !== 'utf-8' && cs !== 'utf8' && cs !== 'us-ascii') return 'charset';
+  }
+  return null;
+}
+
+type BodyCoding = 'identity' | 'gzip' | 'deflate' | 'br';
+
+/** The single content coding of a head, or null when it has one this action cannot undo. */
+function codingOf(h: readonly string[]): BodyCoding | null {
+  let coding: BodyCoding = 'identity';
+  for (let i = 0; i + 1 < h.length; i += 2) {
+    if (h[i]!.toLowerCase() !== 'content-encoding') continue;
+    for (const c of h[i + 1]!.split(',')) {
+      const v = c.trim().toLowerCase();
+      if (v === '' || v === 'identity') continue;
+      if (coding !== 'identity') return null;
+      if (v === 'gzip' || v === 'x-gzip') coding = 'gzip';
+      else if (v === 'deflate' || v === 'br') coding = v;
+      else return null;
+    }
+  }
+  return coding;
+}
+
+/** The largest body any action rewrites (a response holds at most this much). */
+const MAX = Math.max(FIND_REPLACE_LIMITS.bodyBytes, FIND_REPLACE_LIMITS.literalBodyBytes);
+
+type Decoded = Buffer | 'too_large' | 'encoding';
+
+/** The decoded body (at most `max` bytes come out), or why not. Asynchronous (thread pool). */
+function decodeAsync(raw: Buffer, coding: Exclude<BodyCoding, 'identity'>, max: number): Promise<Decoded> {
+  const opts = { maxOutputLength: max };
+  return new Promise((resolve) => {
+    const done = (err: Error | null, out: Buffer) => {
+      if (!err) resolve(out);
+      else resolve((err as { code?: string }).code === 'ERR_BUFFER_TOO_LARGE' || err instanceof RangeError ? 'too_large' : 'encoding');
+    };
+    try {
+      if (coding === 'gzip') zlib.gunzip(raw, opts, done);
+      else if (coding === 'deflate') zlib.inflate(raw, opts, done);
+      else zlib.brotliDecompress(raw, opts, done);
+    } catch (err) {
+      done(err as Error, Buffer.alloc(0));
+    }
+  });
+}
+
+/** `body` encoded with `coding` (asynchronous: thread pool). */
+function encodeAsync(body: Buffer, coding: Exclude<BodyCoding, 'identity'>): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const done = (err: Error | null, out: Buffer) => (err ? reject(err) : resolve(out));
+    if (coding === 'gzip') zlib.gzip(body, { level: 5 }, done);
+    else if (coding === 'deflate') zlib.deflate(body, { level: 5 }, done);
+    else zlib.brotliCompress(body, { params: { [zlib.constants.BROTLI_PARAM_QUALITY]: 4, [zlib.constants.BROTLI_PARAM_MODE]: zlib.constants.BROTLI_MODE_TEXT, [zlib.constants.BROTLI_PARAM_SIZE_HINT]: body.length } }, done);
+  });
+}
+
+// --- Replacing ---
+
+/** One action's replacements with its `${…}` values, evaluated when it ran. */
+interface Step {
+  replacements: Replacements;
+  values: Map<CelProgram, string>;
+}
+
+/** Evaluates every `${…}` of `a` now (throws what the CEL throws). */
+function evaluateAll(act: Activation, a: CompiledFindReplace): Step {
+  const values = new Map<CelProgram, string>();
+  for (const p of a.replacements.programs) values.set(p, celToHeaderText(p(act)));
+  return { replacements: a.replacements, values };
+}
+
+/**
+ * The decoded `body` with the steps' replacements (each step whose bound the body fits, in
+ * order; the others counted); null when unchanged or skipped (counted). Throws nothing: a pattern
+ * a `${…}` made invalid counts as an evaluation error through `failed`.
+ */
+function replaceAll(body: Buffer, steps: readonly Step[], direction: Direction, failed: (err: unknown) => void): Buffer | null {
+  if (!isUtf8(body)) return skip(direction, 'not_utf8');
+  let out = body;
+  let changed = false;
+  for (const st of steps) {
+    if (out.length > st.replacements.bodyBytes) {
+      skip(direction, 'too_large');
+      continue;
+    }
+    try {
+      const r = applyFindReplace(st.replacements, out, (p) => st.values.get(p) ?? '');
+      if (r !== null) {
+        out = r;
+        changed = true;
+      }
+    } catch (err) {
+      if (err instanceof UrlActionRuntimeError && err.code === 'too_many_matches') skip(direction, 'too_many_matches');
+      else if (err instanceof UrlActionRuntimeError && err.code === 'url_too_long') skip(direction, 'too_large');
+      else failed(err);
+      // The body is left as it was: every step, or none.
+      return null;
+    }
+  }
+  return changed ? out : null;
+}
+
+/** The largest bound of `steps` (what may be decoded or held). */
+const boundOf = (steps: readonly Step[]) => Math.max(...steps.map((st) => st.replacements.bodyBytes));
+
+/**
+ * `raw` (encoded with `coding`) with the steps' replacements, re-encoded; null when unchanged or
+ * skipped (counted). Synchronous for an identity body; a Promise (thread pool) for an encoded one.
+ */
+function rewrite(raw: Buffer, coding: BodyCoding, steps: readonly Step[], direction: Direction, failed: (err: unknown) => void): Buffer | null | Promise<Buffer | null> {
+  const max = boundOf(steps);
+  if (coding === 'identity') return raw.length > max ? skip(direction, 'too_large') : replaceAll(raw, steps, direction, failed);
+  return decodeAsync(raw, coding, max).then(async (body) => {
+    if (typeof body === 'string') return skip(direction, body);
+    const out = replaceAll(body, steps, direction, failed);
+    return out && encodeAsync(out, coding);
+  });
+}
+
+/**
+ * Whether the action may rewrite a body with head `h` (else counted) and its `${…}` values (an
+ * evaluation error is reported through `failed`): null when it does nothing.
+ */
+function prepare(act: Activation, a: CompiledFindReplace, h: readonly string[], direction: Direction, failed: FailedFn): { step: Step; coding: BodyCoding } | null {
+  const problem = typeProblem(rawHeader(h, 'content-type'));
+  if (problem) return skip(direction, problem);
+  const coding = codingOf(h);
+  if (!coding) return skip(direction, 'encoding');
+  try {
+    return { step: evaluateAll(act, a), coding };
+  } catch (err) {
+    failed(a.where, err);
+    return null;
+  }
+}
+
+/** Headers a rewritten body makes false. */
+const DIGESTS = new Set(['content-md5', 'content-digest', 'repr-digest']);
+
+// --- Request ---
+
+const originals = new WeakMap<RequestState, Buffer>();
+
+/** The request body as the client sent it (before any request-body-find-replace), for verify-webhook. */
+export function originalRequestBody(s: RequestState): Buffer | null {
+  return originals.get(s) ?? s.body;
+}
+
+const REQUEST_FRAMING = new Set(['content-length', 'transfer-encoding', ...DIGESTS]);
+
+/**
+ * Runs `request-body-find-replace` on the buffered request body (inbound only). A Promise for an
+ * encoded body (decoded and encoded again on the thread pool): the rules go on once it settles.
+ */
+export function runRequestFindReplace(act: Activation, a: CompiledFindReplace, failed: FailedFn): void | Promise<void> {
+  const s = act.s;
+  const raw = s.body;
+  if (!raw || raw.length === 0) return;
+  const ready = prepare(act, a, s.headers, 'request', failed);
+  if (!ready) return;
+  const out = rewrite(raw, ready.coding, [ready.step], 'request', (err) => failed(a.where, err));
+  if (out instanceof Promise)
+    return out.then(
+      (b) => setRequestBody(act, raw, b),
+      (err) => failed(a.where, err),
+    );
+  setRequestBody(act, raw, out);
+}
+
+function setRequestBody(act: Activation, raw: Buffer, out: Buffer | null): void {
+  const s = act.s;
+  if (!out) return;
+  if (!originals.has(s)) originals.set(s, raw);
+  s.body = out;
+  const h = s.headers.slice();
+  removeRawHeaders(h, REQUEST_FRAMING);
+  h.push('content-length', String(out.length));
+  s.headers = h;
+  act.headersChanged();
+}
+
+// --- Response ---
+
+interface Pending {
+  steps: Step[];
+  /** The body's coding as it reaches the rewrite (the upstream's). */
+  coding: BodyCoding;
+}
+const pending = new WeakMap<RequestState, Pending>();
+const RESPONSE_DROP = new Set(['content-length', 'accept-ranges', ...DIGESTS]);
+
+/** Runs `response-body-find-replace` on the response head `r` (outbound only; edited in place). */
+export function runResponseFindReplace(act: Activation, a: CompiledFindReplace, failed: FailedFn): void {
+  const s = act.s;
+  const r = act.r!;
+  if (s.req.method === 'HEAD' || r.status < 200 || r.status === 204 || r.status === 304) return;
+  const h = r.headers;
+  if (r.status === 206 || rawHeader(h, 'content-range') !== undefined) return void skip('response', 'partial');
+  const len = rawHeader(h, 'content-length');
+  // A declared length over the bound is decided on the head (the decoded body is at least as long when not encoded).
+  if (len !== undefined && Number(len) > a.replacements.bodyBytes && codingOf(h) === 'identity') return void skip('response', 'too_large');
+  const ready = prepare(act, a, h, 'response', failed);
+  if (!ready) return;
+  const { step } = ready;
+  // After a compress-response the head says gzip/br/deflate, but the body is compressed only
+  // after this action's rewrite: it arrives as the upstream sent it.
+  const compressing = compressionPending(s);
+  const coding = compressing !== undefined && compressing === ready.coding ? 'identity' : ready.coding;
+  const p = pending.get(s);
+  if (p) {
+    p.steps.push(step);
+    return;
+  }
+  pending.set(s, { steps: [step], coding });
+  const etag = rawHeader(h, 'etag');
+  removeRawHeaders(h, RESPONSE_DROP);
+  if (etag && !etag.startsWith('W/')) setRawHeader(h, 'ETag', `W/${etag}`);
+  act.headersChanged();
+}
+
+/**
+ * Buffers a response body up to the bound, then sends it rewritten; past the bound, sends what
+ * it held and the rest unchanged.
+ */
+class FindReplaceTransform extends Transform {
+  private held: Buffer[] = [];
+  private size = 0;
+  private passing = false;
+
+  constructor(
+    private readonly p: Pending,
+    private readonly onError: (err: unknown) => void,
+  ) {
+    super();
+    this.max = Math.min(MAX, boundOf(p.steps));
+  }
+
+  /** What it holds at most: the largest bound of its actions. */
+  private readonly max: number;
+
+  override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback): void {
+    if (this.passing) return done(null, chunk);
+    this.size += chunk.length;
+    if (this.size > this.max) {
+      skip('response', 'too_large');
+      this.passing = true;
+      for (const c of this.held) this.push(c);
+      this.held = [];
+      return done(null, chunk);
+    }
+    this.held.push(chunk);
+    done();
+  }
+
+  override _flush(done: TransformCallback): void {
+    if (this.passing || this.size === 0) return done();
+    const raw = Buffer.concat(this.held, this.size);
+    this.held = [];
+    const out = rewrite(raw, this.p.coding, this.p.steps, 'response', this.onError);
+    if (!(out instanceof Promise)) return done(null, out ?? raw);
+    out.then(
+      (b) => done(null, b ?? raw),
+      (err) => {
+        this.onError(err);
+        done(null, raw);
+      },
+    );
+  }
+}
+
+/**
+ * The body transform for what response-body-find-replace decided on `s` (null: nothing), chained
+ * before `next` (a compress-response compressor) when there is one; `r` is the final head. The
+ * route's `compression` module transforms the body before the policy does (the stages' transforms
+ * run nearest the upstream first) and only a body the upstream did not encode: when it did, the
+ * final head names its coding and the body arrives so encoded, to be decoded, rewritten and
+ * encoded again. The result leaves in the coding it arrived in.
+ */
+export function findReplaceTransform(s: RequestState, r: ResponseState, next: Transform | null, onError: (err: unknown) => void): Transform | null {
+  const p = pending.get(s);
+  if (!p) return next;
+  pending.delete(s);
+  let coding = p.coding;
+  if (!next && coding === 'identity') {
+    const final = codingOf(r.headers);
+    if (!final) return null;
+    coding = final;
+  }
+  const t = new FindReplaceTransform({ steps: p.steps, coding }, onError);
+  // A Duplex that writes into the rewrite and reads from the compressor: replace, then compress.
+  return next ? (compose(t, next) as unknown as Transform) : t;
+}
+
+/** `stream.compose` (Node ≥ 16.9; not in this @types/node). */
+function compose(first: Duplex, second: Duplex): Duplex {
+  return (stream as unknown as { compose(...s: Duplex[]): Duplex }).compose(first, second);
+}

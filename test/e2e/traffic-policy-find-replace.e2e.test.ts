@@ -1,0 +1,157 @@
+import type http from 'node:http';
+import zlib from 'node:zlib';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startPolicyCluster, type PolicyCluster, type PolicyRequestOptions } from '../support/policy-cluster.js';
+
+/**
+ * The traffic-policy actions `request-body-find-replace` and `response-body-find-replace` on live
+ * traffic, through real processes: a control plane, an ingress, our agent and an upstream that
+ * echoes the request body it got (with its Content-Length) or serves text in several framings.
+ * Every policy is saved through the REST API.
+ */
+
+const HOST = 'find-replace.e2e.test';
+let c: PolicyCluster;
+
+/** What the upstream serves: a JSON document with secrets in it (a little over 1 KiB, so compress-response applies). */
+const DOC = JSON.stringify({ users: Array.from({ length: 24 }, (_, i) => ({ id: i, name: `user ${i}`, note: `api_key=SECRET${i} ssn 123-45-67${10 + i}` })) });
+const REDACTED = DOC.replace(/api_key=[A-Za-z0-9]+/g, 'api_key=REDACTED').replace(/\d{3}-\d{2}-\d{4}/g, 'XXX-XX-XXXX');
+const PNG = Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), Buffer.from('api_key=SECRET0 \xff\x00', 'latin1')]);
+/** Over the 4 KiB an action with a regex replacement rewrites. */
+const BIG = `api_key=SECRET ${'x'.repeat(5000)}`;
+/** A 200 KiB page: within the 256 KiB an action of literal replacements rewrites. */
+const PAGE = `<html><body>${'<p class="row">Lorem ipsum dolor sit amet</p>\n'.repeat(4500)}<p>api_key=SECRET</p></body></html>`;
+const PAGE_REDACTED = PAGE.replace('api_key=SECRET', 'api_key=REDACTED');
+const LITERAL = [{ from: 'api_key=SECRET', to: 'api_key=REDACTED' }];
+
+const request = (p: string, opts?: PolicyRequestOptions) => c.request(p, opts);
+const route = (match: string, policy: unknown, modules: Record<string, unknown> = {}): Promise<string> => c.policyRoute(match, policy, modules);
+const REPLACEMENTS = [
+  { from: 'api_key=([A-Za-z0-9]+)', to: 'api_key=REDACTED' },
+  { from: '\\d{3}-\\d{2}-\\d{4}', to: 'XXX-XX-XXXX' },
+];
+
+const upstream: http.RequestListener = (req, res) => {
+  const chunks: Buffer[] = [];
+  req.on('data', (ch: Buffer) => chunks.push(ch));
+  req.on('end', () => {
+    const path = req.url ?? '/';
+    const body = Buffer.concat(chunks);
+    const json = { 'content-type': 'application/json', etag: '"doc-1"' };
+    if (path.endsWith('/length')) {
+      res.writeHead(200, { ...json, 'content-length': Buffer.byteLength(DOC) });
+      res.end(DOC);
+    } else if (path.endsWith('/chunked')) {
+      // Several writes, no Content-Length: Transfer-Encoding: chunked.
+      res.writeHead(200, json);
+      for (let i = 0; i < DOC.length; i += 100) res.write(DOC.slice(i, i + 100));
+      res.end();
+    } else if (path.endsWith('/pregz')) {
+      const gz = zlib.gzipSync(DOC);
+      res.writeHead(200, { ...json, 'content-encoding': 'gzip', 'content-length': gz.length });
+      res.end(gz);
+    } else if (path.endsWith('/png')) {
+      res.writeHead(200, { 'content-type': 'image/png', 'content-length': PNG.length });
+      res.end(PNG);
+    } else if (path.endsWith('/page')) {
+      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'content-length': Buffer.byteLength(PAGE) });
+      res.end(PAGE);
+    } else if (path.endsWith('/big')) {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.end(BIG);
+    } else {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ body: body.toString('latin1'), length: req.headers['content-length'] ?? null, te: req.headers['transfer-encoding'] ?? null, received: body.length }));
+    }
+  });
+};
+
+beforeAll(async () => {
+  c = await startPolicyCluster({ name: 'findreplace', host: HOST, upstream });
+}, 90_000);
+
+afterAll(() => c?.stop(), 60_000);
+
+describe('request-body-find-replace on live traffic', () => {
+  it('the upstream gets the rewritten body with a matching Content-Length (also for a gzipped request)', async () => {
+    await route('/req', { inbound: [{ actions: [{ type: 'request-body-find-replace', config: { replacements: REPLACEMENTS } }] }] });
+    const body = '{"prompt":"my api_key=abc123, my ssn 123-45-6789"}';
+    const want = '{"prompt":"my api_key=REDACTED, my ssn XXX-XX-XXXX"}';
+    const r = await request('/req/echo', { body, headers: { 'content-type': 'application/json' } });
+    expect(r.status).toBe(200);
+    expect(r.json()).toEqual({ body: want, length: String(want.length), te: null, received: want.length });
+
+    const gz = zlib.gzipSync(body);
+    const g = await request('/req/echo', { body: gz, headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' } });
+    const got = g.json();
+    expect(zlib.gunzipSync(Buffer.from(got.body, 'latin1')).toString()).toBe(want);
+    expect(got.length).toBe(String(got.received));
+  });
+
+  it('a literal replacement rewrites a 200 KiB body; the upstream gets the right Content-Length', async () => {
+    await route('/lit', { inbound: [{ actions: [{ type: 'request-body-find-replace', config: { replacements: LITERAL } }] }] });
+    expect(PAGE.length).toBeGreaterThan(200 * 1024);
+    const r = await request('/lit/echo', { body: PAGE, headers: { 'content-type': 'text/html' } });
+    expect(r.json()).toEqual({ body: PAGE_REDACTED, length: String(PAGE_REDACTED.length), te: null, received: PAGE_REDACTED.length });
+  });
+
+  it('leaves a binary body and one over 4 KiB (with a regex replacement) byte for byte; over 1 MiB is a 413', async () => {
+    const bin = await request('/req/echo', { body: PNG, headers: { 'content-type': 'application/octet-stream' } });
+    expect(Buffer.from(bin.json().body, 'latin1').equals(PNG)).toBe(true);
+    const big = await request('/req/echo', { body: BIG, headers: { 'content-type': 'text/plain' } });
+    expect(big.json()).toMatchObject({ body: BIG, length: String(BIG.length) });
+    const huge = await request('/req/echo', { body: Buffer.alloc(1024 * 1024 + 1, 0x61), headers: { 'content-type': 'text/plain' } });
+    expect([huge.status, huge.headers['warren-error-code']]).toEqual([413, 'ERR_WARREN_7009']);
+  });
+});
+
+describe('response-body-find-replace on live traffic', () => {
+  it('rewrites a response with a Content-Length and a chunked one; sent chunked, ETag weakened', async () => {
+    await route('/res', { outbound: [{ actions: [{ type: 'response-body-find-replace', config: { replacements: REPLACEMENTS } }] }] });
+    for (const p of ['/res/length', '/res/chunked']) {
+      const r = await request(p);
+      expect([r.status, r.body, r.headers['content-length'], r.headers['transfer-encoding'], r.headers.etag]).toEqual([200, REDACTED, undefined, 'chunked', 'W/"doc-1"']);
+    }
+  });
+
+  it('replaces before compress-response compresses, and rewrites an upstream-gzipped body keeping its coding', async () => {
+    await route('/cmp', { outbound: [{ actions: [{ type: 'response-body-find-replace', config: { replacements: REPLACEMENTS } }, { type: 'compress-response' }] }] });
+    const gz = await request('/cmp/length', { headers: { 'accept-encoding': 'gzip' } });
+    expect(gz.headers['content-encoding']).toBe('gzip');
+    expect(zlib.gunzipSync(gz.raw).toString()).toBe(REDACTED);
+    const br = await request('/cmp/chunked', { headers: { 'accept-encoding': 'br' } });
+    expect(br.headers['content-encoding']).toBe('br');
+    expect(zlib.brotliDecompressSync(br.raw).toString()).toBe(REDACTED);
+    const pre = await request('/cmp/pregz', { headers: { 'accept-encoding': 'br, gzip' } });
+    expect(pre.headers['content-encoding']).toBe('gzip');
+    expect(zlib.gunzipSync(pre.raw).toString()).toBe(REDACTED);
+  });
+
+  it('a literal replacement rewrites a 200 KiB HTML page, also gzipped by compress-response', async () => {
+    await route('/page', { outbound: [{ actions: [{ type: 'response-body-find-replace', config: { replacements: LITERAL } }, { type: 'compress-response' }] }] });
+    const r = await request('/page/page');
+    expect([r.status, r.headers['content-length'], r.body.length]).toEqual([200, undefined, PAGE_REDACTED.length]);
+    expect(r.body === PAGE_REDACTED).toBe(true);
+    const gz = await request('/page/page', { headers: { 'accept-encoding': 'gzip' } });
+    expect(zlib.gunzipSync(gz.raw).toString() === PAGE_REDACTED).toBe(true);
+  });
+
+  it('passes a binary body and one over 4 KiB (with a regex replacement) unchanged', async () => {
+    const png = await request('/res/png');
+    expect([png.headers['content-type'], png.headers['content-length']]).toEqual(['image/png', String(PNG.length)]);
+    expect(png.raw.equals(PNG)).toBe(true);
+    const big = await request('/res/big');
+    expect(big.body).toBe(BIG);
+  });
+
+  it('refuses a bad pattern or a policy over the cost bound when saved, naming the field', async () => {
+    const r1 = await c.tryPolicy({ outbound: [{ actions: [{ type: 'response-body-find-replace', config: { replacements: [{ from: 'a', to: 'b' }, { from: '(?<=x)y' }] } }] }] });
+    expect([r1.status, r1.body.error_code]).toEqual([400, 'ERR_WARREN_6900']);
+    expect(r1.body.msg).toContain('outbound[0].actions[0].config.replacements[1].from: invalid RE2 pattern');
+    const r2 = await c.tryPolicy({ inbound: [{ actions: [{ type: 'request-body-find-replace', config: { replacements: [{ from: '(\\w+\\s*){10}x' }] } }] }] });
+    expect(r2.status).toBe(400);
+    expect(r2.body.msg).toContain('inbound[0].actions[0].config.replacements[0].from: request-body-find-replace: replacing from (RE2, up to 32 matches) in a request body of up to 4 KiB');
+    const r3 = await c.tryPolicy({ outbound: [{ actions: [{ type: 'request-body-find-replace', config: { replacements: [{ from: 'a' }] } }] }] });
+    expect(r3.body.msg).toContain('outbound[0].actions[0].type: request-body-find-replace can only be used in inbound rules');
+  });
+});
