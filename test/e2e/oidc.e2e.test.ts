@@ -77,7 +77,7 @@ describe('oidc on live traffic', () => {
     expect(loc.searchParams.get('redirect_uri')).toBe(`${ORIGIN}/.warren/oidc/callback`);
     expect(loc.searchParams.get('scope')).toBe('openid profile email');
     expect(loc.searchParams.get('code_challenge_method')).toBe('S256');
-    expect(r.headers['set-cookie']?.[0]).toMatch(/^warren\.oidc\.login\.[^=]+=v1\..*; Path=\/\.warren\/oidc\/callback; Max-Age=600; HttpOnly; SameSite=Lax; Secure$/);
+    expect(r.headers['set-cookie']?.[0]).toMatch(/^__Host-warren\.oidc\.login\.[^=]+=v1\..*; Path=\/; Max-Age=600; HttpOnly; SameSite=Lax; Secure$/);
 
     const apiRes = await br.request(`${ORIGIN}/api/items`, { headers: { accept: 'application/json' }, cookies: false });
     expect(apiRes.status).toBe(401);

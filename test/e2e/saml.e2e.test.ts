@@ -82,7 +82,7 @@ describe('saml on live traffic', () => {
     const loc = new URL(r.headers.location!);
     expect(loc.origin + loc.pathname).toBe(`${cp.baseUrl}/saml/${main.id}/login`);
     expect(loc.searchParams.get('redirect_uri')).toBe(`${ORIGIN}/.warren/saml/callback`);
-    expect(r.headers['set-cookie']?.[0]).toMatch(/^warren\.saml\.login\.[^=]+=v1\..*; Path=\/\.warren\/saml\/callback; Max-Age=600; HttpOnly; SameSite=Lax; Secure$/);
+    expect(r.headers['set-cookie']?.[0]).toMatch(/^__Host-warren\.saml\.login\.[^=]+=v1\..*; Path=\/; Max-Age=600; HttpOnly; SameSite=Lax; Secure$/);
     const apiRes = await br.request(`${ORIGIN}/api/items`, { headers: { accept: 'application/json' }, cookies: false });
     expect(apiRes.status).toBe(401);
     expect(apiRes.headers['www-authenticate']).toContain(`SAML realm=`);

@@ -157,7 +157,7 @@ describe('oauth with github (a local fake of GitHub over HTTPS)', () => {
     const [sessionCookie, cleared] = out!.headers!['set-cookie'] as string[];
     const session = getCookie(sessionCookie, '__Host-warren.oauth');
     expect(session).toMatch(/^v1\./);
-    expect(cleared).toBe(`${loginCookie.slice(0, loginCookie.indexOf('='))}=; Path=/.warren/oauth/callback; Max-Age=0; HttpOnly; SameSite=Lax; Secure`);
+    expect(cleared).toBe(`${loginCookie.slice(0, loginCookie.indexOf('='))}=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax; Secure`);
     const s = makeState({ url: '/x', headers: ['Host', 'app.example.test', 'Cookie', `__Host-warren.oauth=${session}`, 'ngrok-auth-user-id', 'forged'] });
     expect(await st.onRequest!(s)).toBeNull();
     const h = Object.fromEntries(Array.from({ length: s.headers.length / 2 }, (_, i) => [s.headers[2 * i]!.toLowerCase(), s.headers[2 * i + 1]!]));
@@ -180,7 +180,7 @@ describe('oauth with github (a local fake of GitHub over HTTPS)', () => {
     const denied = (await signIn(stage({}), null)).out!;
     expect(denied.status).toBe(400);
     expect(String(denied.body)).toContain('access_denied');
-    expect(String(denied.headers!['set-cookie'])).toMatch(/^warren\.oauth\.login\.[^=]+=; Path=\/\.warren\/oauth\/callback; Max-Age=0;/);
+    expect(String(denied.headers!['set-cookie'])).toMatch(/^__Host-warren\.oauth\.login\.[^=]+=; Path=\/; Max-Age=0;/);
   });
 
   it('bounds the whole post-token phase (user, emails, org and team pages) by one deadline: 502 past it', async () => {
@@ -195,7 +195,7 @@ describe('oauth with github (a local fake of GitHub over HTTPS)', () => {
       expect(out!.headers!['retry-after']).toBe('5');
       expect(String(out!.body)).toContain('did not finish within 0.2 s');
       // the consumed pre-login cookie is cleared on this answer too
-      expect(String(out!.headers!['set-cookie'])).toBe(`${loginCookie.slice(0, loginCookie.indexOf('='))}=; Path=/.warren/oauth/callback; Max-Age=0; HttpOnly; SameSite=Lax; Secure`);
+      expect(String(out!.headers!['set-cookie'])).toBe(`${loginCookie.slice(0, loginCookie.indexOf('='))}=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax; Secure`);
       // past the deadline no further request is made (the teams check would come after the orgs page)
       const seen = gh.requests.length;
       await new Promise((r) => setTimeout(r, 700));

@@ -179,6 +179,20 @@ export function sessionCookieName(cookiePrefix: string, module: string, scheme: 
   return `${scheme === 'https' ? '__Host-' : ''}${cookiePrefix}${module}`;
 }
 
+/**
+ * A pre-login cookie's name: `<prefix><first 16 characters of the state>`, with `__Host-` in front
+ * on HTTPS for the reason the session cookie has it (`sessionCookieName`): a pre-login cookie
+ * planted by a sibling subdomain or a plain-HTTP response, with the planter's own state, would let
+ * the planter complete a sign-in of their own in the victim's browser (login CSRF: the victim
+ * then works signed in as the planter). Such a cookie must be set with Path=/ (so it is sent on
+ * every request of the host for its 10 minutes, and removed before the upstream). On plain HTTP,
+ * where browsers refuse the prefix, the name has none and the cookie's Path is the callback:
+ * plain HTTP gives no such protection.
+ */
+export function loginCookieName(loginCookiePrefix: string, state: string, scheme: 'http' | 'https'): string {
+  return `${scheme === 'https' ? '__Host-' : ''}${loginCookiePrefix}${state.slice(0, 16)}`;
+}
+
 /** `out` with one more `Set-Cookie` (an array when it then has several: each is sent as its own header). */
 export function addSetCookie(out: NonNullable<Outcome>, cookie: string): NonNullable<Outcome> {
   const headers = { ...out.headers };
@@ -352,7 +366,7 @@ export interface SignInFlowOptions extends Omit<SignInGateOptions, 'route' | 'co
   isReserved(path: string): boolean;
   /** The session cookie's name for a request's scheme. */
   sessionCookie(scheme: 'http' | 'https'): string;
-  /** Pre-login cookies are `<prefix><first 16 characters of the state>`. */
+  /** Pre-login cookies are `<prefix><first 16 characters of the state>`, `__Host-` in front on HTTPS (`loginCookieName`). */
   loginCookiePrefix: string;
   /** Path and query that start a sign-in returning to `returnTo` (the 401's `login=` and the "sign in again" links). */
   loginUrl(returnTo: string): string;
@@ -396,8 +410,11 @@ export function signInFlow(o: SignInFlowOptions): SignInFlow {
   const nowS = () => Math.floor(o.nowMs() / 1000);
   const origin = (s: RequestState) => `${s.scheme}://${(s.req.headers.host ?? s.host).toLowerCase()}`;
   const cookieAttrs = (s: RequestState, maxAge: number, path = '/') => ({ path, maxAge, secure: s.scheme === 'https' });
+  /** A pre-login cookie's name and attributes: `__Host-…` with Path=/ on HTTPS, the callback's path on plain HTTP. */
+  const loginCookie = (s: RequestState, state: string) => loginCookieName(loginCookiePrefix, state, s.scheme);
+  const loginCookieAttrs = (s: RequestState, maxAge: number) => cookieAttrs(s, maxAge, s.scheme === 'https' ? '/' : callbackPath);
   /** Both session names (whichever scheme) and every pre-login cookie stay away from the upstream. */
-  const dropOurCookies = (name: string) => sessionCookieNames.has(name) || name.startsWith(loginCookiePrefix);
+  const dropOurCookies = (name: string) => sessionCookieNames.has(name) || name.startsWith(loginCookiePrefix) || name.startsWith(`__Host-${loginCookiePrefix}`);
   /** The request's own path and query, as the place to return to after sign-in. */
   const ownTarget = (s: RequestState) => {
     const url = s.req.url ?? '/';
@@ -459,7 +476,7 @@ export function signInFlow(o: SignInFlowOptions): SignInFlow {
       headers: {
         location: url.href,
         'cache-control': 'no-store',
-        'set-cookie': setCookie(loginCookiePrefix + login.state.slice(0, 16), seal(keys.login, 'login', login), cookieAttrs(s, LOGIN_STATE_SECONDS, callbackPath)),
+        'set-cookie': setCookie(loginCookie(s, login.state), seal(keys.login, 'login', login), loginCookieAttrs(s, LOGIN_STATE_SECONDS)),
         'content-type': 'text/plain; charset=utf-8',
       },
       body: `Sign-in required: ${url.href}\n`,
@@ -472,10 +489,10 @@ export function signInFlow(o: SignInFlowOptions): SignInFlow {
    */
   const callback = async (s: RequestState): Promise<NonNullable<Outcome>> => {
     const state = new URL(origin(s) + ownTarget(s)).searchParams.get('state') ?? '';
-    const loginCookie = state ? loginCookiePrefix + state.slice(0, 16) : null;
-    const out = await callbackAnswer(s, loginCookie);
-    if (!loginCookie || getCookie(s.req.headers.cookie, loginCookie) === undefined) return out;
-    return addSetCookie(out, setCookie(loginCookie, '', cookieAttrs(s, 0, callbackPath)));
+    const name = state ? loginCookie(s, state) : null;
+    const out = await callbackAnswer(s, name);
+    if (!name || getCookie(s.req.headers.cookie, name) === undefined) return out;
+    return addSetCookie(out, setCookie(name, '', loginCookieAttrs(s, 0)));
   };
 
   const callbackAnswer = async (s: RequestState, loginCookie: string | null): Promise<NonNullable<Outcome>> => {

@@ -1,7 +1,7 @@
 import net from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
 import * as client from 'openid-client';
-import { createOidcStage, requestedScopes, routeBase } from './oidc.js';
+import { createOidcStage, requestedScopes, routeBase, verifiedEmail } from './oidc.js';
 import { DiscoveryCache } from './oidc-discovery.js';
 import { deriveOidcKeys, newSession, seal } from './oidc-session.js';
 import { makeConfig, makeEdge, makeResponse, makeRoute, makeState, testDeps } from './testing.js';
@@ -37,6 +37,14 @@ afterAll(() => {
   clock = T;
 });
 
+describe('verifiedEmail (the openid-connect action: an email only when the provider vouches for it)', () => {
+  it('takes the email only for email_verified true or "true" (any case); "false" (Cognito), false or a missing claim drop it (review)', () => {
+    for (const v of [true, 'true', 'TRUE', 'True']) expect(verifiedEmail({ email: 'a@b.test', email_verified: v }), String(v)).toBe('a@b.test');
+    for (const v of [false, 'false', 'False', undefined, null, 1, 'yes', ''] as unknown[]) expect(verifiedEmail({ email: 'a@b.test', email_verified: v }), String(v)).toBe('');
+    expect(verifiedEmail({ email: 5, email_verified: true })).toBe('');
+  });
+});
+
 describe('oidc stage', () => {
   it('is absent unless enabled; refuses exact_path routes and non-https issuers', () => {
     const f = createOidcStage({ discovery: fakeDiscovery() });
@@ -62,8 +70,8 @@ describe('oidc stage', () => {
     expect(loc.searchParams.get('nonce')).toBeTruthy();
     expect(loc.searchParams.get('code_challenge')).toMatch(/^[A-Za-z0-9_-]{43}$/);
     const sc = String(out!.headers!['set-cookie']);
-    expect(sc).toMatch(new RegExp(`^warren\\.oidc\\.login\\.${loc.searchParams.get('state')!.slice(0, 16)}=v1\\.`));
-    expect(sc).toContain('Path=/.warren/oidc/callback; Max-Age=600; HttpOnly; SameSite=Lax; Secure');
+    expect(sc).toMatch(new RegExp(`^__Host-warren\\.oidc\\.login\\.${loc.searchParams.get('state')!.slice(0, 16)}=v1\\.`));
+    expect(sc).toContain('Path=/; Max-Age=600; HttpOnly; SameSite=Lax; Secure');
   });
 
   it('puts reserved paths and the redirect URI under a path_prefix route', async () => {
@@ -92,7 +100,7 @@ describe('oidc stage', () => {
   it('forwards a request with a valid session: identity headers set, forged ones and its own cookies removed', async () => {
     clock = T + 10_000;
     const { out, s } = await run(stage(), {
-      headers: ['Cookie', `a=1; __Host-warren.oidc=${cookieFor()}; warren.oidc=planted; warren.oidc.login.abc=x`, 'Ngrok-Auth-User-Email', 'evil@x', 'ngrok-auth-user-id', 'root', 'Cookie', `__Host-warren.oidc=${cookieFor()}`],
+      headers: ['Cookie', `a=1; __Host-warren.oidc=${cookieFor()}; warren.oidc=planted; warren.oidc.login.abc=x; __Host-warren.oidc.login.def=y`, 'Ngrok-Auth-User-Email', 'evil@x', 'ngrok-auth-user-id', 'root', 'Cookie', `__Host-warren.oidc=${cookieFor()}`],
     });
     expect(out).toBeNull();
     const pairs: Array<[string, string]> = [];
@@ -174,13 +182,33 @@ describe('oidc stage', () => {
     expect(out!.headers!['set-cookie']).toBeUndefined();
   });
 
+  it('reads the pre-login cookie on HTTPS only under its __Host- name: a planted one without the prefix is ignored (login CSRF; review)', async () => {
+    clock = T;
+    const st = stage();
+    const state = 'planted-state-0123456789abcdef';
+    const sealed = seal(keys.login, 'login', { state, nonce: 'n', verifier: 'v', returnTo: '/x', exp: T / 1000 + 300 });
+    const cb = (cookie: string, scheme: 'http' | 'https' = 'https') => run(st, { scheme, url: `/.warren/oidc/callback?error=access_denied&state=${state}`, headers: [...html, 'Cookie', `${cookie}=${sealed}`] });
+    const planted = await cb(`warren.oidc.login.${state.slice(0, 16)}`);
+    expect(planted.out!.status).toBe(400);
+    expect(String(planted.out!.body)).toContain('started in another browser');
+    const own = await cb(`__Host-warren.oidc.login.${state.slice(0, 16)}`);
+    expect(String(own.out!.body)).toContain('the provider answered access_denied');
+    // Plain HTTP: browsers refuse __Host- there; the cookie has no prefix and the callback's path.
+    const { out } = await run(st, { scheme: 'http', url: '/page', headers: html });
+    const sc = String(out!.headers!['set-cookie']);
+    expect(sc).toMatch(/^warren\.oidc\.login\.[\w-]{16}=v1\./);
+    expect(sc).toContain('Path=/.warren/oidc/callback; Max-Age=600; HttpOnly; SameSite=Lax');
+    expect(sc).not.toContain('Secure');
+    expect(String((await cb(`warren.oidc.login.${state.slice(0, 16)}`, 'http')).out!.body)).toContain('the provider answered access_denied');
+  });
+
   it('clears the pre-login cookie on a failed callback (the provider refused, or a bad cookie)', async () => {
     const st = stage();
     const { out: start } = await run(st, { url: '/page', headers: html });
     const login = String(start!.headers!['set-cookie']).split(';')[0]!;
     const name = login.slice(0, login.indexOf('='));
     const state = new URL(String(start!.headers!.location)).searchParams.get('state')!;
-    const clear = `${name}=; Path=/.warren/oidc/callback; Max-Age=0; HttpOnly; SameSite=Lax; Secure`;
+    const clear = `${name}=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax; Secure`;
     const refused = await run(st, { url: `/.warren/oidc/callback?error=access_denied&state=${state}`, headers: [...html, 'Cookie', login] });
     expect(refused.out!.status).toBe(400);
     expect(refused.out!.headers!['set-cookie']).toBe(clear);

@@ -41,17 +41,22 @@ export { routeBase, isBrowserNavigation } from './oidc-session.js';
  *   request (0 = no inactivity limit). A sliding session's cookie is rewritten (on the response)
  *   at most once a minute, not per request. Two `oidc` routes on one hostname need different
  *   `cookie_prefix` values, or their sessions replace each other.
- * - `<prefix>oidc.login.<state tag>`, Path=the callback, 10 minutes: the pre-login state (state,
- *   nonce, PKCE verifier, return-to), sealed likewise; one per sign-in attempt, so parallel tabs
- *   do not spoil each other. Every callback answer (signed in or failed) clears the one it read.
+ * - `__Host-<prefix>oidc.login.<state tag>` on HTTPS (Path=/, for the prefix; removed from
+ *   every request that goes upstream) and `<prefix>oidc.login.<state tag>` with Path=the callback
+ *   on plain HTTP, 10 minutes: the pre-login state (state, nonce, PKCE verifier, return-to),
+ *   sealed likewise; one per sign-in attempt, so parallel tabs do not spoil each other. Every
+ *   callback answer (signed in or failed) clears the one it read. The `__Host-` prefix keeps a
+ *   sibling subdomain or a plain-HTTP response from planting one with its own state (login CSRF:
+ *   the victim would be signed in as the planter); plain HTTP has no such protection.
  * The keys come from HKDF-SHA256 over the route's `client_secret` (salt: route id), so every node
  * accepts every other node's cookies, and a changed secret ends all sessions.
  *
  * The return-to URL is the request's own path and query (or `return_to` on the login path),
  * always reduced to a same-host relative URL.
  *
- * Upstream: ngrok's identity headers `ngrok-auth-user-email`, `ngrok-auth-user-id` (the `sub`
- * claim) and `ngrok-auth-user-name`, the names ngrok's edge auth modules set (ngrok's cloud-edge
+ * Upstream: ngrok's identity headers `ngrok-auth-user-email` (the `email` claim as the provider
+ * gives it: `email_verified` is not checked here, unlike the `oauth` module and the
+ * `openid-connect` action), `ngrok-auth-user-id` (the `sub` claim) and `ngrok-auth-user-name`, the names ngrok's edge auth modules set (ngrok's cloud-edge
  * OAuth module docs list user id and name headers under `ngrok-auth-`; applications written for
  * ngrok read exactly these three). Every client-sent `ngrok-auth-*` header is dropped first, and
  * the module's cookies are removed from `Cookie`.
@@ -147,16 +152,23 @@ const str = (v: unknown) => (typeof v === 'string' ? v : '');
  * policy's `openid-connect` action (`policy/auth-actions.ts`) sign in through it: the identity is
  * the `sub`, `email` and `name` claims (userinfo asked when the ID token lacks email or name).
  * `extra`: further authorization request parameters (the action's `authz_url_params`);
- * `dropUnverifiedEmail` (the action, whose rules authorize by the email): an email the provider
- * marks `email_verified: false` is not the identity's.
+ * `verifiedEmailOnly` (the action, whose rules authorize by the email): the email is the
+ * identity's only when the provider vouches for it, `email_verified` being `true` or the string
+ * `"true"` (any case: Amazon Cognito sends a string); `false`, `"false"`, or no such claim leaves
+ * the email out. Without it (the `oidc` module) the `email` claim is taken as the provider gives it.
  */
-export function oidcProvider(p: { issuer: string; clientId: string; secret: string; scope: string; extra?: Record<string, string>; discovery: DiscoveryCache; log: { info(o: object, msg: string): void }; dropUnverifiedEmail?: boolean }): SignInProvider {
+export function verifiedEmail(claims: Record<string, unknown>): string {
+  const v = claims.email_verified;
+  return v === true || (typeof v === 'string' && v.toLowerCase() === 'true') ? str(claims.email) : '';
+}
+
+export function oidcProvider(p: { issuer: string; clientId: string; secret: string; scope: string; extra?: Record<string, string>; discovery: DiscoveryCache; log: { info(o: object, msg: string): void }; verifiedEmailOnly?: boolean }): SignInProvider {
   const config = () => p.discovery.config(p.issuer, p.clientId, p.secret);
   return {
     authorizationUrl: async (login, redirectUri) => oidcAuthorizationUrl(await config(), login, redirectUri, p.scope, p.extra),
     exchange: async (url, login): Promise<Identity> => {
       const claims = await oidcExchange(await config(), url, login, (c) => typeof c.email !== 'string' || typeof c.name !== 'string', p.log);
-      return { sub: claims.sub, email: p.dropUnverifiedEmail && claims.email_verified === false ? '' : str(claims.email), name: str(claims.name) };
+      return { sub: claims.sub, email: p.verifiedEmailOnly ? verifiedEmail(claims) : str(claims.email), name: str(claims.name) };
     },
   };
 }

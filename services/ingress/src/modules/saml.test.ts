@@ -67,7 +67,7 @@ describe('saml stage', () => {
     const session = getCookie(sessionCookie!.split(';')[0], '__Host-warren.saml');
     expect(session).toMatch(/^v1\./);
     expect(sessionCookie).toMatch(/; Path=\/; Max-Age=3600; HttpOnly; SameSite=Lax; Secure$/);
-    expect(cleared).toBe(`${cookie.slice(0, cookie.indexOf('='))}=; Path=/.warren/saml/callback; Max-Age=0; HttpOnly; SameSite=Lax; Secure`);
+    expect(cleared).toBe(`${cookie.slice(0, cookie.indexOf('='))}=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax; Secure`);
     const { s, out: fwd } = await run(st, { url: '/app', headers: ['Cookie', `__Host-warren.saml=${session}`, 'ngrok-auth-user-id', 'root'] });
     expect(fwd).toBeNull();
     const h = Object.fromEntries(Array.from({ length: s.headers.length / 2 }, (_, i) => [s.headers[2 * i]!.toLowerCase(), s.headers[2 * i + 1]!]));
@@ -99,7 +99,7 @@ describe('saml stage', () => {
     const { cookie, state } = await start(st);
     const { out } = await run(st, { url: `/.warren/saml/callback?state=${state}&handoff=${handoff({ st: 'other' })}`, headers: [...html, 'Cookie', cookie] });
     expect(out!.status).toBe(400);
-    expect(out!.headers!['set-cookie']).toBe(`${cookie.slice(0, cookie.indexOf('='))}=; Path=/.warren/saml/callback; Max-Age=0; HttpOnly; SameSite=Lax; Secure`);
+    expect(out!.headers!['set-cookie']).toBe(`${cookie.slice(0, cookie.indexOf('='))}=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax; Secure`);
   });
 
   it('both Set-Cookie headers of a signed-in callback reach the client as separate headers (sendOutcome)', async () => {
@@ -115,7 +115,7 @@ describe('saml stage', () => {
       expect(res.statusCode).toBe(302);
       expect(res.headers['set-cookie']).toHaveLength(2);
       expect(res.headers['set-cookie']![0]).toMatch(/^__Host-warren\.saml=v1\./);
-      expect(res.headers['set-cookie']![1]).toMatch(/^warren\.saml\.login\.[^=]+=; Path=\/\.warren\/saml\/callback; Max-Age=0;/);
+      expect(res.headers['set-cookie']![1]).toMatch(/^__Host-warren\.saml\.login\.[^=]+=; Path=\/; Max-Age=0;/);
     } finally {
       await new Promise((r) => server.close(r));
     }

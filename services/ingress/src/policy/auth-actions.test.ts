@@ -76,6 +76,64 @@ describe('oauth action in the engine', () => {
     expect((await cors.onRequest!(req('/x', { method: 'OPTIONS' })))?.status).toBe(401);
   });
 
+  it('counts as a CORS preflight only an OPTIONS with Origin and Access-Control-Request-Method and no body (review)', async () => {
+    const { st: cors } = stage({ inbound: [{ actions: [github({ allow_cors_preflight: true })] }] });
+    const options = (headers: Record<string, string>) => req('/x', { method: 'OPTIONS', headers });
+    const acrm = { 'access-control-request-method': 'POST' };
+    const origin = { origin: 'https://web.example' };
+    expect(await cors.onRequest!(options({ ...origin, ...acrm, 'content-length': '0' }))).toBeNull();
+    for (const h of [acrm, { ...origin, ...acrm, 'content-length': '12' }, { ...origin, ...acrm, 'transfer-encoding': 'chunked' }, { ...origin, ...acrm, 'content-length': '' }])
+      expect((await cors.onRequest!(options(h)))?.status, JSON.stringify(h)).toBe(401);
+  });
+
+  it("removes client-sent ngrok-auth-* headers and the actions' cookies from every request, as the modules do (review)", async () => {
+    const { rt, st } = stage({ inbound: [{ expressions: ["!req.path.startsWith('/public')"], actions: [github()] }] });
+    const forged = (path: string, cookie?: string) => {
+      const s = request({ url: path, headers: ['Host', 'app.example.com', 'Ngrok-Auth-User-Email', 'ceo@corp.test', 'ngrok_auth_user_id', '1', 'X-App', 'a', ...(cookie ? ['Cookie', cookie] : [])] });
+      if (cookie) s.req.headers.cookie = cookie;
+      return s;
+    };
+    const signedIn = forged('/page', sessionCookie(rt.id, 'alice@corp.test'));
+    expect(await st.onRequest!(signedIn)).toBeNull();
+    expect(signedIn.headers).toEqual(['Host', 'app.example.com', 'X-App', 'a']);
+    // The action does not run here: still stripped, and a pre-login cookie does not go upstream.
+    const pub = forged('/public', `__Host-warren.tp.github.${createHash('sha256').update(rt.id).digest('hex').slice(0, 8)}.login.abcdefghijklmnop=x; app=1`);
+    expect(await st.onRequest!(pub)).toBeNull();
+    expect(pub.headers).toEqual(['Host', 'app.example.com', 'X-App', 'a', 'Cookie', 'app=1']);
+  });
+
+  it('names the pre-login cookie __Host-… with Path=/ on HTTPS, and ignores one without the prefix there (login CSRF; review)', async () => {
+    const { rt, st } = stage(policy());
+    const tag = createHash('sha256').update(rt.id).digest('hex').slice(0, 8);
+    const login = (await st.onRequest!(req('/ngrok/login?redirect_path=/x')))!;
+    const set = String(login.headers?.['set-cookie']);
+    expect(set).toMatch(new RegExp(`^__Host-warren\\.tp\\.github\\.${tag}\\.login\\.[\\w-]{16}=`));
+    expect(set).toContain('; Path=/;');
+    expect(set).toContain('; Secure');
+    expect(set).not.toMatch(/Domain=/i);
+    // Plain HTTP: no prefix (browsers refuse it there), Path=the callback.
+    const http: RequestState = { ...req('/ngrok/login?redirect_path=/x'), scheme: 'http' };
+    const plain = String((await st.onRequest!(http))!.headers?.['set-cookie']);
+    expect(plain).toMatch(new RegExp(`^warren\\.tp\\.github\\.${tag}\\.login\\.`));
+    expect(plain).toContain('; Path=/ngrok/callback;');
+    expect(plain).not.toContain('Secure');
+
+    // A sealed pre-login state of the planter's, under the name without the prefix (what a
+    // sibling subdomain could set) is not read on HTTPS; under the __Host- name it is.
+    const keys = deriveSessionKeys('policy/oauth', SECRET, rt.id, 'github\0github', CLIENT);
+    const state = 'planted-state-0123456789abcdef';
+    const sealed = seal(keys.login, 'login', { state, nonce: 'n', verifier: 'v', returnTo: '/x', exp: Math.floor(Date.now() / 1000) + 300 });
+    const name = `warren.tp.github.${tag}.login.${state.slice(0, 16)}`;
+    const callback = (cookie: string) => req(`/ngrok/callback?state=${state}&error=access_denied`, { cookie: `${cookie}=${sealed}` });
+    const planted = (await st.onRequest!(callback(name)))!;
+    expect(planted.status).toBe(400);
+    expect(String(planted.body)).toContain('started in another browser');
+    const own = (await st.onRequest!(callback(`__Host-${name}`)))!;
+    expect(own.status).toBe(400);
+    expect(String(own.body)).toContain('the provider answered access_denied');
+    expect(String(own.headers?.['set-cookie'])).toMatch(new RegExp(`^__Host-${name.replace(/\./g, '\\.')}=; Path=/; Max-Age=0`));
+  });
+
   it('answers the special paths before any rule, and refuses what it cannot run with a throw (503)', async () => {
     const { st } = stage({ inbound: [{ expressions: ["req.path.startsWith('/admin')"], actions: [github()] }] });
     const login = (await st.onRequest!(req('/ngrok/login?redirect_path=//evil.test/x')))!;

@@ -8,7 +8,7 @@ import { oidcProvider, requestedScopes } from '../modules/oidc.js';
 import { oauthEndpoints, oauthProvider, oauthScopes } from '../modules/oauth.js';
 import { PROVIDERS } from '../modules/oauth-providers.js';
 import { rulesFrom } from '../modules/oauth-rules.js';
-import { deriveSessionKeys, getCookie, routeBase, sanitizeReturnTo, sessionCookieName, signInFlow, type Session, type SessionPolicy, type SignInFlow, type SignInProvider } from '../modules/oidc-session.js';
+import { deriveSessionKeys, getCookie, loginCookieName, routeBase, sanitizeReturnTo, sessionCookieName, signInFlow, stripIdentityHeaders, type Session, type SessionPolicy, type SignInFlow, type SignInProvider } from '../modules/oidc-session.js';
 import { actionsOf, type Activation } from './activation.js';
 
 /**
@@ -22,7 +22,10 @@ import { actionsOf, type Activation } from './activation.js';
  * What differs from the modules, following ngrok's actions:
  * - No allow lists: any user the provider signs in passes the action, and later rules authorize
  *   with `actions.ngrok.oauth.identity.*` / `actions.ngrok.oidc.identity.*`. No identity headers
- *   are added (add them with `add-headers` and `${…}`).
+ *   are added (add them with `add-headers` and `${…}`), but client-sent ones are removed as the
+ *   modules remove them: every `ngrok-auth-*` header (`_` for `-` too), from every request of a
+ *   route whose policy has such an action, before any rule runs, so an upstream moved from a
+ *   module to the actions cannot be fed forged ones.
  * - Special paths, under the route's prefix `<base>` (as the modules'): `<base>/ngrok/login`
  *   (`?auth_id=…&redirect_path=/…`) starts a sign-in, `<base>/ngrok/logout`
  *   (`?auth_id=…&redirect_path=/…`) clears the session, and `<base>/ngrok/callback` is the redirect
@@ -30,8 +33,10 @@ import { actionsOf, type Activation } from './activation.js';
  *   equivalent of). They are answered before any rule runs, whatever the rules' expressions, so a
  *   rule that applies the action to some paths only still completes its sign-ins.
  * - `scopes` are added to the defaults (ngrok: "additional scopes"), `authz_url_params` are added
- *   to the authorization request, `allow_cors_preflight` lets an OPTIONS request with
- *   `Access-Control-Request-Method` through without a session.
+ *   to the authorization request, `allow_cors_preflight` lets a CORS preflight through without a
+ *   session: an OPTIONS request with `Origin` and `Access-Control-Request-Method` and no body
+ *   (no `Transfer-Encoding`, no `Content-Length` above 0); any other OPTIONS is an ordinary
+ *   request.
  * - `userinfo_refresh_interval`: the provider's token is not kept, so user information is
  *   refreshed by signing in again: the session lasts at most that long (browsers go through the
  *   provider again, usually without a prompt), as the `oauth` module's `auth_check_interval`.
@@ -41,7 +46,11 @@ import { actionsOf, type Activation } from './activation.js';
  * `client_secret`, type, auth_id, provider or issuer and `client_id`: one route's session is not
  * valid on another route (or another account's), nor for another action of the same policy. The
  * route tag (from the route id) keeps two routes on one hostname from overwriting each other's
- * cookie. The cookie is removed from the request before it goes upstream.
+ * cookie. Pre-login cookies are `__Host-warren.tp.<auth_id>.<route tag>.login.<state tag>`
+ * (Path=/) on HTTPS, so that neither a sibling subdomain nor a plain-HTTP response can plant one
+ * (login CSRF), and `warren.tp.….login.…` with Path=the callback on plain HTTP, where nothing
+ * prevents that. The actions' cookies (session and pre-login) are removed from every request of
+ * the route before it goes upstream.
  */
 
 /** The compiled form: the validated action; its sign-in is bound to the route by `bindAuthActions`. */
@@ -133,7 +142,7 @@ function makeGate(a: OAuthAction | OpenIdConnectAction, route: DpRoute, log: Log
   } else {
     if (!c.client_id || !c.client_secret) throw new Error(`${what}: client_id and client_secret are required: register a client at the OpenID provider and set both`);
     const scope = requestedScopes(['openid', 'profile', 'email', ...c.scopes]);
-    provider = oidcProvider({ issuer: a.config.issuer_url, clientId: c.client_id, secret: c.client_secret, scope, extra: c.authz_url_params, discovery, log: actionLog, dropUnverifiedEmail: true });
+    provider = oidcProvider({ issuer: a.config.issuer_url, clientId: c.client_id, secret: c.client_secret, scope, extra: c.authz_url_params, discovery, log: actionLog, verifiedEmailOnly: true });
     providerKey = a.config.issuer_url;
     providerName = 'the OpenID provider';
     providerLabel = a.config.issuer_url;
@@ -190,12 +199,15 @@ function authRouter(gates: AuthGate[], base: string): AuthRouter {
   };
   return {
     specialPath(s) {
+      // As the modules: the client's identity headers and the flows' cookies never reach the upstream (nor the rules).
+      stripIdentityHeaders(s.headers);
+      for (const g of gates) g.flow.dropCookies(s);
       if (!s.path.startsWith(special)) return null;
       const rest = s.path.slice(special.length);
       if (rest === 'callback') {
         // The gate whose pre-login cookie matches the state: a callback can only complete the sign-in its own browser started.
         const state = query(s).get('state') ?? '';
-        const gate = gates.find((g) => state && getCookie(s.req.headers.cookie, g.loginCookiePrefix + state.slice(0, 16)) !== undefined) ?? gates[0]!;
+        const gate = gates.find((g) => state && getCookie(s.req.headers.cookie, loginCookieName(g.loginCookiePrefix, state, s.scheme)) !== undefined) ?? gates[0]!;
         return gate.flow.callback(s);
       }
       if (rest !== 'login' && rest !== 'logout') return null;
@@ -247,6 +259,19 @@ export function runAuthAction(a: CompiledAuthAction, act: Activation): Outcome |
     return null;
   }
   recordAuthRun(vars, null);
-  if (g.allowCorsPreflight && s.req.method === 'OPTIONS' && s.req.headers['access-control-request-method'] !== undefined) return null;
+  if (g.allowCorsPreflight && isCorsPreflight(s)) return null;
   return g.flow.challenge(s);
+}
+
+/**
+ * A CORS preflight (Fetch standard): OPTIONS with `Origin` and `Access-Control-Request-Method`,
+ * and without a body (a browser's preflight has none; one with a body is someone's request
+ * dressed as a preflight to pass `allow_cors_preflight`).
+ */
+export function isCorsPreflight(s: RequestState): boolean {
+  const h = s.req.headers;
+  if (s.req.method !== 'OPTIONS' || h.origin === undefined || h['access-control-request-method'] === undefined) return false;
+  if (h['transfer-encoding'] !== undefined) return false;
+  const len = h['content-length'];
+  return len === undefined || /^0+$/.test(String(len).trim());
 }

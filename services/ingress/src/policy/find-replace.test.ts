@@ -5,6 +5,7 @@ import zlib from 'node:zlib';
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { FIND_REPLACE_LIMITS } from '@warren/shared';
+import { FIND_REPLACE_PROCESS_LIMITS, findReplaceInFlight } from './find-replace.js';
 import { compressionStage } from '../modules/compression.js';
 import { makeConfig, makeEdge, makeRoute, makeState, testDeps } from '../modules/testing.js';
 import { isOutcome, RoutePipeline } from '../pipeline/runner.js';
@@ -75,7 +76,6 @@ describe('request-body-find-replace', () => {
     for (const [coding, enc, dec] of [
       ['gzip', zlib.gzipSync, zlib.gunzipSync],
       ['deflate', zlib.deflateSync, zlib.inflateSync],
-      ['br', zlib.brotliCompressSync, zlib.brotliDecompressSync],
     ] as const) {
       const s = post(enc(Buffer.from('token api_key=s3cr3t end')), ['Content-Type', 'text/plain', 'Content-Encoding', coding]);
       await stage(requestPolicy()).onRequest!(s);
@@ -207,8 +207,8 @@ describe('response-body-find-replace', () => {
 
 describe('literal replacements on large bodies', () => {
   const LIT = [{ from: 'api_key=SECRET', to: 'api_key=REDACTED' }];
-  it('rewrites a 200 KiB request body (also gzipped) and a 200 KiB response, chunked or gzipped; over 256 KiB passes', async () => {
-    const text = `${'<p>filler text</p>\n'.repeat(10_000)}api_key=SECRET<p>end</p>`;
+  it('rewrites a 100 KiB request body (also gzipped) and a 100 KiB response, chunked or gzipped; over 128 KiB passes', async () => {
+    const text = `${'<p>filler text</p>\n'.repeat(5_000)}api_key=SECRET<p>end</p>`;
     const want = text.replace('SECRET', 'REDACTED');
     const s = post(text, ['Content-Type', 'text/html']);
     await stage(requestPolicy(LIT)).onRequest!(s);
@@ -237,5 +237,106 @@ describe('literal replacements on large bodies', () => {
     await stage(requestPolicy([...LIT, { from: '\\d{3}-\\d{2}-\\d{4}', to: 'X' }]), registry).onRequest!(s);
     expect(s.body!.toString()).toBe(text);
     expect(await skips(registry)).toEqual({ 'request/too_large': 1 });
+  });
+});
+
+describe('denial-of-service bounds (review of 44afbc3)', () => {
+  const cpuMs = (c: NodeJS.CpuUsage) => (c.user + c.system) / 1000;
+
+  it('a client-sent ${…} needle over 128 characters is an evaluation error, before any search (was 8001 bytes: ~510 ms on a 128+ KiB body)', async () => {
+    const registry = new Registry();
+    const st = stage(requestPolicy([{ from: "${req.headers['x-find'][0]}", to: 'x' }]), registry);
+    const body = Buffer.from('a'.repeat(FIND_REPLACE_LIMITS.literalBodyBytes - 1));
+    const needle = 'a'.repeat(4000) + 'b' + 'a'.repeat(4000);
+    const s = post(body, ['Content-Type', 'text/plain', 'X-Find', needle]);
+    const t0 = performance.now();
+    await st.onRequest!(s);
+    expect(performance.now() - t0).toBeLessThan(20);
+    expect(s.body!.equals(body)).toBe(true);
+    // 128 characters is allowed, and searched for.
+    const ok = post(Buffer.from(`${'a'.repeat(1000)}${'a'.repeat(127)}b`), ['Content-Type', 'text/plain', 'X-Find', `${'a'.repeat(127)}b`]);
+    await st.onRequest!(ok);
+    expect(ok.body!.toString()).toBe(`${'a'.repeat(1000)}x`);
+  });
+
+  it('a literal from over 128 bytes is a regex (4 KiB bound): four 2481-byte ones on a 128 KiB body pass it at once (was ~540 ms)', async () => {
+    const from = 'a'.repeat(1240) + 'b' + 'a'.repeat(1240);
+    const registry = new Registry();
+    const st = stage(requestPolicy(Array.from({ length: 4 }, () => ({ from, to: 'x' }))), registry);
+    const body = Buffer.from('a'.repeat(FIND_REPLACE_LIMITS.literalBodyBytes - 1));
+    const s = post(body, ['Content-Type', 'text/plain']);
+    const t0 = performance.now();
+    await st.onRequest!(s);
+    expect(performance.now() - t0).toBeLessThan(20);
+    expect(s.body!.equals(body)).toBe(true);
+    expect(await skips(registry)).toEqual({ 'request/too_large': 1 });
+  });
+
+  it('a br request body is not decoded (encoding): 40 bodies of 14 bytes that decode to 16 MiB each cost next to no CPU (was seconds)', async () => {
+    const registry = new Registry();
+    const st = stage(requestPolicy([{ from: 'x', to: 'y' }]), registry);
+    const bomb = zlib.brotliCompressSync(Buffer.alloc(1 << 24), { params: { [zlib.constants.BROTLI_PARAM_LGWIN]: 24 } });
+    expect(bomb.length).toBeLessThan(32);
+    const c0 = process.cpuUsage();
+    const states = Array.from({ length: 40 }, () => post(bomb, ['Content-Type', 'application/json', 'Content-Encoding', 'br']));
+    await Promise.all(states.map((s) => st.onRequest!(s)));
+    expect(cpuMs(process.cpuUsage(c0))).toBeLessThan(100);
+    for (const s of states) expect(s.body!.equals(bomb)).toBe(true);
+    expect(await skips(registry)).toEqual({ 'request/encoding': 40 });
+  });
+
+  it('gzip bombs stop decoding at the bound; at most two encoded bodies are worked on at once, the others pass unchanged (busy)', async () => {
+    const registry = new Registry();
+    const st = stage(requestPolicy([{ from: 'x', to: 'y' }]), registry);
+    // 5 MiB of text in 5 KiB: the whole bomb would be ~5 MiB of thread-pool output each.
+    const bomb = zlib.gzipSync(Buffer.alloc(5 << 20, 'a'));
+    expect(bomb.length).toBeLessThan(FIND_REPLACE_LIMITS.literalBodyBytes);
+    const c0 = process.cpuUsage();
+    const states = Array.from({ length: 40 }, () => post(bomb, ['Content-Type', 'text/plain', 'Content-Encoding', 'gzip']));
+    await Promise.all(states.map((s) => st.onRequest!(s)));
+    expect(cpuMs(process.cpuUsage(c0))).toBeLessThan(200);
+    expect(await skips(registry)).toEqual({ 'request/too_large': 2, 'request/busy': 38 });
+    expect(findReplaceInFlight()).toEqual({ heldBytes: 0, poolJobs: 0 });
+    // Three good ones at once: two rewritten, one passed as it came.
+    const good = zlib.gzipSync(Buffer.from('x marks the spot'));
+    const three = Array.from({ length: 3 }, () => post(good, ['Content-Type', 'text/plain', 'Content-Encoding', 'gzip']));
+    await Promise.all(three.map((s) => st.onRequest!(s)));
+    expect(three.map((s) => zlib.gunzipSync(s.body!).toString())).toEqual(['y marks the spot', 'y marks the spot', 'x marks the spot']);
+    expect((await skips(registry))['request/busy']).toBe(39);
+    expect(findReplaceInFlight().poolJobs).toBe(0);
+  });
+
+  it('response rewrites hold at most FIND_REPLACE_PROCESS_LIMITS.heldBytes process-wide: past it the body passes unchanged (busy); all is given back', async () => {
+    const saved = FIND_REPLACE_PROCESS_LIMITS.heldBytes;
+    try {
+      const registry = new Registry();
+      const p = pipeline(responsePolicy([{ from: 'secret', to: 'XXXXXX' }]), registry);
+      const body = Buffer.from(`${'secret '.repeat(200)}`);
+      FIND_REPLACE_PROCESS_LIMITS.heldBytes = 1000;
+      const held = await respond(p, get(), ['Content-Type', 'text/plain'], body);
+      expect(held.body.equals(body)).toBe(true);
+      // Encoded: the raw body fits, what decoding gives does not.
+      const gz = zlib.gzipSync(body);
+      expect(gz.length).toBeLessThan(1000);
+      const enc = await respond(p, get('gzip'), ['Content-Type', 'text/plain', 'Content-Encoding', 'gzip'], gz);
+      expect(enc.body.equals(gz)).toBe(true);
+      expect(await skips(registry)).toEqual({ 'response/busy': 2 });
+      expect(findReplaceInFlight()).toEqual({ heldBytes: 0, poolJobs: 0 });
+      FIND_REPLACE_PROCESS_LIMITS.heldBytes = saved;
+      const ok = await respond(p, get('gzip'), ['Content-Type', 'text/plain', 'Content-Encoding', 'gzip'], gz);
+      expect(zlib.gunzipSync(ok.body).toString()).toBe(body.toString().replaceAll('secret', 'XXXXXX'));
+      expect(findReplaceInFlight()).toEqual({ heldBytes: 0, poolJobs: 0 });
+      // A response aborted while it is held gives its bytes back.
+      const s = get();
+      const d = await p.onResponse(s, 200, ['Content-Type', 'text/plain']);
+      if (isOutcome(d)) throw new Error('unexpected outcome');
+      const t = d!.transforms[0] as Transform;
+      t.write(body);
+      expect(findReplaceInFlight().heldBytes).toBe(body.length);
+      t.destroy();
+      expect(findReplaceInFlight().heldBytes).toBe(0);
+    } finally {
+      FIND_REPLACE_PROCESS_LIMITS.heldBytes = saved;
+    }
   });
 });

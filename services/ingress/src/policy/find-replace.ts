@@ -22,16 +22,21 @@ import type { FailedFn } from './url-actions.js';
  *   JSON, XML (`application/json`, `…+json`, `application/xml`, `…+xml`), form data
  *   (`application/x-www-form-urlencoded`), JavaScript, GraphQL, NDJSON, YAML; with no charset
  *   or `utf-8` / `us-ascii`, and whose bytes are valid UTF-8. No `Content-Type`: not touched.
- * - no content coding, or exactly one of `gzip` (`x-gzip`), `deflate`, `br`: decoded (at most
- *   the action's bound comes out, so a zip bomb stops there), rewritten, encoded again with the
- *   same coding, both with node:zlib's asynchronous calls (libuv's thread pool, off the event
- *   loop). Anything else (`zstd`, two codings, a corrupt body) passes unchanged.
- * - at most the action's bound once decoded (`CompiledFindReplace.bodyBytes`: 256 KiB when all
- *   its replacements are literal, else 4 KiB; see the shared module), within its replacements'
- *   match and result bounds.
+ * - no content coding, or exactly one of `gzip` (`x-gzip`), `deflate`, `br` (`br` only for
+ *   responses: see `rewrite`): decoded by a streaming decompressor fed 16 KiB at a time and
+ *   destroyed as soon as more than the action's bound has come out (a zip bomb stops there),
+ *   rewritten, encoded again with the same coding, on libuv's thread pool (off the event loop).
+ *   At most `FIND_REPLACE_PROCESS_LIMITS.poolJobs` (2) such bodies are worked on at once in the
+ *   process, re-encoding included (up to ~16 ms of pool CPU for a 256 KiB result of random text in gzip);
+ *   more at once pass unchanged (`busy`). Anything else (`zstd`, two codings, a corrupt body)
+ *   passes unchanged.
+ * - at most the action's bound, encoded and once decoded (`CompiledFindReplace.bodyBytes`:
+ *   128 KiB when all its replacements are literal, else 4 KiB; see the shared module), within
+ *   its replacements' match and result bounds.
  * A body outside these passes on unchanged and is counted in
  * `warren_traffic_policy_find_replace_skipped_total{direction, reason}` (`reason`: `type`,
- * `charset`, `encoding`, `too_large`, `not_utf8`, `too_many_matches`, `partial`). `${…}` values
+ * `charset`, `encoding`, `too_large`, `not_utf8`, `too_many_matches`, `partial`, `busy`: the
+ * process-wide limits above and below were reached). `${…}` values
  * are evaluated when the action runs; one that fails to evaluate is an evaluation error (counted
  * and logged by the engine) and the action does nothing.
  *
@@ -47,10 +52,15 @@ import type { FailedFn } from './url-actions.js';
  * and evaluates its `${…}`; then it drops `Content-Length` (the new length is not known when the
  * head goes out: the response is sent chunked), `Accept-Ranges` and the digests above, and
  * weakens a strong `ETag` (`W/`, as compression does). The stage's `transformBody` buffers at
- * most the largest bound of the actions that ran (256 KiB at most per response) as the body
+ * most the largest bound of the actions that ran (128 KiB at most per response) as the body
  * arrives: once it has ended, each action whose bound the (decoded) body fits runs on it, in
  * order, the others are counted (`too_large`), and the result goes out; if it grows past that
- * bound, what was held is sent unchanged and the rest streams through (`too_large`). It runs before the compressor of a compress-response (the
+ * bound, what was held is sent unchanged and the rest streams through (`too_large`). While it is
+ * rewritten a response holds more: the body as it came, decoded, the result (up to twice the
+ * bound) and its re-encoding, up to ~6 times the bound (~768 KiB), plus zlib's own state (a br
+ * decoder's window: up to 16 MiB while it runs, at most `poolJobs` at once). Every byte it holds
+ * counts against `FIND_REPLACE_PROCESS_LIMITS.heldBytes` (64 MiB, process-wide): past that, the
+ * response passes unchanged (`busy`). It runs before the compressor of a compress-response (the
  * engine chains them): the text is replaced, then compressed. The route's `compression` module
  * compresses before the policy's transforms run, so a body it compressed is decoded, rewritten
  * and compressed again, as is a body the upstream encoded (which keeps its coding; compress-response
@@ -71,7 +81,7 @@ export function compileFindReplaceAction(type: FindReplaceType, c: FindReplaceCo
 }
 
 type Direction = 'request' | 'response';
-type SkipReason = 'type' | 'charset' | 'encoding' | 'too_large' | 'not_utf8' | 'too_many_matches' | 'partial';
+type SkipReason = 'type' | 'charset' | 'encoding' | 'too_large' | 'not_utf8' | 'too_many_matches' | 'partial' | 'busy';
 
 let skipped: Counter<'direction' | 'reason'> | null = null;
 
@@ -80,7 +90,7 @@ export function observeFindReplace(registry: Registry): void {
   const name = 'warren_traffic_policy_find_replace_skipped_total';
   skipped =
     (registry.getSingleMetric(name) as Counter<'direction' | 'reason'> | undefined) ??
-    new Counter({ name, help: 'Bodies a request-/response-body-find-replace action passed on unchanged because it could not rewrite them (reason: type, charset, encoding, too_large, not_utf8, too_many_matches, partial)', labelNames: ['direction', 'reason'], registers: [registry] });
+    new Counter({ name, help: 'Bodies a request-/response-body-find-replace action passed on unchanged because it could not rewrite them (reason: type, charset, encoding, too_large, not_utf8, too_many_matches, partial, busy)', labelNames: ['direction', 'reason'], registers: [registry] });
 }
 
 function skip(direction: Direction, reason: SkipReason): null {
@@ -130,34 +140,130 @@ function codingOf(h: readonly string[]): BodyCoding | null {
 /** The largest body any action rewrites (a response holds at most this much). */
 const MAX = Math.max(FIND_REPLACE_LIMITS.bodyBytes, FIND_REPLACE_LIMITS.literalBodyBytes);
 
-type Decoded = Buffer | 'too_large' | 'encoding';
+/**
+ * Process-wide limits of these actions (a shared ingress: every tenant's bodies count). Mutable
+ * for tests only.
+ */
+export const FIND_REPLACE_PROCESS_LIMITS = {
+  /**
+   * Encoded bodies decoded, rewritten and encoded again at once. Each job keeps one of libuv's
+   * thread-pool threads (4 by default, shared with DNS lookups, files and every other zlib call)
+   * busy while it works; with more waiting, the body passes unchanged (`busy`).
+   */
+  poolJobs: 2,
+  /**
+   * Bytes held by in-flight response rewrites: what each holds of the body as it arrives, what
+   * decoding gives, each result and its re-encoding (up to ~6 times the bound, ~768 KiB, per
+   * response). Past it, a response passes unchanged (`busy`).
+   */
+  heldBytes: 64 * 1024 * 1024,
+};
 
-/** The decoded body (at most `max` bytes come out), or why not. Asynchronous (thread pool). */
-function decodeAsync(raw: Buffer, coding: Exclude<BodyCoding, 'identity'>, max: number): Promise<Decoded> {
-  const opts = { maxOutputLength: max };
+/** Jobs running (`poolJobs`). */
+let poolJobs = 0;
+/** Bytes held (`heldBytes`). */
+let heldBytes = 0;
+
+/** What one response rewrite holds of `heldBytes`. */
+class Hold {
+  private n = 0;
+  private closed = false;
+
+  /** Counts `bytes` more; false (nothing counted) when over the process-wide limit or released. */
+  take(bytes: number): boolean {
+    if (this.closed || heldBytes + bytes > FIND_REPLACE_PROCESS_LIMITS.heldBytes) return false;
+    heldBytes += bytes;
+    this.n += bytes;
+    return true;
+  }
+
+  /** Gives back `bytes` of what it holds (a buffer it no longer keeps). */
+  give(bytes: number): void {
+    const b = Math.min(bytes, this.n);
+    heldBytes -= b;
+    this.n -= b;
+  }
+
+  /** Gives back everything; later `take`s fail. */
+  release(): void {
+    this.give(this.n);
+    this.closed = true;
+  }
+}
+
+/** For tests: bytes held and jobs running, process-wide. */
+export function findReplaceInFlight(): { heldBytes: number; poolJobs: number } {
+  return { heldBytes, poolJobs };
+}
+
+/** Input is fed to zlib in slices of this many bytes: each thread-pool run works on at most a slice in and a chunk (16 KiB) out. */
+const SLICE = 16 * 1024;
+
+/**
+ * Runs `input` through the zlib stream `z` a slice at a time, gathering what comes out; as soon
+ * as `keep(chunk)` says no, destroys `z` (its thread-pool work stops before the next chunk) and
+ * gives 'stopped'. 'error': the input is corrupt.
+ */
+function pump(z: zlib.Gzip | zlib.Gunzip | zlib.Deflate | zlib.Inflate | zlib.BrotliCompress | zlib.BrotliDecompress, input: Buffer, keep: (chunk: Buffer) => boolean): Promise<Buffer[] | 'stopped' | 'error'> {
   return new Promise((resolve) => {
-    const done = (err: Error | null, out: Buffer) => {
-      if (!err) resolve(out);
-      else resolve((err as { code?: string }).code === 'ERR_BUFFER_TOO_LARGE' || err instanceof RangeError ? 'too_large' : 'encoding');
+    const out: Buffer[] = [];
+    let settled = false;
+    const end = (r: Buffer[] | 'stopped' | 'error') => {
+      if (settled) return;
+      settled = true;
+      resolve(r);
     };
-    try {
-      if (coding === 'gzip') zlib.gunzip(raw, opts, done);
-      else if (coding === 'deflate') zlib.inflate(raw, opts, done);
-      else zlib.brotliDecompress(raw, opts, done);
-    } catch (err) {
-      done(err as Error, Buffer.alloc(0));
-    }
+    z.on('data', (chunk: Buffer) => {
+      if (settled) return;
+      if (keep(chunk)) return void out.push(chunk);
+      z.destroy();
+      end('stopped');
+    });
+    z.on('end', () => end(out));
+    z.on('error', () => end('error'));
+    z.on('close', () => end('error'));
+    for (let i = 0; i < input.length && !settled; i += SLICE) z.write(input.subarray(i, i + SLICE));
+    z.end();
   });
 }
 
-/** `body` encoded with `coding` (asynchronous: thread pool). */
-function encodeAsync(body: Buffer, coding: Exclude<BodyCoding, 'identity'>): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const done = (err: Error | null, out: Buffer) => (err ? reject(err) : resolve(out));
-    if (coding === 'gzip') zlib.gzip(body, { level: 5 }, done);
-    else if (coding === 'deflate') zlib.deflate(body, { level: 5 }, done);
-    else zlib.brotliCompress(body, { params: { [zlib.constants.BROTLI_PARAM_QUALITY]: 4, [zlib.constants.BROTLI_PARAM_MODE]: zlib.constants.BROTLI_MODE_TEXT, [zlib.constants.BROTLI_PARAM_SIZE_HINT]: body.length } }, done);
+type Decoded = Buffer | 'too_large' | 'encoding' | 'busy';
+
+/**
+ * The decoded body, or why not: more than `max` bytes (`too_large`: decoding stops there, so a zip
+ * bomb costs ~`max` of work; brotli excepted, see `rewrite`), corrupt (`encoding`), or `hold`
+ * full (`busy`). Asynchronous (thread pool).
+ */
+async function decodeAsync(raw: Buffer, coding: Exclude<BodyCoding, 'identity'>, max: number, hold: Hold | null): Promise<Decoded> {
+  let n = 0;
+  let why: 'too_large' | 'busy' = 'too_large';
+  const z = coding === 'gzip' ? zlib.createGunzip() : coding === 'deflate' ? zlib.createInflate() : zlib.createBrotliDecompress();
+  const out = await pump(z, raw, (chunk) => {
+    n += chunk.length;
+    if (n > max) return false;
+    if (hold && !hold.take(chunk.length)) {
+      why = 'busy';
+      return false;
+    }
+    return true;
   });
+  if (out === 'error') return 'encoding';
+  if (out === 'stopped') return why;
+  return Buffer.concat(out, n);
+}
+
+/** `body` encoded with `coding` (asynchronous: thread pool), or `busy` when `hold` is full. */
+async function encodeAsync(body: Buffer, coding: Exclude<BodyCoding, 'identity'>, hold: Hold | null): Promise<Buffer | 'busy'> {
+  const z =
+    coding === 'gzip'
+      ? zlib.createGzip({ level: 5 })
+      : coding === 'deflate'
+        ? zlib.createDeflate({ level: 5 })
+        : zlib.createBrotliCompress({ params: { [zlib.constants.BROTLI_PARAM_QUALITY]: 4, [zlib.constants.BROTLI_PARAM_MODE]: zlib.constants.BROTLI_MODE_TEXT, [zlib.constants.BROTLI_PARAM_SIZE_HINT]: body.length } });
+  const out = await pump(z, body, (chunk) => !hold || hold.take(chunk.length));
+  if (out === 'stopped') return 'busy';
+  if (out === 'error') throw new Error(`${coding} encoding failed`);
+  return Buffer.concat(out);
 }
 
 // --- Replacing ---
@@ -180,7 +286,7 @@ function evaluateAll(act: Activation, a: CompiledFindReplace): Step {
  * order; the others counted); null when unchanged or skipped (counted). Throws nothing: a pattern
  * a `${…}` made invalid counts as an evaluation error through `failed`.
  */
-function replaceAll(body: Buffer, steps: readonly Step[], direction: Direction, failed: (err: unknown) => void): Buffer | null {
+function replaceAll(body: Buffer, steps: readonly Step[], direction: Direction, failed: (err: unknown) => void, hold: Hold | null): Buffer | null {
   if (!isUtf8(body)) return skip(direction, 'not_utf8');
   let out = body;
   let changed = false;
@@ -192,6 +298,9 @@ function replaceAll(body: Buffer, steps: readonly Step[], direction: Direction, 
     try {
       const r = applyFindReplace(st.replacements, out, (p) => st.values.get(p) ?? '');
       if (r !== null) {
+        // The previous result is dropped (the decoded body is held to the end).
+        if (changed) hold?.give(out.length);
+        if (hold && !hold.take(r.length)) return skip(direction, 'busy');
         out = r;
         changed = true;
       }
@@ -212,15 +321,35 @@ const boundOf = (steps: readonly Step[]) => Math.max(...steps.map((st) => st.rep
 /**
  * `raw` (encoded with `coding`) with the steps' replacements, re-encoded; null when unchanged or
  * skipped (counted). Synchronous for an identity body; a Promise (thread pool) for an encoded one.
+ * `hold` (responses) counts what it holds against `FIND_REPLACE_PROCESS_LIMITS.heldBytes`.
+ *
+ * An encoded body is at most the bound too (encoded text is not longer than the text, but for a
+ * few bytes), and is one of at most `poolJobs` jobs at once (else `busy`): decoding stops once more
+ * than the bound has come out, so gzip/deflate cost ~the bound whatever the input. Brotli cannot
+ * be stopped that early: its decoder fills its window (up to 16 MiB, as the stream's header asks)
+ * before the first byte comes out, ~40 ms of thread-pool CPU and 16 MiB for a 14-byte body
+ * (measured), so request bodies in `br` (anyone can send one) are not decoded (`encoding`);
+ * responses (from the endpoint's own upstream) are, within the job limit.
  */
-function rewrite(raw: Buffer, coding: BodyCoding, steps: readonly Step[], direction: Direction, failed: (err: unknown) => void): Buffer | null | Promise<Buffer | null> {
+function rewrite(raw: Buffer, coding: BodyCoding, steps: readonly Step[], direction: Direction, failed: (err: unknown) => void, hold: Hold | null = null): Buffer | null | Promise<Buffer | null> {
   const max = boundOf(steps);
-  if (coding === 'identity') return raw.length > max ? skip(direction, 'too_large') : replaceAll(raw, steps, direction, failed);
-  return decodeAsync(raw, coding, max).then(async (body) => {
-    if (typeof body === 'string') return skip(direction, body);
-    const out = replaceAll(body, steps, direction, failed);
-    return out && encodeAsync(out, coding);
-  });
+  if (raw.length > max) return skip(direction, 'too_large');
+  if (coding === 'identity') return replaceAll(raw, steps, direction, failed, hold);
+  if (coding === 'br' && direction === 'request') return skip(direction, 'encoding');
+  if (poolJobs >= FIND_REPLACE_PROCESS_LIMITS.poolJobs) return skip(direction, 'busy');
+  poolJobs++;
+  return (async () => {
+    try {
+      const body = await decodeAsync(raw, coding, max, hold);
+      if (typeof body === 'string') return skip(direction, body);
+      const out = replaceAll(body, steps, direction, failed, hold);
+      if (!out) return null;
+      const encoded = await encodeAsync(out, coding, hold);
+      return encoded === 'busy' ? skip(direction, 'busy') : encoded;
+    } finally {
+      poolJobs--;
+    }
+  })();
 }
 
 /**
@@ -332,6 +461,8 @@ class FindReplaceTransform extends Transform {
   private held: Buffer[] = [];
   private size = 0;
   private passing = false;
+  /** What it holds, counted process-wide (`FIND_REPLACE_PROCESS_LIMITS.heldBytes`). */
+  private readonly hold = new Hold();
 
   constructor(
     private readonly p: Pending,
@@ -347,9 +478,11 @@ class FindReplaceTransform extends Transform {
   override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback): void {
     if (this.passing) return done(null, chunk);
     this.size += chunk.length;
-    if (this.size > this.max) {
-      skip('response', 'too_large');
+    const over = this.size > this.max;
+    if (over || !this.hold.take(chunk.length)) {
+      skip('response', over ? 'too_large' : 'busy');
       this.passing = true;
+      this.hold.release();
       for (const c of this.held) this.push(c);
       this.held = [];
       return done(null, chunk);
@@ -360,17 +493,31 @@ class FindReplaceTransform extends Transform {
 
   override _flush(done: TransformCallback): void {
     if (this.passing || this.size === 0) return done();
+    // The chunks, then one buffer of them: counted once (the chunks are dropped).
     const raw = Buffer.concat(this.held, this.size);
     this.held = [];
-    const out = rewrite(raw, this.p.coding, this.p.steps, 'response', this.onError);
-    if (!(out instanceof Promise)) return done(null, out ?? raw);
-    out.then(
-      (b) => done(null, b ?? raw),
-      (err) => {
-        this.onError(err);
-        done(null, raw);
-      },
-    );
+    const finish = (b: Buffer | null) => {
+      this.hold.release();
+      done(null, b ?? raw);
+    };
+    let out: ReturnType<typeof rewrite>;
+    try {
+      out = rewrite(raw, this.p.coding, this.p.steps, 'response', this.onError, this.hold);
+    } catch (err) {
+      this.onError(err);
+      return finish(null);
+    }
+    if (!(out instanceof Promise)) return finish(out);
+    out.then(finish, (err) => {
+      this.onError(err);
+      finish(null);
+    });
+  }
+
+  override _destroy(err: Error | null, done: (err: Error | null) => void): void {
+    this.hold.release();
+    this.held = [];
+    done(err);
   }
 }
 

@@ -23,13 +23,23 @@
  * `MAX_POLICY_COST` (5 ms) per request, so each kind of replacement rewrites bodies up to its own
  * size (decoded bytes), and is charged its worst case at that size (`findReplaceCost`):
  * - A literal replacement: `from` has no RE2 metacharacter once simple escapes (`\.`, `\\`,
- *   `\n`…) are undone (its `${…}` insert literal text anyway), and `to` refers to no group but
- *   `$0`. It is replaced by plain byte search (`Buffer.indexOf`), which is what re2js does for a
- *   literal too, minus its per-match overhead: bodies up to `literalBodyBytes` (256 KiB), at most
+ *   `\n`…) are undone (its `${…}` insert literal text anyway), its text is at most
+ *   `literalNeedleBytes` (128) bytes of UTF-8, and `to` refers to no group but `$0`. It is
+ *   replaced by plain byte search (`Buffer.indexOf`), which is what re2js does for a literal too,
+ *   minus its per-match overhead: bodies up to `literalBodyBytes` (128 KiB), at most
  *   `literalMaxMatches` matches, a result up to `literalOutBytes`. Search is usually well under
  *   1 ns per byte, but costs up to ~6 ns per byte when nearly every byte starts a partial match
- *   (`aaaa…` searched for `ab`; measured, `find-replace.test.ts`), so 1 MiB (~12 ms charged)
- *   cannot fit the 5 ms; 256 KiB is charged ~3.5 ms.
+ *   (`aaaa…` searched for `ab`; measured, `find-replace.test.ts`), and a result in fresh memory
+ *   up to ~4 ns per byte (page faults: 512 KiB took ~2 ms here); the worst of both on 256 KiB
+ *   (`ab` in `aaaa…`, 1024 matches, a 512 KiB result) measured 4.1–4.8 ms, more than the 5 ms
+ *   allows with any margin, so the bound is 128 KiB, charged ~3.5 ms (measured worst ~2 ms).
+ *   That holds only for short needles: Node's search (Boyer-Moore
+ *   over at most the needle's last 250 bytes) is roughly quadratic for longer ones (`a…a b a…a`
+ *   of 8001 bytes on 256 KiB of `a`: 717 ms), hence the 128 bytes: a longer literal `from` is a
+ *   regex (4 KiB bodies, charged as one), and a `from` whose `${…}` make it longer than that when
+ *   the action runs leaves the body as it was (`url_too_long`). As in url-rewrite, its `${…}`
+ *   values may insert at most `URL_ACTION_LIMITS.fromInterpolatedChars` (128) characters
+ *   together; more is an evaluation error.
  * - Any other (a regex): RE2 via re2js, which costs up to ~300 ns per character on adversarial
  *   text (`url-actions.ts` `W`): bodies up to `bodyBytes` (4 KiB), `maxMatches` matches, a result
  *   up to `outBytes`. re2js's DFA (what `matches()` uses, ~6 ns per character) only answers
@@ -45,7 +55,7 @@
 import { CelCompileError, type CelProgram } from './cel.js';
 import { at, expectList, expectObj, noUnknownKeys, onlyInbound, TrafficPolicyError, typeName } from './parse.js';
 import { MAX_REGEX_PATTERN_LENGTH } from './regex.js';
-import { applyUrlTemplate, compileUrlTemplate, UrlActionRuntimeError, urlTemplateCost, UrlTemplateError, type TemplateLimits, type UrlActionWork, type UrlTemplate } from './url-actions.js';
+import { applyUrlTemplate, compileUrlTemplate, URL_ACTION_LIMITS, UrlActionRuntimeError, urlTemplateCost, UrlTemplateError, type TemplateLimits, type UrlActionWork, type UrlTemplate } from './url-actions.js';
 import type { FindReplaceConfig, PolicyDirection } from './types.js';
 
 export const FIND_REPLACE_LIMITS = {
@@ -62,11 +72,17 @@ export const FIND_REPLACE_LIMITS = {
   /** Matches of one regex replacement in one body; more: the body passes unchanged. */
   maxMatches: 32,
   /** Largest body a literal replacement rewrites, decoded bytes (an action of literal replacements only). */
-  literalBodyBytes: 256 * 1024,
+  literalBodyBytes: 128 * 1024,
   /** Largest body a literal replacement may produce, bytes (twice the action's body bound: 8 KiB with a regex in it). */
-  literalOutBytes: 512 * 1024,
+  literalOutBytes: 256 * 1024,
   /** Matches of one literal replacement in one body. */
   literalMaxMatches: 1024,
+  /**
+   * Longest text a literal replacement searches for, bytes of UTF-8 (as written, and again once
+   * its `${…}` are evaluated): `Buffer.indexOf` is linear up to ~250 bytes and roughly quadratic
+   * past that (see the module comment).
+   */
+  literalNeedleBytes: 128,
 } as const;
 
 /** What `applyFindReplace` works within for a regex (characters: a character is at least a byte in UTF-8). */
@@ -146,18 +162,45 @@ function literalFrom(t: UrlTemplate, from: string): (string | CelProgram)[] | nu
   if (!t.from || t.to.some((p) => typeof p === 'number' && p !== 0)) return null;
   if (t.from.kind === 'static') {
     const text = literalPattern(from);
-    return text ? [text] : null;
+    return text && Buffer.byteLength(text, 'utf8') <= FIND_REPLACE_LIMITS.literalNeedleBytes ? [text] : null;
   }
   const parts: (string | CelProgram)[] = [];
+  let bytes = 0;
   for (const p of t.from.parts) {
     if (typeof p !== 'string') parts.push(p);
     else {
       const text = literalPattern(p);
       if (text === null) return null;
+      bytes += Buffer.byteLength(text, 'utf8');
       parts.push(text);
     }
   }
-  return parts;
+  // Longer text as written: it could never be searched for as a literal.
+  return bytes <= FIND_REPLACE_LIMITS.literalNeedleBytes ? parts : null;
+}
+
+/**
+ * The text a literal replacement searches for once its `${…}` are evaluated. Throws
+ * `UrlActionRuntimeError`: `invalid_pattern` (an evaluation error, as in url-rewrite) when the
+ * values insert more than `fromInterpolatedChars` characters together, `url_too_long` (the body
+ * is left as it was) when the text is over `literalNeedleBytes` bytes.
+ */
+function literalNeedle(parts: readonly (string | CelProgram)[], evaluate: (p: CelProgram) => string): string {
+  let needle = '';
+  let inserted = 0;
+  for (const p of parts) {
+    if (typeof p === 'string') {
+      needle += p;
+      continue;
+    }
+    const text = evaluate(p);
+    inserted += text.length;
+    if (inserted > URL_ACTION_LIMITS.fromInterpolatedChars)
+      throw new UrlActionRuntimeError('invalid_pattern', `from: the \${…} values are over ${URL_ACTION_LIMITS.fromInterpolatedChars} characters together`);
+    needle += text;
+  }
+  if (Buffer.byteLength(needle, 'utf8') > FIND_REPLACE_LIMITS.literalNeedleBytes) throw tooLong('from (once its ${…} are evaluated)', FIND_REPLACE_LIMITS.literalNeedleBytes);
+  return needle;
 }
 
 /** The compiled replacements of an action, in order (`compileUrlTemplate`'s errors). */
@@ -179,18 +222,22 @@ function compileReplacement(direction: PolicyDirection, from: string, to: string
 }
 
 /**
- * Cost coefficients of a literal replacement (≈ ns, about twice the worst measured:
+ * Cost coefficients of a literal replacement (≈ ns, about twice the worst measured on a 2-core VM:
  * `find-replace.test.ts` reports timings next to estimates).
  */
 const LW = {
   /** The call: evaluating `${…}`, encoding needle and replacement. */
   call: 5_000,
-  /** Per byte searched (measured up to ~6: `aaaa…` searched for `ab`; under 1 on ordinary text). */
-  byte: 10,
-  /** Per match (a `Buffer.indexOf` call and the copies; measured ~200). */
+  /**
+   * Per byte searched (measured up to ~6, best of 7, for needles of at most `literalNeedleBytes`:
+   * `aaaa…` searched for `ab`, `aaab`, `a…ab` (128 bytes), periodic `abab…c`; under 1 on
+   * ordinary text; `find-replace.test.ts`): twice that.
+   */
+  byte: 12,
+  /** Per match (a `Buffer.indexOf` call and the copies; measured ~100–400 on text of partial matches). */
   match: 400,
-  /** Per byte of the result (copying; measured ~0.1–0.5). */
-  outByte: 1,
+  /** Per byte of the result (copying ~0.1–0.5, and page faults on fresh memory: up to ~4 measured). */
+  outByte: 5,
 } as const;
 
 /** Worst-case cost of one replacement on a body of at most `bodyBytes` (its action's bound). */
@@ -220,15 +267,19 @@ function replaceBytes(body: Buffer, needle: Buffer, to: Buffer, outBytes: number
   const out = Buffer.allocUnsafe(body.length + at.length * grow);
   let o = 0;
   let last = 0;
-  // TypedArray#set: Buffer#copy costs ~0.8 µs a call.
+  // TypedArray#set from plain Uint8Array views: Buffer#subarray looks up Symbol.species, and
+  // costs ~1 µs a call once anything in the process has touched a typed array's constructor or
+  // species (measured under vitest: 2.2 ms instead of 0.09 ms for 1024 matches).
+  const src = body.buffer;
+  const view = (from: number, to: number) => new Uint8Array(src, body.byteOffset + from, to - from);
   for (const p of at) {
-    out.set(body.subarray(last, p), o);
+    out.set(view(last, p), o);
     o += p - last;
     out.set(to, o);
     o += to.length;
     last = p + needle.length;
   }
-  out.set(body.subarray(last), o);
+  out.set(view(last, body.length), o);
   return out;
 }
 
@@ -246,8 +297,10 @@ export function applyFindReplace(c: CompiledFindReplace, body: Buffer, evaluate:
   let changed = false;
   for (const r of c.replacements) {
     if (r.literal) {
-      const needle = r.literal.map((p) => (typeof p === 'string' ? p : evaluate(p))).join('');
-      if (needle !== '' && !LONE_SURROGATE.test(needle)) {
+      const needle = literalNeedle(r.literal, evaluate);
+      // A lone surrogate is not in valid UTF-8 text: nothing to replace.
+      if (LONE_SURROGATE.test(needle)) continue;
+      if (needle !== '') {
         const to = r.template.to.map((p) => (typeof p === 'string' ? p : typeof p === 'number' ? needle : evaluate(p))).join('');
         if (text !== null) {
           buf = Buffer.from(text, 'utf8');
@@ -260,7 +313,7 @@ export function applyFindReplace(c: CompiledFindReplace, body: Buffer, evaluate:
         }
         continue;
       }
-      // `${…}` made it empty (it matches everywhere) or not UTF-8: a regex, within a regex's bounds.
+      // `${…}` made it empty (it matches everywhere): a regex, within a regex's bounds.
       if ((text?.length ?? buf.length) > FIND_REPLACE_LIMITS.bodyBytes) throw new UrlActionRuntimeError('too_many_matches', 'from is empty: it matches everywhere in the body');
     }
     if (text === null) text = buf.toString('utf8');

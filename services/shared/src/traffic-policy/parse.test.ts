@@ -91,6 +91,30 @@ inbound:
     expect(fails(rl({ ...good, burst: 5 })).path).toBe('inbound[0].actions[0].config.burst');
   });
 
+  it("refuses keys of the policy's own maps written as an alias, not a scalar, or <<, naming the map (review: a secret under an alias key escaped redaction)", () => {
+    const wh = (config: string, extra = '') => `inbound:\n  - name: &k secret\n${extra}    actions:\n      - type: verify-webhook\n        config:\n          provider: github\n${config}`;
+    const cases: [string, string, RegExp][] = [
+      [wh('          *k : hook-secret-1\n'), 'inbound[0].actions[0].config', /alias \(\*k\)/],
+      ['inbound:\n  - name: &t type\n    actions:\n      - *t : deny\n', 'inbound[0].actions[0]', /alias \(\*t\)/],
+      ['x: &a actions\ninbound:\n  - *a : [{type: deny}]\n', 'inbound[0]', /alias/],
+      ['x: &i inbound\n*i : []\n', '', /alias \(\*i\)/],
+      // followed through an aliased config
+      ['inbound:\n  - name: &k secret\n    actions:\n      - type: add-headers\n        config: &c {*k : x}\n', 'inbound[0].actions[0].config', /alias/],
+      ['inbound:\n  - actions:\n      - type: deny\n        config: {? [a] : 1}\n', 'inbound[0].actions[0].config', /must be a string, got a list/],
+      ['inbound:\n  - actions:\n      - type: deny\n        config: {<<: {status_code: 404}}\n', 'inbound[0].actions[0].config', /merge key/],
+      ['<<: {inbound: []}\n', '', /merge key/],
+    ];
+    for (const [doc, path, msg] of cases) {
+      const e = fails(doc);
+      expect(e.path, doc).toBe(path);
+      expect(e.message).toMatch(msg);
+    }
+    // Alias values stay accepted, and so do alias keys below a config (header names).
+    parseTrafficPolicy('inbound:\n  - name: &t deny\n    actions:\n      - type: *t\n');
+    const headers = parseTrafficPolicy('inbound:\n  - name: &h x-name\n    actions:\n      - type: add-headers\n        config: {headers: {*h : v}}\n');
+    expect(headers.inbound[0]!.actions[0]).toMatchObject({ config: { headers: { 'x-name': 'v' } } });
+  });
+
   it('refuses unknown action types', () => {
     const e = fails({ inbound: [{ actions: [{ type: 'rate-limit', config: good }, { type: 'forward-internal', config: {} }] }] });
     expect(e.path).toBe('inbound[0].actions[1].type');

@@ -1,4 +1,4 @@
-import { parseDocument } from 'yaml';
+import { isAlias, isMap, isScalar, isSeq, parseDocument, type Document, type YAMLMap } from 'yaml';
 import { parseDurationNs } from './duration.js';
 import { CelCompileError, compileExpression, parseTemplate, withPolicyRegexBudget, type CelProgram } from './cel.js';
 import { IP_POLICY_MAX_RULES, parseBasicAuthConfig, parseRestrictIpsConfig, restrictIpsCost, restrictIpsMaxCidrs } from './access-actions.js';
@@ -449,9 +449,49 @@ export function validateTrafficPolicy(doc: unknown, opts: ValidateOptions = {}):
 }
 
 /**
+ * Refuses, in the maps that make up a policy (the document, each rule, each action and each
+ * action's `config`, followed through aliases), a key written as an alias (`*k : …`), a key
+ * that is not a scalar (`? [a] : …`), and `<<` (a YAML merge key; merging is off, so it would be
+ * an ordinary key). Such a key is spelt differently in the document than in its value: the
+ * secrets of the policy (`secrets.ts`), located in the document as written, could be missed.
+ * Keys deeper in a `config` (header names, …) are not concerned.
+ */
+function checkPolicyKeys(doc: Document): void {
+  const resolve = (n: unknown) => (isAlias(n) ? n.resolve(doc) : n);
+  const keys = (n: unknown, path: string): YAMLMap | null => {
+    const m = resolve(n);
+    if (!isMap(m)) return null;
+    for (const pair of m.items) {
+      const k = pair.key;
+      if (isAlias(k)) throw new TrafficPolicyError(path, `a key written as an alias (*${k.source.slice(0, 64)}) is not accepted here; write the key itself`);
+      if (!isScalar(k)) throw new TrafficPolicyError(path, `a key must be a string, got ${isMap(k) ? 'a mapping' : isSeq(k) ? 'a list' : 'none'}`);
+      if (k.value === '<<') throw new TrafficPolicyError(path, '"<<" (a YAML merge key) is not accepted: write the keys out');
+    }
+    return m;
+  };
+  const top = keys(doc.contents, '');
+  if (!top) return;
+  for (const dir of ['inbound', 'outbound']) {
+    const rules = resolve(top.get(dir, true));
+    if (!isSeq(rules)) continue;
+    rules.items.forEach((r, i) => {
+      const rule = keys(r, at(dir, i));
+      const actions = rule && resolve(rule.get('actions', true));
+      if (!isSeq(actions)) return;
+      actions.items.forEach((a, j) => {
+        const path = at(at(at(dir, i), 'actions'), j);
+        const action = keys(a, path);
+        if (action) keys(action.get('config', true), at(path, 'config'));
+      });
+    });
+  }
+}
+
+/**
  * Decodes a traffic policy written as YAML or JSON into a plain JSON value, without validating it
  * (JSON is read by the same YAML 1.2 parser: every JSON document is YAML). Throws
- * `TrafficPolicyError` on a syntax problem.
+ * `TrafficPolicyError` on a syntax problem, and on a key of the policy's own maps written as an
+ * alias, not a scalar, or `<<` (`checkPolicyKeys`).
  */
 export function decodeTrafficPolicy(text: string): unknown {
   if (Buffer.byteLength(text, 'utf8') > MAX_TRAFFIC_POLICY_BYTES) throw new TrafficPolicyError('', `the document is over ${MAX_TRAFFIC_POLICY_BYTES} bytes`);
@@ -459,11 +499,14 @@ export function decodeTrafficPolicy(text: string): unknown {
   const doc = parseDocument(text, { version: '1.2', schema: 'core', merge: false, uniqueKeys: true, strict: true, prettyErrors: false });
   const first = doc.errors[0];
   if (first) throw new TrafficPolicyError('', `not valid YAML or JSON: ${first.message.split('\n')[0]!.slice(0, 300)}`);
+  let value: unknown;
   try {
-    return doc.toJS({ maxAliasCount: 100 });
+    value = doc.toJS({ maxAliasCount: 100 });
   } catch (err) {
     throw new TrafficPolicyError('', `not valid YAML or JSON: ${(err as Error).message.split('\n')[0]!.slice(0, 300)}`);
   }
+  checkPolicyKeys(doc);
+  return value;
 }
 
 /**

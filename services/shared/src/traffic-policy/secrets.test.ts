@@ -129,6 +129,30 @@ describe('redactTrafficPolicySecrets', () => {
     expect(redactTrafficPolicySecrets(`inbound: [{actions: [{type: basic-auth, config: {credentials: [${PW}, 7]}}]}]`)).toBe('inbound: [{actions: [{type: basic-auth, config: {credentials: ["", ""]}}]}]');
   });
 
+  it('fails closed on a secret it cannot locate: a key written as an alias (stored before the parser refused those; review)', () => {
+    const docs = [
+      `inbound:\n  - name: &k client_secret\n    actions:\n      - type: openid-connect\n        config:\n          issuer_url: https://idp.example.com\n          client_id: abc\n          *k : ${OS}\n`,
+      `inbound:\n  - name: &k secret\n    actions:\n      - type: verify-webhook\n        config:\n          provider: github\n          *k : ${HOOK}\n`,
+      `inbound:\n  - name: &k credentials\n    actions:\n      - type: basic-auth\n        config:\n          *k : ["alice:${PW}"]\n`,
+      // the action type as an alias key: the action was skipped
+      `inbound:\n  - name: &t type\n    actions:\n      - *t : verify-webhook\n        config: {provider: github, secret: ${HOOK}}\n`,
+      // the rule's actions under an alias key
+      `x: &a actions\ninbound:\n  - *a : [{type: verify-webhook, config: {provider: github, secret: ${HOOK}}}]\n`,
+    ];
+    for (const d of docs) {
+      expect(parseYaml(d), d).toBeTruthy();
+      expect(redactTrafficPolicySecrets(d), d).toBe('');
+    }
+    // An alias value (not key) is located and blanked as before.
+    const aliasValue = `inbound:\n  - name: &t openid-connect\n    actions:\n      - type: *t\n        config: {issuer_url: "https://idp.example.com", client_id: abc, client_secret: ${OS}}\n`;
+    expect(redactTrafficPolicySecrets(aliasValue)).toBe(aliasValue.replace(OS, '""'));
+  });
+
+  it('returns comments as written, a commented-out secret included (documented)', () => {
+    const doc = `inbound:\n  - actions:\n      - type: verify-webhook\n        config:\n          provider: github\n          secret: ${HOOK} # old: ${PW}\n`;
+    expect(redactTrafficPolicySecrets(doc)).toBe(doc.replace(`${HOOK} #`, '"" #'));
+  });
+
   it('blanks secrets in outbound rules too (refused there on save, but never shown)', () => {
     const doc = `outbound:\n  - actions:\n      - type: verify-webhook\n        config: {provider: github, secret: ${HOOK}}\n`;
     expect(redactTrafficPolicySecrets(doc)).toBe('outbound:\n  - actions:\n      - type: verify-webhook\n        config: {provider: github, secret: ""}\n');
@@ -187,6 +211,36 @@ describe('mergeTrafficPolicySecrets', () => {
       expect(err, path).toBeInstanceOf(TrafficPolicyError);
       expect((err as TrafficPolicyError).path).toBe(path);
       expect((err as Error).message.startsWith(`${path}: `)).toBe(true);
+      noSecretIn((err as Error).message);
+    }
+  });
+
+  it('keeps a client_secret only while the issuer_url / provider and client_id are unchanged (review: the secret followed an issuer the editor chose)', () => {
+    const oidc = (issuer: string, clientId: string, secret: string) =>
+      `inbound:\n  - actions:\n      - type: openid-connect\n        config:\n          issuer_url: ${issuer}\n          client_id: ${clientId}\n          client_secret: "${secret}"\n`;
+    const stored = oidc('https://login.corp.example', 'app', OS);
+    expect(mergeTrafficPolicySecrets(redactTrafficPolicySecrets(stored), stored)).toBe(stored);
+    const oauth = (provider: string, clientId: string, secret: string) =>
+      `inbound:\n  - actions:\n      - type: oauth\n        config: {provider: ${provider}, client_id: ${clientId}, client_secret: "${secret}"}\n`;
+    const storedOAuth = oauth('google', 'cid', CS);
+    expect(mergeTrafficPolicySecrets(oauth('google', 'cid', ''), storedOAuth)).toBe(storedOAuth);
+    const cases: [string, string, RegExp][] = [
+      [oidc('https://idp.attacker.example', 'app', ''), stored, /issuer_url and client_id are unchanged, but issuer_url differs/],
+      [oidc('https://login.corp.example/', 'app', ''), stored, /issuer_url differs/],
+      [oidc('https://login.corp.example', 'other', ''), stored, /but client_id differs/],
+      [oauth('google', 'other', ''), storedOAuth, /provider and client_id are unchanged, but client_id differs/],
+      [oauth('github', 'cid', ''), storedOAuth, /provider differs/],
+    ];
+    for (const [text, prev, msg] of cases) {
+      let err: unknown;
+      try {
+        mergeTrafficPolicySecrets(text, prev);
+      } catch (e) {
+        err = e;
+      }
+      expect(err, text).toBeInstanceOf(TrafficPolicyError);
+      expect((err as TrafficPolicyError).path).toBe('inbound[0].actions[0].config.client_secret');
+      expect((err as Error).message).toMatch(msg);
       noSecretIn((err as Error).message);
     }
   });

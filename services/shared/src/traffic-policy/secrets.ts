@@ -19,12 +19,20 @@
  * indentation; YAML: `stringify`, comments lost). Every result is parsed again and must hold
  * exactly the redacted value, or the next way is taken.
  *
+ * The result is read again as the ingress reads it (`toJS`) and must hold no secret anywhere an
+ * action keeps one; otherwise (a secret the node walk could not locate with certainty, such as
+ * one whose key is written as an alias in a document stored before `decodeTrafficPolicy` refused
+ * those) the whole value is returned as `""`, as for a document that does not parse. Comments
+ * are part of the layout kept: a secret written in a comment is returned as written.
+ *
  * Input (`mergeTrafficPolicySecrets`): a blank (`""`, or `"user:"` for a credential) at the same
  * place as in the stored document (same direction, rule and action index), with the same action
- * type there — and the same provider for `verify-webhook` and `oauth` (as the route modules keep
- * a secret only for the same provider) — takes the stored value; for `basic-auth` by username
- * (the credential at the same index first). A blank with no stored counterpart is a
- * `TrafficPolicyError` naming the field. A blank `client_secret` counts only with a `client_id`
+ * type there, takes the stored value only while the action still addresses what the secret was
+ * given for: the same `provider` for `verify-webhook`, the same `provider` and `client_id` for
+ * `oauth`, the same `issuer_url` and `client_id` for `openid-connect` (each as written; else
+ * whoever may edit the policy could point the issuer at a server of their own and receive the
+ * secret at the next sign-in); for `basic-auth` by username (the credential at the same index
+ * first). A blank with no such stored counterpart is a `TrafficPolicyError` naming the field. A blank `client_secret` counts only with a `client_id`
  * (without one, none is set: ngrok's managed app). A non-empty value replaces the stored one.
  *
  * Secrets never appear in messages.
@@ -56,6 +64,10 @@ interface Slot {
   provider: string;
   /** `oauth`, `openid-connect`: whether a non-empty `client_id` is given. */
   hasClientId: boolean;
+  /** `oauth`, `openid-connect`: the `client_id` as written (null when not a string). */
+  clientId: string | null;
+  /** `openid-connect`: the `issuer_url` as written (null when not a string). */
+  issuer: string | null;
   /** `basic-auth`: the credential's index. */
   index: number;
 }
@@ -122,6 +134,7 @@ function secretSlots(doc: Document): Slot[] {
         const keys = [dir, i, 'actions', j, 'config'];
         const provider = scalarValue(doc, config.get('provider', true));
         const clientId = scalarValue(doc, config.get('client_id', true));
+        const issuer = scalarValue(doc, config.get('issuer_url', true));
         const slot = (field: string, node: unknown, index = -1): Slot | null => {
           if (node === undefined || node === null) return null;
           const key = index >= 0 ? [field, index] : [field];
@@ -134,6 +147,8 @@ function secretSlots(doc: Document): Slot[] {
             value: scalarValue(doc, node),
             provider: typeof provider === 'string' ? provider.toLowerCase() : '',
             hasClientId: typeof clientId === 'string' && clientId !== '',
+            clientId: typeof clientId === 'string' ? clientId : null,
+            issuer: typeof issuer === 'string' ? issuer : null,
             index,
           };
         };
@@ -192,6 +207,26 @@ function isBlank(s: Slot): boolean {
 
 const nonEmptyString = (v: unknown): v is string => typeof v === 'string' && v !== '';
 
+/**
+ * Whether a stored secret may serve `b`'s action: the same provider (`verify-webhook`), the same
+ * provider and `client_id` (`oauth`), the same `issuer_url` and `client_id` (`openid-connect`),
+ * each compared as written. Otherwise whoever may edit the policy could point the action at a
+ * server of their own (an issuer's token endpoint receives the client secret) and have the
+ * stored secret sent there.
+ */
+function sameTarget(b: Slot, s: Slot): boolean {
+  switch (b.type) {
+    case 'basic-auth':
+      return true;
+    case 'verify-webhook':
+      return s.provider === b.provider;
+    case 'oauth':
+      return s.provider === b.provider && s.clientId === b.clientId;
+    case 'openid-connect':
+      return s.issuer !== null && s.issuer === b.issuer && s.clientId === b.clientId;
+  }
+}
+
 /** The stored slot whose value a blank keeps, if any. */
 function counterpart(b: Slot, stored: Slot[]): Slot | undefined {
   const here = stored.filter((s) => s.action === b.action && s.type === b.type);
@@ -200,12 +235,17 @@ function counterpart(b: Slot, stored: Slot[]): Slot | undefined {
     const usable = here.filter((s) => userOf(s.value) === user && nonEmptyString(s.value) && s.value.length > (user?.length ?? 0) + 1);
     return usable.find((s) => s.index === b.index) ?? usable[0];
   }
-  const sameProvider = b.type === 'verify-webhook' || b.type === 'oauth';
-  return here.find((s) => nonEmptyString(s.value) && (!sameProvider || s.provider === b.provider));
+  return here.find((s) => nonEmptyString(s.value) && sameTarget(b, s));
 }
 
-function missingReason(b: Slot): string {
+function missingReason(b: Slot, stored: Slot[]): string {
   const where = `at ${b.action}`;
+  // A secret is stored there, for another target.
+  const other = b.type === 'oauth' || b.type === 'openid-connect' ? stored.find((s) => s.action === b.action && s.type === b.type && nonEmptyString(s.value)) : undefined;
+  if (other && b.type === 'oauth')
+    return `is "", which keeps the stored client_secret only while provider and client_id are unchanged, but ${other.provider !== b.provider ? 'provider' : 'client_id'} differs from the stored policy's ${where}; write the client secret`;
+  if (other && b.type === 'openid-connect')
+    return `is "", which keeps the stored client_secret only while issuer_url and client_id are unchanged, but ${other.issuer !== b.issuer ? 'issuer_url' : 'client_id'} differs from the stored policy's ${where}; write the client secret`;
   switch (b.type) {
     case 'basic-auth':
       return `"username:" with an empty password keeps a stored password, but the stored policy has no basic-auth credential with this username ${where}; write "username:password"`;
@@ -336,6 +376,38 @@ function rewrite(p: Parsed, changes: Change[]): string {
   return JSON.stringify(expected, null, indent) + (indent !== undefined && p.text.endsWith('\n') ? '\n' : '');
 }
 
+/** A secret's plain value that shows nothing secret (what `redactedValue` leaves as it is, or produces). */
+function shown(type: string, v: unknown): boolean {
+  if (v === null || v === undefined || v === '') return true;
+  return type === 'basic-auth' && typeof v === 'string' && v.indexOf(':') === v.length - 1;
+}
+
+const plainObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * Whether a document's plain value (as `decodeTrafficPolicy` returns it, so as the ingress reads
+ * it) holds a secret anywhere `secretSlots` looks for one: the check that redaction found them all.
+ */
+function holdsSecret(value: unknown): boolean {
+  if (!plainObj(value)) return false;
+  for (const dir of ['inbound', 'outbound']) {
+    const rules = value[dir];
+    if (!Array.isArray(rules)) continue;
+    for (const rule of rules) {
+      if (!plainObj(rule) || !Array.isArray(rule.actions)) continue;
+      for (const act of rule.actions) {
+        if (!plainObj(act) || typeof act.type !== 'string' || !SECRET_ACTIONS.includes(act.type) || !plainObj(act.config)) continue;
+        const c = act.config;
+        if (act.type === 'basic-auth') {
+          if (c.credentials === null || c.credentials === undefined) continue;
+          if (!Array.isArray(c.credentials) || !c.credentials.every((x) => shown('basic-auth', x))) return true;
+        } else if (!shown(act.type, c[act.type === 'verify-webhook' ? 'secret' : 'client_secret'])) return true;
+      }
+    }
+  }
+  return false;
+}
+
 // ---------------------------------------------------------------- API
 
 /**
@@ -348,14 +420,18 @@ export function redactTrafficPolicySecrets(text: string): string {
   if (!mayHoldSecrets(text)) return text;
   const p = parse(text, true);
   if (!p) return '';
-  const changes: Change[] = [];
-  for (const slot of secretSlots(p.doc)) {
-    const value = redactedValue(slot);
-    if (value !== undefined) changes.push({ slot, value });
-  }
-  if (changes.length === 0) return text;
   try {
-    return rewrite(p, changes);
+    const changes: Change[] = [];
+    for (const slot of secretSlots(p.doc)) {
+      const value = redactedValue(slot);
+      if (value !== undefined) changes.push({ slot, value });
+    }
+    const out = changes.length === 0 ? text : rewrite(p, changes);
+    // Fail closed: the result, read as the ingress reads it, must hold no secret. A secret the
+    // node walk did not find (a key written as an alias, which `decodeTrafficPolicy` now refuses
+    // but a document stored before may have) or a rewrite that went wrong gives "".
+    const again = out === text ? p : parse(out);
+    return again !== null && !holdsSecret(again.value()) ? out : '';
   } catch {
     return '';
   }
@@ -387,7 +463,7 @@ export function mergeTrafficPolicySecrets(text: string, stored: string | undefin
   const prevSlots = prev ? secretSlots(prev.doc) : [];
   const changes = blanks.map((b): Change => {
     const s = counterpart(b, prevSlots);
-    if (!s) throw new TrafficPolicyError(b.path, missingReason(b));
+    if (!s) throw new TrafficPolicyError(b.path, missingReason(b, prevSlots));
     const n = s.node;
     const source = isScalar(n) && INLINE.has(n.type ?? '') && n.range ? prev!.text.slice(n.range[0], n.range[1]) : undefined;
     return { slot: b, value: s.value as string, source: source !== undefined && !/[\r\n]/.test(source) ? source : undefined };

@@ -351,11 +351,29 @@ describe('HTTPS edge routes', () => {
     const google = await a.call('PUT', `${path}/oauth`, { provider: { google: { client_id: 'gh' } } });
     expect(google.body).toMatchObject({ error_code: 'ERR_WARREN_2105', details: { field: 'provider.google.client_secret' } });
 
-    // OIDC: the secret is required when first set, kept afterwards, never returned
+    // oauth: a blank secret is kept only for the same client_id (review)
+    const otherApp = await a.call('PUT', `${path}/oauth`, { provider: { github: { client_id: 'another-app', client_secret: '' } } });
+    expect(otherApp.status).toBe(400);
+    expect(otherApp.body).toMatchObject({ error_code: 'ERR_WARREN_2105', details: { field: 'provider.github.client_secret' } });
+    expect((await a.call('PUT', `${path}/oauth`, { provider: { github: { client_id: 'gh', client_secret: '' } } })).status).toBe(200);
+    expect((await secretOf(r.id)).oauth.provider.github).toMatchObject({ client_id: 'gh', client_secret: 'gs' });
+
+    // OIDC: the secret is required when first set, kept afterwards while issuer and client_id
+    // are unchanged (review: not for an issuer the editor chose), never returned
     const o = await newRoute({ oidc: { issuer: 'https://id.example.com', client_id: 'c', client_secret: 'oidc-secret' } });
-    const op = await a.call('PATCH', `/edges/https/${edge}/routes/${o.id}`, { oidc: { ...o.oidc, client_id: 'c2' } });
-    expect(op.body.oidc).toMatchObject({ client_id: 'c2', client_secret: '' });
+    const op = await a.call('PATCH', `/edges/https/${edge}/routes/${o.id}`, { oidc: { ...o.oidc, scopes: ['openid', 'email'] } });
+    expect(op.body.oidc).toMatchObject({ client_id: 'c', client_secret: '', scopes: ['openid', 'email'] });
     expect((await secretOf(o.id)).oidc.client_secret).toBe('oidc-secret');
+    for (const change of [{ issuer: 'https://idp.attacker.example' }, { client_id: 'c2' }]) {
+      const moved = await a.call('PATCH', `/edges/https/${edge}/routes/${o.id}`, { oidc: { ...o.oidc, ...change } });
+      expect(moved.status).toBe(400);
+      expect(moved.body).toMatchObject({ error_code: 'ERR_WARREN_2103', details: { field: 'oidc.client_secret' } });
+      expect(JSON.stringify(moved.body)).not.toContain('oidc-secret');
+    }
+    expect((await secretOf(o.id)).oidc).toMatchObject({ issuer: 'https://id.example.com', client_id: 'c', client_secret: 'oidc-secret' });
+    const movedWithSecret = await a.call('PATCH', `/edges/https/${edge}/routes/${o.id}`, { oidc: { ...o.oidc, client_id: 'c2', client_secret: 'new-secret' } });
+    expect(movedWithSecret.status).toBe(200);
+    expect((await secretOf(o.id)).oidc).toMatchObject({ client_id: 'c2', client_secret: 'new-secret' });
     const fresh = await a.call('PUT', `/edges/https/${edge}/routes/${(await newRoute()).id}/oidc`, { issuer: 'https://id.example.com', client_id: 'c' });
     expect(fresh.body).toMatchObject({ error_code: 'ERR_WARREN_2103', details: { field: 'client_secret' } });
   });

@@ -38,7 +38,9 @@ import { base64SecretProblem, isBase64EcdsaPublicKey, SECRETLESS_PROVIDER } from
  * `https_edge_routes.modules`, secrets and the SAML signing key included) and how the stored
  * form is returned (secrets "", those inside the traffic policy document included). Fields
  * missing from a given module take their defaults; only secrets (and the SAML signing key) carry
- * over from the stored module (wire-conventions.md §8, §9).
+ * over from the stored module (wire-conventions.md §8, §9), and a secret only while it still
+ * goes where it was given for: `webhook_verification` the same provider, `oauth` the same
+ * provider and `client_id`, `oidc` the same `issuer` and `client_id`; else a 400 naming it.
  */
 
 export const MODULE_NAMES = [
@@ -171,9 +173,15 @@ function oauthBuild(input: z.output<typeof OAuthRequest>, prev: StoredModules['o
   const path = joinPath(c.prefix, `provider.${kind}`);
   const clientId = p.client_id ?? '';
   let secret = p.client_secret ?? '';
-  // A secret omitted in a replacing update of the same provider kind is kept, unless client_id is cleared.
-  const prevSecret = prev?.provider[kind]?.client_secret;
-  if (!secret && clientId && prevSecret) secret = prevSecret;
+  // A secret omitted in a replacing update of the same provider kind is kept only for the same
+  // client_id (clearing client_id drops it; another client_id must bring its own secret).
+  const prevProvider = prev?.provider[kind];
+  const prevSecret = prevProvider?.client_secret;
+  if (!secret && clientId && prevSecret) {
+    if (prevProvider.client_id !== clientId)
+      throw new AppError(2105, `${path}.client_secret: the stored client_secret is kept only while provider and client_id are unchanged; send the client_secret of client_id ${JSON.stringify(clientId.slice(0, 64))}`, { field: `${path}.client_secret` });
+    secret = prevSecret;
+  }
   if (clientId && !secret) throw new AppError(2105, `${path}.client_secret: client_id and client_secret must be given together`, { field: `${path}.client_secret` });
   if (!clientId && secret) throw new AppError(2105, `${path}.client_id: client_id and client_secret must be given together`, { field: `${path}.client_id` });
   const scopes = p.scopes ?? [];
@@ -350,8 +358,16 @@ export const MODULES = {
     request: OidcRequest,
     response: OidcResponse,
     build: (i, prev, c) => {
-      const secret = i.client_secret || prev?.client_secret || '';
       const field = joinPath(c.prefix, 'client_secret');
+      let secret = i.client_secret ?? '';
+      // A secret omitted or "" keeps the stored one only while issuer and client_id are unchanged:
+      // otherwise whoever may edit the route could point the issuer at a server of their own, whose
+      // token endpoint would receive the secret at the next sign-in.
+      if (!secret && prev?.client_secret) {
+        if (prev.issuer !== i.issuer || prev.client_id !== i.client_id)
+          throw new AppError(2103, `${field}: the stored client_secret is kept only while issuer and client_id are unchanged; ${prev.issuer !== i.issuer ? 'issuer' : 'client_id'} changed, so send the client_secret`, { field });
+        secret = prev.client_secret;
+      }
       if (!secret) throw new AppError(2103, `${field} is required`, { field });
       return {
         enabled: on(i.enabled),

@@ -161,4 +161,37 @@ describe('traffic policy secrets', () => {
     expect(await storedValue(id)).toBe(POLICY);
     expect((await events(id)).length).toBe(1);
   });
+
+  it('keeps a blank client_secret only for the same issuer_url / provider and client_id (review: the secret followed an issuer the editor chose)', async () => {
+    const id = (await create(POLICY)).body.id;
+    for (const [value, re] of [
+      [REDACTED.replace('https://id.example.com', 'https://idp.attacker.example'), /^traffic_policy\.value: inbound\[2\]\.actions\[1\]\.config\.client_secret: .*issuer_url differs/],
+      [REDACTED.replace('client_id: oid', 'client_id: other'), /^traffic_policy\.value: inbound\[2\]\.actions\[1\]\.config\.client_secret: .*client_id differs/],
+      [REDACTED.replace('client_id: cid', 'client_id: other'), /^traffic_policy\.value: inbound\[2\]\.actions\[0\]\.config\.client_secret: .*client_id differs/],
+    ] as const) {
+      const e = errorOf(await a.call('PATCH', routePath(id), { traffic_policy: { value } }));
+      expect(e).toMatchObject({ status: 400, code: 'ERR_WARREN_6900', field: 'traffic_policy.value' });
+      expect(e.msg).toMatch(re);
+      noSecret(e);
+    }
+    expect(await storedValue(id)).toBe(POLICY);
+    // With the secret written out, the issuer may change.
+    const moved = REDACTED.replace('https://id.example.com', 'https://id2.example.com').replace(/client_id: oid, client_secret: ""/, 'client_id: oid, client_secret: new-oidc-secret');
+    expect((await a.call('PATCH', routePath(id), { traffic_policy: { value: moved } })).status).toBe(200);
+    expect((await pushed(id)).inbound[2].actions[1].config).toMatchObject({ issuer_url: 'https://id2.example.com', client_secret: 'new-oidc-secret' });
+  });
+
+  it('refuses a key written as an alias in the policy (400 naming the place); one stored before is shown as "" (review)', async () => {
+    const aliased = `inbound:\n  - name: &k secret\n    actions:\n      - type: verify-webhook\n        config:\n          provider: github\n          *k : ${HOOK}\n`;
+    const e = errorOf(await create(aliased));
+    expect(e).toMatchObject({ status: 400, code: 'ERR_WARREN_6900', field: 'traffic_policy.value' });
+    expect(e.msg).toMatch(/^traffic_policy\.value: inbound\[0\]\.actions\[0\]\.config: a key written as an alias/);
+    noSecret(e);
+    // Stored before the parser refused it: the API shows "" rather than the secret.
+    const id = (await create(POLICY)).body.id;
+    await api.db.query("UPDATE https_edge_routes SET modules = jsonb_set(modules, '{traffic_policy,value}', to_jsonb($2::text)) WHERE id = $1", [id, aliased]);
+    const got = await a.call('GET', `${routePath(id)}/traffic_policy`);
+    expect(got.body).toEqual({ enabled: true, value: '' });
+    noSecret((await a.call('GET', routePath(id))).body);
+  });
 });
