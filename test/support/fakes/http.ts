@@ -123,6 +123,8 @@ export function resetConnection(req: http.IncomingMessage): void {
 /** Per-key FIFO of scripted faults. */
 export class FaultQueue<K, F> {
   private readonly queues = new Map<K, F[]>();
+  /** Bumped by clear() (the fake's reset()): a `slow` call that outlives it is dropped, see playFault. */
+  generation = 0;
   push(key: K, fault: F, times = 1): void {
     if (!Number.isInteger(times) || times < 1) throw new Error(`times must be a positive integer, got ${times}`);
     const q = this.queues.get(key) ?? [];
@@ -137,12 +139,16 @@ export class FaultQueue<K, F> {
   }
   clear(): void {
     this.queues.clear();
+    this.generation++;
   }
 }
 
 /**
  * Takes the next scripted fault for `key` and plays the kinds every fake shares: `slow` waits, then
- * the call proceeds normally (undefined); `reset` drops the connection unanswered ('reset').
+ * the call proceeds normally (undefined), unless the fake was reset meanwhile: then the call
+ * belongs to an earlier test (its client gave up long ago) and is dropped unrecorded like
+ * `reset`, rather than landing in the next test's entries on a loaded machine; `reset` drops the
+ * connection unanswered ('reset').
  * Anything else is returned for the fake to answer. The fault's kind is noted on `entry`.
  */
 export async function playFault<K, F extends { kind: string; ms?: number }>(
@@ -156,8 +162,11 @@ export async function playFault<K, F extends { kind: string; ms?: number }>(
   if (!fault) return undefined;
   entry.fault = fault.kind;
   if (fault.kind === 'slow') {
+    const generation = faults.generation;
     await listener.sleep(fault.ms ?? 0);
-    return undefined;
+    if (faults.generation === generation) return undefined;
+    resetConnection(req);
+    return 'reset';
   }
   if (fault.kind === 'reset') {
     entry.error = 'reset';
