@@ -108,7 +108,7 @@ describe('worker process', () => {
     for (const x of dups) expect(ids.indexOf(x)).toBeLessThan(inFlight);
     expect(await redis.llen(`${prefix}:evbuf:${dest}`)).toBe(0);
     await b.stop();
-  });
+  }, 90_000); // its own deadlines (20 s + 10 s delivery, plus start-up) can exceed the 30 s default under load
 
   it('SIGTERM drains the call in flight and exits 0; the next worker delivers the rest with no duplicates', async () => {
     const dest = await destination();
@@ -130,7 +130,7 @@ describe('worker process', () => {
     expect(metrics).toMatch(/warren_events_delivered_total\{kind="datadog"\} \d+/);
     expect((await fetch(`http://127.0.0.1:${b.metricsPort}/healthz`)).status).toBe(200);
     await b.stop();
-  });
+  }, 90_000); // its own deadlines (15 s stop, 20 s + 10 s delivery) exceed the 30 s default: it timed out at 30 s with two full runs at once
 
   it('start-up problems are one line, no stack trace', async () => {
     await expect(startWorkerProcess({ DATABASE_URL: db.url, REDIS_URL: '' }, 15_000)).rejects.toThrow(/warren worker: invalid environment:\n\s+REDIS_URL/);
