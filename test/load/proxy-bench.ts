@@ -238,8 +238,11 @@ async function main(): Promise<void> {
       // Profiling aid: keep the set-up running (pinned as for the cases) until SIGINT or SIGTERM.
       log(`holding: ingress A pid ${a.pid} http ${a.http} (hosts ${HOST}, ${RL_HOST}); agent pid ${agent.pid}; nginx proxy ${proxy.port}; upstream ${upstream.port}; redis ${redisCliArgs.join(' ')}`);
       await new Promise<void>((resolve) => {
-        process.once('SIGINT', resolve);
-        process.once('SIGTERM', resolve);
+        // `on`, not `once`: tsx relays the signal to this process, and `pkill -f proxy-bench`
+        // sends it again; a second signal without a handler would kill the process before the
+        // `finally` below stops the control plane, ingresses, agent, nginx and Redis.
+        process.on('SIGINT', () => resolve());
+        process.on('SIGTERM', () => resolve());
       });
       return;
     }
