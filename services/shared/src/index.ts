@@ -10,6 +10,7 @@ export * from './dataplane/sealed.js';
 export * from './muxado/index.js';
 export * from './backoff.js';
 export * from './user-agent.js';
+export * from './http-headers.js';
 export * from './cidr.js';
 export * from './webhook-providers.js';
 export * from './events/types.js';

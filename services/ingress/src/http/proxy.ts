@@ -591,7 +591,16 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
     const hooks = this.hooks;
     if (hooks) hooks.pipeline.onResult(hooks.state, status);
     if (!hooks?.pipeline.hasResponseStages) {
-      res.writeHead(status, statusText || undefined, responseHeadersFrom(rawHeaders) as unknown as http.OutgoingHttpHeaders);
+      const err = writeHeadSafely(res, status, statusText || undefined, responseHeadersFrom(rawHeaders));
+      if (err) {
+        // Nothing went to the client: it gets a 502 (forward() answers the ForwardError), and
+        // the upstream's body is dropped with its request.
+        this.log.warn({ err: err.message, status }, 'the upstream response head cannot be sent on');
+        this.sent = false;
+        this.miss = true; // onData/onComplete: drop whatever still comes
+        this.finish(0, new ForwardError(7004, `the upstream's response head cannot be sent on: ${err.message}`));
+        this.abortFn?.(err);
+      }
       return true;
     }
     this.body = new Readable({ read: () => this.resumeFn?.() });
@@ -634,32 +643,74 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
 }
 
 /**
+ * `res.writeHead` that returns the error instead of throwing it (a header name or value Node
+ * refuses: ERR_INVALID_CHAR, ERR_INVALID_HTTP_TOKEN, …); then no byte went out, and any header
+ * or reason phrase it may have set on `res` before the throw is dropped, so an error answer can
+ * still follow.
+ */
+function writeHeadSafely(res: http.ServerResponse, status: number, reason: string | undefined, headers: string[] | http.OutgoingHttpHeaders): Error | null {
+  try {
+    res.writeHead(status, reason, headers as http.OutgoingHttpHeaders);
+    return null;
+  } catch (err) {
+    if (!res.headersSent) {
+      for (const name of res.getHeaderNames()) res.removeHeader(name);
+      // writeHead kept the refused reason phrase: the next answer's status gets its own.
+      res.statusMessage = undefined as unknown as string;
+    }
+    return err instanceof Error ? err : new Error(String(err));
+  }
+}
+
+/**
  * Passes a response that goes through the route's response stages (headers edited, body
- * transformed, or replaced by a stage's own answer) on to the client.
+ * transformed, or replaced by a stage's own answer) on to the client. A head Node refuses to
+ * write (a header value a stage set that is not a valid field value) answers 502 (7004) while
+ * nothing was sent, else cuts the response; it never throws out of the promise (an unhandled
+ * rejection would end the process).
  */
 function deliver(req: http.IncomingMessage, res: http.ServerResponse, status: number, statusMessage: string | undefined, headers: string[], body: Readable, hooks: ForwardHooks, log: Logger): void {
-  hooks.pipeline.onResponse(hooks.state, status, headers).then(
-    (d) => {
-      if (isOutcome(d)) {
+  const unsendable = (err: Error): void => {
+    log.error({ err: err.message, status }, 'the response head cannot be sent; answering 502');
+    body.resume();
+    if (res.headersSent || res.destroyed) res.destroy();
+    else sendError(req, res, 7004, `the response head cannot be sent: ${err.message}`);
+  };
+  hooks.pipeline
+    .onResponse(hooks.state, status, headers)
+    .then(
+      (d) => {
+        if (isOutcome(d)) {
+          body.resume();
+          const text = d.body ?? '';
+          const err = writeHeadSafely(res, d.status, undefined, { 'content-length': Buffer.byteLength(text), ...d.headers });
+          if (err) return unsendable(err);
+          res.end(req.method === 'HEAD' ? undefined : text);
+          return;
+        }
+        const decision = d!;
+        const err = writeHeadSafely(res, decision.status, decision.status === status ? statusMessage || undefined : undefined, decision.headers);
+        if (err) {
+          for (const t of decision.transforms) t.destroy();
+          return unsendable(err);
+        }
+        let out: Readable = body;
+        for (const t of decision.transforms) out = out.pipe(t);
+        out.on('error', () => res.destroy());
+        out.pipe(res);
+      },
+      (err: unknown) => {
+        log.error({ err }, 'response stages failed');
         body.resume();
-        const text = d.body ?? '';
-        res.writeHead(d.status, { 'content-length': Buffer.byteLength(text), ...d.headers });
-        res.end(req.method === 'HEAD' ? undefined : text);
-        return;
-      }
-      const decision = d!;
-      res.writeHead(decision.status, decision.status === status ? statusMessage || undefined : undefined, decision.headers as unknown as http.OutgoingHttpHeaders);
-      let out: Readable = body;
-      for (const t of decision.transforms) out = out.pipe(t);
-      out.on('error', () => res.destroy());
-      out.pipe(res);
-    },
-    (err: unknown) => {
-      log.error({ err }, 'response stages failed');
+        res.destroy();
+      },
+    )
+    .catch((err: unknown) => {
+      // Last resort: whatever threw above ends this response, never the process.
+      log.error({ err }, 'delivering the response failed');
       body.resume();
       res.destroy();
-    },
-  );
+    });
 }
 
 /** Pipes two byte streams into each other until either side ends or fails. */

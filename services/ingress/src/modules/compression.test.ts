@@ -2,7 +2,7 @@ import { Readable } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
 import zlib from 'node:zlib';
 import { describe, expect, it } from 'vitest';
-import { compressionStage, negotiateEncoding } from './compression.js';
+import { addVary, compressionStage, negotiateEncoding } from './compression.js';
 import { makeResponse, makeState, stageFor } from './testing.js';
 
 const stage = () => stageFor(compressionStage, { compression: { enabled: true } })!;
@@ -72,5 +72,29 @@ describe('compression', () => {
     expect(r.headers).toEqual(['Content-Type', 'text/plain', 'Content-Length', String(big.length), 'Vary', 'Accept-Encoding']);
     const star = transform('identity', ['Vary', '*']);
     expect(star.r.headers).toEqual(['Vary', '*']);
+  });
+
+  it('joins every Vary field, in order, before adding Accept-Encoding', () => {
+    const vary = (...h: string[]) => {
+      addVary(h);
+      return h;
+    };
+    // Two fields: neither member is lost (a cache keyed on Origin only would mix users' responses).
+    expect(vary('Vary', 'Origin', 'Content-Type', 'text/plain', 'vary', 'Cookie')).toEqual(['Vary', 'Origin, Cookie, Accept-Encoding', 'Content-Type', 'text/plain']);
+    expect(vary('VARY', 'Origin,  Cookie', 'Vary', 'X-A ,', 'Vary', '')).toEqual(['VARY', 'Origin, Cookie, X-A, Accept-Encoding']);
+    // Already there in any field, in any case: left as sent.
+    expect(vary('Vary', 'Origin', 'Vary', 'accept-encoding, Cookie')).toEqual(['Vary', 'Origin', 'Vary', 'accept-encoding, Cookie']);
+    expect(vary('Vary', 'ACCEPT-ENCODING')).toEqual(['Vary', 'ACCEPT-ENCODING']);
+    // `*` in any field: the response varies on everything.
+    expect(vary('Vary', 'Origin', 'Vary', '*')).toEqual(['Vary', '*']);
+    expect(vary('Vary', '*')).toEqual(['Vary', '*']);
+    expect(vary('Content-Type', 'text/plain')).toEqual(['Content-Type', 'text/plain', 'Vary', 'Accept-Encoding']);
+    expect(vary('Vary', ' ')).toEqual(['Vary', 'Accept-Encoding']);
+  });
+
+  it('keeps every upstream Vary field when it compresses', () => {
+    const { t, r } = transform('gzip', ['Content-Type', 'application/json', 'Vary', 'Origin', 'Vary', 'Cookie']);
+    expect(t).not.toBeNull();
+    expect(r.headers).toEqual(['Content-Type', 'application/json', 'Vary', 'Origin, Cookie, Accept-Encoding', 'Content-Encoding', 'gzip']);
   });
 });

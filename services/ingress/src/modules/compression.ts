@@ -121,15 +121,29 @@ export function compressibleResponse(s: RequestState, r: ResponseState): boolean
 
 const NO_TRANSFORM_RE = /(^|,)\s*no-transform\s*(,|$)/i;
 
+/**
+ * Adds `Accept-Encoding` to the response's `Vary`. An upstream may send several `Vary` fields
+ * (`Vary: Origin` then `Vary: Cookie`): their members are joined, in order, into one field with
+ * `Accept-Encoding` last, so none is lost (a cache keyed on fewer would serve one user's response
+ * to another). Left alone when a member already is `Accept-Encoding` (case-insensitively); any `*`
+ * member makes it `Vary: *` (varies on everything: nothing to add).
+ */
 export function addVary(h: string[]): void {
-  const vary = rawHeader(h, 'vary');
-  if (!vary) {
-    h.push('Vary', 'Accept-Encoding');
+  const members: string[] = [];
+  for (let i = 0; i + 1 < h.length; i += 2) {
+    if (h[i]!.toLowerCase() !== 'vary') continue;
+    for (const m of h[i + 1]!.split(',')) {
+      const v = m.trim();
+      if (v) members.push(v);
+    }
+  }
+  if (members.some((m) => m.toLowerCase() === 'accept-encoding')) return;
+  if (members.some((m) => m === '*')) {
+    setRawHeader(h, 'Vary', '*');
     return;
   }
-  const names = vary.split(',').map((v) => v.trim().toLowerCase());
-  if (names.includes('*') || names.includes('accept-encoding')) return;
-  setRawHeader(h, 'Vary', `${vary}, Accept-Encoding`);
+  members.push('Accept-Encoding');
+  setRawHeader(h, 'Vary', members.join(', '));
 }
 
 const DROP = new Set(['content-length', 'accept-ranges', 'content-encoding']);

@@ -1,3 +1,4 @@
+import { HEADER_TOKEN_RE, HEADER_VALUE_RE, hostHeaderProblem } from '@warren/shared';
 import { removeRawHeaders, setRawHeader } from './common.js';
 
 /**
@@ -5,7 +6,25 @@ import { removeRawHeaders, setRawHeader } from './common.js';
  * in `remove` goes (case-insensitively, all its values), then every `add` entry is set,
  * replacing any values a header of that name (case-insensitively) still has. Framing and
  * hop-by-hop headers are never touched (`PROTECTED`): editing them would desynchronise the
- * message from its body or the connection.
+ * message from its body or the connection. The control plane refuses these names when a module
+ * is written; a module stored before that still has them skipped here.
+ *
+ * `Host` on requests (ngrok's "Rewrite Host header"): an `add` entry replaces the Host header
+ * sent upstream (one Host, never a second); the request was already routed, and X-Forwarded-Host
+ * set, on the client's Host (http/proxy.ts publicRequestHeaders), and the events, the rate-limit
+ * keys and the policy's `req.host` use the client's too (RequestState.host, req.headers). Its value
+ * must be host[:port] (`hostHeaderProblem`). A `remove` entry for it is skipped: HTTP/1.1 requires
+ * Host (the control plane refuses it). On responses Host is an ordinary header.
+ *
+ * An `add` name that is not a token, or an `add` value with a character Node's HTTP stack refuses
+ * (anything but HTAB, SP, VCHAR and obs-text 0x80-0xff: control characters, or beyond U+00FF
+ * such as "€"), would make every request or response of the route throw when it is written.
+ * The control plane refuses them; one stored before it did (or pushed by an older control plane)
+ * refuses the module here, at compile time: the stage factory throws, so the route answers 503
+ * (ERR_WARREN_7010, "this route cannot be served") and the ingress logs the route, as for any
+ * stored module it cannot apply (routing.ts). Editing some headers but not others could drop a
+ * security header the route relies on, so the route fails closed rather than skip the header.
+ * A request Host that is not host[:port] is refused the same way.
  */
 
 const PROTECTED = new Set(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'upgrade', 'te', 'trailer', 'proxy-connection']);
@@ -20,11 +39,38 @@ export interface HeadersModule {
   remove?: string[] | null;
 }
 
-/** The edits of a stored headers module (`extraProtected` adds names this direction must keep), or null when it edits nothing. */
-export function compileHeaderEdits(m: HeadersModule, extraProtected: readonly string[] = []): HeaderEdits | null {
-  const keep = (name: string) => !PROTECTED.has(name.toLowerCase()) && !extraProtected.includes(name.toLowerCase());
-  const remove = new Set((m.remove ?? []).map((n) => n.toLowerCase()).filter(keep));
-  const add = Object.entries(m.add ?? {}).filter(([n]) => keep(n));
+/** Which message a module edits: on a request, `Host` is rewritten by `add` and never removed. */
+export type HeadersDirection = 'request' | 'response';
+
+/**
+ * The edits of a stored headers module, or null when it edits nothing. `module` names it in the
+ * error thrown for a name or value that cannot be sent (see above).
+ */
+export function compileHeaderEdits(m: HeadersModule, direction: HeadersDirection, module: string): HeaderEdits | null {
+  const request = direction === 'request';
+  const removed: string[] = [];
+  for (const name of m.remove ?? []) {
+    // A name that is not a token matches no header: harmless to remove.
+    if (typeof name !== 'string') continue;
+    const lower = name.toLowerCase();
+    if (PROTECTED.has(lower) || (request && lower === 'host')) continue;
+    removed.push(lower);
+  }
+  const add: Array<readonly [string, string]> = [];
+  for (const [name, value] of Object.entries(m.add ?? {})) {
+    if (!HEADER_TOKEN_RE.test(name)) throw new Error(`${module}: add: ${JSON.stringify(name.slice(0, 64))} is not a valid header name`);
+    const lower = name.toLowerCase();
+    if (PROTECTED.has(lower)) continue;
+    if (typeof value !== 'string' || !HEADER_VALUE_RE.test(value)) {
+      throw new Error(`${module}: add: the value of ${JSON.stringify(name)} has a character not allowed in a header (control character or beyond U+00FF)`);
+    }
+    if (request && lower === 'host') {
+      const problem = hostHeaderProblem(value);
+      if (problem) throw new Error(`${module}: add: the Host ${JSON.stringify(value.slice(0, 64))} ${problem}`);
+    }
+    add.push([name, value]);
+  }
+  const remove = new Set(removed);
   if (remove.size === 0 && add.length === 0) return null;
   return { remove, add };
 }

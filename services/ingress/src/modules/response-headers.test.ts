@@ -22,4 +22,30 @@ describe('response_headers', () => {
     await stage.onResponse!(makeState(), r);
     expect(r.headers).toEqual(['Content-Length', '5']);
   });
+
+  it('adds and removes Host like any other response header', async () => {
+    const add = stageFor(responseHeadersStage, { response_headers: { add: { Host: 'anything goes here' } } })!;
+    const r = makeResponse(200, ['host', 'upstream.internal', 'X-A', '1']);
+    await add.onResponse!(makeState(), r);
+    expect(r.headers).toEqual(['host', 'anything goes here', 'X-A', '1']);
+    const remove = stageFor(responseHeadersStage, { response_headers: { remove: ['HOST'] } })!;
+    const r2 = makeResponse(200, ['Host', 'upstream.internal', 'X-A', '1']);
+    await remove.onResponse!(makeState(), r2);
+    expect(r2.headers).toEqual(['X-A', '1']);
+  });
+
+  it('refuses a stored value Node cannot write (the route answers 503; the ingress never throws on a response)', () => {
+    expect(() => stageFor(responseHeadersStage, { response_headers: { enabled: true, add: { 'X-Price': '5 \u20ac' }, remove: [] } })).toThrow(
+      'response_headers: add: the value of "X-Price" has a character not allowed in a header (control character or beyond U+00FF)',
+    );
+    expect(() => stageFor(responseHeadersStage, { response_headers: { add: { 'X-A': 'line\nbreak' } } })).toThrow(/value of "X-A"/);
+    expect(() => stageFor(responseHeadersStage, { response_headers: { add: { 'X:A': 'v' } } })).toThrow(/"X:A" is not a valid header name/);
+  });
+
+  it('writes obs-text values as Latin-1 bytes', async () => {
+    const stage = stageFor(responseHeadersStage, { response_headers: { add: { 'X-Name': 'caf\u00e9' } } })!;
+    const r = makeResponse(200, []);
+    await stage.onResponse!(makeState(), r);
+    expect(r.headers).toEqual(['X-Name', 'caf\u00e9']);
+  });
 });

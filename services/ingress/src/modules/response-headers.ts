@@ -9,7 +9,7 @@ import { applyHeaderEdits, compileHeaderEdits, type HeadersModule } from './head
  */
 export const responseHeadersStage: StageFactory = (route): RouteStage | null => {
   const m = enabledModule<HeadersModule>(route, 'response_headers');
-  const edits = m && compileHeaderEdits(m);
+  const edits = m && compileHeaderEdits(m, 'response', 'response_headers');
   if (!edits) return null;
   return {
     name: 'response_headers',

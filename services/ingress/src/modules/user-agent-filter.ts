@@ -1,23 +1,70 @@
+import type { RE2JS } from 're2js';
 import type { RouteStage, StageFactory } from '../pipeline/types.js';
-import { MAX_USER_AGENT_TESTED, compileUserAgentPattern as compileSharedPattern } from '@warren/shared';
-import { enabledModule, moduleError } from './common.js';
+import { compileUserAgentList as compileSharedList, compileUserAgentPattern as compileSharedPattern } from '@warren/shared';
+import { enabledModule, moduleError, rawHeader } from './common.js';
 
 /**
- * `user_agent_filter`: `allow` and `deny` lists of regular expressions, each matched anywhere in
- * the `User-Agent` (RE2 `MatchString` semantics; an absent header is the empty string). A UA
- * matching a deny pattern is refused; when there are allow patterns, a UA matching none of them
- * is refused; otherwise it passes. Refusals: 403, 7101.
+ * `user_agent_filter`: `allow` and `deny` lists of RE2 regular expressions, each matched anywhere
+ * in the request's User-Agent (Go's `MatchString`; `^` and `$` anchor), with ngrok's rules
+ * (https://ngrok.com/docs/http/user-agent-filter/, "Rule Evaluation"):
  *
- * Patterns use the control plane's dialect (control-plane user-agent.ts): RE2 syntax run as
- * JavaScript RegExps, a leading flag group such as `(?i)` becoming RegExp flags. They are
- * compiled once per config; one that does not compile refuses the config.
+ * 1. Only the first User-Agent header is checked; a missing one is the empty string.
+ * 2. A User-Agent matching any allow rule passes (an allow rule more specific than a deny rule
+ *    overrides it: allow `(?i)google-images`, deny `(?i)google`).
+ * 3. An empty User-Agent (missing or blank) is refused: ngrok denies requests without one by
+ *    default; an allow rule matching the empty string (`^$`) lets them through (rule 2).
+ * 4. A User-Agent matching any deny rule is refused.
+ * 5. Otherwise it passes when there are deny rules (it failed to match all of them), and is
+ *    refused when there are only allow rules (an allow list means "only these").
+ *
+ * Refusals: 403, ERR_WARREN_7101. Rules 2 and 4 only ask whether any pattern of a list matches,
+ * so each list is compiled into one RE2 program, the alternation of its patterns (two when it
+ * mixes wide Unicode classes such as `\pL` with other patterns; `compileUserAgentList`, shared
+ * user-agent.ts): one pass over the header per list, whatever the number of patterns. Lists are
+ * compiled when a config arrives, and kept while configs leave them unchanged. The whole header
+ * is matched: RE2 takes time linear in it, and the control plane accepts only lists whose
+ * programs cost constant work per character once their DFA is built, and whose DFA is small
+ * (`userAgentFilterCostProblems`); Node bounds the header (16 KiB head). A list that does not
+ * compile refuses the route.
  */
 
-/** A pattern as a RegExp; one the control plane would refuse refuses this route (fail closed). */
-export function compileUserAgentPattern(pattern: string): RegExp {
+/** A pattern as an RE2 program; one the control plane would refuse refuses this route (fail closed). */
+export function compileUserAgentPattern(pattern: string): RE2JS {
   const r = compileSharedPattern(pattern);
   if (typeof r === 'string') throw new Error(`user_agent_filter: ${JSON.stringify(pattern.slice(0, 64))} is not a valid pattern: ${r}`);
   return r;
+}
+
+/** A list as its RE2 programs (usually one; `[]` when empty); a list the control plane would refuse refuses this route (fail closed). */
+export function compileUserAgentList(list: 'allow' | 'deny', patterns: readonly string[]): RE2JS[] {
+  const r = compileSharedList(patterns);
+  if (Array.isArray(r)) return r;
+  if (r.index === undefined) throw new Error(`user_agent_filter: ${list}: ${r.message}`);
+  throw new Error(`user_agent_filter: ${JSON.stringify(patterns[r.index]!.slice(0, 64))} is not a valid pattern: ${r.message}`);
+}
+
+/**
+ * Programs compiled for the config being compiled and for the one before, by their patterns:
+ * every config version recompiles every route, and a list it did not change keeps its programs,
+ * with the DFA states they have built (routes with the same list share them). So only a new or
+ * changed list costs its compilation (~1–20 ms for 32 patterns) and the building of its DFA by
+ * the first requests. Holds the lists of the last two configs that had any.
+ */
+let cacheConfig: object | null = null;
+let cache = new Map<string, RE2JS[]>();
+let previousCache = new Map<string, RE2JS[]>();
+
+function cachedUserAgentList(config: object, list: 'allow' | 'deny', patterns: readonly string[]): RE2JS[] {
+  if (patterns.length === 0) return [];
+  if (config !== cacheConfig) {
+    previousCache = cache;
+    cache = new Map();
+    cacheConfig = config;
+  }
+  const key = JSON.stringify(patterns);
+  const programs = cache.get(key) ?? previousCache.get(key) ?? compileUserAgentList(list, patterns);
+  cache.set(key, programs);
+  return programs;
 }
 
 interface UserAgentFilterModule {
@@ -25,20 +72,31 @@ interface UserAgentFilterModule {
   deny?: string[] | null;
 }
 
-export const userAgentFilterStage: StageFactory = (route): RouteStage | null => {
+/** Any byte outside ASCII: the header is then UTF-8 read as Latin-1 (Node keeps header bytes as Latin-1 characters). */
+const NON_ASCII = /[\u0080-\u00ff]/;
+
+/** The User-Agent as Go reads it: the first header's bytes as UTF-8 (invalid sequences become U+FFFD, as Go's regexp reads them). */
+function firstUserAgent(rawHeaders: readonly string[]): string {
+  const v = rawHeader(rawHeaders, 'user-agent') ?? '';
+  return NON_ASCII.test(v) ? Buffer.from(v, 'latin1').toString('utf8') : v;
+}
+
+/** Whether `ua` passes the `allow` and `deny` lists, as their programs (rules 2–5 above). */
+export function userAgentAllowed(ua: string, allow: readonly RE2JS[], deny: readonly RE2JS[]): boolean {
+  if (allow.some((re) => re.test(ua))) return true;
+  if (ua === '') return false;
+  if (deny.some((re) => re.test(ua))) return false;
+  return deny.length > 0;
+}
+
+export const userAgentFilterStage: StageFactory = (route, _edge, config): RouteStage | null => {
   const m = enabledModule<UserAgentFilterModule>(route, 'user_agent_filter');
   if (!m) return null;
-  const allow = (m.allow ?? []).map(compileUserAgentPattern);
-  const deny = (m.deny ?? []).map(compileUserAgentPattern);
+  const allow = cachedUserAgentList(config, 'allow', m.allow ?? []);
+  const deny = cachedUserAgentList(config, 'deny', m.deny ?? []);
   if (allow.length === 0 && deny.length === 0) return null;
   return {
     name: 'user_agent_filter',
-    onRequest: (s) => {
-      const full = s.req.headers['user-agent'] ?? '';
-      const h = full.length > MAX_USER_AGENT_TESTED ? full.slice(0, MAX_USER_AGENT_TESTED) : full;
-      if (deny.some((re) => re.test(h))) return moduleError(s, 7101);
-      if (allow.length > 0 && !allow.some((re) => re.test(h))) return moduleError(s, 7101);
-      return null;
-    },
+    onRequest: (s) => (userAgentAllowed(firstUserAgent(s.req.rawHeaders), allow, deny) ? null : moduleError(s, 7101)),
   };
 };

@@ -1,4 +1,5 @@
 import { isAlias, isMap, isScalar, isSeq, parseDocument, type Document, type YAMLMap } from 'yaml';
+import { HEADER_VALUE_RE } from '../http-headers.js';
 import { parseDurationNs } from './duration.js';
 import { CelCompileError, compileExpression, parseTemplate, withPolicyRegexBudget, type CelProgram } from './cel.js';
 import { IP_POLICY_MAX_RULES, parseBasicAuthConfig, parseRestrictIpsConfig, restrictIpsCost, restrictIpsMaxCidrs } from './access-actions.js';
@@ -185,8 +186,6 @@ function checkHeaderName(name: string, path: string): string {
   return lower;
 }
 
-/** Field-value characters Node accepts (no CR, LF or NUL: no header injection). */
-const HEADER_VALUE_RE = /^[\t\x20-\x7e\x80-\xff]*$/;
 
 function checkHeaderValue(value: unknown, path: string): string {
   if (typeof value !== 'string') throw new TrafficPolicyError(path, `must be a string, got ${typeName(value)}`);

@@ -1,10 +1,23 @@
 import { z } from 'zod';
-import { hasBlankTrafficPolicySecrets, issuerProblem, MAX_TRAFFIC_POLICY_BYTES, parseTrafficPolicy, SUPPORTED_ACTION_TYPES, TrafficPolicyError } from '@warren/shared';
+import {
+  checkUserAgentPattern,
+  HEADER_TOKEN_RE,
+  HEADER_VALUE_RE,
+  hasBlankTrafficPolicySecrets,
+  hostHeaderProblem,
+  issuerProblem,
+  MAX_TRAFFIC_POLICY_BYTES,
+  MAX_USER_AGENT_PATTERN_BYTES,
+  MAX_USER_AGENT_PATTERNS,
+  parseTrafficPolicy,
+  SUPPORTED_ACTION_TYPES,
+  TrafficPolicyError,
+  userAgentFilterCostProblems,
+} from '@warren/shared';
 import { boundedString, obj, refId, uint32 } from '../../http/validate.js';
 import { RefSchema } from '../common.js';
 import { WEBHOOK_PROVIDERS, isWebhookProvider } from './webhook-providers.js';
 import { checkIdpMetadata, MAX_IDP_METADATA_BYTES } from './saml.js';
-import { checkUserAgentPattern } from '@warren/shared';
 
 /**
  * Request and response shapes of the 13 route modules (spec "Module shapes"; wire-conventions.md
@@ -101,42 +114,77 @@ export const EnabledOnlyResponse = z.object({ enabled: z.boolean() });
 
 // ---------------------------------------------------------------- request_headers, response_headers
 
-export const HEADER_TOKEN_RE = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const MAX_HEADERS = 32;
 
-function checkHeaderName(name: string, ctx: Ctx, path: (string | number)[]): void {
+/**
+ * Headers neither module may add or remove: framing and hop-by-hop headers (editing them would
+ * desynchronise the message from its body or the connection; the ingress never touches them,
+ * services/ingress header-edits.ts) and the nodes' own `X-Warren-*` headers, as the traffic
+ * policy's header actions (shared parse.ts).
+ *
+ * `Host` (ngrok's "Rewrite Host header"): `request_headers.add` sets the Host the upstream sees,
+ * replacing the client's (the route was already matched by the client's; X-Forwarded-Host keeps
+ * it), and its value must be an authority (`hostHeaderProblem`). `request_headers.remove` may not
+ * remove it: HTTP/1.1 requires it. On responses Host is an ordinary header.
+ */
+const RESERVED_HEADERS = new Set(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'upgrade', 'te', 'trailer', 'proxy-connection']);
+
+type HeadersDirection = 'request' | 'response';
+
+function checkHeaderName(name: string, ctx: Ctx, path: (string | number)[], direction: HeadersDirection, op: 'add' | 'remove'): void {
+  const lower = name.toLowerCase();
   if (bytes(name) > 128) fail(ctx, 5003, 'header name is over 128 bytes', path);
   else if (!HEADER_TOKEN_RE.test(name)) fail(ctx, 2104, `${JSON.stringify(name)} is not a valid header name`, path);
+  else if (RESERVED_HEADERS.has(lower) || lower.startsWith('x-warren-')) fail(ctx, 2104, `header ${JSON.stringify(name)} cannot be changed by a route module`, path);
+  else if (lower === 'host' && direction === 'request' && op === 'remove')
+    fail(ctx, 2104, `header ${JSON.stringify(name)} cannot be removed: HTTP/1.1 requires a Host header; to rewrite it, set it in add (e.g. "Host": "localhost")`, path);
 }
 
-const headerAdd = z.record(z.string(), z.string()).superRefine((m, ctx) => {
-  const names = Object.keys(m);
-  if (names.length > MAX_HEADERS) return fail(ctx, 5002, `at most ${MAX_HEADERS} headers may be added`);
-  const seen = new Set<string>();
-  for (const name of names) {
-    checkHeaderName(name, ctx, [name]);
-    if (seen.has(name.toLowerCase())) fail(ctx, 6401, `duplicate header name ${JSON.stringify(name)} (names are case-insensitive)`, [name]);
-    seen.add(name.toLowerCase());
-    const value = m[name]!;
-    if (bytes(value) > 1024) fail(ctx, 5003, 'header value is over 1024 bytes', [name]);
-    else if (/[\x00-\x08\x0a-\x1f\x7f]/.test(value)) fail(ctx, 2104, 'header value must not contain control characters', [name]);
-  }
-});
-
-const headerRemove = z.array(z.string()).superRefine((names, ctx) => {
-  if (names.length > MAX_HEADERS) return fail(ctx, 5002, `at most ${MAX_HEADERS} headers may be removed`);
-  const seen = new Set<string>();
-  names.forEach((name, i) => {
-    checkHeaderName(name, ctx, [i]);
-    if (seen.has(name.toLowerCase())) fail(ctx, 6401, `duplicate header name ${JSON.stringify(name)} (names are case-insensitive)`, [i]);
-    seen.add(name.toLowerCase());
+const headerAdd = (direction: HeadersDirection) =>
+  z.record(z.string(), z.string()).superRefine((m, ctx) => {
+    const names = Object.keys(m);
+    if (names.length > MAX_HEADERS) return fail(ctx, 5002, `at most ${MAX_HEADERS} headers may be added`);
+    const seen = new Set<string>();
+    for (const name of names) {
+      checkHeaderName(name, ctx, [name], direction, 'add');
+      if (seen.has(name.toLowerCase())) fail(ctx, 6401, `duplicate header name ${JSON.stringify(name)} (names are case-insensitive)`, [name]);
+      seen.add(name.toLowerCase());
+      const value = m[name]!;
+      if (bytes(value) > 1024) fail(ctx, 5003, 'header value is over 1024 bytes', [name]);
+      else if (!HEADER_VALUE_RE.test(value)) fail(ctx, 2104, 'header value has a character not allowed in a header (control character or beyond U+00FF)', [name]);
+      else if (direction === 'request' && name.toLowerCase() === 'host') {
+        const problem = hostHeaderProblem(value);
+        if (problem) fail(ctx, 2104, `the Host header ${problem}`, [name]);
+      }
+    }
   });
-});
 
-export const HeadersRequest = obj({
+const headerRemove = (direction: HeadersDirection) =>
+  z.array(z.string()).superRefine((names, ctx) => {
+    if (names.length > MAX_HEADERS) return fail(ctx, 5002, `at most ${MAX_HEADERS} headers may be removed`);
+    const seen = new Set<string>();
+    names.forEach((name, i) => {
+      checkHeaderName(name, ctx, [i], direction, 'remove');
+      if (seen.has(name.toLowerCase())) fail(ctx, 6401, `duplicate header name ${JSON.stringify(name)} (names are case-insensitive)`, [i]);
+      seen.add(name.toLowerCase());
+    });
+  });
+
+const ADD_DOC = 'header name → value, at most 32; `add` replaces the values a header of that name has; names are tokens ≤ 128 bytes, values ≤ 1024 bytes of HTAB, space, visible ASCII and U+0080-U+00FF (sent as Latin-1); not framing, hop-by-hop or X-Warren-* headers';
+
+/** `request_headers`: `add.Host` rewrites the Host the upstream sees (host[:port]); `remove` may not name Host. */
+export const RequestHeadersRequest = obj({
   enabled: enabled(),
-  add: headerAdd.nullish().describe('header name → value, at most 32; names are tokens ≤ 128 bytes, values ≤ 1024 bytes'),
-  remove: headerRemove.nullish().describe('header names, at most 32'),
+  add: headerAdd('request')
+    .nullish()
+    .describe(`${ADD_DOC}. Host (as ngrok's --request-header-add 'host: localhost') replaces the Host header sent upstream, never adding a second one; its value must be host[:port]; X-Forwarded-Host keeps the client's`),
+  remove: headerRemove('request').nullish().describe('header names, at most 32; not Host (HTTP/1.1 requires it; add rewrites it), framing, hop-by-hop or X-Warren-* headers'),
+});
+/** `response_headers`: Host is an ordinary response header here. */
+export const ResponseHeadersRequest = obj({
+  enabled: enabled(),
+  add: headerAdd('response').nullish().describe(ADD_DOC),
+  remove: headerRemove('response').nullish().describe('header names, at most 32; not framing, hop-by-hop or X-Warren-* headers'),
 });
 export const HeadersResponse = z.object({ enabled: z.boolean(), add: z.record(z.string(), z.string()), remove: z.array(z.string()) });
 
@@ -333,16 +381,29 @@ export const OidcResponse = z.object({
 });
 
 // ---------------------------------------------------------------- user_agent_filter
+// Patterns are RE2 (re2js), as the ingress runs them: shared user-agent.ts.
 
 const uaPattern = z.string().superRefine((s, ctx) => {
-  if (bytes(s) > 256) return fail(ctx, 5003, 'must be at most 256 bytes');
+  if (bytes(s) > MAX_USER_AGENT_PATTERN_BYTES) return fail(ctx, 5003, `must be at most ${MAX_USER_AGENT_PATTERN_BYTES} bytes`);
   const problem = checkUserAgentPattern(s);
   if (problem) fail(ctx, 2104, problem);
 });
+const uaPatterns = (what: string) =>
+  list(uaPattern, MAX_USER_AGENT_PATTERNS).describe(
+    `${what}: RE2 regular expressions (Go syntax, e.g. (?i)bot), each matched anywhere in the first User-Agent header; at most ${MAX_USER_AGENT_PATTERNS}, each at most ${MAX_USER_AGENT_PATTERN_BYTES} bytes, compiling under RE2; the list is matched in one pass, as one RE2 program, which must be cheap to match (a small DFA)`,
+  );
 export const UserAgentFilterRequest = obj({
   enabled: enabled(),
-  allow: list(uaPattern, 32).describe('regular expressions (RE2 syntax), at most 32, each at most 256 bytes'),
-  deny: list(uaPattern, 32).describe('regular expressions (RE2 syntax), at most 32, each at most 256 bytes'),
+  allow: uaPatterns('a User-Agent matching any passes, even one matching a deny rule; ^$ lets requests without one through'),
+  deny: uaPatterns('a User-Agent matching any (and no allow rule) is refused with 403; with only allow rules, every other User-Agent is'),
+}).superRefine((m, ctx) => {
+  // Each pattern's own limits are checked above; the matching cost is a property of each list
+  // as a whole (one combined RE2 program per list): a problem names the list, or one pattern.
+  const fits = (l: string[]) => l.length <= MAX_USER_AGENT_PATTERNS && l.every((p) => bytes(p) <= MAX_USER_AGENT_PATTERN_BYTES);
+  const allow = m.allow ?? [];
+  const deny = m.deny ?? [];
+  if (!fits(allow) || !fits(deny)) return;
+  for (const p of userAgentFilterCostProblems(allow, deny)) fail(ctx, 2104, p.message, p.index === undefined ? [p.list] : [p.list, p.index]);
 });
 export const UserAgentFilterResponse = z.object({ enabled: z.boolean(), allow: z.array(z.string()), deny: z.array(z.string()) });
 
