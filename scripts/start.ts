@@ -73,6 +73,8 @@ async function main(): Promise<void> {
   say(`control plane: ${apiBase} (gRPC config push on 127.0.0.1:${grpcPort})`);
 
   // Two ingress nodes: public HTTP, HTTPS and agent listeners, and the internal hop listener.
+  // Locally, edges answer on the plain-HTTP ports too (the default, redirect, sends them to https).
+  const httpsEdgesOnHttp = process.env.HTTPS_EDGES_ON_HTTP || 'serve';
   const ingressPorts = [
     { id: 'ingress-1', http: 8000, https: 8443, agent: 4443, internal: 9100 },
     { id: 'ingress-2', http: 8001, https: 8444, agent: 4444, internal: 9101 },
@@ -86,6 +88,7 @@ async function main(): Promise<void> {
         AGENT_PORT: String(n.agent),
         INTERNAL_PORT: String(n.internal),
         PUBLIC_HTTPS_PORT: '8443',
+        HTTPS_EDGES_ON_HTTP: httpsEdgesOnHttp,
         CONTROL_PLANE_GRPC: `127.0.0.1:${grpcPort}`,
         STATE_DIR: path.join(DATA_DIR, 'ingress', n.id),
         TLS_CERT_FILE: path.join(DATA_DIR, 'tls', 'cert.pem'),
@@ -94,6 +97,7 @@ async function main(): Promise<void> {
     ),
   );
   for (const n of ingressPorts) say(`${n.id}: http://127.0.0.1:${n.http}  https://127.0.0.1:${n.https}  agents on localhost:${n.agent}  metrics http://127.0.0.1:${n.internal}/metrics`);
+  if (httpsEdgesOnHttp === 'serve') say('HTTPS_EDGES_ON_HTTP=serve: edges are served over plain HTTP too, for local use (production default: redirect to https)');
 
   // The event delivery worker (outbox relay + BullMQ deliveries) needs Redis.
   if (!('error' in redis)) {

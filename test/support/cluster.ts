@@ -125,6 +125,8 @@ export async function startIngress(o: IngressOptions): Promise<IngressProcess> {
     CONTROL_PLANE_GRPC: o.controlPlane.join(','),
     WARREN_NODE_TOKEN: o.nodeToken,
     STATE_DIR: stateDir,
+    // Tests reach edges over plain HTTP as well; `env: { HTTPS_EDGES_ON_HTTP: undefined }` gets the default (redirect).
+    HTTPS_EDGES_ON_HTTP: 'serve',
     ...o.env,
   });
   const timeout = o.timeoutMs ?? 30_000;

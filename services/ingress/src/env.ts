@@ -35,6 +35,13 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
       DEFAULT_DOMAIN: z.string().default('warren.localhost'),
       /** Port shown in Bind tunnels' public URLs; default HTTPS_PORT (443 is left out). */
       PUBLIC_HTTPS_PORT: envInt(0, 0, 65535),
+      /**
+       * What the plain-HTTP listener does with a request whose Host names an edge (every edge is
+       * an HTTPS edge): `redirect` (308 to `https://` on PUBLIC_HTTPS_PORT; Upgrades get the 421 of
+       * `refuse`), `refuse` (421 ERR_WARREN_7114) or `serve` (in cleartext: local development and
+       * tests only). Bind endpoints are not edges and are served on both listeners as before.
+       */
+      HTTPS_EDGES_ON_HTTP: z.enum(['redirect', 'serve', 'refuse']).default('redirect'),
       UPSTREAM_TIMEOUT_MS: envInt(60_000, 100),
       MAX_STREAMS_PER_SESSION: envInt(500, 1, 500),
       MAX_STREAMS_PER_TUNNEL: envInt(400, 1, 500),

@@ -78,7 +78,10 @@ async function main(): Promise<void> {
     : undefined;
   if (events) metrics.events.setQueueProbe(() => events.queue.held);
   else log.info('neither EVENTS_REDIS_URL nor REDIS_URL is set: traffic events are off');
-  const handler = new PublicHandler({ registry, forwarder, metrics, log, events });
+  // HTTPS_EDGES_ON_HTTP: edges on the plain-HTTP listener are redirected to (or refused in favour
+  // of) https:// on the public HTTPS port; httpsPublicPort is known once the listeners are up.
+  const handler = new PublicHandler({ registry, forwarder, metrics, log, events, httpsEdgesOnHttp: env.HTTPS_EDGES_ON_HTTP, httpsPort: () => httpsPublicPort() });
+  if (env.HTTPS_EDGES_ON_HTTP === 'serve') log.warn('HTTPS_EDGES_ON_HTTP=serve: HTTPS edges are served over plain HTTP too (for local development and tests only)');
 
   // The rate-limit action counts in Redis per ingress server (RATE_LIMIT_SERVER_ID); without Redis,
   // in memory per process. Either way a slow or failed store never blocks a request (fail open).
@@ -273,6 +276,9 @@ async function main(): Promise<void> {
   publicHttps.on('upgrade', handler.upgradeHandler('https'));
   // OpenSSL has chosen the protocol version before the SNI callback swaps contexts, so an edge's
   // tls_termination minimum is enforced here: a connection below it is closed before any request.
+  // This covers only connections whose SNI names the edge; routing goes by Host, so the public
+  // handler checks every request to such an edge as well (421 ERR_WARREN_7113 when its connection
+  // is plain HTTP or below the minimum, e.g. TLS 1.2 under another hostname's SNI).
   publicHttps.prependListener('secureConnection', (socket: TLSSocket) => {
     const servername = typeof socket.servername === 'string' ? socket.servername.toLowerCase() : '';
     if (servername && edgeTls.get(servername)?.minVersion === 'TLSv1.3' && socket.getProtocol() !== 'TLSv1.3') socket.destroy();

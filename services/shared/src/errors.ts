@@ -85,6 +85,8 @@ export const ERRORS = {
   7110: { status: 400, msg: 'the SAML sign-in request is not valid' },
   7111: { status: 400, msg: 'the SAML response of the identity provider was not accepted' },
   7112: { status: 400, msg: 'the SAML single logout message or hand-off was not accepted' },
+  7113: { status: 421, msg: 'this edge requires a newer TLS version than this connection uses (tls_termination min_version); retry on a new connection' },
+  7114: { status: 421, msg: 'this edge is served over HTTPS only, not over plain HTTP; retry over HTTPS on a new connection' },
   7120: { status: 403, msg: 'the client IP address is not allowed by the traffic policy of this route (restrict-ips)' },
   7121: { status: 401, msg: 'valid credentials are required by the traffic policy of this route (basic-auth)' },
   7122: { status: 401, msg: 'a valid JSON Web Token is required by the traffic policy of this route (jwt-validation)' },

@@ -3,10 +3,10 @@ import type { Duplex } from 'node:stream';
 import type { ErrorCode, Logger } from '@warren/shared';
 import type { TunnelRegistry, TunnelTarget } from '../tunnels/registry.js';
 import type { IngressMetrics } from '../metrics.js';
-import { sendError, sendUpgradeError } from './error-page.js';
+import { errorAnswer, sendError, sendUpgradeError } from './error-page.js';
 import { ipOf, publicRequestHeaders, splice, type Forwarder, type RequestInfo } from './proxy.js';
 import { WebSocketHandshakeError, acceptWebSocketAsTcp, isWebSocketTcpConverter } from '../modules/index.js';
-import { RoutingTable, type CompiledRoute } from './routing.js';
+import { RoutingTable, httpsEdgesOn, httpsLocation, tlsRank, tlsRefusal, type CompiledRoute, type HttpsEdgesOnHttp } from './routing.js';
 import { readBody } from '../pipeline/runner.js';
 import type { Outcome, RequestState } from '../pipeline/types.js';
 import { CLOSE_CONNECTION, closeConnection } from '../policy/flow-actions.js';
@@ -63,6 +63,8 @@ interface Resolved {
   path?: string;
   error: ErrorCode | null;
   detail?: string;
+  /** A redirect to HTTPS instead (an edge on the plain-HTTP listener under HTTPS_EDGES_ON_HTTP=redirect). */
+  location?: string;
   edge: string;
   route: string;
   /** The account the request is for (the edge's, or the Bind endpoint tunnel's); '' when none. */
@@ -81,6 +83,10 @@ export interface PublicHandlerOptions {
   log: Logger;
   /** Traffic events; absent when the node has no event Redis. */
   events?: TrafficEvents;
+  /** HTTPS_EDGES_ON_HTTP of the plain-HTTP listener; absent: `serve`. */
+  httpsEdgesOnHttp?: HttpsEdgesOnHttp;
+  /** The public HTTPS port, for the redirect's Location (443: left out); absent: 443. */
+  httpsPort?: () => number;
 }
 
 /**
@@ -104,9 +110,10 @@ export class PublicHandler {
   /** The request handler of one public listener. */
   handler(scheme: 'http' | 'https'): (req: http.IncomingMessage, res: http.ServerResponse) => void {
     const defaultPort = scheme === 'https' ? 443 : 80;
+    const onHttp = httpsEdgesOn(scheme, this.opts.httpsEdgesOnHttp ?? 'serve', false);
     return (req, res) => {
       const started = performance.now();
-      const r = this.resolve(req, defaultPort);
+      const r = this.resolve(req, defaultPort, onHttp);
       const record = (status: number) => this.opts.metrics.observe(r.edge, r.route, status, (performance.now() - started) / 1000);
       // Traffic events: one lookup, and nothing more unless the account subscribes.
       let track: HttpRequestTracker | null = null;
@@ -130,6 +137,12 @@ export class PublicHandler {
         return;
       }
       if (!r.target) {
+        if (r.location !== undefined) {
+          record(sendRedirect(req, res, r.location));
+          return;
+        }
+        // 421: the client is to retry on a new connection, so this one is not kept.
+        if (r.error === 7113 || r.error === 7114) res.shouldKeepAlive = false;
         sendError(req, res, r.error ?? 7003, r.detail);
         record(res.statusCode);
         return;
@@ -154,9 +167,10 @@ export class PublicHandler {
   /** The `upgrade` handler of one public listener (WebSocket and other HTTP/1.1 upgrades). */
   upgradeHandler(scheme: 'http' | 'https'): (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void {
     const defaultPort = scheme === 'https' ? 443 : 80;
+    const onHttp = httpsEdgesOn(scheme, this.opts.httpsEdgesOnHttp ?? 'serve', true);
     return (req, socket, head) => {
       socket.on('error', () => socket.destroy());
-      const r = this.resolve(req, defaultPort);
+      const r = this.resolve(req, defaultPort, onHttp);
       if (r.cr?.pipeline) {
         void this.upgradeWithPipeline(req, socket, head, r, r.cr, scheme).catch((err: unknown) => {
           this.opts.log.error({ err, route: r.route }, 'route pipeline failed on an upgrade');
@@ -166,7 +180,8 @@ export class PublicHandler {
       }
       if (!r.target) {
         this.opts.metrics.upgrades.inc({ result: 'refused' });
-        sendUpgradeError(socket, r.error ?? 7003, r.detail);
+        if (r.error === 7113 || r.error === 7114) sendUpgradeRefusal(socket, r.error, r.detail);
+        else sendUpgradeError(socket, r.error ?? 7003, r.detail);
         return;
       }
       const remote = req.socket.remoteAddress ?? '0.0.0.0';
@@ -323,7 +338,8 @@ export class PublicHandler {
     await this.opts.forwarder.upgrade(req, socket, head, target, info, state.headers, state.target);
   }
 
-  private resolve(req: http.IncomingMessage, defaultPort: number): Resolved {
+  /** `onHttp`: the listener's constant from `httpsEdgesOn` (always `serve` on the HTTPS listener). */
+  private resolve(req: http.IncomingMessage, defaultPort: number, onHttp: HttpsEdgesOnHttp): Resolved {
     const table = this.table;
     if (!table) return { target: null, error: 7008, edge: '', route: '', account: '', next: NONE, edgeType: '3' };
     const hp = parseHost(req.headers.host, defaultPort);
@@ -331,10 +347,20 @@ export class PublicHandler {
     const registry = this.opts.registry;
     const ce = table.edgeFor(hp.host, hp.port, defaultPort);
     if (ce) {
-      const path = pathOf(req.url);
-      const cr = RoutingTable.routeFor(ce, hp.host, path);
       const edge = ce.edge.id;
       const account = ce.edge.accountId;
+      // The edge's tls_termination minimum, per request: routing goes by Host, while the
+      // handshake checked the SNI's edge (or none, on plain HTTP). One null check for other edges.
+      const tlsMin = ce.tlsMin;
+      if (tlsMin !== null && tlsRank(req.socket) < tlsMin.rank) return { target: null, error: 7113, detail: tlsRefusal(tlsMin, req.socket), edge, route: '', account, next: NONE, edgeType: '3' };
+      // An HTTPS edge on the plain-HTTP listener: redirected or refused unless HTTPS_EDGES_ON_HTTP=serve.
+      if (onHttp !== 'serve') {
+        const location = httpsLocation(hp.host, req.url, this.opts.httpsPort?.() ?? 443);
+        if (onHttp === 'redirect') return { target: null, error: null, location, edge, route: '', account, next: NONE, edgeType: '3' };
+        return { target: null, error: 7114, detail: `this edge is served over HTTPS only, not over plain HTTP; retry on a new connection at ${location}`, edge, route: '', account, next: NONE, edgeType: '3' };
+      }
+      const path = pathOf(req.url);
+      const cr = RoutingTable.routeFor(ce, hp.host, path);
       if (!cr) return { target: null, error: 7001, edge, route: '', account, next: NONE, edgeType: '3' };
       const route = cr.route.id;
       const backend = cr.backend;
@@ -354,6 +380,28 @@ export class PublicHandler {
 }
 
 const EMPTY_SET: ReadonlySet<string> = new Set();
+
+/**
+ * An error answer written raw on an upgrade's socket, then closed, with the status's own reason
+ * phrase (sendUpgradeError knows only a few statuses; this is for the 421 of tls_termination).
+ */
+function sendUpgradeRefusal(socket: Duplex, code: ErrorCode, detail?: string): void {
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const a = errorAnswer(undefined, code, detail);
+  const head = Object.entries(a.headers).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+  socket.end(`HTTP/1.1 ${a.status} ${http.STATUS_CODES[a.status] ?? ''}\r\n${head}content-length: ${Buffer.byteLength(a.body)}\r\nconnection: close\r\n\r\n${a.body}`);
+}
+
+/** The 308 to an HTTPS edge's https URL (same method and body), with a one-line body. */
+function sendRedirect(req: http.IncomingMessage, res: http.ServerResponse, location: string): number {
+  const body = `Permanent Redirect: this edge is served over HTTPS only: ${location}\n`;
+  res.writeHead(308, { location, 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body) });
+  res.end(req.method === 'HEAD' ? undefined : body);
+  return 308;
+}
 
 /** Sends a stage's own answer (deny, 429, custom response, …), or closes the connection without one (close-connection). */
 export function sendOutcome(req: http.IncomingMessage, res: http.ServerResponse, out: Exclude<Outcome, null>): number {

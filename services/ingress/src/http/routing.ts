@@ -1,3 +1,5 @@
+import type { Socket } from 'node:net';
+import type { TLSSocket } from 'node:tls';
 import type { DataPlaneConfig, DpBackend, DpEdge, DpRoute } from '@warren/shared';
 import { RoutePipeline, type PipelineCompiler } from '../pipeline/runner.js';
 import { errorAnswer } from './error-page.js';
@@ -17,10 +19,94 @@ export interface CompiledRoute {
 
 export interface CompiledEdge {
   edge: DpEdge;
+  /**
+   * The TLS version every request to the edge must have arrived with (its `tls_termination`), or
+   * null when the edge sets none: then nothing is checked per request.
+   */
+  tlsMin: TlsMinimum | null;
   /** `host\npath` → route, and `\npath` for host-less routes. */
   exact: Map<string, CompiledRoute>;
   /** Prefix routes, longest path first; at equal length a host-specific one first. */
   prefixes: CompiledRoute[];
+}
+
+/** A minimum TLS version: its rank (see `tlsRank`) and its name as the API writes it (`1.3`). */
+export interface TlsMinimum {
+  rank: number;
+  version: string;
+}
+
+/** `getProtocol()` names by rank; anything else (null: not TLS, or an unknown name) ranks 0. */
+const TLS_RANK: Readonly<Record<string, number>> = { TLSv1: 10, 'TLSv1.1': 11, 'TLSv1.2': 12, 'TLSv1.3': 13 };
+const TLS_12: TlsMinimum = { rank: 12, version: '1.2' };
+const TLS_13: TlsMinimum = { rank: 13, version: '1.3' };
+
+/**
+ * The minimum TLS version an edge's enabled `tls_termination` sets (`min_version` `1.3`, else the
+ * default `1.2`), or null when the module is absent or disabled. Warren terminates an edge's TLS
+ * at the edge only (`terminate_at` is always `edge`): requests routed to an edge are ones the
+ * ingress decrypted itself, or ones that came over plain HTTP.
+ */
+export function edgeTlsMinimum(edge: DpEdge): TlsMinimum | null {
+  const t = edge.tlsTermination;
+  if (!t || !t.enabled) return null;
+  return t.minVersion === '1.3' ? TLS_13 : TLS_12;
+}
+
+/** Rank of the TLS version the connection negotiated: 0 for plain TCP. */
+export function tlsRank(socket: Socket): number {
+  const s = socket as Partial<TLSSocket>;
+  if (s.encrypted !== true || typeof s.getProtocol !== 'function') return 0;
+  const v = s.getProtocol();
+  return v ? (TLS_RANK[v] ?? 0) : 0;
+}
+
+/**
+ * The refusal of a request to an edge whose minimum TLS version its connection does not meet
+ * (421 Misdirected Request: the handshake happened under another hostname's SNI, or not at all;
+ * a new connection with the edge's hostname as SNI gets the edge's own TLS settings).
+ */
+export function tlsRefusal(min: TlsMinimum, socket: Socket): string {
+  const s = socket as Partial<TLSSocket>;
+  const used = s.encrypted === true && typeof s.getProtocol === 'function' ? (s.getProtocol() ?? 'TLS of an unknown version') : 'plain HTTP';
+  return `this edge requires TLS ${min.version} or newer (tls_termination min_version ${min.version}) but the request came over ${used}; retry on a new connection over TLS ${min.version} or newer with this hostname as SNI`;
+}
+
+/**
+ * `HTTPS_EDGES_ON_HTTP`: what the plain-HTTP listener does with a request whose Host names an
+ * edge (the API has HTTPS edges only): `redirect` it (308) to `https://`, `refuse` it (421
+ * ERR_WARREN_7114), or `serve` it in cleartext (local development and tests).
+ */
+export type HttpsEdgesOnHttp = 'redirect' | 'serve' | 'refuse';
+
+/**
+ * The constant one public listener applies to requests routed to an edge: the HTTPS listener
+ * serves them; the plain-HTTP listener follows the setting, except that an Upgrade (WebSocket) is
+ * refused rather than redirected, as no WebSocket client follows a redirect (browsers fail the
+ * connection on any 3xx): a 421 with the https URL says what to do instead.
+ */
+export function httpsEdgesOn(scheme: 'http' | 'https', setting: HttpsEdgesOnHttp, upgrade: boolean): HttpsEdgesOnHttp {
+  if (scheme === 'https' || setting === 'serve') return 'serve';
+  return upgrade ? 'refuse' : setting;
+}
+
+/**
+ * `https://<host>[:<httpsPort> unless 443]<path and query>` for a request target: origin-form as
+ * it is, absolute-form reduced to its path and query, anything else (`*`) to `/`. Never another
+ * host: the target's own authority is dropped.
+ */
+export function httpsLocation(host: string, target: string | undefined, httpsPort: number): string {
+  let pathQuery = '/';
+  if (target && target.charCodeAt(0) === 47 /* / */) pathQuery = target;
+  else if (target && target !== '*') {
+    try {
+      const u = new URL(target);
+      pathQuery = u.pathname + u.search;
+    } catch {
+      // not a URL: `/`
+    }
+  }
+  return `https://${host}${httpsPort === 443 ? '' : `:${httpsPort}`}${pathQuery}`;
 }
 
 /** Splits a route `match` (`/path`, `host` or `host/path`) into host and path. */
@@ -46,7 +132,7 @@ export class RoutingTable {
     this.version = config.version;
     const byEdge = new Map<string, CompiledEdge>();
     for (const edge of config.edges.values()) {
-      const ce: CompiledEdge = { edge, exact: new Map(), prefixes: [] };
+      const ce: CompiledEdge = { edge, tlsMin: edgeTlsMinimum(edge), exact: new Map(), prefixes: [] };
       byEdge.set(edge.id, ce);
       for (const hp of edge.hostports) this.edgesByHostport.set(hp.toLowerCase(), ce);
     }
@@ -81,10 +167,12 @@ export class RoutingTable {
   /**
    * The edge serving `host` (lower-case, no port) on `port`: the exact hostport first, then the
    * hostport with the scheme's public port (so an edge on `app.test:443` answers on a local
-   * ingress's 8443, and on its plain-HTTP port for local use).
+   * ingress's 8443), then `host:443`. Every edge is an HTTPS edge, so an edge found for a request
+   * on the plain-HTTP listener (by any of these) is one that request must not simply be served
+   * by: the caller applies HTTPS_EDGES_ON_HTTP (see `httpsEdgesOn`) before anything else.
    */
   edgeFor(host: string, port: number, publicPort: number): CompiledEdge | undefined {
-    return this.edgesByHostport.get(`${host}:${port}`) ?? (port !== publicPort ? this.edgesByHostport.get(`${host}:${publicPort}`) : undefined) ?? this.edgesByHostport.get(`${host}:443`);
+    return this.edgesByHostport.get(`${host}:${port}`) ?? (port !== publicPort ? this.edgesByHostport.get(`${host}:${publicPort}`) : undefined) ?? (publicPort !== 443 ? this.edgesByHostport.get(`${host}:443`) : undefined);
   }
 
   /** Exact before prefix, longest prefix first; host-specific before host-less at a tie. */

@@ -109,6 +109,26 @@ describe('HTTPS edges', () => {
     expect((await api.db.query('SELECT count(*)::int AS n FROM https_edges')).rows[0].n).toBe(before.rows[0].n);
   });
 
+  it('keeps a host with one account: another account cannot claim it on another port (409); the owner can', async () => {
+    const h = hostport();
+    const host = h.replace(/:[0-9]+$/, '');
+    expect((await a.call('POST', '/edges/https', { hostports: [h] })).status).toBe(201);
+    for (const port of [80, 8443]) {
+      const r = await b.call('POST', '/edges/https', { hostports: [`${host}:${port}`] });
+      expect(r.status).toBe(409);
+      expect(r.body).toMatchObject({ error_code: 'ERR_WARREN_4101', details: { field: 'hostports' } });
+      expect(r.body.msg).toContain(`${host}:${port}`);
+    }
+    const other = (await b.call('POST', '/edges/https', {})).body.id;
+    expect((await b.call('PATCH', `/edges/https/${other}`, { hostports: [`${host}:8443`] })).status).toBe(409);
+    // The owner may serve its host on other ports, on the same or another of its edges.
+    expect((await a.call('POST', '/edges/https', { hostports: [`${host}:8443`] })).status).toBe(201);
+    // Two accounts racing for one host on different ports: exactly one wins.
+    const race = hostport().replace(/:[0-9]+$/, '');
+    const [ra, rb] = await Promise.all([a.call('POST', '/edges/https', { hostports: [`${race}:443`] }), b.call('POST', '/edges/https', { hostports: [`${race}:8443`] })]);
+    expect([ra.status, rb.status].sort()).toEqual([201, 409]);
+  });
+
   it('validates hostports', async () => {
     const cases: [unknown, string, string][] = [
       [['nohost'], 'ERR_WARREN_2104', 'hostports[0]'],

@@ -67,12 +67,26 @@ export const edgesRepo = {
     return (rowCount ?? 0) > 0;
   },
 
-  /** The first of `hostports` that another edge already serves. */
-  async hostportTaken(q: Queryable, edgeId: string, hostports: string[]): Promise<string | undefined> {
+  /**
+   * The first of `hostports` that another edge already serves, or whose host an edge of another
+   * account serves on any port (a host belongs to one account: otherwise another account could
+   * claim `victim.example:80` or `:8443` beside the owner's `:443` and answer requests that name
+   * that port). Takes a transaction-scoped advisory lock per host first, so two accounts claiming
+   * one host on different ports at once cannot both pass.
+   */
+  async hostportTaken(q: Queryable, accountId: string, edgeId: string, hostports: string[]): Promise<string | undefined> {
     if (hostports.length === 0) return undefined;
-    const { rows } = await q.query<{ hostport: string }>('SELECT hostport FROM https_edge_hostports WHERE hostport = ANY($1::text[]) AND edge_id <> $2', [hostports, edgeId]);
-    const taken = new Set(rows.map((r) => r.hostport));
-    return hostports.find((h) => taken.has(h));
+    const hosts = [...new Set(hostports.map(hostOf))].sort();
+    await q.query("SELECT pg_advisory_xact_lock(hashtext('warren:edge-host:' || h)) FROM unnest($1::text[]) AS t(h)", [hosts]);
+    const { rows } = await q.query<{ hostport: string; same: boolean }>(
+      `SELECT h.hostport, e.account_id = $3 AS same
+         FROM https_edge_hostports h JOIN https_edges e ON e.id = h.edge_id
+        WHERE h.edge_id <> $2 AND (h.hostport = ANY($1::text[]) OR regexp_replace(h.hostport, ':[0-9]+$', '') = ANY($4::text[]))`,
+      [hostports, edgeId, accountId, hosts],
+    );
+    const exact = new Set(rows.map((r) => r.hostport));
+    const foreignHosts = new Set(rows.filter((r) => !r.same).map((r) => hostOf(r.hostport)));
+    return hostports.find((h) => exact.has(h) || foreignHosts.has(hostOf(h)));
   },
 
   /** Mirrors the hostports into https_edge_hostports, whose primary key makes them unique across edges. */
@@ -91,3 +105,8 @@ export const edgesRepo = {
       );
   },
 };
+
+/** The host of a `host:port` (an IPv6 host keeps its brackets). */
+function hostOf(hostport: string): string {
+  return hostport.replace(/:[0-9]+$/, '');
+}

@@ -74,9 +74,9 @@ function mapUnique(err: unknown): unknown {
 export function createHttpsEdgesService(deps: { db: Db }) {
   const { db } = deps;
 
-  async function checkHostports(q: Queryable, edgeId: string, hostports: string[]): Promise<void> {
-    const taken = await repo.hostportTaken(q, edgeId, hostports);
-    if (taken) throw new AppError(4101, `hostports: ${JSON.stringify(taken)} is already in use by another edge`, { field: 'hostports' });
+  async function checkHostports(q: Queryable, accountId: string, edgeId: string, hostports: string[]): Promise<void> {
+    const taken = await repo.hostportTaken(q, accountId, edgeId, hostports);
+    if (taken) throw new AppError(4101, `hostports: ${JSON.stringify(taken)} is already in use by another edge (a host is served by one account only, on any port)`, { field: 'hostports' });
   }
 
   async function routesOf(q: Queryable, edgeId: string): Promise<RouteRow[]> {
@@ -113,7 +113,7 @@ export function createHttpsEdgesService(deps: { db: Db }) {
       const id = newId('edghts');
       return db.tx(async (q) => {
         await requireOwned(q, 'certificate_authorities', ctx.auth.accountId, write.ca_ids, 'mutual_tls.certificate_authority_ids');
-        await checkHostports(q, id, write.hostports);
+        await checkHostports(q, ctx.auth.accountId, id, write.hostports);
         const row = await repo.insert(q, id, ctx.auth.accountId, write).catch((err: unknown) => {
           throw mapUnique(err);
         });
@@ -156,7 +156,7 @@ export function createHttpsEdgesService(deps: { db: Db }) {
         };
         if (sameWrite(next, writeOf(before))) return toEdge(before, await routesOf(q, id), ctx.baseUrl);
         if (mtls) await requireOwned(q, 'certificate_authorities', ctx.auth.accountId, next.ca_ids, 'mutual_tls.certificate_authority_ids');
-        await checkHostports(q, id, next.hostports);
+        await checkHostports(q, ctx.auth.accountId, id, next.hostports);
         const row = await save(q, ctx, before, next);
         return toEdge(row, await routesOf(q, id), ctx.baseUrl);
       });
