@@ -1,0 +1,70 @@
+import https from 'node:https';
+import type http from 'node:http';
+import type { TLSSocket } from 'node:tls';
+
+/**
+ * An HTTPS request to an ingress node for the route-module end-to-end tests
+ * (test/e2e/route-modules-*.e2e.test.ts): SNI and `Host` are the edge's hostname, the ingress's
+ * local CA is trusted, and the hostname check is skipped (the policy cluster's local certificate
+ * does not name the test hostnames; these tests are about what the ingress does with the request,
+ * not about its certificate). A client certificate (with its chain) may be presented.
+ */
+
+export interface HttpsAnswer {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  raw: Buffer;
+  body: string;
+  json: () => any;
+  /** The negotiated TLS version. */
+  protocol: string | null;
+}
+
+export interface HttpsRequestOptions {
+  port: number;
+  /** SNI and Host. */
+  host: string;
+  path: string;
+  /** PEM of the CA that signed the ingress certificate. */
+  ca: string;
+  method?: string;
+  headers?: Record<string, string>;
+  body?: string | Buffer;
+  /** Client certificate PEM: the leaf, optionally followed by the intermediates to present. */
+  cert?: string;
+  key?: string;
+  /** Default 10 s. */
+  timeoutMs?: number;
+}
+
+export function httpsRequest(o: HttpsRequestOptions): Promise<HttpsAnswer> {
+  return new Promise((resolve, reject) => {
+    const req = https.request(
+      {
+        host: '127.0.0.1',
+        port: o.port,
+        path: o.path,
+        method: o.method ?? (o.body === undefined ? 'GET' : 'POST'),
+        servername: o.host,
+        ca: o.ca,
+        checkServerIdentity: () => undefined,
+        cert: o.cert,
+        key: o.key,
+        agent: false,
+        headers: { host: o.host, ...o.headers },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const raw = Buffer.concat(chunks);
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, raw, body: raw.toString('utf8'), json: () => JSON.parse(raw.toString('utf8')), protocol: (res.socket as TLSSocket).getProtocol?.() ?? null });
+        });
+        res.on('error', reject);
+      },
+    );
+    req.setTimeout(o.timeoutMs ?? 10_000, () => req.destroy(new Error('timed out')));
+    req.on('error', reject);
+    req.end(o.body);
+  });
+}
