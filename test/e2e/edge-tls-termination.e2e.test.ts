@@ -296,6 +296,17 @@ describe('an edge without tls_termination', () => {
     const a = await upgradeRequest(PLAIN_HOST);
     expect(a.statusLine, a.body).toBe('HTTP/1.1 101 Switching Protocols');
   });
+
+  it('refuses an absolute-form target naming another edge (400), and sends its own in origin form', async () => {
+    // Over TLS 1.2 to this edge, a target naming the 1.3 edge: an upstream routing by the target's
+    // authority (RFC 9112 §3.2.2) would have served it past that edge's minimum.
+    const before = upstreamHits;
+    const other = await httpsGet(PLAIN_HOST, `https://${V13_HOST}/secret`, { version: 'TLSv1.2' });
+    expect([other.status, other.headers['warren-error-code']], other.text).toEqual([400, 'ERR_WARREN_7011']);
+    expect(upstreamHits).toBe(before);
+    const own = await httpsGet(PLAIN_HOST, `https://${PLAIN_HOST}/a/../own?q=1`, { version: 'TLSv1.2' });
+    expect([own.status, JSON.parse(own.text).url], own.text).toEqual([200, '/a/../own?q=1']);
+  });
 });
 
 describe('mutual_tls when the SNI names another hostname', () => {

@@ -22,7 +22,7 @@ import { ensureLocalTls } from '../../services/ingress/src/tls.js';
  *   - `redirect443`: the default with PUBLIC_HTTPS_PORT=443 (the Location without a port);
  *   - `refuse`: 421 ERR_WARREN_7114;
  *   - `serve`: the test harness's setting, cleartext as before.
- * Hosts without an edge, Bind endpoints and tls_termination's 421 ERR_WARREN_7113 are unchanged.
+ * Hosts without an edge and Bind endpoints are unchanged; an edge with tls_termination is redirected too.
  */
 
 const EDGE_HOST = 'app.plainhttp.e2e.test';
@@ -196,9 +196,9 @@ describe('HTTPS_EDGES_ON_HTTP=redirect (the default)', () => {
     expect(ok.handshake.status, ok.handshake.body).toBe(101);
   });
 
-  it('keeps the 421 ERR_WARREN_7113 of an edge with tls_termination', async () => {
-    const r = await plain(redirect, TLS13_HOST, '/');
-    expect([r.status, r.headers['warren-error-code']], r.text).toEqual([421, 'ERR_WARREN_7113']);
+  it('redirects an edge with tls_termination too (the redirect meets its minimum)', async () => {
+    const r = await plain(redirect, TLS13_HOST, '/x?y=1');
+    expect([r.status, r.headers.location], r.text).toEqual([308, `https://${TLS13_HOST}:${redirect.https}/x?y=1`]);
   });
 
   it('serves a Bind endpoint (an agent asking for an http:// URL) over plain HTTP as before', async () => {

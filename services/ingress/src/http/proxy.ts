@@ -367,7 +367,8 @@ export class Forwarder {
     try {
       if (target.kind === 'local') {
         upstream = await target.tunnel.openStream({ clientAddr: info.clientAddr, proto: info.scheme, edgeType: info.edgeType });
-        upstream.write(requestHead(req.method ?? 'GET', requestTarget, headers));
+        // latin1: header values are bytes as Node's parser decoded them (obs-text 0x80-0xff included).
+        upstream.write(requestHead(req.method ?? 'GET', requestTarget, headers), 'latin1');
       } else {
         const addr = target.tunnel.nodeAddress;
         const colon = addr.lastIndexOf(':');
@@ -377,7 +378,7 @@ export class Forwarder {
           const s = net.connect({ host: addr.slice(0, colon).replace(/^\[|\]$/g, ''), port: Number(addr.slice(colon + 1)) }, () => resolve(s));
           s.once('error', reject);
         });
-        upstream.write(requestHead(req.method ?? 'GET', requestTarget, hopHeaders));
+        upstream.write(requestHead(req.method ?? 'GET', requestTarget, hopHeaders), 'latin1');
       }
     } catch (err) {
       sendUpgradeError(socket, (err as { code?: string }).code === 'STREAM_CAP' ? 7006 : 7004, (err as Error).message);
@@ -400,7 +401,7 @@ export class Forwarder {
       const s = net.connect({ host: addr.slice(0, colon).replace(/^\[|\]$/g, ''), port: Number(addr.slice(colon + 1)) }, () => resolve(s));
       s.once('error', reject);
     });
-    sock.write(requestHead('GET', '/', headers));
+    sock.write(requestHead('GET', '/', headers), 'latin1');
     // Read the hop's answer head; anything after it is already tunnel bytes.
     return new Promise<Duplex>((resolve, reject) => {
       let buf = Buffer.alloc(0);

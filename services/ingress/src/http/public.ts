@@ -344,6 +344,15 @@ export class PublicHandler {
     if (!table) return { target: null, error: 7008, edge: '', route: '', account: '', next: NONE, edgeType: '3' };
     const hp = parseHost(req.headers.host, defaultPort);
     if (!hp) return { target: null, error: 7007, edge: '', route: '', account: '', next: NONE, edgeType: '3' };
+    // An absolute-form target (`GET https://other.example/x`, Host: this.example): an upstream
+    // routes by the target's authority (RFC 9112 §3.2.2), so one naming another host could reach
+    // that host's upstream past this edge's checks. It must name the Host's host and port, and
+    // goes on in origin form.
+    const url = req.url;
+    if (url !== undefined && url.charCodeAt(0) !== 47 /* / */ && url !== '*') {
+      const problem = toOriginForm(req, url, hp);
+      if (problem) return { target: null, error: 7011, detail: problem, edge: '', route: '', account: '', next: NONE, edgeType: '3' };
+    }
     const registry = this.opts.registry;
     const ce = table.edgeFor(hp.host, hp.port, defaultPort);
     if (ce) {
@@ -351,12 +360,13 @@ export class PublicHandler {
       const account = ce.edge.accountId;
       // The edge's tls_termination minimum, per request: routing goes by Host, while the
       // handshake checked the SNI's edge (or none, on plain HTTP). One null check for other edges.
+      // An HTTPS edge on the plain-HTTP listener: redirected (before the TLS minimum below, which
+      // the redirect satisfies) or refused, unless HTTPS_EDGES_ON_HTTP=serve.
+      if (onHttp === 'redirect') return { target: null, error: null, location: httpsLocation(hp.host, req.url, this.opts.httpsPort?.() ?? 443), edge, route: '', account, next: NONE, edgeType: '3' };
       const tlsMin = ce.tlsMin;
       if (tlsMin !== null && tlsRank(req.socket) < tlsMin.rank) return { target: null, error: 7113, detail: tlsRefusal(tlsMin, req.socket), edge, route: '', account, next: NONE, edgeType: '3' };
-      // An HTTPS edge on the plain-HTTP listener: redirected or refused unless HTTPS_EDGES_ON_HTTP=serve.
-      if (onHttp !== 'serve') {
+      if (onHttp === 'refuse') {
         const location = httpsLocation(hp.host, req.url, this.opts.httpsPort?.() ?? 443);
-        if (onHttp === 'redirect') return { target: null, error: null, location, edge, route: '', account, next: NONE, edgeType: '3' };
         return { target: null, error: 7114, detail: `this edge is served over HTTPS only, not over plain HTTP; retry on a new connection at ${location}`, edge, route: '', account, next: NONE, edgeType: '3' };
       }
       const path = pathOf(req.url);
@@ -380,6 +390,29 @@ export class PublicHandler {
 }
 
 const EMPTY_SET: ReadonlySet<string> = new Set();
+
+/**
+ * Rewrites an absolute-form request target to origin form (path and query, bytes as sent) when
+ * its authority is the Host's host and port; else says why it cannot be served.
+ */
+export function toOriginForm(req: http.IncomingMessage, url: string, hp: { host: string; port: number }): string | null {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return 'the request target is neither a path nor an absolute URL';
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') return `the request target's scheme ${JSON.stringify(u.protocol)} is not http or https`;
+  // The host must be the Host's; a port only when the target states one (a scheme's default
+  // port need not be the listener's: `https://x/` over the plain listener is still x).
+  const target = parseHost(u.host, hp.port);
+  if (!target || target.host !== hp.host || (u.port !== '' && target.port !== hp.port)) return 'the request target names another host or port than the Host header';
+  // The raw path and query after `scheme://authority` (not u.pathname: that resolves dot segments).
+  const afterAuthority = url.indexOf('/', url.indexOf('//') + 2);
+  const query = url.indexOf('?', url.indexOf('//') + 2);
+  req.url = afterAuthority !== -1 && (query === -1 || afterAuthority < query) ? url.slice(afterAuthority) : `/${query === -1 ? '' : url.slice(query)}`;
+  return null;
+}
 
 /**
  * An error answer written raw on an upgrade's socket, then closed, with the status's own reason

@@ -13,6 +13,14 @@ async function status(mod: Mod, ...uas: string[]): Promise<number> {
 }
 
 describe('user_agent_filter', () => {
+  it('refuses a stored list the control plane would refuse as too costly (saved before it checked), before any request', () => {
+    // Each pattern compiles and the old JavaScript check accepted it; together they would cost
+    // seconds per fresh 16 KiB User-Agent.
+    const deny = Array.from({ length: 32 }, (_, i) => `[a-z]{${i % 5}}[a-z0-9 ]{0,40}[^a-z0-9 ;/]{3}`);
+    expect(userAgentFilterCostProblems([], deny).length).toBeGreaterThan(0);
+    expect(() => stageFor(userAgentFilterStage, { user_agent_filter: { enabled: true, allow: [], deny } })).toThrow(/deny: the list is too costly/);
+  });
+
   it('is absent when missing, disabled or empty', () => {
     expect(stageFor(userAgentFilterStage, {})).toBeNull();
     expect(stageFor(userAgentFilterStage, { user_agent_filter: { enabled: false, allow: [], deny: ['.*'] } })).toBeNull();

@@ -1,6 +1,12 @@
 import type { RE2JS } from 're2js';
 import type { RouteStage, StageFactory } from '../pipeline/types.js';
-import { compileUserAgentList as compileSharedList, compileUserAgentPattern as compileSharedPattern } from '@warren/shared';
+import {
+  compileUserAgentList as compileSharedList,
+  compileUserAgentPattern as compileSharedPattern,
+  exploreUserAgentDfa,
+  USER_AGENT_FILTER_EXPLORE_STEPS,
+  USER_AGENT_FILTER_EXPLORE_WORK,
+} from '@warren/shared';
 import { enabledModule, moduleError, rawHeader } from './common.js';
 
 /**
@@ -62,8 +68,21 @@ function cachedUserAgentList(config: object, list: 'allow' | 'deny', patterns: r
     cacheConfig = config;
   }
   const key = JSON.stringify(patterns);
-  const programs = cache.get(key) ?? previousCache.get(key) ?? compileUserAgentList(list, patterns);
+  const programs = cache.get(key) ?? previousCache.get(key) ?? provenCheap(list, compileUserAgentList(list, patterns));
   cache.set(key, programs);
+  return programs;
+}
+
+/**
+ * The control plane's cost check, once per new list (then cached above): a list stored before the
+ * control plane checked it (or under an older check) could otherwise cost seconds per request on
+ * a 16 KiB User-Agent, now that the whole header is matched. Too costly refuses the route.
+ */
+function provenCheap(list: 'allow' | 'deny', programs: RE2JS[]): RE2JS[] {
+  const budget = { steps: USER_AGENT_FILTER_EXPLORE_STEPS, work: USER_AGENT_FILTER_EXPLORE_WORK };
+  for (const re of programs) {
+    if (exploreUserAgentDfa(re, budget) !== 'cheap') throw new Error(`user_agent_filter: ${list}: the list is too costly to match (stored before the control plane checked it); save it again to see which pattern`);
+  }
   return programs;
 }
 

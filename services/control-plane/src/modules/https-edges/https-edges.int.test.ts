@@ -129,6 +129,17 @@ describe('HTTPS edges', () => {
     expect([ra.status, rb.status].sort()).toEqual([201, 409]);
   });
 
+  it('lets an edge keep a host another account already shared with it (stored before hosts belonged to one account)', async () => {
+    const host = hostport().replace(/:[0-9]+$/, '');
+    expect((await a.call('POST', '/edges/https', { hostports: [`${host}:443`] })).status).toBe(201);
+    const legacy = (await b.call('POST', '/edges/https', {})).body.id;
+    await api.db.query('UPDATE https_edges SET hostports = $2 WHERE id = $1', [legacy, [`${host}:8443`]]);
+    await api.db.query('INSERT INTO https_edge_hostports (hostport, edge_id) VALUES ($1, $2)', [`${host}:8443`, legacy]);
+    expect((await b.call('PATCH', `/edges/https/${legacy}`, { description: 'still mine' })).status).toBe(200);
+    const again = await b.call('PATCH', `/edges/https/${legacy}`, { hostports: [`${host}:8443`, `${host}:9443`] });
+    expect([again.status, again.body.msg]).toEqual([409, expect.stringContaining(`${host}:9443`)]);
+  });
+
   it('validates hostports', async () => {
     const cases: [unknown, string, string][] = [
       [['nohost'], 'ERR_WARREN_2104', 'hostports[0]'],

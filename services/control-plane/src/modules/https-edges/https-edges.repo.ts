@@ -76,8 +76,11 @@ export const edgesRepo = {
    */
   async hostportTaken(q: Queryable, accountId: string, edgeId: string, hostports: string[]): Promise<string | undefined> {
     if (hostports.length === 0) return undefined;
-    const hosts = [...new Set(hostports.map(hostOf))].sort();
-    await q.query("SELECT pg_advisory_xact_lock(hashtext('warren:edge-host:' || h)) FROM unnest($1::text[]) AS t(h)", [hosts]);
+    const hosts = [...new Set(hostports.map(hostOf))];
+    // Locked in the order of their lock keys (not of the names: two names may share a key), one
+    // at a time, so two transactions never wait on each other's locks in opposite orders.
+    const { rows: keys } = await q.query<{ k: number }>("SELECT DISTINCT hashtext('warren:edge-host:' || h) AS k FROM unnest($1::text[]) AS t(h) ORDER BY k", [hosts]);
+    for (const { k } of keys) await q.query('SELECT pg_advisory_xact_lock($1::int)', [k]);
     const { rows } = await q.query<{ hostport: string; same: boolean }>(
       `SELECT h.hostport, e.account_id = $3 AS same
          FROM https_edge_hostports h JOIN https_edges e ON e.id = h.edge_id

@@ -156,7 +156,10 @@ export function createHttpsEdgesService(deps: { db: Db }) {
         };
         if (sameWrite(next, writeOf(before))) return toEdge(before, await routesOf(q, id), ctx.baseUrl);
         if (mtls) await requireOwned(q, 'certificate_authorities', ctx.auth.accountId, next.ca_ids, 'mutual_tls.certificate_authority_ids');
-        await checkHostports(q, ctx.auth.accountId, id, next.hostports);
+        // Only hostports this change adds: ones the edge already had stay (their exact uniqueness
+        // is the table's key), so an edge is not stuck on a host another account shared with it
+        // before hosts belonged to one account.
+        await checkHostports(q, ctx.auth.accountId, id, next.hostports.filter((h) => !before.hostports.includes(h)));
         const row = await save(q, ctx, before, next);
         return toEdge(row, await routesOf(q, id), ctx.baseUrl);
       });
