@@ -14,6 +14,7 @@ import { createDb, createPool } from '../../services/control-plane/src/db/pool.j
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { collect, type Res } from '../support/http-answer.js';
 
 /**
  * Edge TLS settings and the websocket_tcp_converter on live traffic, through real processes: a
@@ -51,19 +52,7 @@ const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, a
 
 const apiOk = (method: string, p: string, body: unknown, status: number) => callApiExpecting(cp.baseUrl, apiKey, status, method, p, body);
 
-interface Res {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  text: string;
-  /** The negotiated TLS version (HTTPS only). */
-  protocol?: string | null;
-}
 
-function collect(res: http.IncomingMessage, resolve: (r: Res) => void, protocol?: string | null): void {
-  const chunks: Buffer[] = [];
-  res.on('data', (c: Buffer) => chunks.push(c));
-  res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString(), protocol }));
-}
 
 function httpGet(port: number, host: string, p: string): Promise<Res> {
   return new Promise((resolve, reject) => {

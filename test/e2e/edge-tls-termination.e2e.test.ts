@@ -13,6 +13,7 @@ import { createDb, createPool } from '../../services/control-plane/src/db/pool.j
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { collect, type Res } from '../support/http-answer.js';
 
 /**
  * An edge's TLS settings hold per request, not only per handshake: the ingress routes by Host,
@@ -43,18 +44,7 @@ let webBackend: string;
 
 const apiOk = (method: string, p: string, body: unknown, status: number) => callApiExpecting(cp.baseUrl, apiKey, status, method, p, body);
 
-interface Res {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  text: string;
-  protocol?: string | null;
-}
 
-function collect(res: http.IncomingMessage, resolve: (r: Res) => void, protocol?: string | null): void {
-  const chunks: Buffer[] = [];
-  res.on('data', (c: Buffer) => chunks.push(c));
-  res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString(), protocol }));
-}
 
 function httpGet(host: string, p: string): Promise<Res> {
   return new Promise((resolve, reject) => {

@@ -12,6 +12,7 @@ import { createDb, createPool } from '../../services/control-plane/src/db/pool.j
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { collect, type Res } from '../support/http-answer.js';
 
 /**
  * HTTPS edges are not served in cleartext on the plain-HTTP listener (HTTPS_EDGES_ON_HTTP), through
@@ -46,17 +47,7 @@ const upgradedSockets = new Set<net.Socket>();
 
 const apiOk = (method: string, p: string, body: unknown, status: number) => callApiExpecting(cp.baseUrl, apiKey, status, method, p, body);
 
-interface Res {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  text: string;
-}
 
-function collect(res: http.IncomingMessage, resolve: (r: Res) => void): void {
-  const chunks: Buffer[] = [];
-  res.on('data', (c: Buffer) => chunks.push(c));
-  res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString() }));
-}
 
 /** A request over plain HTTP to the node's public HTTP port with Host `host` (redirects are not followed). */
 function plain(n: IngressProcess, host: string, p: string, o: { method?: string; body?: string } = {}): Promise<Res> {

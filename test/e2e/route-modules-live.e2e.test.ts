@@ -11,7 +11,7 @@ import { startPolicyCluster, type PolicyCluster, type PolicyRequestOptions, type
 import { deleteKeys } from '../support/redis-keys.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 import { httpsRequest } from '../support/route-modules-https.js';
-import { RedisFront } from '../support/route-modules-redis-front.js';
+import { FaultyProxy } from '../../services/ingress/src/ratelimit/testing.js';
 import { TestSamlIdp } from '../support/saml-idp.js';
 
 /**
@@ -40,7 +40,7 @@ const STORE_ERROR = 'ERR_WARREN_RATE_LIMIT_STORE';
 let c: PolicyCluster;
 /** The rate limiter's Redis: a private redis-server (replaced by a new one after the outage) behind a front that keeps its address. */
 let rlRedis: RedisServer;
-let rlFront: RedisFront;
+let rlFront: FaultyProxy;
 let shared: Redis;
 
 /** Circuit-breaker upstream: its answer's status, and how many requests reached it. */
@@ -89,7 +89,7 @@ const upstream: http.RequestListener = (req, res) => {
 
 beforeAll(async () => {
   rlRedis = await startRedisServer();
-  rlFront = await new RedisFront(rlRedis.port).start();
+  rlFront = await new FaultyProxy({ host: '127.0.0.1', port: rlRedis.port }).start();
   shared = new Redis(sharedRedisUrl);
   c = await startPolicyCluster({
     name: 'rmlive',
@@ -575,7 +575,7 @@ describe('the rate-limit action while its Redis is down', () => {
 
     // Redis back (a new, empty server at the same address): the limiter reconnects by itself and Redis decides again.
     rlRedis = await startRedisServer();
-    rlFront.retarget(rlRedis.port);
+    rlFront.retarget({ host: '127.0.0.1', port: rlRedis.port });
     await waitFor('Redis decides again', async () => (await limited(`back-${hex()}`)).headers['x-rl-error'] === 'code=', 30_000);
     const steady = await fallbacks();
     const again = `again-${hex()}`;

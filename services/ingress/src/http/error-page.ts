@@ -1,4 +1,4 @@
-import type http from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { ERRORS, errorCodeName, type ErrorCode } from '@warren/shared';
 
@@ -22,7 +22,7 @@ export function errorAnswer(accept: string | undefined, code: ErrorCode, detail?
  * The ingress's own answer when it cannot carry a request: the right status, a `Warren-Error-Code`
  * header, and a small HTML page for browsers or JSON for everything else. Never cached.
  */
-export function sendError(req: http.IncomingMessage, res: http.ServerResponse, code: ErrorCode, detail?: string, headers?: Record<string, string>): void {
+export function sendError(req: IncomingMessage, res: ServerResponse, code: ErrorCode, detail?: string, headers?: Record<string, string>): void {
   if (res.headersSent) {
     res.destroy();
     return;
@@ -32,16 +32,14 @@ export function sendError(req: http.IncomingMessage, res: http.ServerResponse, c
   res.end(req.method === 'HEAD' ? undefined : a.body);
 }
 
-/** The same answer written raw on a socket whose request asked for an upgrade, then closed. */
+/** The same answer (JSON) written raw on a socket whose request asked for an upgrade, then closed. */
 export function sendUpgradeError(socket: Duplex, code: ErrorCode, detail?: string): void {
-  const { status, msg } = ERRORS[code];
-  const body = `${JSON.stringify({ error_code: errorCodeName(code), status_code: status, msg: detail ?? msg })}\n`;
   if (!socket.writable) {
     socket.destroy();
     return;
   }
-  socket.end(
-    `HTTP/1.1 ${status} ${status === 404 ? 'Not Found' : status === 400 ? 'Bad Request' : status === 502 ? 'Bad Gateway' : status === 504 ? 'Gateway Timeout' : 'Service Unavailable'}\r\n` +
-      `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nwarren-error-code: ${errorCodeName(code)}\r\nconnection: close\r\n\r\n${body}`,
-  );
+  const a = errorAnswer(undefined, code, detail);
+  let head = `HTTP/1.1 ${a.status} ${STATUS_CODES[a.status] ?? ''}\r\n`;
+  for (const [k, v] of Object.entries(a.headers)) head += `${k}: ${v}\r\n`;
+  socket.end(`${head}content-length: ${Buffer.byteLength(a.body)}\r\nconnection: close\r\n\r\n${a.body}`);
 }

@@ -13,6 +13,7 @@ import { RoutingTable } from './routing.js';
 import { createPipelineCompiler } from '../pipeline/runner.js';
 import type { StageFactory } from '../pipeline/types.js';
 import { mutualTlsStage } from '../modules/index.js';
+import { collect, type Res } from '../../../../test/support/http-answer.js';
 
 /**
  * The per-request checks of an edge's TLS settings in the public handler, through real sockets:
@@ -47,18 +48,7 @@ function listen(server: net.Server): Promise<number> {
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as net.AddressInfo).port)));
 }
 
-interface Res {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  text: string;
-  protocol?: string | null;
-}
 
-function collect(res: http.IncomingMessage, resolve: (r: Res) => void, protocol?: string | null): void {
-  const chunks: Buffer[] = [];
-  res.on('data', (c: Buffer) => chunks.push(c));
-  res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString(), protocol }));
-}
 
 function httpGet(host: string, p = '/'): Promise<Res> {
   return new Promise((resolve, reject) => {

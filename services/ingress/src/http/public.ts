@@ -3,7 +3,7 @@ import type { Duplex } from 'node:stream';
 import type { ErrorCode, Logger } from '@warren/shared';
 import type { TunnelRegistry, TunnelTarget } from '../tunnels/registry.js';
 import type { IngressMetrics } from '../metrics.js';
-import { errorAnswer, sendError, sendUpgradeError } from './error-page.js';
+import { sendError, sendUpgradeError } from './error-page.js';
 import { ipOf, publicRequestHeaders, splice, type Forwarder, type RequestInfo } from './proxy.js';
 import { WebSocketHandshakeError, acceptWebSocketAsTcp, isWebSocketTcpConverter } from '../modules/index.js';
 import { RoutingTable, httpsEdgesOn, httpsLocation, tlsRank, tlsRefusal, type CompiledRoute, type HttpsEdgesOnHttp } from './routing.js';
@@ -180,8 +180,7 @@ export class PublicHandler {
       }
       if (!r.target) {
         this.opts.metrics.upgrades.inc({ result: 'refused' });
-        if (r.error === 7113 || r.error === 7114) sendUpgradeRefusal(socket, r.error, r.detail);
-        else sendUpgradeError(socket, r.error ?? 7003, r.detail);
+        sendUpgradeError(socket, r.error ?? 7003, r.detail);
         return;
       }
       const remote = req.socket.remoteAddress ?? '0.0.0.0';
@@ -412,20 +411,6 @@ export function toOriginForm(req: http.IncomingMessage, url: string, hp: { host:
   const query = url.indexOf('?', url.indexOf('//') + 2);
   req.url = afterAuthority !== -1 && (query === -1 || afterAuthority < query) ? url.slice(afterAuthority) : `/${query === -1 ? '' : url.slice(query)}`;
   return null;
-}
-
-/**
- * An error answer written raw on an upgrade's socket, then closed, with the status's own reason
- * phrase (sendUpgradeError knows only a few statuses; this is for the 421 of tls_termination).
- */
-function sendUpgradeRefusal(socket: Duplex, code: ErrorCode, detail?: string): void {
-  if (!socket.writable) {
-    socket.destroy();
-    return;
-  }
-  const a = errorAnswer(undefined, code, detail);
-  const head = Object.entries(a.headers).map(([k, v]) => `${k}: ${v}\r\n`).join('');
-  socket.end(`HTTP/1.1 ${a.status} ${http.STATUS_CODES[a.status] ?? ''}\r\n${head}content-length: ${Buffer.byteLength(a.body)}\r\nconnection: close\r\n\r\n${a.body}`);
 }
 
 /** The 308 to an HTTPS edge's https URL (same method and body), with a one-line body. */

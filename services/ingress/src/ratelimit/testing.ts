@@ -60,7 +60,9 @@ export async function closedPort(): Promise<number> {
 /**
  * A TCP proxy in front of Redis that can simulate failures: `stall()` keeps connections open but
  * withholds Redis' replies (a hung server, `kill -STOP`), `resume()` delivers them; `down()`
- * drops every connection and refuses new ones, `up()` accepts again.
+ * drops every connection and refuses new ones, `up()` accepts again. Its own port never changes,
+ * so `retarget()` can put a Redis restarted elsewhere behind the same address (a restart on the
+ * old port could race another process for it).
  */
 export class FaultyProxy {
   private readonly server: net.Server;
@@ -69,7 +71,7 @@ export class FaultyProxy {
   private isDown = false;
   port = 0;
 
-  constructor(private readonly target: { host: string; port: number }) {
+  constructor(private target: { host: string; port: number }) {
     this.server = net.createServer((client) => this.accept(client));
   }
 
@@ -100,6 +102,13 @@ export class FaultyProxy {
 
   up(): void {
     this.isDown = false;
+  }
+
+  /** New connections go to `target`; current ones are dropped (they belong to the old Redis). */
+  retarget(target: { host: string; port: number }): void {
+    this.target = target;
+    for (const p of this.pairs) (p.client.destroy(), p.upstream.destroy());
+    this.pairs.clear();
   }
 
   async close(): Promise<void> {
