@@ -209,7 +209,10 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
     try {
       const call = (this.client as unknown as WithCommand)[COMMAND](b.rkey, capacity, windowMs, now, b.mode);
       const timeout = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new StoreTimeout()), this.timeoutMs);
+        // Rejected after the next poll for I/O, not in the timer itself: timers run before the poll,
+        // so after a stall of this process's event loop Redis' reply may be waiting unread (see
+        // ScriptPipe.checkTimeouts). A reply read in that poll settles the race first.
+        timer = setTimeout(() => setImmediate(reject, new StoreTimeout()), this.timeoutMs);
       });
       // race() subscribes to both, so a late rejection of `call` is handled, never unhandled.
       reply = await Promise.race([call, timeout]);

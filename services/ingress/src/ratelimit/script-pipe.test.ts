@@ -95,6 +95,30 @@ describe('ScriptPipe against Redis', () => {
     server.close();
   });
 
+  it('a call made while a script reload waits on a stalled Redis still times out', async () => {
+    // SCRIPT LOAD at connect is answered; the first EVALSHA meets NOSCRIPT; then nothing more is
+    // answered, so the reload's SCRIPT LOAD (no deadline of its own) stays ahead of later calls.
+    let evals = 0;
+    const server = net.createServer((sock) => {
+      sock.on('data', (d) => {
+        const text = d.toString();
+        if (text.includes('SCRIPT') && evals === 0) return void sock.write('$40\r\n' + 'a'.repeat(40) + '\r\n');
+        if (text.includes('EVALSHA') && evals++ === 0) sock.write('-NOSCRIPT No matching script.\r\n');
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const p = new ScriptPipe({ url: `redis://127.0.0.1:${(server.address() as net.AddressInfo).port}`, script: SCRIPT, argCount: 2, timeoutMs: 50 });
+    pipes.push(p);
+    await new Promise<void>((r) => p.once('ready', () => r()));
+    await expect(call(p, 'k', ['1', ''])).rejects.toThrow(/NOSCRIPT/);
+    const t = performance.now();
+    await expect(call(p, 'k', ['1', ''])).rejects.toThrow(/did not answer within 50 ms/);
+    // Loose for a loaded machine; without a deadline it would wait until the connection drops.
+    expect(performance.now() - t).toBeLessThan(1000);
+    p.close();
+    server.close();
+  });
+
   it('parses integer-array replies with negative and large values, through the fast path and the general parser, in any split', async () => {
     // The limiter's replies are non-negative, but the pipe must not depend on it.
     const replies = [

@@ -20,6 +20,9 @@ import tls from 'node:tls';
  *   the five reply kinds, with a fast path for integers;
  * - a timed-out call is answered early (the caller falls back) and keeps its FIFO slot, so the
  *   late reply is matched and dropped; one timer checks the oldest call instead of one timer per call;
+ * - a timeout means Redis is slow, not that this process was busy: the deadline starts when the
+ *   call is written, not when it is queued, and a call found late is given up only after the next
+ *   poll for I/O (see {@link ScriptPipe.checkTimeouts});
  * - the connection (AUTH, SELECT, SCRIPT LOAD) and reconnects with backoff are handled here, and
  *   `NOSCRIPT` (a flushed script cache) reloads the script.
  *
@@ -37,7 +40,7 @@ export interface ScriptPipeOptions {
   url: string;
   /** The Lua source; it is loaded with SCRIPT LOAD on every (re)connect. */
   script: string;
-  /** A call not answered within this many ms is answered with a {@link PipeTimeout}. */
+  /** A call not answered within this many ms of being written to Redis is answered with a {@link PipeTimeout}. */
   timeoutMs: number;
   /** Calls waiting for Redis beyond this number are refused at once (default 20,000). */
   maxInFlight?: number;
@@ -101,6 +104,7 @@ export function redisEndpoint(url: string): RedisEndpoint {
 
 interface Pending {
   cb: ReplyCallback | null; // null once answered early (timeout) or for internal commands
+  /** performance.now() by which the reply is due; Infinity until written (and for internal commands). */
   deadline: number;
   internal?: (err: Error | null, value: unknown) => void;
 }
@@ -133,12 +137,20 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
   /** FIFO of calls sent (or queued to be sent) on the current connection. */
   private fifo: Pending[] = [];
   private head = 0;
+  /** Calls at the end of the FIFO that are still in `out`, not yet written. */
+  private unsent = 0;
   private out = '';
   private flushScheduled = false;
   private input: Buffer | null = null;
   /** Scratch space of the integer-array fast path. */
   private readonly ints: number[] = [];
   private ticker: NodeJS.Timeout | null = null;
+  /** Reply chunks received so far (any connection): what {@link verdict} compares to see progress. */
+  private received = 0;
+  /** A {@link verdict} is scheduled, for the calls late at `checkedAt`, when `received` was `seenAt`. */
+  private verdictDue = false;
+  private checkedAt = 0;
+  private seenAt = 0;
   private reconnectTimer: NodeJS.Timeout | null = null;
   /** Prefix of every EVALSHA command: `*<n>\r\n$7\r\nEVALSHA\r\n$40\r\n<sha>\r\n$1\r\n1\r\n`. */
   private readonly evalPrefix: string;
@@ -181,7 +193,8 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
   callEncoded(cmd: string, cb: ReplyCallback): void {
     if (this.status !== 'ready') return cb(new PipeUnavailable('Redis is not connected'), null);
     if (this.inFlight >= this.maxInFlight) return cb(new PipeUnavailable(`more than ${this.maxInFlight} calls waiting for Redis`), null);
-    this.fifo.push({ cb, deadline: performance.now() + this.timeoutMs });
+    this.fifo.push({ cb, deadline: Infinity });
+    this.unsent++;
     this.send(cmd);
   }
 
@@ -209,6 +222,11 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
     if (!this.out || !this.socket) return;
     const out = this.out;
     this.out = '';
+    // The calls' time starts now: time spent queued behind a busy event loop is not Redis' delay.
+    const deadline = performance.now() + this.timeoutMs;
+    const fifo = this.fifo;
+    for (let i = fifo.length - this.unsent; i < fifo.length; i++) if (!fifo[i]!.internal) fifo[i]!.deadline = deadline;
+    this.unsent = 0;
     this.socket.write(out);
   };
 
@@ -256,6 +274,7 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
 
   private internal(cmd: string, done: (err: Error | null, value: unknown) => void): void {
     this.fifo.push({ cb: null, deadline: Infinity, internal: done });
+    this.unsent++;
     this.send(cmd);
   }
 
@@ -276,6 +295,7 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
     const head = this.head;
     this.fifo = [];
     this.head = 0;
+    this.unsent = 0;
     for (let i = head; i < pending.length; i++) {
       const p = pending[i]!;
       if (p.cb) p.cb(err, null);
@@ -283,13 +303,37 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
     }
   }
 
+  /**
+   * The ticker: finds calls past their deadline, but does not give them up yet. Node runs timers
+   * before it polls for I/O, so after a stall of this process's event loop (GC, a CPU burst) the
+   * ticker runs while Redis' replies wait unread in the socket. The verdict comes after the next
+   * poll (`setImmediate` runs after it), when those replies have been read and delivered.
+   */
   private readonly checkTimeouts = (): void => {
     if (this.inFlight === 0) return this.stopTicker();
+    if (this.verdictDue) return;
     const now = performance.now();
-    // Calls are in send order, so deadlines are too: stop at the first one still in time.
-    for (let i = this.head; i < this.fifo.length; i++) {
+    if (this.lateCall(now) < 0) return;
+    this.verdictDue = true;
+    this.checkedAt = now;
+    this.seenAt = this.received;
+    setImmediate(this.verdict);
+  };
+
+  /**
+   * Answers with {@link PipeTimeout} the calls that were late at the check and are still
+   * unanswered after the poll. If replies arrived meanwhile, Redis is answering and the calls left
+   * wait behind those answered (replies come in order): only calls late by another `timeoutMs`
+   * are given up, the others are checked again on the next tick. So a stalled Redis costs a call
+   * `timeoutMs` plus a tick, one that answers slowly at most twice that.
+   */
+  private readonly verdict = (): void => {
+    this.verdictDue = false;
+    const cutoff = this.received === this.seenAt ? this.checkedAt : this.checkedAt - this.timeoutMs;
+    for (let i = this.lateCall(cutoff); i >= 0 && i < this.fifo.length; i++) {
       const p = this.fifo[i]!;
-      if (p.deadline > now) break;
+      if (p.internal) continue;
+      if (p.deadline > cutoff) break;
       if (p.cb) {
         const cb = p.cb;
         p.cb = null;
@@ -298,12 +342,28 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
     }
   };
 
+  /**
+   * Index of the first call still waiting for its reply whose deadline is at or before `t`, or -1.
+   * Calls are written in FIFO order, so deadlines are in order too: the search stops at the first
+   * call still in time. Internal commands have no deadline and are skipped.
+   */
+  private lateCall(t: number): number {
+    for (let i = this.head; i < this.fifo.length; i++) {
+      const p = this.fifo[i]!;
+      if (p.internal) continue;
+      if (p.deadline > t) return -1;
+      if (p.cb) return i;
+    }
+    return -1;
+  }
+
   private stopTicker(): void {
     if (this.ticker) clearInterval(this.ticker);
     this.ticker = null;
   }
 
   private onData(chunk: Buffer): void {
+    this.received++;
     const buf = this.input ? Buffer.concat([this.input, chunk]) : chunk;
     let pos = 0;
     try {
