@@ -420,7 +420,8 @@ describe('ingress HTTP plane', () => {
 
   it('runs a route pipeline: request stages (with the buffered body), response stages, body transforms and results', async () => {
     const denied = await get(c.port, '/api/x', { headers: { 'x-deny': '1' } });
-    expect([denied.status, denied.headers['x-why'], denied.body.toString()]).toEqual([451, 'test', 'denied by test']);
+    // A stage's own answer goes through the response stages as an upstream response would (head edits and body transforms).
+    expect([denied.status, denied.headers['x-why'], denied.headers['x-stage'], denied.body.toString()]).toEqual([451, 'test', 'yes', 'DENIED BY TEST']);
     const r = await get(c.port, '/api/x', { method: 'POST', body: Buffer.from('hello') });
     expect(r.status).toBe(200);
     expect(r.headers['x-stage']).toBe('yes');

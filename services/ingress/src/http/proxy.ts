@@ -9,6 +9,7 @@ import type { TunnelRegistry, TunnelTarget } from '../tunnels/registry.js';
 import { sendError, sendUpgradeError } from './error-page.js';
 import { isOutcome, type RoutePipeline } from '../pipeline/runner.js';
 import type { RequestState } from '../pipeline/types.js';
+import { answerBody, answerHeaders, type Answer } from './answer.js';
 
 /** A route's pipeline and the request's state, for the response stages and the result. */
 export interface ForwardHooks {
@@ -682,11 +683,11 @@ function deliver(req: http.IncomingMessage, res: http.ServerResponse, status: nu
     .then(
       (d) => {
         if (isOutcome(d)) {
+          // A response stage's own answer (outbound deny / custom-response / redirect): final, sent as it is.
           body.resume();
-          const text = d.body ?? '';
-          const err = writeHeadSafely(res, d.status, undefined, { 'content-length': Buffer.byteLength(text), ...d.headers });
+          const err = writeHeadSafely(res, d.status, undefined, answerHeaders(d));
           if (err) return unsendable(err);
-          res.end(req.method === 'HEAD' ? undefined : text);
+          res.end(answerBody(d, req.method));
           return;
         }
         const decision = d!;
@@ -712,6 +713,26 @@ function deliver(req: http.IncomingMessage, res: http.ServerResponse, status: nu
       body.resume();
       res.destroy();
     });
+}
+
+/**
+ * Sends a request stage's own answer (deny, custom-response, the rate-limit 429, a module's
+ * refusal, a sign-in redirect, …) through the route's response stages, as the upstream's response
+ * would go: `res.status_code` and `res.headers` are the answer's, and the stages may edit its head,
+ * replace it (an outbound deny or custom-response, sent as it is: no second pass), or transform
+ * its body (compression, response-body-find-replace), which is fed to them as a stream of the
+ * answer's bytes. Only for a pipeline that `editsResponses`. Resolves with the status sent once
+ * the response is over, 499 when the client went away first (as `forward` does).
+ */
+export function deliverAnswer(req: http.IncomingMessage, res: http.ServerResponse, out: Answer, hooks: ForwardHooks, log: Logger): Promise<number> {
+  if (res.destroyed) return Promise.resolve(499); // the client went away during the request stages
+  const done = new Promise<number>((resolve) => res.once('close', () => resolve(res.writableFinished ? res.statusCode : 499)));
+  const bytes = answerBody(out, req.method);
+  const body = new Readable({ read() {} });
+  if (bytes !== undefined && bytes.length > 0) body.push(bytes);
+  body.push(null);
+  deliver(req, res, out.status, undefined, answerHeaders(out), body, hooks, log);
+  return done;
 }
 
 /** Pipes two byte streams into each other until either side ends or fails. */

@@ -4,7 +4,8 @@ import type { ErrorCode, Logger } from '@warren/shared';
 import type { TunnelRegistry, TunnelTarget } from '../tunnels/registry.js';
 import type { IngressMetrics } from '../metrics.js';
 import { sendError, sendUpgradeError } from './error-page.js';
-import { ipOf, publicRequestHeaders, splice, type Forwarder, type RequestInfo } from './proxy.js';
+import { deliverAnswer, ipOf, publicRequestHeaders, splice, type Forwarder, type RequestInfo } from './proxy.js';
+import { answerBody, answerHeaders } from './answer.js';
 import { WebSocketHandshakeError, acceptWebSocketAsTcp, isWebSocketTcpConverter } from '../modules/index.js';
 import { RoutingTable, httpsEdgesOn, httpsLocation, tlsRank, tlsRefusal, type CompiledRoute, type HttpsEdgesOnHttp } from './routing.js';
 import { readBody } from '../pipeline/runner.js';
@@ -247,8 +248,13 @@ export class PublicHandler {
 
   private afterRequestStages(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, state: RequestState, out: Outcome | Promise<Outcome>, track: HttpRequestTracker | null): Promise<number> {
     if (out instanceof Promise) return out.then((o) => this.afterRequestStages(req, res, r, cr, state, o, track));
-    if (out) return Promise.resolve(sendOutcome(req, res, out));
     const pipeline = cr.pipeline!;
+    if (out) {
+      // A stage answered: through the response stages when the route has any (the traffic
+      // policy's outbound rules run on a deny or a 429 as on the upstream's response), else as it is.
+      if (out === CLOSE_CONNECTION || !pipeline.editsResponses) return Promise.resolve(sendOutcome(req, res, out));
+      return deliverAnswer(req, res, out, { pipeline, state }, this.opts.log);
+    }
     if (!cr.backend) {
       sendError(req, res, 7002);
       pipeline.onResult(state, 'none');
@@ -288,9 +294,12 @@ export class PublicHandler {
         socket.destroy();
         return;
       }
-      const body = out.body ?? '';
-      const extra = Object.entries(out.headers ?? {}).map(([k, v]) => `${k}: ${v}\r\n`).join('');
-      socket.end(`HTTP/1.1 ${out.status} ${http.STATUS_CODES[out.status] ?? ''}\r\n${extra}content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+      // Written raw (no response stages run on it: the socket is not an HTTP response).
+      const h = answerHeaders(out);
+      let head = `HTTP/1.1 ${out.status} ${http.STATUS_CODES[out.status] ?? ''}\r\n`;
+      for (let i = 0; i < h.length; i += 2) head += `${h[i]}: ${h[i + 1]}\r\n`;
+      socket.write(`${head}connection: close\r\n\r\n`);
+      socket.end(answerBody(out, req.method));
       return;
     }
     const target = r.next(EMPTY_SET);
@@ -421,13 +430,14 @@ function sendRedirect(req: http.IncomingMessage, res: http.ServerResponse, locat
   return 308;
 }
 
-/** Sends a stage's own answer (deny, 429, custom response, …), or closes the connection without one (close-connection). */
+/**
+ * Sends a stage's own answer (deny, 429, custom response, …) as it is, or closes the connection
+ * without one (close-connection). With its body's Content-Length (for HEAD too, without the body);
+ * 204 and 304 get neither (RFC 9110 §8.6, §6.4.1).
+ */
 export function sendOutcome(req: http.IncomingMessage, res: http.ServerResponse, out: Exclude<Outcome, null>): number {
   if (out === CLOSE_CONNECTION) return closeConnection(req);
-  const body = out.body === undefined ? '' : out.body;
-  const headers: Record<string, string | string[] | number> = { ...out.headers };
-  if (!Object.keys(headers).some((h) => h.toLowerCase() === 'content-length')) headers['content-length'] = Buffer.byteLength(body);
-  res.writeHead(out.status, headers);
-  res.end(req.method === 'HEAD' ? undefined : body);
+  res.writeHead(out.status, answerHeaders(out));
+  res.end(answerBody(out, req.method));
   return out.status;
 }

@@ -5,7 +5,8 @@ import { applyHeaderEdits, compileHeaderEdits, type HeadersModule } from './head
 /**
  * `response_headers`: removes then adds headers of the upstream's response on its way to the
  * client (see header-edits.ts; `add` replaces existing values of the same name). Applied to
- * responses from the upstream only, not to the ingress's own error answers.
+ * the upstream's responses and to the route's own answers (a stage's refusal or custom response,
+ * through `deliverAnswer` in http/proxy.ts), not to the ingress's own error answers.
  */
 export const responseHeadersStage: StageFactory = (route): RouteStage | null => {
   const m = enabledModule<HeadersModule>(route, 'response_headers');

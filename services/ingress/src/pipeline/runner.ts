@@ -37,6 +37,16 @@ export class RoutePipeline {
     return this.responseStages.length > 0 || this.transformStages.length > 0 || this.resultStages.length > 0;
   }
 
+  /**
+   * Some stage edits, replaces or transforms responses (`onResponse` / `transformBody`: the
+   * traffic policy's outbound rules, response_headers, compression, a sign-in's session refresh).
+   * A request stage's own answer then goes through {@link onResponse} as the upstream's response
+   * would (`http/proxy.ts` `deliverAnswer`); without such a stage it is sent as it is, at no cost.
+   */
+  get editsResponses(): boolean {
+    return this.responseStages.length > 0 || this.transformStages.length > 0;
+  }
+
   /** Some stage listens for upstream results (a circuit breaker). */
   get hasResultStages(): boolean {
     return this.resultStages.length > 0;
@@ -75,7 +85,11 @@ export class RoutePipeline {
     throw err;
   }
 
-  /** Runs the response stages on the head; an Outcome replaces the upstream's response. */
+  /**
+   * Runs the response stages on the head; an Outcome replaces the response. The head is the
+   * upstream's, or a request stage's own answer (see {@link editsResponses}); either way an
+   * Outcome here is final: it is sent as it is, never through the stages again.
+   */
   async onResponse(s: RequestState, status: number, headers: string[]): Promise<ResponseDecision | Outcome> {
     const r: ResponseState = { status, headers };
     for (const stage of this.responseStages) {

@@ -61,9 +61,17 @@ export interface RouteStage {
   /** True when `onRequest` needs `state.body` (webhook verification); the runner buffers it first. */
   readonly needsBody?: boolean;
   onRequest?(s: RequestState): Outcome | Promise<Outcome>;
-  /** Runs on the response head before it is sent to the client. May answer instead (outbound deny/custom-response). */
+  /**
+   * Runs on the response head before it is sent to the client: the upstream's, or the answer a
+   * request stage made itself (deny, custom-response, the rate-limit 429, a module's refusal; not
+   * close-connection, nor an Upgrade's refusal). May answer instead (outbound deny/custom-response),
+   * which is final.
+   */
   onResponse?(s: RequestState, r: ResponseState): Outcome | void | Promise<Outcome | void>;
-  /** May wrap the response body (compression); called after every onResponse, with the final head. */
+  /**
+   * May wrap the response body (compression); called after every onResponse, with the final head.
+   * On a request stage's own answer the body is a stream of that answer's bytes.
+   */
   transformBody?(s: RequestState, r: ResponseState): Transform | null;
   /** The request's outcome at the upstream (circuit breaker); see `UpstreamResult`. */
   onResult?(s: RequestState, result: UpstreamResult): void;
