@@ -40,7 +40,8 @@ const githubPolicy = (extra: Record<string, unknown> = {}) => ({
   inbound: [
     { actions: [github(extra)] },
     { expressions: ["!actions.ngrok.oauth.identity.email.endsWith('@corp.test')"], actions: [{ type: 'custom-response', config: { status_code: 403, body: 'not for you', headers: { 'x-denied': 'yes' } } }] },
-    { actions: [{ type: 'add-headers', config: { headers: { 'x-user-email': '${actions.ngrok.oauth.identity.email}', 'x-user-id': '${actions.ngrok.oauth.identity.provider_user_id}', 'x-user-name': '${actions.ngrok.oauth.identity.name}' } } }] },
+    // add-headers appends (as ngrok's): remove what the client sent first
+    { actions: [{ type: 'remove-headers', config: { headers: ['x-user-email', 'x-user-id', 'x-user-name'] } }, { type: 'add-headers', config: { headers: { 'x-user-email': '${actions.ngrok.oauth.identity.email}', 'x-user-id': '${actions.ngrok.oauth.identity.provider_user_id}', 'x-user-name': '${actions.ngrok.oauth.identity.name}' } } }] },
   ],
 });
 
@@ -76,7 +77,7 @@ beforeAll(async () => {
   await route('/oidc', {
     inbound: [
       { actions: [{ type: 'openid-connect', config: { issuer_url: idp.issuer, client_id: OIDC_ID, client_secret: OIDC_SECRET, max_session_duration: '1h' } }] },
-      { actions: [{ type: 'add-headers', config: { headers: { 'x-oidc-email': '${actions.ngrok.oidc.identity.email}', 'x-oidc-sub': '${actions.ngrok.oidc.identity.provider_user_id}', 'x-oidc-expires': '${actions.ngrok.oidc.expires_at}' } } }] },
+      { actions: [{ type: 'remove-headers', config: { headers: ['x-oidc-email', 'x-oidc-sub', 'x-oidc-expires'] } }, { type: 'add-headers', config: { headers: { 'x-oidc-email': '${actions.ngrok.oidc.identity.email}', 'x-oidc-sub': '${actions.ngrok.oidc.identity.provider_user_id}', 'x-oidc-expires': '${actions.ngrok.oidc.expires_at}' } } }] },
     ],
   });
 }, 120_000);
@@ -118,7 +119,7 @@ describe('traffic policy oauth / openid-connect on live traffic', () => {
     const name = cookieName('github', routes.get('/gh')!);
     expect(br.jar.get(HOST, name)).toMatch(/^v1\./);
 
-    // a client cannot forge the identity: add-headers replaces what it sent
+    // a client cannot forge the identity: remove-headers drops what it sent, add-headers adds the real one
     const forged = await br.request(`${ORIGIN}/gh/who`, { headers: { accept: 'application/json', 'x-user-email': 'root@corp.test', 'ngrok-auth-user-email': 'root@corp.test', ngrok_auth_user_id: '1' } });
     expect(JSON.parse(forged.body).headers['x-user-email']).toBe('alice@corp.test');
     // nor send the modules' identity headers to an upstream moved from a module (review)

@@ -1,4 +1,4 @@
-import { compileExpression, parseTemplate, type BucketKeyElement, type CelProgram, type PolicyAction, type PolicyDirection, type PolicyRule, type TrafficPolicy } from '@warren/shared';
+import { CelCompileError, compileExpression, parseTemplate, type BucketKeyElement, type CelProgram, type PolicyAction, type PolicyDirection, type PolicyRule, type TrafficPolicy } from '@warren/shared';
 import { compileBasicAuth, compileRestrictIps, type CompiledBasicAuth, type CompiledRestrictIps, type IpPolicyRules } from './access-actions.js';
 import { compileLog, compileSetVars, type CompiledLog, type CompiledSetVars } from './var-actions.js';
 import { compileRedirect, compileUrlRewrite, type CompiledRedirect, type CompiledUrlRewrite } from './url-actions.js';
@@ -15,28 +15,39 @@ import { compileAuthAction, type AuthRouter, type CompiledAuthAction } from './a
 
 export interface CompiledRateLimit {
   kind: 'rate-limit';
-  /** Bucket key prefix: route, direction and action name, JSON-encoded (unambiguous). */
+  /**
+   * Bucket key prefix: route, direction and action name, JSON-encoded (unambiguous). A name that
+   * an earlier rate-limit of the same direction already has (a policy stored before the control
+   * plane refused that) adds the action's place, so that the two never share a bucket.
+   */
   prefix: string;
   capacity: number;
   rateSeconds: number;
   bucketKey: BucketKeyElement[];
 }
 
-export interface CompiledRespond {
-  kind: 'respond';
-  status: number;
-  body: string | undefined;
-  headers: Record<string, string> | undefined;
-}
-
 /** A header value: literal, or literal text and compiled `${expr}` parts. */
 export type HeaderValue = string | (string | CelProgram)[];
+
+/** deny and custom-response: a response made here. Body and header values may interpolate (custom-response). */
+export interface CompiledRespond {
+  kind: 'respond';
+  /** The action's place (`inbound[0].actions[1]`), for evaluation errors. */
+  where: string;
+  status: number;
+  body: HeaderValue | undefined;
+  headers: { name: string; value: HeaderValue }[] | undefined;
+}
 
 export interface CompiledAddHeaders {
   kind: 'add-headers';
   headers: { name: string; lower: string; value: HeaderValue }[];
-  /** Lower-case names, to drop existing values before adding. */
-  lower: Set<string>;
+  /**
+   * Lower-case names whose existing values are dropped before adding: only `host`, on a request
+   * (one Host, never a second). Every other header is appended after any of its name, as ngrok
+   * does (remove-headers first to replace one).
+   */
+  replace: Set<string>;
 }
 
 export interface CompiledRemoveHeaders {
@@ -60,28 +71,52 @@ export interface CompiledPolicy {
   auth?: AuthRouter | null;
 }
 
-/** `where`: the action's path in the policy (`inbound[0].actions[1]`), for evaluation errors. `ipPolicyRules`: for restrict-ips `ip_policies`. */
-function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirection, where: string, ipPolicyRules?: IpPolicyRules): CompiledAction {
+/** A value with `${expr}` parts compiled; the value itself when it has none. Throws `CelCompileError`. */
+function template(raw: string, direction: PolicyDirection): HeaderValue {
+  const parts = parseTemplate(raw);
+  return parts.every((p) => typeof p === 'string') ? raw : parts.map((p) => (typeof p === 'string' ? p : compileExpression(direction, p.expr, false)));
+}
+
+/**
+ * custom-response values: as `template`, but one whose `${…}` does not compile stays literal
+ * text. Only a document stored before custom-response interpolated can have one (the control
+ * plane refuses it on save); it keeps answering as it did then (`parse.ts` `customResponseTemplate`).
+ */
+function lenientTemplate(raw: string, direction: PolicyDirection): HeaderValue {
+  if (!raw.includes('${')) return raw;
+  try {
+    return template(raw, direction);
+  } catch (err) {
+    if (err instanceof CelCompileError) return raw;
+    throw err;
+  }
+}
+
+/**
+ * `where`: the action's path in the policy (`inbound[0].actions[1]`), for evaluation errors and
+ * rate-limit keys. `nameTaken`: a rate-limit whose name an earlier rate-limit of the direction
+ * already has (its key takes `where` too). `ipPolicyRules`: for restrict-ips `ip_policies`.
+ */
+function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirection, where: string, nameTaken: boolean, ipPolicyRules?: IpPolicyRules): CompiledAction {
   switch (a.type) {
     case 'rate-limit':
       return {
         kind: 'rate-limit',
-        prefix: `tp:${JSON.stringify([routeId, direction, a.config.name])}`,
+        prefix: `tp:${JSON.stringify(nameTaken ? [routeId, direction, a.config.name, where] : [routeId, direction, a.config.name])}`,
         capacity: a.config.capacity,
         rateSeconds: a.config.rateSeconds,
         bucketKey: a.config.bucketKey,
       };
     case 'deny':
-      return { kind: 'respond', status: a.config.status_code, body: undefined, headers: undefined };
-    case 'custom-response':
-      return { kind: 'respond', status: a.config.status_code, body: a.config.body, headers: a.config.headers };
+      return { kind: 'respond', where, status: a.config.status_code, body: undefined, headers: undefined };
+    case 'custom-response': {
+      const headers = Object.entries(a.config.headers).map(([name, raw]) => ({ name, value: lenientTemplate(raw, direction) }));
+      return { kind: 'respond', where, status: a.config.status_code, body: lenientTemplate(a.config.body, direction), headers: headers.length > 0 ? headers : undefined };
+    }
     case 'add-headers': {
-      const headers = Object.entries(a.config.headers).map(([name, raw]) => {
-        const parts = parseTemplate(raw);
-        const value: HeaderValue = parts.every((p) => typeof p === 'string') ? raw : parts.map((p) => (typeof p === 'string' ? p : compileExpression(direction, p.expr, false)));
-        return { name, lower: name.toLowerCase(), value };
-      });
-      return { kind: 'add-headers', headers, lower: new Set(headers.map((h) => h.lower)) };
+      const headers = Object.entries(a.config.headers).map(([name, raw]) => ({ name, lower: name.toLowerCase(), value: template(raw, direction) }));
+      const replace = new Set(direction === 'inbound' ? headers.map((h) => h.lower).filter((n) => n === 'host') : []);
+      return { kind: 'add-headers', headers, replace };
     }
     case 'remove-headers':
       return { kind: 'remove-headers', lower: new Set(a.config.headers.map((h) => h.toLowerCase())) };
@@ -117,12 +152,19 @@ function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirect
 }
 
 function compileRules(rules: PolicyRule[], routeId: string, direction: PolicyDirection, ipPolicyRules?: IpPolicyRules): CompiledRule[] {
+  // Rate-limit names seen so far: the first action of a name keeps the plain key (its bucket
+  // survives), a later one of the same name is keyed by its place as well.
+  const seen = new Set<string>();
   return rules.map((rule, i) => {
     const where = `${direction}[${i}]`;
     return {
       where: rule.name ? `${where} (${rule.name})` : where,
       conditions: rule.expressions.map((e, j) => ({ where: `${where}.expressions[${j}]`, program: compileExpression(direction, e) })),
-      actions: rule.actions.map((a, j) => compileAction(a, routeId, direction, `${where}.actions[${j}]`, ipPolicyRules)),
+      actions: rule.actions.map((a, j) => {
+        const nameTaken = a.type === 'rate-limit' && seen.has(a.config.name);
+        if (a.type === 'rate-limit') seen.add(a.config.name);
+        return compileAction(a, routeId, direction, `${where}.actions[${j}]`, nameTaken, ipPolicyRules);
+      }),
     };
   });
 }

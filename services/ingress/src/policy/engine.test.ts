@@ -97,13 +97,85 @@ describe('trafficPolicyStage', () => {
     const s = stage({
       inbound: [
         { actions: [{ type: 'remove-headers', config: { headers: ['cookie', 'X-Drop'] } }, { type: 'add-headers', config: { headers: { 'user-agent': 'policy/1', 'X-Ip': 'ip=${conn.client_ip} ua=${getReqHeader("USER-AGENT")}' } } }] },
-        { expressions: ["req.user_agent == 'policy/1'", "!('cookie' in req.headers)"], actions: [{ type: 'add-headers', config: { headers: { 'X-After': 'ok' } } }] },
+        { expressions: ["req.headers['user-agent'] == ['curl/8', 'policy/1']", "!('cookie' in req.headers)"], actions: [{ type: 'add-headers', config: { headers: { 'X-After': 'ok' } } }] },
       ],
     });
-    // values of one add-headers action see the headers as they were before it
+    // values of one add-headers action see the headers as they were before it; an added header
+    // goes after any of its name (ngrok: "it will append another header with the same key")
     const r = request({ headers: ['Host', 'app.example.com', 'User-Agent', 'curl/8', 'Cookie', 'a=1', 'COOKIE', 'b=2', 'x-drop', '1'] });
     expect(await s.onRequest!(r)).toBeNull();
-    expect(r.headers).toEqual(['Host', 'app.example.com', 'user-agent', 'policy/1', 'X-Ip', 'ip=203.0.113.7 ua=curl/8', 'X-After', 'ok']);
+    expect(r.headers).toEqual(['Host', 'app.example.com', 'User-Agent', 'curl/8', 'user-agent', 'policy/1', 'X-Ip', 'ip=203.0.113.7 ua=curl/8', 'X-After', 'ok']);
+  });
+
+  it('add-headers appends on requests and responses, replaces a request Host, and replaces after remove-headers', async () => {
+    const s = stage({
+      inbound: [{ actions: [{ type: 'add-headers', config: { headers: { 'X-Multi': 'three', Host: 'backend.internal:8080', 'Cookie': 'c=3' } } }] }],
+      outbound: [
+        { actions: [{ type: 'add-headers', config: { headers: { 'x-multi': 'three', 'set-cookie': 'c=3', Host: 'h' } } }] },
+        { expressions: ["getResHeader('set-cookie').size() == 3"], actions: [{ type: 'remove-headers', config: { headers: ['X-Multi'] } }, { type: 'add-headers', config: { headers: { 'X-Multi': 'only' } } }] },
+      ],
+    });
+    const r = request({ headers: ['Host', 'app.example.com', 'X-Multi', 'one', 'x-multi', 'two', 'Cookie', 'a=1'] });
+    expect(await s.onRequest!(r)).toBeNull();
+    expect(r.headers).toEqual(['X-Multi', 'one', 'x-multi', 'two', 'Cookie', 'a=1', 'X-Multi', 'three', 'Host', 'backend.internal:8080', 'Cookie', 'c=3']);
+    const res = { status: 200, headers: ['Set-Cookie', 'a=1', 'set-cookie', 'b=2', 'X-Multi', 'one', 'X-Multi', 'two', 'Host', 'up'] };
+    expect(await s.onResponse!(request(), res)).toBeNull();
+    // On a response Host is an ordinary header (appended); remove-headers then add-headers replaces.
+    expect(res.headers).toEqual(['Set-Cookie', 'a=1', 'set-cookie', 'b=2', 'Host', 'up', 'set-cookie', 'c=3', 'Host', 'h', 'X-Multi', 'only']);
+  });
+
+  it('keeps the client Host when an interpolated Host fails', async () => {
+    const s = stage({ inbound: [{ actions: [{ type: 'add-headers', config: { headers: { Host: '${req.headers["x-backend"][0]}' } } }] }] });
+    const r = request();
+    expect(await s.onRequest!(r)).toBeNull();
+    expect(header(r.headers, 'host')).toEqual(['app.example.com']);
+    const t = request({ headers: ['Host', 'app.example.com', 'X-Backend', 'b.internal'] });
+    expect(await s.onRequest!(t)).toBeNull();
+    expect(header(t.headers, 'host')).toEqual(['b.internal']);
+  });
+
+  it('custom-response: ngrok defaults (status 200, content as body), interpolates body and headers', async () => {
+    const reg = deps();
+    const s = trafficPolicyStage(route({ inbound: [
+      { expressions: ["req.path == '/plain'"], actions: [{ type: 'custom-response', config: { content: 'hi' } }] },
+      { expressions: ["req.path == '/bad'"], actions: [{ type: 'custom-response', config: { status_code: 418, body: 'a${req.headers["nope"][0]}b ${req.method}', headers: { 'X-Bad': '${req.headers["nope"][0]}', 'X-Ok': 'ok' } } }] },
+      { actions: [{ type: 'custom-response', config: { status_code: 201, body: '{"host":"${req.host}","ua":${req.headers["User-Agent"]},"n":${size(req.headers)}}', headers: { 'Content-Type': 'application/json', 'X-Path': '${req.path}' } } }] },
+    ] }), EDGE, CONFIG, reg)!;
+    expect(await s.onRequest!(request({ url: '/plain' }))).toEqual({ status: 200, headers: {}, body: 'hi' });
+    expect(await s.onRequest!(request({ url: '/x' }))).toEqual({ status: 201, headers: { 'Content-Type': 'application/json', 'X-Path': '/x' }, body: '{"host":"app.example.com","ua":curl/8,"n":2}' });
+    // a failing part is left empty in the body, a failing header left out; both counted
+    expect(await s.onRequest!(request({ url: '/bad' }))).toEqual({ status: 418, headers: { 'X-Ok': 'ok' }, body: 'ab GET' });
+    expect(await reg.registry.getSingleMetricAsString('warren_traffic_policy_expression_errors_total')).toContain('direction="inbound"} 2');
+  });
+
+  it('custom-response: a stored document whose ${…} does not compile keeps it as literal text', async () => {
+    const s = stage({ inbound: [{ actions: [{ type: 'custom-response', config: { status_code: 200, body: '<script>const a = `${name}`;</script>', headers: { 'X-T': '${nope(}' } } }] }] });
+    expect(await s.onRequest!(request())).toEqual({ status: 200, headers: { 'X-T': '${nope(}' }, body: '<script>const a = `${name}`;</script>' });
+  });
+
+  it('rate-limit actions of one name (stored before that was refused) count in buckets of their own', async () => {
+    const limiter = new FakeLimiter();
+    const s = stage({
+      inbound: [
+        { expressions: ["req.path.startsWith('/a')"], actions: [rl({ name: 'shared', capacity: 1 })] },
+        { expressions: ["req.path.startsWith('/b')"], actions: [rl({ name: 'shared', capacity: 100 })] },
+      ],
+    }, limiter);
+    for (let i = 0; i < 3; i++) expect(await s.onRequest!(request({ url: '/b' }))).toBeNull();
+    expect(await s.onRequest!(request({ url: '/a' }))).toBeNull();
+    expect(await s.onRequest!(request({ url: '/a' }))).toMatchObject({ status: 429 });
+    // The first of the name keeps the key it always had; the later one adds its place.
+    expect([...new Set(limiter.calls.map((c) => c.key))]).toEqual(['tp:["rt_1","inbound","shared","inbound[1].actions[0]"]["203.0.113.7"]', 'tp:["rt_1","inbound","shared"]["203.0.113.7"]']);
+  });
+
+  it('reads req.headers and res.headers in any case', async () => {
+    const s = stage({
+      inbound: [{ expressions: ["req.headers['X-User'][0] == 'alice'", "'X-USER' in req.headers", "req.headers['x-user'] == ['alice']"], actions: [{ type: 'deny', config: { status_code: 418 } }] }],
+      outbound: [{ expressions: ["res.headers['Content-Type'][0] == 'text/plain'", "!('X-None' in res.headers)"], actions: [{ type: 'deny', config: { status_code: 502 } }] }],
+    });
+    expect(await s.onRequest!(request({ headers: ['Host', 'app.example.com', 'X-User', 'alice'] }))).toMatchObject({ status: 418 });
+    expect(await s.onRequest!(request({ headers: ['Host', 'app.example.com', 'x-user', 'bob'] }))).toBeNull();
+    expect(await s.onResponse!(request(), { status: 200, headers: ['content-type', 'text/plain'] })).toMatchObject({ status: 502 });
   });
 
   it('runs outbound rules on the response', async () => {

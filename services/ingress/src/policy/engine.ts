@@ -21,6 +21,12 @@ const MAX_PLAIN_KEY = 256;
 
 const RATE_LIMITED_BODY = 'Too Many Requests: rate limit exceeded\n';
 
+/** Longest interpolated header value (add-headers, custom-response); `MAX_INTERPOLATED_VALUE` in the shared parser's cost estimate. */
+const MAX_HEADER_VALUE = 8192;
+
+/** Longest interpolated custom-response body, in characters (the literal text is at most 64 KiB). */
+const MAX_RESPONSE_BODY = 256 * 1024;
+
 export interface EngineDeps {
   limiter: RateLimiter;
   log: Logger;
@@ -132,7 +138,7 @@ export class TrafficPolicyStage implements RouteStage {
           case 'rate-limit':
             return this.rateLimit(run, a, i, j);
           case 'respond':
-            return respond(a);
+            return this.respond(run, a);
           case 'add-headers':
             this.addHeaders(run, a);
             break;
@@ -249,18 +255,26 @@ export class TrafficPolicyStage implements RouteStage {
     this.deps.log.warn({ routeId: this.routeId, where, err: msg }, 'traffic policy: evaluation failed (rule skipped / header not set); logged once per policy');
   }
 
+  /**
+   * Appends the headers after any of the same name (ngrok's add-headers: "If the header already
+   * exists it will append another header with the same key unless it is the host header"); a
+   * request's Host is replaced instead (`replace`), and only once its new value is known, so a
+   * failed interpolation leaves the client's Host rather than none.
+   */
   private addHeaders(run: Run, a: CompiledAddHeaders): void {
-    const out = withoutHeaders(run.getHeaders(), a.lower);
-    const fresh = out === run.getHeaders() ? out.slice() : out;
+    let out = run.getHeaders().slice();
     for (const h of a.headers) {
-      const value = typeof h.value === 'string' ? h.value : this.interpolate(run, h.value, h.name);
-      if (value !== null) fresh.push(h.name, value);
+      const value = typeof h.value === 'string' ? h.value : this.interpolate(run, h.value, `add-headers ${h.name}`);
+      if (value === null) continue;
+      if (a.replace.has(h.lower)) out = withoutHeaders(out, a.replace);
+      out.push(h.name, value);
     }
-    run.setHeaders(fresh);
+    run.setHeaders(out);
     run.act.headersChanged();
   }
 
-  private interpolate(run: Run, parts: (string | CelProgram)[], name: string): string | null {
+  /** A header value's `${expr}` parts evaluated; null (counted and logged at `where`) when one fails or the result cannot be sent. */
+  private interpolate(run: Run, parts: (string | CelProgram)[], where: string): string | null {
     let out = '';
     for (const p of parts) {
       if (typeof p === 'string') {
@@ -270,15 +284,48 @@ export class TrafficPolicyStage implements RouteStage {
       try {
         out += celToHeaderText(p(run.act));
       } catch (err) {
-        this.failed(run, `add-headers ${name}`, err);
+        this.failed(run, where, err);
         return null;
       }
+      if (out.length > MAX_HEADER_VALUE) break;
     }
-    if (!isValidHeaderValue(out) || out.length > 8192) {
-      this.failed(run, `add-headers ${name}`, new Error('the interpolated value is not a valid header value'));
+    if (!isValidHeaderValue(out) || out.length > MAX_HEADER_VALUE) {
+      this.failed(run, where, new Error('the interpolated value is not a valid header value'));
       return null;
     }
     return out;
+  }
+
+  /**
+   * deny, custom-response. custom-response's body and header values may interpolate, as
+   * add-headers' do: a header whose `${…}` fails is left out, a body part that fails is left
+   * empty (counted and logged either way), and the body stops growing at `MAX_RESPONSE_BODY`.
+   */
+  private respond(run: Run, a: CompiledRespond): Outcome {
+    const headers: Record<string, string> = {};
+    for (const h of a.headers ?? []) {
+      const value = typeof h.value === 'string' ? h.value : this.interpolate(run, h.value, `${a.where} headers.${h.name}`);
+      if (value !== null) headers[h.name] = value;
+    }
+    let body = '';
+    if (typeof a.body === 'string') body = a.body;
+    else if (a.body) {
+      for (const p of a.body) {
+        let part: string;
+        try {
+          part = typeof p === 'string' ? p : celToHeaderText(p(run.act));
+        } catch (err) {
+          this.failed(run, `${a.where} body`, err);
+          continue;
+        }
+        if (body.length + part.length > MAX_RESPONSE_BODY) {
+          this.failed(run, `${a.where} body`, new Error(`the interpolated body is over ${MAX_RESPONSE_BODY} characters: the rest is left out`));
+          break;
+        }
+        body += part;
+      }
+    }
+    return { status: a.status, headers, body };
   }
 
   /** Asks the limiter; then a 429, or the rules go on after action `j` of rule `i`. */
@@ -319,6 +366,3 @@ export class TrafficPolicyStage implements RouteStage {
 /** The `actions.ngrok.rate_limit` variables of a request. */
 type RateLimitVars = ReturnType<typeof actionsOf>['ngrok']['rate_limit'];
 
-function respond(a: CompiledRespond): Outcome {
-  return { status: a.status, headers: a.headers ? { ...a.headers } : {}, body: a.body ?? '' };
-}

@@ -66,7 +66,6 @@ outbound:
     expect(path({ type: 'deny', config: { status_code: 399 } })).toBe('config.status_code');
     expect(path({ type: 'deny', config: { status_code: 600 } })).toBe('config.status_code');
     expect(path({ type: 'deny', config: { status: 403 } })).toBe('config.status');
-    expect(path({ type: 'custom-response', config: {} })).toBe('config.status_code');
     expect(path({ type: 'custom-response', config: { status_code: 99 } })).toBe('config.status_code');
     expect(path({ type: 'custom-response', config: { status_code: 200, body: 5 } })).toBe('config.body');
     expect(path({ type: 'custom-response', config: { status_code: 200, body: 'x'.repeat(64 * 1024 + 1) } })).toBe('config.body');
@@ -84,6 +83,53 @@ outbound:
     expect(path({ type: 'remove-headers', config: { headers: 'Cookie' } })).toBe('config.headers');
     expect(path({ type: 'remove-headers', config: { headers: ['ok', 'Transfer-Encoding'] } })).toBe('config.headers[1]');
     expect(path({ type: 'remove-headers', config: { headers: ['X-Warren-Tunnel'] } })).toBe('config.headers[0]');
+  });
+
+  it('custom-response: status 200-599 (default 200), body or content, interpolation checked on save', () => {
+    const saving = (config: unknown) => refusal(one({ type: 'custom-response', config }), true);
+    const config = (c: unknown) => (validateTrafficPolicy(one({ type: 'custom-response', config: c }), { checkCost: true }).inbound[0]!.actions[0] as { config: unknown }).config;
+    // 1xx are interim responses: sent as the answer, the client waits for another
+    for (const status_code of [100, 101, 103, 199, 600]) {
+      const e = saving({ status_code, body: 'x' });
+      expect(e.path).toBe('inbound[0].actions[0].config.status_code');
+      expect(e.reason).toBe(`must be from 200 to 599, got ${status_code}`);
+    }
+    expect(config({ status_code: 200 })).toEqual({ status_code: 200, body: '', headers: {} });
+    expect(config({ status_code: 599, body: 'x' })).toEqual({ status_code: 599, body: 'x', headers: {} });
+    // ngrok: status_code defaults to 200; content is its older name for body
+    expect(config({})).toEqual({ status_code: 200, body: '', headers: {} });
+    expect(config({ status_code: null, content: '<b>${req.host}</b>', headers: { 'Content-Type': 'text/html' } })).toEqual({ status_code: 200, body: '<b>${req.host}</b>', headers: { 'Content-Type': 'text/html' } });
+    expect(parseTrafficPolicy('inbound:\n  - actions:\n      - type: custom-response\n        config:\n          status_code: 503\n          content: "<html>down</html>"\n').inbound[0]!.actions[0]).toEqual({ type: 'custom-response', config: { status_code: 503, body: '<html>down</html>', headers: {} } });
+    let e = saving({ body: 'a', content: 'b' });
+    expect(e.path).toBe('inbound[0].actions[0].config.content');
+    expect(e.reason).toContain('give only one of them');
+    expect(saving({ content: 5 }).path).toBe('inbound[0].actions[0].config.content');
+    expect(saving({ content: 'x'.repeat(64 * 1024 + 1) }).path).toBe('inbound[0].actions[0].config.content');
+    expect(saving({ status_code: 200, bodyy: 'x' }).path).toBe('inbound[0].actions[0].config.bodyy');
+    // ${…} in the body and header values is CEL, compiled and costed when saved
+    e = saving({ body: 'hi ${req.nope}' });
+    expect(e.path).toBe('inbound[0].actions[0].config.body');
+    expect(e.reason).toMatch(/^\$\{…\} does not compile/);
+    expect(e.reason).toContain("${'${'}");
+    expect(saving({ content: 'a ${' }).path).toBe('inbound[0].actions[0].config.content');
+    expect(saving({ headers: { 'X-A': '${res.status_code}' } }).path).toBe('inbound[0].actions[0].config.headers.X-A');
+    expect(() => validateTrafficPolicy(one({ type: 'custom-response', config: { headers: { 'X-A': '${res.status_code}' } } }, [], 'outbound'), { checkCost: true })).not.toThrow();
+    expect(saving({ body: "${[1,2,3,4,5,6,7,8,9,10].exists(a, [1,2,3,4,5,6,7,8,9,10].exists(b, [1,2,3,4,5,6,7,8,9,10].exists(c, req.headers.exists(k, k.matches('^(a|b)*c$')))))}" }).reason).toContain('too expensive');
+    expect(config({ body: "literal ${'${'}x}" })).toEqual({ status_code: 200, body: "literal ${'${'}x}", headers: {} });
+    // A stored document (not being saved) whose ${…} does not compile is still accepted: the ingress sends it as written
+    expect(() => validateTrafficPolicy(one({ type: 'custom-response', config: { status_code: 200, body: 'const a = `${name}`', headers: { 'X-A': '${' } } }))).not.toThrow();
+  });
+
+  it('refuses, on save, a rate-limit name an earlier rate-limit of the direction has', () => {
+    const rl = (name: string, capacity: number) => ({ type: 'rate-limit', config: { name, algorithm: 'sliding_window', capacity, rate: '60s', bucket_key: ['req.host'] } });
+    const doc = { inbound: [{ actions: [rl('a', 2)] }, { actions: [rl('b', 5), rl('a', 100)] }], outbound: [{ actions: [rl('a', 1)] }] };
+    const e = refusal(doc, true);
+    expect(e.path).toBe('inbound[1].actions[1].config.name');
+    expect(e.reason).toContain('already the name of the rate-limit at inbound[0].actions[0]');
+    // a stored document that has them still reaches the ingress (it keys them apart)
+    expect(() => validateTrafficPolicy(doc)).not.toThrow();
+    // one name per direction: inbound and outbound buckets are apart anyway
+    expect(() => validateTrafficPolicy({ inbound: [{ actions: [rl('a', 2)] }], outbound: [{ actions: [rl('a', 1)] }] }, { checkCost: true })).not.toThrow();
   });
 
   it('splits header templates', () => {

@@ -12,9 +12,35 @@ import { CelOAuth, CelOidc } from './auth-action-vars.js';
  * getters); the ingress builds one view per request.
  */
 
-/** Raw `[name, value, …]` header pairs → lower-case name → values, in order. */
+const mapGet = Map.prototype.get;
+const mapHas = Map.prototype.has;
+
+/** `Map.get` / `Map.has` that try the lower-case key when the key as given is absent. */
+const anyCase: PropertyDescriptorMap = {
+  get: {
+    value(this: Map<string, string[]>, name: unknown) {
+      const v = mapGet.call(this, name);
+      return v !== undefined || typeof name !== 'string' ? v : mapGet.call(this, name.toLowerCase());
+    },
+  },
+  has: {
+    value(this: Map<string, string[]>, name: unknown) {
+      return mapHas.call(this, name) || (typeof name === 'string' && mapHas.call(this, name.toLowerCase()));
+    },
+  },
+};
+
+/**
+ * Raw `[name, value, …]` header pairs → lower-case name → values, in order: `req.headers` /
+ * `res.headers`, as ngrok's ("a map of lower-case names to values"), but read in any case:
+ * `req.headers['X-User']` and `'X-User' in req.headers` find `x-user` (header names are
+ * case-insensitive; with only lower-case keys the lookup is a "no such key" evaluation error and
+ * the rule never applies, while bucket keys and `getReqHeader()` take any case). Iteration,
+ * `size()` and equality see the lower-case keys. A plain `Map` (cel-js types values by their
+ * constructor) with its own `get` and `has`.
+ */
 export function headerMap(pairs: readonly string[]): Map<string, string[]> {
-  const m = new Map<string, string[]>();
+  const m = Object.defineProperties(new Map<string, string[]>(), anyCase);
   for (let i = 0; i + 1 < pairs.length; i += 2) {
     const name = pairs[i]!.toLowerCase();
     const list = m.get(name);

@@ -11,7 +11,7 @@ import { checkJwkSetUrls, jwtValidationCost, parseJwtValidationConfig } from './
 import { CIRCUIT_BREAKER_COST, checkCircuitBreakerCount, CLOSE_CONNECTION_COST, parseCircuitBreakerConfig, parseCloseConnectionConfig } from './flow-actions.js';
 import { parseFindReplaceConfig } from './find-replace.js';
 import { CostEstimateError, DFA_EXPLORE_STEPS, estimateCost, formatCost, MAX_EXPRESSION_COST, MAX_POLICY_COST, type PolicyHeaderGrowth } from './cost.js';
-import type { BucketKeyElement, PolicyAction, PolicyDirection, PolicyRule, RateLimitConfig, TrafficPolicy } from './types.js';
+import type { BucketKeyElement, CustomResponseAction, PolicyAction, PolicyDirection, PolicyRule, RateLimitConfig, TrafficPolicy } from './types.js';
 
 /** Largest accepted document, in UTF-8 bytes (wire-conventions.md §13). */
 export const MAX_TRAFFIC_POLICY_BYTES = 64 * 1024;
@@ -245,6 +245,83 @@ function statusCode(v: unknown, path: string, min: number, max: number): number 
   return v;
 }
 
+/**
+ * Status codes a `custom-response` may answer with: final responses only. A 1xx is an interim
+ * response (`100 Continue`, `101 Switching Protocols`): sent as the answer, the client waits
+ * for a final one that never comes.
+ */
+export const CUSTOM_RESPONSE_STATUS = { min: 200, max: 599, default: 200 } as const;
+
+/**
+ * Compiles the `${expr}` parts of a custom-response value (its body or a header value) and
+ * records them for the cost check. When the policy is being saved a part that does not compile
+ * is a 400; otherwise (a document stored before custom-response interpolated, re-read by the
+ * config push or the ingress) the value stays literal text, as it was then (the ingress's
+ * `compile.ts` does the same), so such a route keeps working.
+ */
+function customResponseTemplate(value: string, path: string, direction: PolicyDirection, g: Gathered): void {
+  if (!value.includes('${')) return;
+  const programs: CelProgram[] = [];
+  try {
+    for (const part of parseTemplate(value)) if (typeof part !== 'string') programs.push(compileExpression(direction, part.expr, false));
+  } catch (err) {
+    if (!(err instanceof CelCompileError)) throw err;
+    if (g.saving) throw new TrafficPolicyError(path, `\${…} ${err.reason} (write \${'\${'} for a literal "\${")`);
+    return;
+  }
+  for (const program of programs) g.programs.push({ path, program, interpolation: true });
+}
+
+/**
+ * `custom-response` (ngrok's fields): `status_code` (200–599, default 200), `body` or ngrok's
+ * older name for it, `content` (not both), and `headers`. The body and the header values take
+ * `${expr}` CEL interpolation, as in ngrok. The response ends the rules, so its headers add no
+ * header growth for later expressions.
+ */
+function parseCustomResponseConfig(raw: unknown, path: string, direction: PolicyDirection, g: Gathered): CustomResponseAction['config'] {
+  const c = expectObj(raw, path, 'config');
+  noUnknownKeys(c, path, ['status_code', 'body', 'content', 'headers']);
+  const { min, max } = CUSTOM_RESPONSE_STATUS;
+  const status_code = c.status_code === undefined || c.status_code === null ? CUSTOM_RESPONSE_STATUS.default : statusCode(c.status_code, at(path, 'status_code'), min, max);
+  const hasBody = c.body !== undefined && c.body !== null;
+  const hasContent = c.content !== undefined && c.content !== null;
+  if (hasBody && hasContent) throw new TrafficPolicyError(at(path, 'content'), 'content is another name for body (ngrok\'s older one): give only one of them');
+  const field = hasContent ? 'content' : 'body';
+  const rawBody = hasContent ? c.content : c.body;
+  let body = '';
+  if (rawBody !== undefined && rawBody !== null) {
+    if (typeof rawBody !== 'string') throw new TrafficPolicyError(at(path, field), `must be a string, got ${typeName(rawBody)}`);
+    if (Buffer.byteLength(rawBody, 'utf8') > HEADER_ACTION_LIMITS.bodyBytes) throw new TrafficPolicyError(at(path, field), `is over ${HEADER_ACTION_LIMITS.bodyBytes} bytes`);
+    customResponseTemplate(rawBody, at(path, field), direction, g);
+    body = rawBody;
+  }
+  const headers = parseHeaderMap(c.headers, at(path, 'headers'), false, null, null);
+  for (const [name, value] of Object.entries(headers)) customResponseTemplate(value, at(at(path, 'headers'), name), direction, g);
+  return { status_code, body, headers };
+}
+
+/**
+ * Refuses, when a policy is saved, a rate-limit `name` that an earlier rate-limit action of the
+ * same direction already has: the ingress keys buckets by route, direction and name
+ * (`compile.ts`), so two such actions would share one bucket whatever their capacities. A stored
+ * policy that has such names still reaches the ingress, which keys the later ones by their place
+ * as well.
+ */
+function checkRateLimitNames(policy: TrafficPolicy): void {
+  for (const dir of ['inbound', 'outbound'] as const) {
+    const seen = new Map<string, string>();
+    policy[dir].forEach((rule, i) =>
+      rule.actions.forEach((a, j) => {
+        if (a.type !== 'rate-limit') return;
+        const where = at(at(at(dir, i), 'actions'), j);
+        const first = seen.get(a.config.name);
+        if (first !== undefined) throw new TrafficPolicyError(at(at(where, 'config'), 'name'), `${JSON.stringify(a.config.name.slice(0, 64))} is already the name of the rate-limit at ${first}; give each rate-limit action of a direction its own name (each counts in its own bucket)`);
+        seen.set(a.config.name, where);
+      }),
+    );
+  }
+}
+
 function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: string, direction: PolicyDirection, g: Gathered): PolicyAction {
   switch (type) {
     case 'rate-limit':
@@ -255,19 +332,8 @@ function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: strin
       const status_code = c.status_code === undefined || c.status_code === null ? 403 : statusCode(c.status_code, at(path, 'status_code'), 400, 599);
       return { type, config: { status_code } };
     }
-    case 'custom-response': {
-      const c = expectObj(raw, path, 'config');
-      noUnknownKeys(c, path, ['status_code', 'body', 'headers']);
-      if (c.status_code === undefined || c.status_code === null) throw new TrafficPolicyError(at(path, 'status_code'), 'is required');
-      const status_code = statusCode(c.status_code, at(path, 'status_code'), 100, 599);
-      let body = '';
-      if (c.body !== undefined && c.body !== null) {
-        if (typeof c.body !== 'string') throw new TrafficPolicyError(at(path, 'body'), `must be a string, got ${typeName(c.body)}`);
-        if (Buffer.byteLength(c.body, 'utf8') > HEADER_ACTION_LIMITS.bodyBytes) throw new TrafficPolicyError(at(path, 'body'), `is over ${HEADER_ACTION_LIMITS.bodyBytes} bytes`);
-        body = c.body;
-      }
-      return { type, config: { status_code, body, headers: parseHeaderMap(c.headers, at(path, 'headers'), false, null, null) } };
-    }
+    case 'custom-response':
+      return { type, config: parseCustomResponseConfig(raw, path, direction, g) };
     case 'add-headers': {
       const c = expectObj(raw, path, 'config');
       noUnknownKeys(c, path, ['headers']);
@@ -417,9 +483,11 @@ function checkCost(g: Gathered): void {
 
 export interface ValidateOptions {
   /**
-   * Refuse a policy whose expressions may cost too much per request (`checkCost`). On when a
-   * policy is saved (`parseTrafficPolicy`); off by default here so that a policy stored before
-   * the limits existed still reaches the ingress.
+   * The checks of a policy being saved: refuse one whose expressions may cost too much per
+   * request (`checkCost`), that names two rate-limit actions of a direction alike
+   * (`checkRateLimitNames`), or whose custom-response `${…}` does not compile. On when a policy
+   * is saved (`parseTrafficPolicy`); off by default here so that a policy stored before these
+   * checks existed still reaches the ingress.
    */
   checkCost?: boolean;
 }
@@ -443,7 +511,10 @@ export function validateTrafficPolicy(doc: unknown, opts: ValidateOptions = {}):
   checkAuthIds(policy);
   checkCircuitBreakerCount(policy);
   checkJwkSetUrls(policy);
-  if (opts.checkCost) checkCost(g);
+  if (opts.checkCost) {
+    checkRateLimitNames(policy);
+    checkCost(g);
+  }
   return policy;
 }
 

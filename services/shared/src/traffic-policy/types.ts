@@ -41,15 +41,21 @@ export interface DenyAction {
   config: { status_code: number };
 }
 
-/** `custom-response`: answers with this status, body and headers, returned as is. */
+/**
+ * `custom-response`: answers with this status (200–599, default 200), body (ngrok's `body`, or
+ * its older name `content`) and headers. The body and header values may interpolate CEL:
+ * `${expr}` (see `parseTemplate`); a stored document whose `${…}` does not compile keeps it as
+ * literal text.
+ */
 export interface CustomResponseAction {
   type: 'custom-response';
   config: { status_code: number; body: string; headers: Record<string, string> };
 }
 
 /**
- * `add-headers`: sets these headers on the request (inbound) or response (outbound), replacing
- * any of the same name. Values may interpolate CEL: `${expr}` (see `parseTemplate`).
+ * `add-headers`: adds these headers to the request (inbound) or response (outbound), after any
+ * of the same name already there (as ngrok: remove-headers first to replace one); a request's
+ * `Host` is replaced, never doubled. Values may interpolate CEL: `${expr}` (see `parseTemplate`).
  */
 export interface AddHeadersAction {
   type: 'add-headers';
