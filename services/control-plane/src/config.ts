@@ -36,6 +36,15 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env) {
       TUNNEL_LEASE_MS: envInt(10_000, 1_000, 3_600_000),
       NODE_KEEPALIVE_INTERVAL_MS: envInt(3_000, 100, 600_000),
       TUNNEL_SWEEP_INTERVAL_MS: envInt(1_000, 50, 60_000),
+      /**
+       * The save-time cost check of user_agent_filter lists (worker threads): the CPU time one
+       * check may take (the worker thread's on Linux, else wall time), its workers (default 1 or
+       * 2: the available cores less one) and how many checks may wait for a worker, all accounts
+       * together.
+       */
+      USER_AGENT_CHECK_TIMEOUT_MS: envInt(5_000, 10, 600_000),
+      USER_AGENT_CHECK_WORKERS: z.coerce.number().int().min(1).max(64).optional(),
+      USER_AGENT_CHECK_QUEUE: envInt(16, 0, 10_000),
     },
     source,
   );

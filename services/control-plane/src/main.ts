@@ -9,6 +9,7 @@ import { createAuthenticator } from './auth/authenticate.js';
 import { createMetrics } from './metrics.js';
 import { createApp } from './http/app.js';
 import { startConfigPush } from './config-push/index.js';
+import { createUserAgentChecks } from './modules/https-edge-routes/user-agent-check.js';
 
 const log = createLogger('control-plane');
 const DEFAULT_GRPC_PORT = 9090;
@@ -37,6 +38,12 @@ async function main(): Promise<void> {
   const port = typeof addr === 'object' && addr ? addr.port : config.PORT;
   const baseUrl = config.PUBLIC_BASE_URL ?? `${config.TLS_CERT_FILE ? 'https' : 'http'}://${config.HOST}:${port}`;
   const metrics = createMetrics(pool);
+  const userAgentChecks = createUserAgentChecks({
+    timeoutMs: config.USER_AGENT_CHECK_TIMEOUT_MS,
+    workers: config.USER_AGENT_CHECK_WORKERS,
+    maxQueued: config.USER_AGENT_CHECK_QUEUE,
+    log,
+  });
   const { app } = createApp({
     db,
     log,
@@ -47,6 +54,7 @@ async function main(): Promise<void> {
     tcpAddrHost: config.TCP_ADDR_HOST,
     quotas: config.ACCOUNT_QUOTAS,
     isReady: () => ready,
+    userAgentChecks,
   });
   server.on('request', app);
   // Config push to ingress nodes (gRPC) and tunnel presence; LISTENs on its own connection.
@@ -88,6 +96,8 @@ async function main(): Promise<void> {
     server.closeIdleConnections();
     // Node streams end at once (nodes reconnect to another replica), while HTTP requests drain.
     await Promise.all([new Promise<void>((resolve) => server.once('close', () => resolve())), configPush.stop(5_000)]);
+    // After the requests drained (a save waiting on a check finishes first): the check workers.
+    await userAgentChecks.close();
     await pool.end();
     log.info('stopped');
     process.exit(0);

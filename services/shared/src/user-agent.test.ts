@@ -7,6 +7,8 @@ import {
   exploreUserAgentDfa,
   userAgentAlternative,
   userAgentFilterCostProblems,
+  userAgentListCheapWithin,
+  userAgentListCostProblem,
   USER_AGENT_FILTER_EXPLORE_STEPS,
   USER_AGENT_FILTER_EXPLORE_WORK,
 } from './user-agent.js';
@@ -103,6 +105,32 @@ describe('user agent patterns', () => {
     expect(exploreUserAgentDfa(programs(['curl/'])[0]!, { steps: 0, work: 0 })).toBe('cheap');
     expect(exploreUserAgentDfa(programs(['a[ab]{20}b'])[0]!, { steps: 1e6, work: 1e9 })).toBe('large');
     expect(exploreUserAgentDfa(programs(['(?i)googlebot'])[0]!, { steps: 10, work: 1e9 })).toBe('budget');
+  });
+});
+
+describe('user agent lists checked one by one', () => {
+  it('userAgentListCostProblem is userAgentFilterCostProblems for one list', () => {
+    expect(userAgentListCostProblem('deny', ['x', 'a[ab]{20}b'])).toEqual({ list: 'deny', index: 1, message: expect.stringMatching(/too costly to match/) });
+    expect(userAgentListCostProblem('allow', ['(?i)google-images', '^$', 'curl/'])).toBeUndefined();
+    expect(userAgentListCostProblem('allow', ['('])).toBeUndefined();
+    expect(userAgentListCostProblem('allow', [])).toBeUndefined();
+  });
+
+  it('userAgentListCheapWithin accepts only lists the full check accepts, within the budget given', () => {
+    const small = { steps: 2_000, work: 60_000 };
+    const bots = ['(?i)googlebot', '(?i)bingbot', 'curl/', '^$', '[Bb]ing'];
+    expect(userAgentListCheapWithin(bots, { ...small })).toBe(true);
+    expect(userAgentListCostProblem('deny', bots)).toBeUndefined();
+    expect(userAgentListCheapWithin([], { steps: 0, work: 0 })).toBe(true);
+    // Cheap, but not within a tiny budget: undecided.
+    expect(userAgentListCheapWithin(['(?i)googlebot'], { steps: 10, work: 1e9 })).toBe(false);
+    // Refused by the full check: never accepted, whatever the budget.
+    expect(userAgentListCheapWithin(['a[ab]{20}b'], { steps: 1e6, work: 1e9 })).toBe(false);
+    expect(userAgentListCheapWithin(['('], { ...small })).toBe(false);
+    // The budget is counted down, as exploreUserAgentDfa does.
+    const budget = { ...small };
+    userAgentListCheapWithin(['(?i)googlebot'], budget);
+    expect(budget.steps).toBeLessThan(small.steps);
   });
 });
 

@@ -312,33 +312,54 @@ const TOO_COSTLY =
  * effect, the states and character classes of each of its patterns' DFAs. When a list is refused, its patterns are explored one by one (within a third of
  * such a budget) to name one too costly even alone; otherwise the problem names the list. A list
  * with a pattern that does not compile is skipped (`checkUserAgentPattern` reports it).
+ * Each list is checked on its own (`userAgentListCostProblem`), allow first.
  */
 export function userAgentFilterCostProblems(allow: readonly string[], deny: readonly string[]): UserAgentPatternProblem[] {
-  const budget = (): UserAgentExploreBudget => ({ steps: USER_AGENT_FILTER_EXPLORE_STEPS, work: USER_AGENT_FILTER_EXPLORE_WORK });
   const problems: UserAgentPatternProblem[] = [];
   for (const [list, patterns] of [['allow', allow], ['deny', deny]] as const) {
-    if (patterns.some((p) => checkUserAgentPattern(p) !== undefined)) continue;
-    const programs = compileUserAgentList(patterns);
-    if (!Array.isArray(programs)) {
-      problems.push({ list, index: programs.index, message: programs.message });
-      continue;
-    }
-    const spent = budget();
-    let verdict: 'cheap' | 'large' | 'budget' = 'cheap';
-    for (const re of programs) if (verdict === 'cheap') verdict = exploreUserAgentDfa(re, spent);
-    if (verdict === 'cheap') continue;
-    // Enough to find a pattern whose DFA outgrows the memory alone (a[ab]{20}b: ~300,000 steps).
-    const alone = { steps: USER_AGENT_FILTER_EXPLORE_STEPS, work: USER_AGENT_FILTER_EXPLORE_WORK / 3 };
-    const culprit = patterns.findIndex((p) => alone.steps > 0 && alone.work > 0 && exploreUserAgentDfa(compileUserAgentPattern(p) as RE2JS, alone) === 'large');
-    const what = verdict === 'budget' ? `would take more than ${USER_AGENT_FILTER_EXPLORE_STEPS} transitions or ${USER_AGENT_FILTER_EXPLORE_WORK} steps of RE2's NFA to build` : `would not fit in ${DFA_EXPLORE_MEMORY / 1024 / 1024} MB`;
-    problems.push(
-      culprit >= 0
-        ? { list, index: culprit, message: TOO_COSTLY }
-        : {
-            list,
-            message: `the ${patterns.length} ${list} patterns are too costly to match together: each list is matched in one pass, as one RE2 program, and its automaton (DFA) ${what}; remove some patterns, merge similar ones or make them simpler`,
-          },
-    );
+    const problem = userAgentListCostProblem(list, patterns);
+    if (problem) problems.push(problem);
   }
   return problems;
+}
+
+/**
+ * The cost problem of one list of a filter (`userAgentFilterCostProblems`), or `undefined` when
+ * it can be matched in constant work per character (or has a pattern that does not compile).
+ * Takes up to ~0.2–0.5 s of CPU for a list built to be costly (more on a busy machine); the
+ * control plane runs it in a worker thread (control-plane `user-agent-check.ts`).
+ */
+export function userAgentListCostProblem(list: 'allow' | 'deny', patterns: readonly string[]): UserAgentPatternProblem | undefined {
+  if (patterns.some((p) => checkUserAgentPattern(p) !== undefined)) return undefined;
+  const programs = compileUserAgentList(patterns);
+  if (!Array.isArray(programs)) return { list, index: programs.index, message: programs.message };
+  const spent: UserAgentExploreBudget = { steps: USER_AGENT_FILTER_EXPLORE_STEPS, work: USER_AGENT_FILTER_EXPLORE_WORK };
+  let verdict: 'cheap' | 'large' | 'budget' = 'cheap';
+  for (const re of programs) if (verdict === 'cheap') verdict = exploreUserAgentDfa(re, spent);
+  if (verdict === 'cheap') return undefined;
+  // Enough to find a pattern whose DFA outgrows the memory alone (a[ab]{20}b: ~300,000 steps).
+  const alone = { steps: USER_AGENT_FILTER_EXPLORE_STEPS, work: USER_AGENT_FILTER_EXPLORE_WORK / 3 };
+  const culprit = patterns.findIndex((p) => alone.steps > 0 && alone.work > 0 && exploreUserAgentDfa(compileUserAgentPattern(p) as RE2JS, alone) === 'large');
+  const what = verdict === 'budget' ? `would take more than ${USER_AGENT_FILTER_EXPLORE_STEPS} transitions or ${USER_AGENT_FILTER_EXPLORE_WORK} steps of RE2's NFA to build` : `would not fit in ${DFA_EXPLORE_MEMORY / 1024 / 1024} MB`;
+  return culprit >= 0
+    ? { list, index: culprit, message: TOO_COSTLY }
+    : {
+        list,
+        message: `the ${patterns.length} ${list} patterns are too costly to match together: each list is matched in one pass, as one RE2 program, and its automaton (DFA) ${what}; remove some patterns, merge similar ones or make them simpler`,
+      };
+}
+
+/**
+ * Whether the list's programs are all explored, and found cheap, within `budget` (counted down
+ * as in `exploreUserAgentDfa`). `true` means `userAgentListCostProblem` accepts the list too:
+ * the exploration is deterministic, and a larger budget only lets it run longer. `false` decides
+ * nothing (the list may need more of its budget, or be refused). Lets a caller accept a small
+ * list at a cost bounded by a budget of its choice, and leave the others to the full check.
+ */
+export function userAgentListCheapWithin(patterns: readonly string[], budget: UserAgentExploreBudget): boolean {
+  if (patterns.length === 0) return true;
+  const programs = compileUserAgentList(patterns);
+  if (!Array.isArray(programs)) return false;
+  for (const re of programs) if (exploreUserAgentDfa(re, budget) !== 'cheap') return false;
+  return true;
 }

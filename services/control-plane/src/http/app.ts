@@ -10,6 +10,7 @@ import { createApiRouter } from './router.js';
 import { OpenApiRegistry } from './openapi.js';
 import { registerAllModules } from '../modules/index.js';
 import { createSamlRouter } from '../modules/https-edge-routes/saml.http.js';
+import { createUserAgentChecks, type UserAgentChecks } from '../modules/https-edge-routes/user-agent-check.js';
 
 export interface AppOptions {
   db: Db;
@@ -23,6 +24,12 @@ export interface AppOptions {
   quotas?: Partial<Record<QuotaTable, number>>;
   /** False while starting or draining: /readyz and API calls answer 503. */
   isReady: () => boolean;
+  /**
+   * The user_agent_filter cost check (worker threads, started on first use); the caller closes
+   * it on shutdown. Default: one with the default limits, whose idle workers do not keep the
+   * process alive.
+   */
+  userAgentChecks?: UserAgentChecks;
 }
 
 function checkVersion(req: Request): void {
@@ -101,7 +108,13 @@ export function createApp(opts: AppOptions): { app: express.Express; openapi: Op
   });
 
   const { router, routes } = createApiRouter(baseUrl, createAccountRateLimiter(opts.rateLimitPerMinute), openapi);
-  registerAllModules(routes, { db, authenticator, tcpAddrHost: opts.tcpAddrHost, checkQuota: createQuotaCheck(db, opts.quotas ?? {}) });
+  registerAllModules(routes, {
+    db,
+    authenticator,
+    tcpAddrHost: opts.tcpAddrHost,
+    checkQuota: createQuotaCheck(db, opts.quotas ?? {}),
+    userAgentChecks: opts.userAgentChecks ?? createUserAgentChecks({ log }),
+  });
   app.use(router);
 
   app.use((req: Request, _res: Response, next: NextFunction) => {

@@ -1,6 +1,7 @@
 import type { Db } from '../db/pool.js';
 import type { Authenticator } from '../auth/authenticate.js';
 import type { QuotaCheck } from '../auth/quotas.js';
+import type { UserAgentChecks } from '../modules/https-edge-routes/user-agent-check.js';
 
 /** What resource modules receive when they register their routes. */
 export interface ModuleDeps {
@@ -10,4 +11,6 @@ export interface ModuleDeps {
   checkQuota: QuotaCheck;
   /** Hostname used for new reserved TCP addresses. */
   tcpAddrHost: string;
+  /** The save-time cost check of user_agent_filter lists, in worker threads. */
+  userAgentChecks: UserAgentChecks;
 }

@@ -1,10 +1,10 @@
 import type { ApiRoutes } from '../../http/router.js';
 import type { ModuleDeps } from '../../http/deps.js';
-import { parseBody } from '../../http/validate.js';
 import { parseModuleBody } from '../https-edges/module-body.js';
 import { createHttpsEdgeRoutesService } from './https-edge-routes.service.js';
 import { RouteCreate, RouteResponse, RouteUpdate } from './https-edge-routes.schema.js';
 import { MODULES, MODULE_NAMES } from './route-modules.js';
+import { checkUserAgentFilter, parseRouteBody } from './user-agent-check.js';
 
 const tag = 'HTTPS edge routes';
 const moduleTag = 'HTTPS edge route modules';
@@ -14,12 +14,16 @@ const ROUTE_MODULE_WRAPPER = ['id', 'edge_id'] as const;
 
 export function registerHttpsEdgeRoutes(routes: ApiRoutes, deps: ModuleDeps): void {
   const svc = createHttpsEdgeRoutesService(deps);
+  const checks = deps.userAgentChecks;
 
   // Routes are listed only inside their edge: GET here answers 405.
   routes.route(
     '/edges/https/:edge_id/routes',
     {
-      POST: async (req) => ({ status: 201, body: await svc.create(req.ctx, req.params.edge_id!, parseBody(RouteCreate, req.body)) }),
+      POST: async (req) => {
+        const input = await parseRouteBody(RouteCreate, req.body, checks, req.ctx.auth.accountId);
+        return { status: 201, body: await svc.create(req.ctx, req.params.edge_id!, input) };
+      },
     },
     {
       POST: { tag, summary: 'Create an HTTPS edge route', request: RouteCreate, response: RouteResponse, status: 201 },
@@ -30,7 +34,10 @@ export function registerHttpsEdgeRoutes(routes: ApiRoutes, deps: ModuleDeps): vo
     '/edges/https/:edge_id/routes/:id',
     {
       GET: async (req) => ({ status: 200, body: await svc.get(req.ctx, req.params.edge_id!, req.params.id!) }),
-      PATCH: async (req) => ({ status: 200, body: await svc.update(req.ctx, req.params.edge_id!, req.params.id!, parseBody(RouteUpdate, req.body)) }),
+      PATCH: async (req) => {
+        const input = await parseRouteBody(RouteUpdate, req.body, checks, req.ctx.auth.accountId);
+        return { status: 200, body: await svc.update(req.ctx, req.params.edge_id!, req.params.id!, input) };
+      },
       DELETE: async (req) => {
         await svc.delete(req.ctx, req.params.edge_id!, req.params.id!);
         return { status: 204 };
@@ -56,6 +63,8 @@ export function registerHttpsEdgeRoutes(routes: ApiRoutes, deps: ModuleDeps): vo
       {
         PUT: async (req) => {
           const { input, prefix } = parseModuleBody(mod.request, req.body, ROUTE_MODULE_WRAPPER);
+          // Checked before the route is read or locked: the check may wait for a worker.
+          if (name === 'user_agent_filter') await checkUserAgentFilter(checks, req.ctx.auth.accountId, input as { allow?: string[] | null; deny?: string[] | null }, prefix);
           return { status: 200, body: await svc.putModule(req.ctx, req.params.edge_id!, req.params.id!, name, input, prefix) };
         },
         GET: async (req) => ({ status: 200, body: await svc.getModule(req.ctx, req.params.edge_id!, req.params.id!, name) }),

@@ -12,7 +12,6 @@ import {
   parseTrafficPolicy,
   SUPPORTED_ACTION_TYPES,
   TrafficPolicyError,
-  userAgentFilterCostProblems,
 } from '@warren/shared';
 import { boundedString, obj, refId, uint32 } from '../../http/validate.js';
 import { RefSchema } from '../common.js';
@@ -392,18 +391,16 @@ const uaPatterns = (what: string) =>
   list(uaPattern, MAX_USER_AGENT_PATTERNS).describe(
     `${what}: RE2 regular expressions (Go syntax, e.g. (?i)bot), each matched anywhere in the first User-Agent header; at most ${MAX_USER_AGENT_PATTERNS}, each at most ${MAX_USER_AGENT_PATTERN_BYTES} bytes, compiling under RE2; the list is matched in one pass, as one RE2 program, which must be cheap to match (a small DFA)`,
   );
+/**
+ * Each pattern's own limits are checked here. The matching cost is a property of each list as a
+ * whole (one combined RE2 program per list), and checking it may take a large fraction of a
+ * second: it runs after this schema, in a worker thread (`checkUserAgentFilter`,
+ * user-agent-check.ts), and its problem names the list, or one pattern, as an issue here would.
+ */
 export const UserAgentFilterRequest = obj({
   enabled: enabled(),
   allow: uaPatterns('a User-Agent matching any passes, even one matching a deny rule; ^$ lets requests without one through'),
   deny: uaPatterns('a User-Agent matching any (and no allow rule) is refused with 403; with only allow rules, every other User-Agent is'),
-}).superRefine((m, ctx) => {
-  // Each pattern's own limits are checked above; the matching cost is a property of each list
-  // as a whole (one combined RE2 program per list): a problem names the list, or one pattern.
-  const fits = (l: string[]) => l.length <= MAX_USER_AGENT_PATTERNS && l.every((p) => bytes(p) <= MAX_USER_AGENT_PATTERN_BYTES);
-  const allow = m.allow ?? [];
-  const deny = m.deny ?? [];
-  if (!fits(allow) || !fits(deny)) return;
-  for (const p of userAgentFilterCostProblems(allow, deny)) fail(ctx, 2104, p.message, p.index === undefined ? [p.list] : [p.list, p.index]);
 });
 export const UserAgentFilterResponse = z.object({ enabled: z.boolean(), allow: z.array(z.string()), deny: z.array(z.string()) });
 
