@@ -3,9 +3,9 @@ import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Counter, Registry } from 'prom-client';
 import { createLogger, decodeTrafficPolicy, isId, rfc3339, type DataPlaneConfig, type DestinationRef, type DpEventSubscription, type DpRoute, type EventEnvelope, type PublishItem } from '@warren/shared';
-import type { LocalTunnel, TunnelStream } from '../agents/server.js';
 import { createIngressMetrics } from '../metrics.js';
 import { TunnelRegistry } from '../tunnels/registry.js';
+import { tcpTunnel } from '../tunnels/testing.js';
 import { Forwarder } from '../http/proxy.js';
 import { PublicHandler } from '../http/public.js';
 import { RoutingTable } from '../http/routing.js';
@@ -229,19 +229,6 @@ function config(subs: DpEventSubscription[]): DataPlaneConfig {
   };
 }
 
-function fakeTunnel(id: string, accountId: string, labels: Record<string, string>, port: () => number): LocalTunnel {
-  return {
-    id, accountId, sessionId: 'ts_1', proto: 'labeled', labels, publicUrl: '', bindings: [], poolingEnabled: false, forwardsTo: 'x', metadata: '', startedAt: new Date().toISOString(),
-    openStreams: 0,
-    openStreamSync: () => net.connect(port(), '127.0.0.1') as unknown as TunnelStream,
-    openStream: () =>
-      new Promise<TunnelStream>((resolve, reject) => {
-        const s = net.connect(port(), '127.0.0.1', () => resolve(s as unknown as TunnelStream));
-        s.once('error', reject);
-      }),
-  };
-}
-
 describe('http_request_complete.v0 from the public handler', () => {
   const pub = new FakePublisher();
   let events: TrafficEvents;
@@ -263,8 +250,8 @@ describe('http_request_complete.v0 from the public handler', () => {
     });
     const upPort = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as net.AddressInfo).port)));
     const registry = new TunnelRegistry('n1');
-    registry.addLocal(fakeTunnel('tn_1', 'ac_1', { app: 'up' }, () => upPort));
-    registry.addLocal(fakeTunnel('tn_2', 'ac_2', { app: 'up2' }, () => upPort));
+    registry.addLocal(tcpTunnel('tn_1', { app: 'up' }, () => upPort));
+    registry.addLocal(tcpTunnel('tn_2', { app: 'up2' }, () => upPort, { accountId: 'ac_2' }));
     const metrics = createIngressMetrics('n1');
     events = new TrafficEvents({ publisher: pub, metrics: metrics.events, log, maxQueued: 1000, flushMs: 10 });
     forwarder = new Forwarder({ registry, hopToken: '', log, upstreamTimeoutMs: 2_000, maxStreamsPerTunnel: 8, maxQueuedPerTunnel: 100 });

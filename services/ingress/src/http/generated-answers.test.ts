@@ -3,9 +3,9 @@ import net from 'node:net';
 import zlib from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger, type DataPlaneConfig, type DpRoute, type EventEnvelope, type PublishItem } from '@warren/shared';
-import type { LocalTunnel, TunnelStream } from '../agents/server.js';
 import { createIngressMetrics } from '../metrics.js';
 import { TunnelRegistry } from '../tunnels/registry.js';
+import { tcpTunnel } from '../tunnels/testing.js';
 import { createPipelineCompiler } from '../pipeline/runner.js';
 import { pipelineStageFactories } from '../modules/index.js';
 import { FakeLimiter } from '../policy/testing.js';
@@ -110,17 +110,7 @@ beforeAll(async () => {
   handler.setTable(new RoutingTable(cfg, createPipelineCompiler(pipelineStageFactories, { limiter: new FakeLimiter(), log, registry: metrics.registry })));
   const pub = http.createServer(handler.handler('http'));
   port = await listen(pub);
-  const tunnel: LocalTunnel = {
-    id: 'tn_up', accountId: 'ac_1', sessionId: 'ts_1', proto: 'labeled', labels: { app: 'up' }, publicUrl: '', bindings: [], poolingEnabled: false, forwardsTo: 'x', metadata: '', startedAt: new Date().toISOString(),
-    openStreams: 0,
-    openStreamSync: () => net.connect(upPort, '127.0.0.1') as unknown as TunnelStream,
-    openStream: () =>
-      new Promise<TunnelStream>((resolve, reject) => {
-        const s = net.connect(upPort, '127.0.0.1', () => resolve(s as unknown as TunnelStream));
-        s.once('error', reject);
-      }),
-  };
-  registry.addLocal(tunnel);
+  registry.addLocal(tcpTunnel('tn_up', { app: 'up' }, () => upPort));
   closers.push(() => {
     pub.closeAllConnections();
     pub.close();

@@ -3,9 +3,9 @@ import net from 'node:net';
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger, type DataPlaneConfig, type DpTunnel } from '@warren/shared';
-import type { LocalTunnel, TunnelStream } from '../agents/server.js';
 import { createIngressMetrics } from '../metrics.js';
 import { TunnelRegistry } from '../tunnels/registry.js';
+import { tcpTunnel } from '../tunnels/testing.js';
 import { upgradeEcho } from '../../../../test/support/upgrade.js';
 import { createInternalServer } from './internal.js';
 import { Forwarder } from './proxy.js';
@@ -42,20 +42,6 @@ const RAW_ANSWERS: Record<string, string> = {
   '/raw/nocontent': 'HTTP/1.1 204 No Content\r\nX-Kind: empty\r\n\r\n',
   '/raw/hopbyhop': 'HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Private\r\nX-Private: secret\r\nKeep-Alive: timeout=77\r\nX-Warren-Tunnel: spoof\r\nX-Public: 1\r\nContent-Length: 2\r\n\r\nok',
 };
-
-function fakeTunnel(id: string, labels: Record<string, string>, port: () => number, extra: Partial<LocalTunnel> = {}): LocalTunnel {
-  return {
-    id, accountId: 'ac_1', sessionId: 'ts_1', proto: 'labeled', labels, publicUrl: '', bindings: [], poolingEnabled: false, forwardsTo: 'x', metadata: '', startedAt: new Date().toISOString(),
-    openStreams: 0,
-    openStreamSync: () => net.connect(port(), '127.0.0.1') as unknown as TunnelStream,
-    openStream: () =>
-      new Promise<TunnelStream>((resolve, reject) => {
-        const s = net.connect(port(), '127.0.0.1', () => resolve(s as unknown as TunnelStream));
-        s.once('error', reject);
-      }),
-    ...extra,
-  };
-}
 
 const cfg: DataPlaneConfig = {
   version: 7,
@@ -220,12 +206,12 @@ beforeAll(async () => {
   a = await node('node-a');
   b = await node('node-b');
   c = await node('node-c', createPipelineCompiler([testStage], { limiter: { hit: async () => ({ limited: false, retryAfterSeconds: 0 }) }, log, registry: a.metrics.registry }));
-  a.registry.addLocal(fakeTunnel('tn_up', { app: 'up', env: 'x' }, () => upstreamPort));
-  c.registry.addLocal(fakeTunnel('tn_up', { app: 'up', env: 'x' }, () => upstreamPort));
-  a.registry.addLocal(fakeTunnel('tn_slow', { app: 'slow' }, () => slowPort));
-  a.registry.addLocal(fakeTunnel('tn_far', { app: 'far' }, () => upstreamPort));
-  a.registry.addLocal(fakeTunnel('tn_raw', { app: 'raw' }, () => rawPort));
-  const far: DpTunnel = { ...fakeTunnel('tn_far', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` };
+  a.registry.addLocal(tcpTunnel('tn_up', { app: 'up', env: 'x' }, () => upstreamPort));
+  c.registry.addLocal(tcpTunnel('tn_up', { app: 'up', env: 'x' }, () => upstreamPort));
+  a.registry.addLocal(tcpTunnel('tn_slow', { app: 'slow' }, () => slowPort));
+  a.registry.addLocal(tcpTunnel('tn_far', { app: 'far' }, () => upstreamPort));
+  a.registry.addLocal(tcpTunnel('tn_raw', { app: 'raw' }, () => rawPort));
+  const far: DpTunnel = { ...tcpTunnel('tn_far', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` };
   b.registry.addRemote(far);
 });
 
@@ -373,13 +359,13 @@ describe('ingress HTTP plane', () => {
   });
 
   it('answers 503 when the remote node no longer has the tunnel, and retries elsewhere first', async () => {
-    b.registry.addRemote({ ...fakeTunnel('tn_gone', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` });
+    b.registry.addRemote({ ...tcpTunnel('tn_gone', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` });
     for (let i = 0; i < 4; i++) expect((await get(b.port, '/remote/y')).status).toBe(200);
     b.registry.removeRemote('tn_far');
     const r = await get(b.port, '/remote/y');
     expect([r.status, r.headers['warren-error-code']]).toEqual([503, 'ERR_WARREN_7003']);
     b.registry.removeRemote('tn_gone');
-    b.registry.addRemote({ ...fakeTunnel('tn_far', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` });
+    b.registry.addRemote({ ...tcpTunnel('tn_far', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` });
   });
 
   it('skips a node that cannot be reached for one that can, and says so when none can', async () => {
@@ -387,14 +373,14 @@ describe('ingress HTTP plane', () => {
     const dead = net.createServer();
     const deadPort = await listen(dead);
     await new Promise<void>((r) => dead.close(() => r()));
-    b.registry.addRemote({ ...fakeTunnel('tn_dead', { app: 'far' }, () => upstreamPort), nodeId: 'node-x', nodeAddress: `127.0.0.1:${deadPort}` });
+    b.registry.addRemote({ ...tcpTunnel('tn_dead', { app: 'far' }, () => upstreamPort), nodeId: 'node-x', nodeAddress: `127.0.0.1:${deadPort}` });
     for (let i = 0; i < 4; i++) expect((await get(b.port, '/remote/z')).status).toBe(200);
     b.registry.removeRemote('tn_far');
     const r = await get(b.port, '/remote/z');
     expect([r.status, r.headers['warren-error-code']]).toEqual([502, 'ERR_WARREN_7004']);
     expect(JSON.parse(r.body.toString()).msg).toContain('unreachable');
     b.registry.removeRemote('tn_dead');
-    b.registry.addRemote({ ...fakeTunnel('tn_far', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` });
+    b.registry.addRemote({ ...tcpTunnel('tn_far', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` });
   });
 
   it('passes upgrades through, locally and across a hop', async () => {

@@ -2,9 +2,9 @@ import http from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger, type DataPlaneConfig, type DpRoute } from '@warren/shared';
-import type { LocalTunnel, TunnelStream } from '../agents/server.js';
 import { createIngressMetrics } from '../metrics.js';
 import { TunnelRegistry } from '../tunnels/registry.js';
+import { tcpTunnel } from '../tunnels/testing.js';
 import { createPipelineCompiler } from '../pipeline/runner.js';
 import type { StageFactory } from '../pipeline/types.js';
 import { Forwarder } from './proxy.js';
@@ -81,17 +81,7 @@ beforeAll(async () => {
   handler.setTable(new RoutingTable(cfg, createPipelineCompiler([testStage], { limiter: { hit: async () => ({ limited: false, retryAfterSeconds: 0 }) }, log, registry: metrics.registry })));
   const pub = http.createServer(handler.handler('http'));
   port = await listen(pub);
-  const tunnel: LocalTunnel = {
-    id: 'tn_raw', accountId: 'ac_1', sessionId: 'ts_1', proto: 'labeled', labels: { app: 'raw' }, publicUrl: '', bindings: [], poolingEnabled: false, forwardsTo: 'x', metadata: '', startedAt: new Date().toISOString(),
-    openStreams: 0,
-    openStreamSync: () => net.connect(rawPort, '127.0.0.1') as unknown as TunnelStream,
-    openStream: () =>
-      new Promise<TunnelStream>((resolve, reject) => {
-        const s = net.connect(rawPort, '127.0.0.1', () => resolve(s as unknown as TunnelStream));
-        s.once('error', reject);
-      }),
-  };
-  registry.addLocal(tunnel);
+  registry.addLocal(tcpTunnel('tn_raw', { app: 'raw' }, () => rawPort));
   closers.push(() => {
     pub.closeAllConnections();
     pub.close();

@@ -4,9 +4,9 @@ import net from 'node:net';
 import tls, { type TLSSocket } from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCertificate, createLogger, type DataPlaneConfig, type DpEdge, type DpRoute, type SelfSigned } from '@warren/shared';
-import type { LocalTunnel, TunnelStream } from '../agents/server.js';
 import { createIngressMetrics } from '../metrics.js';
 import { TunnelRegistry } from '../tunnels/registry.js';
+import { tcpTunnel } from '../tunnels/testing.js';
 import { Forwarder } from './proxy.js';
 import { PublicHandler } from './public.js';
 import { RoutingTable } from './routing.js';
@@ -136,17 +136,7 @@ beforeAll(async () => {
   const registry = new TunnelRegistry('node-t');
   const metrics = createIngressMetrics('node-t');
   const forwarder = new Forwarder({ registry, hopToken: 'secret', log, upstreamTimeoutMs: 5000, maxStreamsPerTunnel: 8, maxQueuedPerTunnel: 100 });
-  const tunnel: LocalTunnel = {
-    id: 'tn_up', accountId: 'ac_1', sessionId: 'ts_1', proto: 'labeled', labels: { app: 'up' }, publicUrl: '', bindings: [], poolingEnabled: false, forwardsTo: 'x', metadata: '', startedAt: new Date().toISOString(),
-    openStreams: 0,
-    openStreamSync: () => net.connect(upstreamPort, '127.0.0.1') as unknown as TunnelStream,
-    openStream: () =>
-      new Promise<TunnelStream>((resolve, reject) => {
-        const s = net.connect(upstreamPort, '127.0.0.1', () => resolve(s as unknown as TunnelStream));
-        s.once('error', reject);
-      }),
-  };
-  registry.addLocal(tunnel);
+  registry.addLocal(tcpTunnel('tn_up', { app: 'up' }, () => upstreamPort));
   // As main.ts: the edge's mutual TLS first; plus a counting stage on the pipe.test edge.
   const counting: StageFactory = (_route, e) => (e.id === 'edghts_pipe' ? { name: 'count', onRequest: () => (stageRuns++, null) } : null);
   const compile = createPipelineCompiler([(_route, e, config) => mutualTlsStage(e, config), counting], { limiter: { hit: async () => ({ limited: false, retryAfterSeconds: 0 }) }, log, registry: metrics.registry });
