@@ -2,7 +2,7 @@ import http from 'node:http';
 import ngrok from '@ngrok/ngrok';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DpAgentSession } from '@warren/shared';
-import { STREAM_LINGER_MS } from '../../services/ingress/src/agents/agent-connection.js';
+import type { LocalTunnelImpl } from '../../services/ingress/src/agents/agent-connection.js';
 import { AgentServer, type LocalTunnel, type ProxyHeaderInit, type TunnelStream } from '../../services/ingress/src/agents/server.js';
 import { createTestPki, httpRequest, sha256Hex, startUpstream, tokenAuthenticator, type TestPki, type Upstream } from '../../services/ingress/src/agents/testing.js';
 
@@ -32,6 +32,15 @@ async function until<T>(fn: () => T | undefined | null | false, ms = 5_000): Pro
     if (Date.now() > deadline) throw new Error('condition not met in time');
     await new Promise((r) => setTimeout(r, 10));
   }
+}
+
+/**
+ * The endpoint tunnel `id` once its session is up: exactly one session, the tunnel registered.
+ * Tests that share the session start from here, so one that broke it (the SDK reconnects and
+ * resumes both ids) does not fail the ones after it.
+ */
+function liveTunnel(id: string): Promise<LocalTunnel> {
+  return until(() => server.sessions().length === 1 && server.getTunnel(id), 15_000);
 }
 
 function sdkSession(token = TOKEN): ngrok.SessionBuilder {
@@ -112,6 +121,7 @@ describe('@ngrok/ngrok 1.7.0 against AgentServer', () => {
     });
 
     it('600 parallel requests with a cap of 500 streams: excess refused with STREAM_CAP, the session lives on', async () => {
+      t = await liveTunnel(listener.id());
       const results = await Promise.all(
         Array.from({ length: 600 }, async (_, i) => {
           let stream: TunnelStream;
@@ -132,8 +142,9 @@ describe('@ngrok/ngrok 1.7.0 against AgentServer', () => {
 
       // Queued by an http.Agent (maxSockets under the cap): every request gets through. The
       // stream is returned synchronously: Node enforces maxSockets only for sockets that exist.
-      await until(() => t.openStreams === 0);
-      await new Promise((r) => setTimeout(r, STREAM_LINGER_MS + 20));
+      // Once the finished streams' slots are free again (STREAM_LINGER_MS at least, and until
+      // the SDK has echoed our heartbeats sent after they finished).
+      await until(() => (t as LocalTunnelImpl).streamSlotsInUse === 0, 10_000);
       const agent = new http.Agent({ keepAlive: true, maxSockets: 200 });
       (agent as unknown as { createConnection: unknown }).createConnection = () => t.openStreamSync!(ENDPOINT);
       const viaAgent = await Promise.all(Array.from({ length: 600 }, (_, i) => httpRequest({ agent }, { path: `/q${i}` }).then((r) => r.body.toString() === `hello /q${i}`)));
@@ -148,35 +159,51 @@ describe('@ngrok/ngrok 1.7.0 against AgentServer', () => {
     });
 
     it('churn at the cap: 3,000 short-lived streams from 600 concurrent clients never push the SDK past 512 streams', async () => {
+      t = await liveTunnel(listener.id());
       const sessionId = server.sessions()[0]!.id;
+      const closedBefore = events.filter((e) => e[0] === 'sessionClosed').length;
       let ok = 0;
       let capped = 0;
-      // A safety net, not a speed target: a loaded machine (two test runs at once) needs longer.
-      const deadline = Date.now() + 45_000;
+      const errors: string[] = [];
+      // A safety net, not a speed target: 5 s on an idle box, 25-40 s with two test runs, two
+      // busy loops and a tsc loop sharing its two cores.
+      const deadline = Date.now() + 100_000;
       const client = async (n: number) => {
         for (let i = 0; i < n && Date.now() < deadline; ) {
           let stream: TunnelStream;
           try {
             stream = t.openStreamSync!(ENDPOINT);
           } catch (err) {
-            expect((err as { code?: string }).code).toBe('STREAM_CAP');
+            // Refusals are the point here (hundreds of thousands of them): no expect() per refusal.
+            if ((err as { code?: string }).code !== 'STREAM_CAP') {
+              errors.push(`open: ${(err as Error).message}`);
+              return;
+            }
             capped++;
             await new Promise((r) => setTimeout(r, 5));
             continue;
           }
           i++;
-          const res = await httpRequest({ stream }, { path: '/churn' });
-          if (res.body.toString() === 'hello /churn') ok++;
+          try {
+            const res = await httpRequest({ stream }, { path: '/churn' });
+            if (res.body.toString() === 'hello /churn') ok++;
+          } catch (err) {
+            errors.push(`request: ${(err as Error).message}`);
+            return;
+          }
         }
       };
       await Promise.all(Array.from({ length: 600 }, () => client(5)));
+      // The session first: if the SDK dropped it, its reason is the useful part of the failure.
+      expect(events.filter((e) => e[0] === 'sessionClosed').slice(closedBefore)).toEqual([]);
+      expect({ errors: errors.length, first: errors.slice(0, 3) }).toEqual({ errors: 0, first: [] });
+      expect(server.sessions().map((s) => s.id)).toEqual([sessionId]);
       expect(ok).toBe(3_000);
       expect(capped).toBeGreaterThan(0);
-      expect(server.sessions().map((s) => s.id)).toEqual([sessionId]);
-      expect(events.filter((e) => e[0] === 'sessionClosed')).toHaveLength(0);
-    }, 60_000);
+    }, 120_000);
 
     it('after the server drops the session, the SDK reconnects and resumes the endpoint under the same id', async () => {
+      t = await liveTunnel(listener.id());
       const sessionId = server.sessions()[0]!.id;
       expect(server.closeSessionsOfCredential('cr_sdk', 'test: drop the session')).toBe(1);
       await until(() => server.getTunnel(t.id) && server.sessions()[0]?.id === sessionId, 10_000);
@@ -187,6 +214,7 @@ describe('@ngrok/ngrok 1.7.0 against AgentServer', () => {
     });
 
     it('listener.close() sends Unbind: tunnelClosed', async () => {
+      t = await liveTunnel(listener.id());
       await listener.close();
       const closed = await until(() => events.find((e) => e[0] === 'tunnelClosed' && e[1] === t.id && e[2] === 'unbound by the agent'));
       expect(closed).toBeTruthy();
@@ -207,7 +235,7 @@ describe('@ngrok/ngrok 1.7.0 against AgentServer', () => {
   // whose length leaves out the 8 fixed bytes, §2) and keeps the TCP connection open, but it
   // stops answering heartbeats: the server closes the session after interval + tolerance.
   it('session.close() ends the session (sessionClosed after missed heartbeats)', async () => {
-    const id = server.sessions()[0]!.id;
+    const id = (await until(() => server.sessions().length === 1 && server.sessions()[0])).id;
     const before = events.filter((e) => e[0] === 'sessionClosed' && e[1] === id).length;
     await session.close();
     const closed = await until(() => events.filter((e) => e[0] === 'sessionClosed' && e[1] === id)[before]);

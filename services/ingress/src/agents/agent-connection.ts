@@ -35,12 +35,20 @@ import { TunnelStreamError, type AgentIdentity, type BindRequest, type LocalTunn
 export const MAX_SAFE_STREAMS = 505;
 
 /**
- * How long a finished proxy stream still counts against the cap (see `lingering()`). Measured
- * with @ngrok/ngrok 1.7.0 under churn (700 workers, cap 500, Connection: close): 0 ms kills the
- * SDK's session, 20 ms already holds; 100 ms leaves margin for a busy agent host and still allows
- * 5,000 new streams per second on a session at its cap.
+ * How long a finished proxy stream counts against the cap at least (see `lingering()`). Measured
+ * with @ngrok/ngrok 1.7.0 under churn (700 workers, cap 500, Connection: close) on an idle host:
+ * 0 ms kills the SDK's session, 20 ms already holds. A busy agent host needs longer than any
+ * fixed time: there the slot is also held until the agent has echoed STREAM_RELEASE_BEATS of our
+ * heartbeats sent after the stream finished.
  */
 export const STREAM_LINGER_MS = 100;
+/**
+ * Heartbeats (sent after a proxy stream finished on our side) the agent must have echoed before
+ * the stream's slot is reused. The SDK's reader handles our frames in order, so an echo means it
+ * has passed our FIN to the stream's forwarding task, and the SDK's tasks have been running since;
+ * a second round trip gives that task, which drops the stream, its turn too.
+ */
+export const STREAM_RELEASE_BEATS = 2;
 /** An agent must authenticate this soon after the TLS handshake. */
 const AUTH_TIMEOUT_MS = 15_000;
 /** A request must arrive this soon after its stream opens. */
@@ -131,6 +139,11 @@ export class LocalTunnelImpl implements LocalTunnel {
     return this.#conn.proxyStreams;
   }
 
+  /** Slots of its session's stream cap in use: open proxy streams and finished ones the agent may still hold. */
+  get streamSlotsInUse(): number {
+    return this.#conn.streamSlotsInUse;
+  }
+
   /** The connection that carries this tunnel. */
   get connection(): AgentConnection {
     return this.#conn;
@@ -177,9 +190,16 @@ export class AgentConnection {
   private readonly liveness: LivenessTimer;
   private heartbeat: HeartbeatSender | null = null;
   private heartbeatStreams = 0;
-  /** When proxy streams finished (performance.now()), oldest first, from `releasedHead` on. */
+  /**
+   * Proxy streams finished on our side whose slots are not free yet, oldest first from
+   * `releasedHead` on: when they finished (performance.now()), and how many heartbeats we had
+   * sent by then.
+   */
   private releasedAt: number[] = [];
+  private releasedBeats: number[] = [];
   private releasedHead = 0;
+  /** At most this long (the liveness window) a finished stream waits for heartbeat echoes. */
+  private maxLingerMs = AUTH_TIMEOUT_MS;
 
   constructor(host: ConnectionHost, socket: tls.TLSSocket) {
     this.host = host;
@@ -188,7 +208,11 @@ export class AgentConnection {
     this.mux = new MuxSession(socket, { client: false, maxOutboundStreams: host.settings.maxStreams + 1, maxInboundStreams: MAX_INBOUND_STREAMS });
     this.mux.on('stream', (st) => void this.onStream(st));
     this.mux.on('release', (st) => {
-      if (st.id % 2 === 0 && st !== this.heartbeat?.streamRef) this.releasedAt.push(performance.now());
+      if (st.id % 2 !== 0 || st === this.heartbeat?.streamRef) return;
+      this.releasedAt.push(performance.now());
+      this.releasedBeats.push(this.heartbeat?.sent ?? 0);
+      // Start the beats that will free this slot (at most one in flight; see onHeartbeatEcho).
+      this.heartbeat?.probe();
     });
     this.mux.on('close', (info) => this.onClosed(info));
     // Until Auth this is the auth deadline; afterwards the heartbeat deadline (interval + tolerance).
@@ -200,21 +224,48 @@ export class AgentConnection {
     return Math.max(0, this.mux.outboundStreams - (this.heartbeat?.active ? 1 : 0));
   }
 
+  /** Slots of the stream cap in use: open proxy streams and finished ones the agent may still hold. */
+  get streamSlotsInUse(): number {
+    return this.proxyStreams + this.lingering();
+  }
+
   /**
    * Proxy streams finished on our side that the agent may still hold. The SDK forgets a stream
-   * only when its forwarding task drops it, some time after the FIN or RST it processed, so a
-   * slot freed here is not free there yet; reusing it at once under churn pushes the SDK past
-   * 512 and kills its session. A finished stream keeps its slot for STREAM_LINGER_MS.
+   * only when its forwarding task drops it, some time after the FIN or RST it processed, and
+   * nothing on the wire says when; a slot freed here is not free there yet, and reusing it at once
+   * under churn pushes the SDK past 512 streams, which kills its session. How long the SDK takes
+   * depends on how much CPU its threads get, so a finished stream keeps its slot until the agent
+   * has echoed STREAM_RELEASE_BEATS heartbeats sent after it finished, and for at least
+   * STREAM_LINGER_MS; or, should the agent not echo at all, for the liveness window.
    */
   private lingering(): number {
-    const q = this.releasedAt;
-    const cutoff = performance.now() - STREAM_LINGER_MS;
-    while (this.releasedHead < q.length && q[this.releasedHead]! < cutoff) this.releasedHead++;
-    if (this.releasedHead > 1024 && this.releasedHead * 2 > q.length) {
-      this.releasedAt = q.slice(this.releasedHead);
-      this.releasedHead = 0;
+    const at = this.releasedAt;
+    const beats = this.releasedBeats;
+    const now = performance.now();
+    const hb = this.heartbeat;
+    // Without our heartbeat stream (not yet authenticated, or the agent reset it) time alone decides.
+    const echoed = hb?.active ? hb.echoed : Infinity;
+    let head = this.releasedHead;
+    while (head < at.length) {
+      const age = now - at[head]!;
+      if (age < this.maxLingerMs && (age < STREAM_LINGER_MS || echoed < beats[head]! + STREAM_RELEASE_BEATS)) break;
+      head++;
     }
-    return this.releasedAt.length - this.releasedHead;
+    if (head > 1024 && head * 2 > at.length) {
+      this.releasedAt = at.slice(head);
+      this.releasedBeats = beats.slice(head);
+      head = 0;
+    }
+    this.releasedHead = head;
+    return this.releasedAt.length - head;
+  }
+
+  /** An echo of our heartbeat: more beats while finished streams still wait for theirs. */
+  private onHeartbeatEcho(): void {
+    this.alive();
+    const hb = this.heartbeat;
+    const n = this.releasedBeats.length;
+    if (hb && n > this.releasedHead && hb.echoed < this.releasedBeats[n - 1]! + STREAM_RELEASE_BEATS) hb.probe();
   }
 
   /** GOAWAY and close; tunnelClosed/sessionClosed are emitted with `reason`. */
@@ -230,7 +281,7 @@ export class AgentConnection {
     if (t.closed || this.closeReason !== null || this.mux.closed) {
       throw new TunnelStreamError('SESSION_CLOSED', t.closed ? `tunnel ${t.id} is closed` : `the agent session of tunnel ${t.id} is closed`);
     }
-    if (this.proxyStreams + this.lingering() >= this.host.settings.maxStreams) {
+    if (this.streamSlotsInUse >= this.host.settings.maxStreams) {
       throw new TunnelStreamError('STREAM_CAP', `the agent session is at its cap of ${this.host.settings.maxStreams} open streams`);
     }
     let stream: MuxStream;
@@ -356,7 +407,8 @@ export class AgentConnection {
     const interval = clampMs(settings.heartbeatIntervalMs ?? (r.heartbeatIntervalMs || 10_000), 10, 600_000);
     const tolerance = clampMs(settings.heartbeatToleranceMs ?? (r.heartbeatToleranceMs || 15_000), 10, 600_000);
     this.liveness.reset(interval + tolerance);
-    this.heartbeat = new HeartbeatSender(this.mux, { intervalMs: interval, onBeat: () => this.alive() });
+    this.maxLingerMs = interval + tolerance;
+    this.heartbeat = new HeartbeatSender(this.mux, { intervalMs: interval, onBeat: () => this.onHeartbeatEcho() });
 
     this.host.sessionUp(this);
     this.log.info({ agentVersion: r.agentVersion, os: r.os }, 'agent session started');

@@ -3,7 +3,7 @@ import http from 'node:http';
 import net from 'node:net';
 import tls from 'node:tls';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { MuxSession, rpcCall, StreamType, type DpAgentSession, type MuxStream } from '@warren/shared';
+import { MuxSession, readStreamType, rpcCall, StreamType, type DpAgentSession, type MuxStream } from '@warren/shared';
 import { AgentClient, AgentRpcError, type ClientTunnel } from '../../../agent/src/client.js';
 import { STREAM_LINGER_MS } from './agent-connection.js';
 import { AgentServer, TunnelStreamError, type AgentServerOptions, type LocalTunnel, type TunnelStream } from './server.js';
@@ -321,13 +321,66 @@ describe('AgentServer with warren-agent', () => {
     expect((err as TunnelStreamError).code).toBe('STREAM_CAP');
     streams[0]!.destroy();
     expect(t.openStreams).toBe(4);
-    // The agent may still hold the finished stream for a moment: its slot lingers briefly.
+    // The agent may still hold the finished stream for a moment: its slot lingers briefly
+    // (STREAM_LINGER_MS at least, and until the agent has echoed our heartbeats, next test).
     await expect(t.openStream(h)).rejects.toMatchObject({ code: 'STREAM_CAP' });
     await new Promise((r) => setTimeout(r, STREAM_LINGER_MS + 20));
-    const again = await t.openStream(h);
+    const again = await until(() => {
+      try {
+        return t.openStreamSync!(h);
+      } catch {
+        return null;
+      }
+    });
     const res = await httpRequest({ stream: again }, { path: '/after-cap' });
     expect(res.body.toString()).toBe('hello /after-cap');
     for (const s of streams) s.destroy();
+  });
+
+  it("a finished stream's slot also waits for the agent to echo heartbeats sent after it finished", async () => {
+    // The SDK lets go of a finished stream only when its own tasks get to it; on a busy host that
+    // takes longer than any fixed linger, so the slot is reused only once the agent has answered.
+    const { server, port } = await startServer({ maxStreamsPerSession: 1, heartbeatIntervalMs: 60_000, heartbeatToleranceMs: 60_000 });
+    const sock = tls.connect({ host: '127.0.0.1', port, ca: pki.caPem });
+    await once(sock, 'secureConnect');
+    cleanups.push(() => sock.destroy());
+    const mux = new MuxSession(sock, { client: true });
+    // A hand-made agent whose echoes of our heartbeats wait while `hold` is set.
+    let hold = true;
+    const held: Buffer[] = [];
+    const agent: { heartbeat?: MuxStream } = {};
+    mux.on('stream', (st: MuxStream) => {
+      readStreamType(st, 5_000).then(
+        (type) => {
+          if (type !== StreamType.Heartbeat) {
+            st.resume();
+            return;
+          }
+          agent.heartbeat = st;
+          st.on('data', (b: Buffer) => (hold ? held.push(b) : st.write(b)));
+        },
+        () => st.destroy(),
+      );
+    });
+    await rpcCall(mux, StreamType.Auth, { Version: ['2'], ClientId: '', Extra: { AuthToken: TOKEN } });
+    const bind = (await rpcCall(mux, StreamType.Bind, { Id: '', Proto: 'https', Opts: { Domain: 'slot.test' }, Extra: {} })) as { Id: string };
+    const t = server.getTunnel(bind.Id)!;
+    const h = { clientAddr: '1.1.1.1:1', proto: 'https', edgeType: '0' } as const;
+    (await t.openStream(h)).destroy();
+    await until(() => agent.heartbeat && held.length > 0);
+    // Well past STREAM_LINGER_MS, but the agent has not answered: the slot is still taken.
+    await new Promise((r) => setTimeout(r, STREAM_LINGER_MS + 100));
+    await expect(t.openStream(h)).rejects.toMatchObject({ code: 'STREAM_CAP' });
+    hold = false;
+    for (const b of held.splice(0)) agent.heartbeat!.write(b);
+    const again = await until(() => {
+      try {
+        return t.openStreamSync!(h);
+      } catch {
+        return null;
+      }
+    });
+    again.destroy();
   });
 
   it('rejects openStream with SESSION_CLOSED once the tunnel or session is gone', async () => {

@@ -45,6 +45,11 @@ export interface HeartbeatOptions {
  * Sends our own heartbeats on a stream it opens: 4 random bytes per interval, one beat in flight
  * at a time; a matching echo calls `onBeat`. Liveness decisions (interval + tolerance) are left
  * to the caller, who also hears of echoes on the other side's heartbeat stream.
+ *
+ * Beats are numbered: `sent` counts the beats written, `echoed` those echoed, in order (one is in
+ * flight at a time, so beat k has come back once `echoed >= k`). An echo proves the peer has
+ * processed everything we sent before that beat, and has been scheduled since: `probe()` sends
+ * extra beats for callers that need that proof (see AgentConnection's stream slots).
  */
 export class HeartbeatSender {
   private readonly stream: MuxStream;
@@ -52,6 +57,9 @@ export class HeartbeatSender {
   private inFlight: { id: Buffer; at: number } | null = null;
   private received: Buffer = Buffer.alloc(0);
   private stopped = false;
+  private sentBeats = 0;
+  private echoedBeats = 0;
+  private probeWanted = false;
 
   constructor(session: MuxSession, private readonly opts: HeartbeatOptions) {
     this.stream = session.open();
@@ -73,6 +81,23 @@ export class HeartbeatSender {
     return !this.stopped && !this.stream.destroyed;
   }
 
+  /** Beats written so far. */
+  get sent(): number {
+    return this.sentBeats;
+  }
+
+  /** Beats echoed so far. */
+  get echoed(): number {
+    return this.echoedBeats;
+  }
+
+  /** Sends a beat now, or right after the echo of the one in flight (at most one more). */
+  probe(): void {
+    if (this.stopped) return;
+    if (this.inFlight) this.probeWanted = true;
+    else this.beat();
+  }
+
   stop(): void {
     if (this.stopped) return;
     this.stopped = true;
@@ -84,6 +109,7 @@ export class HeartbeatSender {
     if (this.stopped || this.inFlight) return;
     const id = randomBytes(4);
     this.inFlight = { id, at: performance.now() };
+    this.sentBeats++;
     this.stream.write(id);
   }
 
@@ -95,7 +121,11 @@ export class HeartbeatSender {
       const beat = this.inFlight;
       if (!beat || !echo.equals(beat.id)) continue; // unsolicited or stale: ignore
       this.inFlight = null;
+      this.echoedBeats++;
+      const again = this.probeWanted;
+      this.probeWanted = false;
       this.opts.onBeat(performance.now() - beat.at);
+      if (again) this.beat(); // unless onBeat already sent one
     }
   }
 }
