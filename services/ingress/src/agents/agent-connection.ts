@@ -21,6 +21,7 @@ import {
   type LabelTunnelResponse,
   type MuxCloseInfo,
   type MuxStream,
+  type DrainOnDestroy,
 } from '@warren/shared';
 import { aclAllowsHostname, aclAllowsLabels } from './acl.js';
 import { parseAuth, parseBind, parseLabelTunnel } from './requests.js';
@@ -49,6 +50,20 @@ export const STREAM_LINGER_MS = 100;
  * a second round trip gives that task, which drops the stream, its turn too.
  */
 export const STREAM_RELEASE_BEATS = 2;
+/**
+ * A proxy stream destroyed on our side before the agent's FIN (the public client gave up) is not
+ * reset at once: the SDK would hold a reset stream until its upstream answers, and nothing on the
+ * wire would say when, so its slot would be reused too early (one SYN past the SDK's 512 kills the
+ * session). We FIN instead and discard what the agent still sends until its FIN, which then frees
+ * the slot like any finished stream; RST once it sent this many more bytes, or after the liveness
+ * window. A stream we reset before the agent's FIN keeps its slot for the liveness window.
+ * Measured with @ngrok/ngrok 1.7.0 (cap 500, 600 clients each abandoning a request to a 2 s
+ * upstream after 100 ms, 10 s): RST at once lost the session 1-2 times, and so did keeping a
+ * reset stream's slot for the liveness window (2.5 s there) even with the RST sent only 0.5 s
+ * after the abort (the SDK kept streams past its upstream's answer); FIN and waiting for the
+ * agent's FIN: no loss, also with a 4 s upstream as long as the wait outlasts it.
+ */
+export const ABORT_DRAIN_MAX_BYTES = 256 * 1024;
 /** An agent must authenticate this soon after the TLS handshake. */
 const AUTH_TIMEOUT_MS = 15_000;
 /** A request must arrive this soon after its stream opens. */
@@ -200,6 +215,11 @@ export class AgentConnection {
   private releasedHead = 0;
   /** At most this long (the liveness window) a finished stream waits for heartbeat echoes. */
   private maxLingerMs = AUTH_TIMEOUT_MS;
+  /** Proxy streams reset by us before the agent's FIN: until when their slots stay taken, oldest first from `heldHead` on. */
+  private heldUntil: number[] = [];
+  private heldHead = 0;
+  /** How proxy streams destroyed before the agent's FIN leave the wire (ABORT_DRAIN_MAX_BYTES). */
+  private drainOnDestroy: DrainOnDestroy = { maxBytes: ABORT_DRAIN_MAX_BYTES, maxMs: AUTH_TIMEOUT_MS };
 
   constructor(host: ConnectionHost, socket: tls.TLSSocket) {
     this.host = host;
@@ -209,6 +229,11 @@ export class AgentConnection {
     this.mux.on('stream', (st) => void this.onStream(st));
     this.mux.on('release', (st) => {
       if (st.id % 2 !== 0 || st === this.heartbeat?.streamRef) return;
+      if (st.resetBeforeRemoteFin) {
+        // The agent may hold it until its upstream is done: no echo says when (see ABORT_DRAIN_MAX_BYTES).
+        this.heldUntil.push(performance.now() + this.maxLingerMs);
+        return;
+      }
       this.releasedAt.push(performance.now());
       this.releasedBeats.push(this.heartbeat?.sent ?? 0);
       // Start the beats that will free this slot (at most one in flight; see onHeartbeatEcho).
@@ -226,7 +251,24 @@ export class AgentConnection {
 
   /** Slots of the stream cap in use: open proxy streams and finished ones the agent may still hold. */
   get streamSlotsInUse(): number {
-    return this.proxyStreams + this.lingering();
+    return this.proxyStreams + this.lingering() + (this.heldHead < this.heldUntil.length ? this.held() : 0);
+  }
+
+  /** Proxy streams we reset before the agent's FIN whose slots are still taken. */
+  private held(): number {
+    const q = this.heldUntil;
+    const now = performance.now();
+    let head = this.heldHead;
+    while (head < q.length && q[head]! <= now) head++;
+    if (head === q.length) {
+      this.heldUntil = [];
+      head = 0;
+    } else if (head > 1024 && head * 2 > q.length) {
+      this.heldUntil = q.slice(head);
+      head = 0;
+    }
+    this.heldHead = head;
+    return this.heldUntil.length - head;
   }
 
   /**
@@ -286,7 +328,7 @@ export class AgentConnection {
     }
     let stream: MuxStream;
     try {
-      stream = this.mux.open({ allowHalfOpen: h.proto === 'tcp' || h.proto === 'tls' });
+      stream = this.mux.open({ allowHalfOpen: h.proto === 'tcp' || h.proto === 'tls', drainOnDestroy: this.drainOnDestroy });
     } catch (err) {
       const e = err as MuxError;
       if (e.code === 'STREAM_CAP') throw new TunnelStreamError('STREAM_CAP', e.message);
@@ -408,6 +450,7 @@ export class AgentConnection {
     const tolerance = clampMs(settings.heartbeatToleranceMs ?? (r.heartbeatToleranceMs || 15_000), 10, 600_000);
     this.liveness.reset(interval + tolerance);
     this.maxLingerMs = interval + tolerance;
+    this.drainOnDestroy = { maxBytes: ABORT_DRAIN_MAX_BYTES, maxMs: interval + tolerance };
     this.heartbeat = new HeartbeatSender(this.mux, { intervalMs: interval, onBeat: () => this.onHeartbeatEcho() });
 
     this.host.sessionUp(this);

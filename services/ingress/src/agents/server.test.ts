@@ -5,7 +5,7 @@ import tls from 'node:tls';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { MuxSession, readStreamType, rpcCall, StreamType, type DpAgentSession, type MuxStream } from '@warren/shared';
 import { AgentClient, AgentRpcError, type ClientTunnel } from '../../../agent/src/client.js';
-import { STREAM_LINGER_MS } from './agent-connection.js';
+import { STREAM_LINGER_MS, type LocalTunnelImpl } from './agent-connection.js';
 import { AgentServer, TunnelStreamError, type AgentServerOptions, type LocalTunnel, type TunnelStream } from './server.js';
 import { createTestPki, httpRequest, sha256Hex, startUpstream, tokenAuthenticator, type TestPki, type Upstream } from './testing.js';
 
@@ -320,7 +320,9 @@ describe('AgentServer with warren-agent', () => {
     expect(err).toBeInstanceOf(TunnelStreamError);
     expect((err as TunnelStreamError).code).toBe('STREAM_CAP');
     streams[0]!.destroy();
-    expect(t.openStreams).toBe(4);
+    // Destroyed before the agent's FIN: we FIN and the stream stays open on the wire until the
+    // agent's FIN (it gets one at once here: the idle upstream hangs up).
+    await until(() => t.openStreams === 4);
     // The agent may still hold the finished stream for a moment: its slot lingers briefly
     // (STREAM_LINGER_MS at least, and until the agent has echoed our heartbeats, next test).
     await expect(t.openStream(h)).rejects.toMatchObject({ code: 'STREAM_CAP' });
@@ -354,6 +356,7 @@ describe('AgentServer with warren-agent', () => {
         (type) => {
           if (type !== StreamType.Heartbeat) {
             st.resume();
+            st.on('end', () => st.end());
             return;
           }
           agent.heartbeat = st;
@@ -381,6 +384,75 @@ describe('AgentServer with warren-agent', () => {
       }
     });
     again.destroy();
+  });
+
+  it("a stream abandoned before the agent's FIN keeps its slot until that FIN; reset after the liveness window, it keeps it one more window", async () => {
+    // The SDK holds a stream until its upstream has answered, even once we reset it, and nothing
+    // on the wire says when: reusing the slot earlier can push it past 512 streams (session lost).
+    const { server, port } = await startServer({ maxStreamsPerSession: 1, heartbeatIntervalMs: 100, heartbeatToleranceMs: 400 });
+    const sock = tls.connect({ host: '127.0.0.1', port, ca: pki.caPem });
+    await once(sock, 'secureConnect');
+    cleanups.push(() => sock.destroy());
+    const mux = new MuxSession(sock, { client: true });
+    // A hand-made agent: echoes heartbeats at once, FINs a proxy stream only when told.
+    const proxies: Array<{ st: MuxStream; ended: boolean; reset: boolean }> = [];
+    mux.on('stream', (st: MuxStream) => {
+      readStreamType(st, 5_000).then(
+        (type) => {
+          if (type !== StreamType.Heartbeat) {
+            const p = { st, ended: false, reset: false };
+            proxies.push(p);
+            st.resume();
+            st.on('end', () => (p.ended = true));
+            st.on('error', (e: { code?: string }) => (p.reset = e.code === 'STREAM_RESET'));
+            return;
+          }
+          st.on('data', (b: Buffer) => st.write(b));
+        },
+        () => st.destroy(),
+      );
+    });
+    await rpcCall(mux, StreamType.Auth, { Version: ['2'], ClientId: '', Extra: { AuthToken: TOKEN } });
+    const bind = (await rpcCall(mux, StreamType.Bind, { Id: '', Proto: 'https', Opts: { Domain: 'abandon.test' }, Extra: {} })) as { Id: string };
+    const t = server.getTunnel(bind.Id)! as LocalTunnelImpl;
+    const h = { clientAddr: '1.1.1.1:1', proto: 'https', edgeType: '0' } as const;
+    const tryOpen = () => {
+      try {
+        return t.openStreamSync!(h);
+      } catch {
+        return null;
+      }
+    };
+
+    // 1. Abandoned: our FIN reaches the agent, no RST; the slot waits for the agent's FIN, not
+    // for heartbeat echoes (several go by meanwhile).
+    const a = await t.openStream(h);
+    a.write('GET / HTTP/1.1\r\n\r\n');
+    await until(() => proxies.length === 1);
+    a.destroy();
+    await until(() => proxies[0]!.ended);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(t.openStreams).toBe(1);
+    expect(tryOpen()).toBeNull();
+    expect(proxies[0]!.reset).toBe(false);
+    proxies[0]!.st.end('HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n');
+    const b = await until(tryOpen);
+    expect(proxies[0]!.reset).toBe(false);
+
+    // 2. The agent never FINs: RST after the liveness window (500 ms), and the slot stays taken
+    // for another window after it.
+    b.write('GET / HTTP/1.1\r\n\r\n');
+    await until(() => proxies.length === 2);
+    const destroyedAt = performance.now();
+    b.destroy();
+    await until(() => proxies[1]!.reset, 3_000);
+    const resetAt = performance.now();
+    expect(resetAt - destroyedAt).toBeGreaterThanOrEqual(450);
+    expect(t.openStreams).toBe(0);
+    expect(tryOpen()).toBeNull();
+    (await until(tryOpen, 3_000)).destroy();
+    expect(performance.now() - resetAt).toBeGreaterThanOrEqual(400);
+    expect(server.sessions()).toHaveLength(1);
   });
 
   it('rejects openStream with SESSION_CLOSED once the tunnel or session is gone', async () => {

@@ -53,7 +53,7 @@ export interface LocalTunnel extends Omit<DpTunnel, 'nodeId' | 'nodeAddress'> {
    * the type so that test doubles need not implement it; AgentServer's tunnels always do.)
    */
   openStreamSync?(h: ProxyHeaderInit): TunnelStream;
-  /** Proxy streams currently open on this tunnel's session. */
+  /** Proxy streams currently open on this tunnel's session (on the wire: one abandoned by its client stays open until the agent's FIN). */
   readonly openStreams: number;
 }
 

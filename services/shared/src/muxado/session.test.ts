@@ -353,6 +353,120 @@ describe('MuxSession against a raw peer', () => {
     expect(acked).toBe(100 * 1024);
   });
 
+  describe('drainOnDestroy: a stream destroyed here before the peer FIN', () => {
+    const drain = { maxBytes: 64 * 1024, maxMs: 5_000 };
+
+    it('without it: FIN and RST at once, released, resetBeforeRemoteFin', async () => {
+      const { server, frames, waitFor } = await rawPeer();
+      const st = server.open();
+      st.write('req');
+      await waitFor((f) => f.type === 'data' && f.id === 2);
+      st.destroy();
+      expect(await waitFor((f) => f.type === 'rst' && f.id === 2)).toMatchObject({ value: MuxErrorCode.StreamCancelled });
+      expect(frames.some((f) => f.type === 'data' && f.id === 2 && (f.flags! & FLAG_FIN) !== 0)).toBe(true);
+      expect(server.outboundStreams).toBe(0);
+      expect(st.resetBeforeRemoteFin).toBe(true);
+    });
+
+    it('FINs, keeps the stream counted, acknowledges and discards what the peer sends, releases at its FIN (no RST)', async () => {
+      const { server, a, frames, waitFor } = await rawPeer();
+      const released: MuxStream[] = [];
+      server.on('release', (s) => released.push(s));
+      const st = server.open({ drainOnDestroy: drain });
+      const got: Buffer[] = [];
+      st.on('data', (c: Buffer) => got.push(c));
+      st.write('req');
+      await waitFor((f) => f.type === 'data' && f.id === 2);
+      a.write(encodeFrame(FrameType.Data, 0, 2, Buffer.from('early')));
+      await until(() => got.length === 1);
+      st.destroy();
+      expect(st.destroyed).toBe(true);
+      await waitFor((f) => f.type === 'data' && f.id === 2 && (f.flags! & FLAG_FIN) !== 0);
+      expect(server.outboundStreams).toBe(1);
+      expect(st.drainingOnWire).toBe(true);
+      // 40 KiB more (under the 64 KiB budget): acknowledged, not delivered.
+      a.write(encodeFrame(FrameType.Data, 0, 2, Buffer.alloc(40 * 1024)));
+      await until(() => frames.filter((f) => f.type === 'wndinc' && f.id === 2).reduce((n, f) => n + f.value!, 0) >= 40 * 1024 + 5);
+      expect(got).toHaveLength(1);
+      expect(released).toEqual([]);
+      a.write(encodeFrame(FrameType.Data, FLAG_FIN, 2));
+      await until(() => released.length === 1);
+      expect(server.outboundStreams).toBe(0);
+      expect(st.resetBeforeRemoteFin).toBe(false);
+      expect(st.drainingOnWire).toBe(false);
+      await new Promise((r) => setTimeout(r, 30));
+      expect(frames.filter((f) => f.type === 'rst')).toEqual([]);
+    });
+
+    it('unread bytes are acknowledged when it is destroyed', async () => {
+      const { server, a, frames, waitFor } = await rawPeer();
+      const st = server.open({ drainOnDestroy: drain });
+      st.pause();
+      st.write('req');
+      await waitFor((f) => f.type === 'data' && f.id === 2);
+      a.write(encodeFrame(FrameType.Data, 0, 2, Buffer.alloc(10_000)));
+      await until(() => st.receiveWindow < 256 * 1024);
+      st.destroy();
+      await until(() => frames.filter((f) => f.type === 'wndinc' && f.id === 2).reduce((n, f) => n + f.value!, 0) === 10_000);
+      expect(st.receiveWindow).toBe(256 * 1024);
+    });
+
+    it('RSTs once the peer sent more than maxBytes: released, resetBeforeRemoteFin', async () => {
+      const { server, a, waitFor } = await rawPeer();
+      const st = server.open({ drainOnDestroy: drain });
+      st.write('req');
+      await waitFor((f) => f.type === 'data' && f.id === 2);
+      st.destroy();
+      a.write(encodeFrame(FrameType.Data, 0, 2, Buffer.alloc(60 * 1024)));
+      a.write(encodeFrame(FrameType.Data, 0, 2, Buffer.alloc(10 * 1024)));
+      expect(await waitFor((f) => f.type === 'rst' && f.id === 2)).toMatchObject({ value: MuxErrorCode.StreamCancelled });
+      expect(server.outboundStreams).toBe(0);
+      expect(st.resetBeforeRemoteFin).toBe(true);
+    });
+
+    it('RSTs after maxMs without the peer FIN', async () => {
+      const { server, waitFor } = await rawPeer();
+      const st = server.open({ drainOnDestroy: { maxBytes: 1024, maxMs: 100 } });
+      st.write('req');
+      await waitFor((f) => f.type === 'data' && f.id === 2);
+      const t0 = performance.now();
+      st.destroy();
+      await waitFor((f) => f.type === 'rst' && f.id === 2);
+      expect(performance.now() - t0).toBeGreaterThanOrEqual(90);
+      expect(server.outboundStreams).toBe(0);
+      expect(st.resetBeforeRemoteFin).toBe(true);
+    });
+
+    it('a peer RST or the session closing ends the wait; a stream the peer already finished is reset as before', async () => {
+      const { server, a, waitFor } = await rawPeer();
+      const st = server.open({ drainOnDestroy: drain });
+      st.write('req');
+      await waitFor((f) => f.type === 'data' && f.id === 2);
+      st.destroy();
+      a.write(encodeFrame(FrameType.Rst, 0, 2, Buffer.from([0, 0, 0, MuxErrorCode.StreamCancelled])));
+      await until(() => server.outboundStreams === 0);
+      expect(st.drainingOnWire).toBe(false);
+      expect(st.resetBeforeRemoteFin).toBe(false);
+
+      const done = server.open({ drainOnDestroy: drain });
+      done.write('req');
+      await waitFor((f) => f.type === 'data' && f.id === 4);
+      a.write(encodeFrame(FrameType.Data, FLAG_FIN, 4, Buffer.from('answer')));
+      await until(() => done.remoteEnded);
+      done.destroy();
+      await waitFor((f) => f.type === 'rst' && f.id === 4);
+      expect(done.resetBeforeRemoteFin).toBe(false);
+
+      const last = server.open({ drainOnDestroy: drain });
+      last.write('req');
+      await waitFor((f) => f.type === 'data' && f.id === 6);
+      last.destroy();
+      expect(last.drainingOnWire).toBe(true);
+      server.destroy();
+      expect(last.drainingOnWire).toBe(false);
+    });
+  });
+
   it('answers a SYN in its own id space with GOAWAY Protocol and closes', async () => {
     const { server, a, waitFor } = await rawPeer();
     const closed = once(server, 'close') as Promise<[MuxCloseInfo]>;

@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import type { Duplex } from 'node:stream';
 import { FLAG_FIN, FLAG_SYN, FrameDecoder, MAX_STREAM_ID, MuxErrorCode, muxErrorCodeName, type FrameSink } from './frame.js';
 import { MuxError } from './errors.js';
-import { MuxStream } from './stream.js';
+import { MuxStream, type DrainOnDestroy } from './stream.js';
 import { FrameWriter } from './writer.js';
 
 /** Fixed per-stream window (§2 Flow control). */
@@ -111,13 +111,13 @@ export class MuxSession extends EventEmitter<MuxSessionEvents> implements FrameS
    * Opens a stream. Nothing is sent until its first write (which carries SYN) or its end.
    * Throws a {@link MuxError} `STREAM_CAP`, `STREAMS_EXHAUSTED` or `SESSION_CLOSED`.
    */
-  open(opts: { allowHalfOpen?: boolean } = {}): MuxStream {
+  open(opts: { allowHalfOpen?: boolean; drainOnDestroy?: DrainOnDestroy } = {}): MuxStream {
     if (this.closeInfo || this.goingAway) throw new MuxError('SESSION_CLOSED', 'session is closed');
     if (this.outbound >= this.maxOutbound) throw new MuxError('STREAM_CAP', `session is at its cap of ${this.maxOutbound} open streams`);
     const id = this.nextId;
     if (id > MAX_STREAM_ID) throw new MuxError('STREAMS_EXHAUSTED', 'no stream ids left in this session');
     this.nextId += 2;
-    const stream = new MuxStream(this, id, { windowSize: this.windowSize, maxFramePayload: this.maxFramePayload, allowHalfOpen: opts.allowHalfOpen ?? true, local: true });
+    const stream = new MuxStream(this, id, { windowSize: this.windowSize, maxFramePayload: this.maxFramePayload, allowHalfOpen: opts.allowHalfOpen ?? true, local: true, drainOnDestroy: opts.drainOnDestroy });
     this.streams.set(id, stream);
     this.outbound++;
     return stream;

@@ -25,6 +25,21 @@ export interface MuxStreamOptions {
   allowHalfOpen: boolean;
   /** We opened it: our first frame carries SYN. */
   local: boolean;
+  /** See {@link DrainOnDestroy}; only for streams we open. */
+  drainOnDestroy?: DrainOnDestroy | undefined;
+}
+
+/**
+ * How a stream destroyed locally before the peer's FIN leaves the wire: instead of RST at once,
+ * FIN, then discard (and acknowledge) what the peer still sends until its FIN, which releases the
+ * stream as a normal finish; RST only once the peer has sent `maxBytes` more, or after `maxMs`.
+ * Until then the session still counts the stream. For peers (the ngrok SDK) that hold a reset
+ * stream until their own side of it is done, with nothing on the wire saying when: the peer's FIN
+ * says it.
+ */
+export interface DrainOnDestroy {
+  maxBytes: number;
+  maxMs: number;
 }
 
 const noop = (): void => {};
@@ -68,6 +83,11 @@ export class MuxStream extends Duplex {
   private localFin = false;
   /** No longer known to the session (finished or reset on the wire). */
   private released = false;
+  /** We sent RST before the peer's FIN: the peer may hold the stream for as long as it likes. */
+  private resetEarly = false;
+  private readonly drainOpts: DrainOnDestroy | undefined;
+  /** Destroyed here, FIN sent, waiting for the peer's FIN (see DrainOnDestroy). */
+  private draining: { discarded: number; timer: NodeJS.Timeout } | null = null;
   private idleTimer: NodeJS.Timeout | null = null;
 
   constructor(host: StreamHost, id: number, opts: MuxStreamOptions) {
@@ -82,6 +102,7 @@ export class MuxStream extends Duplex {
     this.synFlag = opts.local ? FLAG_SYN : 0;
     this.sendWindow = opts.windowSize;
     this.recvWindow = opts.windowSize;
+    this.drainOpts = opts.drainOnDestroy;
     this.on('error', noop);
   }
 
@@ -150,10 +171,27 @@ export class MuxStream extends Duplex {
     return this.remoteFin;
   }
 
+  /**
+   * True once the stream left the wire by our RST before the peer's FIN: the peer may still hold
+   * it (the SDK does, until its upstream is done). False for streams finished or reset by the peer.
+   */
+  get resetBeforeRemoteFin(): boolean {
+    return this.resetEarly;
+  }
+
+  /** True while destroyed here and waiting for the peer's FIN (see DrainOnDestroy). */
+  get drainingOnWire(): boolean {
+    return this.draining !== null;
+  }
+
   /** @internal Payload of a DATA frame (already checked against the window). */
   onData(chunk: Buffer): void {
     this.recvWindow -= chunk.length;
     this.touch();
+    if (this.draining) {
+      this.discard(chunk.length);
+      return;
+    }
     if (this.eofPushed || this.destroyed) return;
     if (this.wantRead && this.queue.length === 0) {
       this.pushedBytes += chunk.length;
@@ -169,7 +207,7 @@ export class MuxStream extends Duplex {
   onRemoteFin(): void {
     if (this.remoteFin) return;
     this.remoteFin = true;
-    if (this.wantRead && this.queue.length === 0 && !this.eofPushed) {
+    if (this.wantRead && this.queue.length === 0 && !this.eofPushed && !this.destroyed) {
       this.eofPushed = true;
       this.push(null);
     }
@@ -185,6 +223,7 @@ export class MuxStream extends Duplex {
   /** @internal The peer's RST. */
   onReset(code: number): void {
     this.released = true;
+    this.stopDraining();
     this.destroy(MuxError.reset(code));
   }
 
@@ -192,6 +231,8 @@ export class MuxStream extends Duplex {
   abort(code: number, err: MuxError): void {
     if (!this.released) {
       this.released = true;
+      this.stopDraining();
+      if (!this.remoteFin) this.resetEarly = true;
       this.host.writer.rst(this.id, code);
       this.host.releaseStream(this);
     }
@@ -201,6 +242,7 @@ export class MuxStream extends Duplex {
   /** @internal The session is gone: fail the stream without any frame. */
   onSessionClosed(err: MuxError): void {
     this.released = true;
+    this.stopDraining();
     this.destroy(err);
   }
 
@@ -260,7 +302,21 @@ export class MuxStream extends Duplex {
       clearTimeout(this.idleTimer);
       this.idleTimer = null;
     }
-    if (!this.released) {
+    if (!this.released && this.drainOpts && this.synFlag === 0 && !this.remoteFin && !this.draining) {
+      // FIN, and keep the stream on the wire until the peer's FIN (see DrainOnDestroy).
+      if (!this.localFin) {
+        this.localFin = true;
+        this.host.writer.fin(this.id, 0);
+      }
+      const timer = setTimeout(() => this.resetDraining(), this.drainOpts.maxMs);
+      timer.unref();
+      this.draining = { discarded: 0, timer };
+      // Unread bytes were never acknowledged: the peer's window counts them, so free it too.
+      let unread = this.pushedBytes - this.ackedBytes;
+      for (const c of this.queue) unread += c.length;
+      this.queue = [];
+      this.discard(unread, true);
+    } else if (!this.released) {
       this.released = true;
       // A stream we opened but never announced needs nothing: the peer never heard of it.
       if (this.synFlag === 0) {
@@ -270,6 +326,7 @@ export class MuxStream extends Duplex {
         // The FIN makes that read return end-of-stream at once, and the agent lets go.
         if (!this.localFin) this.host.writer.fin(this.id, 0);
         this.host.writer.rst(this.id, err ? MuxErrorCode.Internal : MuxErrorCode.StreamCancelled);
+        if (!this.remoteFin) this.resetEarly = true;
       }
       this.host.releaseStream(this);
     }
@@ -340,8 +397,40 @@ export class MuxStream extends Duplex {
     }
   }
 
+  /** Draining: drop `n` bytes the peer sent (acknowledging them) or, past the budget, RST. */
+  private discard(n: number, unacked = false): void {
+    const d = this.draining!;
+    d.discarded += n;
+    if (d.discarded > this.drainOpts!.maxBytes) {
+      this.resetDraining();
+      return;
+    }
+    if (n > 0 && !this.remoteFin) {
+      if (unacked) this.ackedBytes += n;
+      this.recvWindow += n;
+      this.host.writer.wndInc(this.id, n);
+    }
+  }
+
+  /** Draining took too long or too many bytes: RST. */
+  private resetDraining(): void {
+    if (this.released || !this.draining) return;
+    this.stopDraining();
+    this.released = true;
+    this.resetEarly = true;
+    this.host.writer.rst(this.id, MuxErrorCode.StreamCancelled);
+    this.host.releaseStream(this);
+  }
+
+  private stopDraining(): void {
+    if (!this.draining) return;
+    clearTimeout(this.draining.timer);
+    this.draining = null;
+  }
+
   private maybeRelease(): void {
     if (this.localFin && this.remoteFin && !this.released) {
+      this.stopDraining();
       this.released = true;
       this.host.releaseStream(this);
     }
