@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LocalTunnelImpl } from '../../services/ingress/src/agents/agent-connection.js';
 import { AgentServer, type LocalTunnel, type ProxyHeaderInit, type TunnelStream } from '../../services/ingress/src/agents/server.js';
 import { createTestPki, httpRequest, tokenAuthenticator, type TestPki } from '../../services/ingress/src/agents/testing.js';
+import { until } from '../support/until.js';
 
 /**
  * Public clients that give up on a slow upstream while the SDK's session (`@ngrok/ngrok` 1.7.0)
@@ -25,16 +26,6 @@ let server: AgentServer;
 let upstream: net.Server;
 let session: ngrok.Session;
 const closed: string[] = [];
-
-async function until<T>(fn: () => T | undefined | null | false, ms = 5_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

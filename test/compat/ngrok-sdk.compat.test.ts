@@ -5,6 +5,7 @@ import type { DpAgentSession } from '@warren/shared';
 import type { LocalTunnelImpl } from '../../services/ingress/src/agents/agent-connection.js';
 import { AgentServer, type LocalTunnel, type ProxyHeaderInit, type TunnelStream } from '../../services/ingress/src/agents/server.js';
 import { createTestPki, httpRequest, sha256Hex, startUpstream, tokenAuthenticator, type TestPki, type Upstream } from '../../services/ingress/src/agents/testing.js';
+import { until } from '../support/until.js';
 
 /**
  * The official agent SDK (`@ngrok/ngrok` 1.7.0, unmodified) against Warren's AgentServer,
@@ -23,16 +24,6 @@ let port: number;
 let up: Upstream;
 let session: ngrok.Session;
 const events: Array<[string, ...unknown[]]> = [];
-
-async function until<T>(fn: () => T | undefined | null | false, ms = 5_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 /**
  * The endpoint tunnel `id` once its session is up: exactly one session, the tunnel registered.

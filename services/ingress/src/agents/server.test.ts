@@ -8,6 +8,7 @@ import { AgentClient, AgentRpcError, type ClientTunnel } from '../../../agent/sr
 import { STREAM_LINGER_MS, type LocalTunnelImpl } from './agent-connection.js';
 import { AgentServer, TunnelStreamError, type AgentServerOptions, type LocalTunnel, type TunnelStream } from './server.js';
 import { createTestPki, httpRequest, sha256Hex, startUpstream, tokenAuthenticator, type TestPki, type Upstream } from './testing.js';
+import { until } from '../../../../test/support/until.js';
 
 const TOKEN = 'wrn_agt_test_token_1';
 const OTHER_TOKEN = 'wrn_agt_test_token_2';
@@ -54,16 +55,6 @@ async function upstream(): Promise<Upstream> {
   const u = await startUpstream();
   cleanups.push(() => u.close());
   return u;
-}
-
-async function until<T>(fn: () => T | undefined | null | false, ms = 5_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 /** An http.Agent whose sockets are proxy streams of `tunnel` (callback form of createConnection). */
