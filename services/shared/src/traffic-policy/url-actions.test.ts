@@ -293,7 +293,10 @@ describe('url action cost estimates', () => {
       // Timings on a shared machine are noisy: the coefficients come from quiet measurements
       // (see `W` in url-actions.ts); here the estimates are only checked against gross error, on
       // the fastest run (another process on the core only ever adds time; a median can flake).
-      expect(r.best * 1e6).toBeLessThan(3 * r.estimate);
+      // 5x, not 3x: a fresh-clone CI run on a slow day (2026-11-26, when this box ran Node 2-2.5x
+      // slower per operation than the day before) measured 3.3x on the fastest of the runs; a
+      // gross error (a missing term, a size the model ignores) is an order of magnitude.
+      expect(r.best * 1e6).toBeLessThan(5 * r.estimate);
     }
   });
 });
