@@ -4,15 +4,11 @@ import zlib from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger, type DataPlaneConfig, type DpRoute, type EventEnvelope, type PublishItem } from '@warren/shared';
 import { createIngressMetrics } from '../metrics.js';
-import { TunnelRegistry } from '../tunnels/registry.js';
-import { tcpTunnel } from '../tunnels/testing.js';
-import { createPipelineCompiler } from '../pipeline/runner.js';
 import { pipelineStageFactories } from '../modules/index.js';
 import { FakeLimiter } from '../policy/testing.js';
-import { Forwarder } from './proxy.js';
-import { PublicHandler, sendOutcome } from './public.js';
-import { RoutingTable } from './routing.js';
+import { sendOutcome } from './public.js';
 import { TrafficEvents, type EventPublisher } from '../events/traffic-events.js';
+import { listen, startPublicListener } from './testing.js';
 
 /**
  * A request stage's own answer (deny, custom-response, the rate-limit 429, a module's refusal)
@@ -28,9 +24,6 @@ const closers: Array<() => void> = [];
 const unhandled: unknown[] = [];
 const onUnhandled = (err: unknown) => unhandled.push(err);
 
-function listen(server: net.Server): Promise<number> {
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as net.AddressInfo).port)));
-}
 
 const BIG = 'x'.repeat(4096);
 
@@ -101,22 +94,15 @@ beforeAll(async () => {
     res.writeHead(200, { 'content-type': 'text/plain' });
     res.end('from upstream');
   });
-  const upPort = await listen(upstream);
-  const registry = new TunnelRegistry('n1');
-  const forwarder = new Forwarder({ registry, hopToken: 'secret', log, upstreamTimeoutMs: 3000, maxStreamsPerTunnel: 4, maxQueuedPerTunnel: 100 });
+  const upstreamPort = await listen(upstream);
   const events = new TrafficEvents({ publisher, metrics: metrics.events, log, maxQueued: 1000, flushMs: 5 });
   events.setConfig(cfg);
-  const handler = new PublicHandler({ registry, forwarder, metrics, log, events });
-  handler.setTable(new RoutingTable(cfg, createPipelineCompiler(pipelineStageFactories, { limiter: new FakeLimiter(), log, registry: metrics.registry })));
-  const pub = http.createServer(handler.handler('http'));
-  port = await listen(pub);
-  registry.addLocal(tcpTunnel('tn_up', { app: 'up' }, () => upPort));
+  const pub = await startPublicListener({ cfg, stages: pipelineStageFactories, limiter: new FakeLimiter(), metrics, log, events, labels: { app: 'up' }, upstreamPort });
+  port = pub.port;
   closers.push(() => {
-    pub.closeAllConnections();
     pub.close();
     upstream.closeAllConnections();
     upstream.close();
-    forwarder.close();
   });
 });
 

@@ -3,13 +3,8 @@ import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger, type DataPlaneConfig, type DpRoute } from '@warren/shared';
 import { createIngressMetrics } from '../metrics.js';
-import { TunnelRegistry } from '../tunnels/registry.js';
-import { tcpTunnel } from '../tunnels/testing.js';
-import { createPipelineCompiler } from '../pipeline/runner.js';
 import type { StageFactory } from '../pipeline/types.js';
-import { Forwarder } from './proxy.js';
-import { PublicHandler } from './public.js';
-import { RoutingTable } from './routing.js';
+import { listen, startPublicListener } from './testing.js';
 
 /**
  * A response head Node refuses to write (a header value beyond U+00FF, a control character in the
@@ -23,12 +18,8 @@ const closers: Array<() => void> = [];
 const unhandled: unknown[] = [];
 const onUnhandled = (err: unknown) => unhandled.push(err);
 
-function listen(server: net.Server): Promise<number> {
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as net.AddressInfo).port)));
-}
 
 /** Answers exact bytes per path: `/bad-reason…` with a control character in its reason phrase. */
-let rawPort = 0;
 const rawAnswer = (path: string): string =>
   path.includes('bad-reason') ? 'HTTP/1.1 200 OK\x01\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok' : `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: ${path.length}\r\n\r\n${path}`;
 
@@ -73,20 +64,13 @@ beforeAll(async () => {
       }
     });
   });
-  rawPort = await listen(raw);
-  const registry = new TunnelRegistry('n1');
-  const metrics = createIngressMetrics('n1');
-  const forwarder = new Forwarder({ registry, hopToken: 'secret', log, upstreamTimeoutMs: 3000, maxStreamsPerTunnel: 4, maxQueuedPerTunnel: 100 });
-  const handler = new PublicHandler({ registry, forwarder, metrics, log });
-  handler.setTable(new RoutingTable(cfg, createPipelineCompiler([testStage], { limiter: { hit: async () => ({ limited: false, retryAfterSeconds: 0 }) }, log, registry: metrics.registry })));
-  const pub = http.createServer(handler.handler('http'));
-  port = await listen(pub);
-  registry.addLocal(tcpTunnel('tn_raw', { app: 'raw' }, () => rawPort));
+  const upstreamPort = await listen(raw);
+  const limiter = { hit: async () => ({ limited: false, retryAfterSeconds: 0 }) };
+  const pub = await startPublicListener({ cfg, stages: [testStage], limiter, metrics: createIngressMetrics('n1'), log, labels: { app: 'raw' }, upstreamPort });
+  port = pub.port;
   closers.push(() => {
-    pub.closeAllConnections();
     pub.close();
     raw.close();
-    forwarder.close();
   });
 });
 

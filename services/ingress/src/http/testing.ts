@@ -1,0 +1,50 @@
+import http from 'node:http';
+import type net from 'node:net';
+import type { DataPlaneConfig, Logger } from '@warren/shared';
+import type { IngressMetrics } from '../metrics.js';
+import { TunnelRegistry } from '../tunnels/registry.js';
+import { tcpTunnel } from '../tunnels/testing.js';
+import { createPipelineCompiler } from '../pipeline/runner.js';
+import type { RateLimiter, StageFactory } from '../pipeline/types.js';
+import type { TrafficEvents } from '../events/traffic-events.js';
+import { Forwarder } from './proxy.js';
+import { PublicHandler } from './public.js';
+import { RoutingTable } from './routing.js';
+
+export function listen(server: net.Server): Promise<number> {
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as net.AddressInfo).port)));
+}
+
+export interface PublicListenerOptions {
+  cfg: DataPlaneConfig;
+  stages: StageFactory[];
+  limiter: RateLimiter;
+  metrics: IngressMetrics;
+  log: Logger;
+  events?: TrafficEvents;
+  /** One local tunnel (`tn_up`) with these labels, its streams TCP connections to `upstreamPort`. */
+  labels: Record<string, string>;
+  upstreamPort: number;
+}
+
+/**
+ * Tests: a plain-HTTP public listener (PublicHandler over `cfg`, the route pipelines built from
+ * `stages`) in front of one TCP-backed tunnel. Resolves with its port and a close().
+ */
+export async function startPublicListener(o: PublicListenerOptions): Promise<{ port: number; close: () => void }> {
+  const registry = new TunnelRegistry('n1');
+  const forwarder = new Forwarder({ registry, hopToken: 'secret', log: o.log, upstreamTimeoutMs: 3000, maxStreamsPerTunnel: 4, maxQueuedPerTunnel: 100 });
+  const handler = new PublicHandler({ registry, forwarder, metrics: o.metrics, log: o.log, events: o.events });
+  handler.setTable(new RoutingTable(o.cfg, createPipelineCompiler(o.stages, { limiter: o.limiter, log: o.log, registry: o.metrics.registry })));
+  const pub = http.createServer(handler.handler('http'));
+  const port = await listen(pub);
+  registry.addLocal(tcpTunnel('tn_up', o.labels, () => o.upstreamPort));
+  return {
+    port,
+    close: () => {
+      pub.closeAllConnections();
+      pub.close();
+      forwarder.close();
+    },
+  };
+}
