@@ -6,6 +6,7 @@ import { createLogger, type DataPlaneConfig, type DpTunnel } from '@warren/share
 import { createIngressMetrics } from '../metrics.js';
 import { TunnelRegistry } from '../tunnels/registry.js';
 import { tcpTunnel } from '../tunnels/testing.js';
+import { listen, rawHttpServer } from './testing.js';
 import { upgradeEcho } from '../../../../test/support/upgrade.js';
 import { createInternalServer } from './internal.js';
 import { Forwarder } from './proxy.js';
@@ -23,9 +24,6 @@ import { Transform } from 'node:stream';
 const log = createLogger('test', 'silent');
 const closers: Array<() => void> = [];
 
-function listen(server: net.Server): Promise<number> {
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as net.AddressInfo).port)));
-}
 
 const upstreamConnections = { count: 0 };
 let upstreamPort = 0;
@@ -160,37 +158,31 @@ beforeAll(async () => {
     socket.pipe(socket);
   });
   upstreamPort = await listen(upstream);
-  const raw = net.createServer((sock) => {
-    rawConnections.count++;
-    sock.on('close', () => rawConnections.closed++);
-    sock.on('error', () => {});
-    let buf = '';
-    sock.on('data', (c: Buffer) => {
-      buf += c.toString('latin1');
-      for (let end = buf.indexOf('\r\n\r\n'); end !== -1; end = buf.indexOf('\r\n\r\n')) {
-        const head = buf.slice(0, end);
-        buf = buf.slice(end + 4);
-        const path = head.split(' ')[1] ?? '/';
-        if (path === '/raw/eof') {
-          sock.destroy();
-          return;
-        }
-        if (path === '/raw/endless') {
-          // A body that never ends, as fast as the reader takes it.
-          sock.write('HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\r\n');
-          const chunk = Buffer.alloc(64 * 1024, 1);
-          const pump = () => {
-            while (!sock.destroyed && sock.write(chunk));
-          };
-          sock.on('drain', pump);
-          pump();
-          return;
-        }
-        sock.write(RAW_ANSWERS[path] ?? 'HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n');
-        if (path === '/raw/close') sock.end();
+  const raw = rawHttpServer(
+    (path, sock) => {
+      if (path === '/raw/eof') {
+        sock.destroy();
+        return 'stop';
       }
-    });
-  });
+      if (path === '/raw/endless') {
+        // A body that never ends, as fast as the reader takes it.
+        sock.write('HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\r\n');
+        const chunk = Buffer.alloc(64 * 1024, 1);
+        const pump = () => {
+          while (!sock.destroyed && sock.write(chunk));
+        };
+        sock.on('drain', pump);
+        pump();
+        return 'stop';
+      }
+      sock.write(RAW_ANSWERS[path] ?? 'HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n');
+      if (path === '/raw/close') sock.end();
+    },
+    (sock) => {
+      rawConnections.count++;
+      sock.on('close', () => rawConnections.closed++);
+    },
+  );
   rawPort = await listen(raw);
   const slow = http.createServer(() => {
     /* never answers */

@@ -1,10 +1,9 @@
 import http from 'node:http';
-import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger, type DataPlaneConfig, type DpRoute } from '@warren/shared';
 import { createIngressMetrics } from '../metrics.js';
 import type { StageFactory } from '../pipeline/types.js';
-import { listen, startPublicListener } from './testing.js';
+import { listen, rawHttpServer, startPublicListener } from './testing.js';
 
 /**
  * A response head Node refuses to write (a header value beyond U+00FF, a control character in the
@@ -52,18 +51,7 @@ let port = 0;
 
 beforeAll(async () => {
   process.on('unhandledRejection', onUnhandled);
-  const raw = net.createServer((sock) => {
-    sock.on('error', () => {});
-    let buf = '';
-    sock.on('data', (c: Buffer) => {
-      buf += c.toString('latin1');
-      for (let end = buf.indexOf('\r\n\r\n'); end !== -1; end = buf.indexOf('\r\n\r\n')) {
-        const head = buf.slice(0, end);
-        buf = buf.slice(end + 4);
-        sock.write(rawAnswer(head.split(' ')[1] ?? '/'));
-      }
-    });
-  });
+  const raw = rawHttpServer((path, sock) => void sock.write(rawAnswer(path)));
   const upstreamPort = await listen(raw);
   const limiter = { hit: async () => ({ limited: false, retryAfterSeconds: 0 }) };
   const pub = await startPublicListener({ cfg, stages: [testStage], limiter, metrics: createIngressMetrics('n1'), log, labels: { app: 'raw' }, upstreamPort });

@@ -7,6 +7,7 @@ import { createCertificate, createLogger, type DataPlaneConfig, type DpEdge, typ
 import { createIngressMetrics } from '../metrics.js';
 import { TunnelRegistry } from '../tunnels/registry.js';
 import { tcpTunnel } from '../tunnels/testing.js';
+import { listen } from './testing.js';
 import { Forwarder } from './proxy.js';
 import { PublicHandler } from './public.js';
 import { RoutingTable } from './routing.js';
@@ -44,9 +45,6 @@ let upstreamRequests = 0;
 let stageRuns = 0;
 const closers: Array<() => void> = [];
 
-function listen(server: net.Server): Promise<number> {
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as net.AddressInfo).port)));
-}
 
 
 

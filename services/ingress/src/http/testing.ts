@@ -1,5 +1,5 @@
 import http from 'node:http';
-import type net from 'node:net';
+import net from 'node:net';
 import type { DataPlaneConfig, Logger } from '@warren/shared';
 import type { IngressMetrics } from '../metrics.js';
 import { TunnelRegistry } from '../tunnels/registry.js';
@@ -47,4 +47,25 @@ export async function startPublicListener(o: PublicListenerOptions): Promise<{ p
       forwarder.close();
     },
   };
+}
+
+/**
+ * Tests: an upstream that answers raw bytes: `onRequest` gets each request's target (heads are
+ * split on CRLFCRLF; bodies are not expected) and writes what it likes to the socket; returning
+ * 'stop' ends the reading of that connection's further requests.
+ */
+export function rawHttpServer(onRequest: (path: string, sock: net.Socket) => 'stop' | void, onConnection?: (sock: net.Socket) => void): net.Server {
+  return net.createServer((sock) => {
+    onConnection?.(sock);
+    sock.on('error', () => {});
+    let buf = '';
+    sock.on('data', (c: Buffer) => {
+      buf += c.toString('latin1');
+      for (let end = buf.indexOf('\r\n\r\n'); end !== -1; end = buf.indexOf('\r\n\r\n')) {
+        const head = buf.slice(0, end);
+        buf = buf.slice(end + 4);
+        if (onRequest(head.split(' ')[1] ?? '/', sock) === 'stop') return;
+      }
+    });
+  });
 }
