@@ -152,6 +152,8 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
   private checkedAt = 0;
   private seenAt = 0;
   private reconnectTimer: NodeJS.Timeout | null = null;
+  /** Bounds connect + handshake of the current connection to `connectTimeoutMs`. */
+  private handshakeTimer: NodeJS.Timeout | null = null;
   /** Prefix of every EVALSHA command: `*<n>\r\n$7\r\nEVALSHA\r\n$40\r\n<sha>\r\n$1\r\n1\r\n`. */
   private readonly evalPrefix: string;
   private readonly argCount: number;
@@ -201,6 +203,7 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
   close(): void {
     this.status = 'closed';
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    this.clearHandshakeTimer();
     this.stopTicker();
     this.failAll(new PipeUnavailable('closed'));
     this.socket?.destroy();
@@ -244,11 +247,12 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
       sock.setNoDelay(true);
       sock.setKeepAlive(true, 10_000);
     }
-    sock.setTimeout(this.connectTimeoutMs, () => sock.destroy(new Error(`connect timeout after ${this.connectTimeoutMs} ms`)));
-    sock.once(ep.tls ? 'secureConnect' : 'connect', () => {
-      sock.setTimeout(0);
-      this.handshake();
-    });
+    // connectTimeoutMs bounds the whole way to ready (connect, TLS, AUTH, SELECT, SCRIPT LOAD): a
+    // Redis that accepts but stalls (a blackholed peer, a server stopped mid-handshake) is left
+    // and tried again, rather than holding the pipe in `connecting` until TCP keepalive gives up.
+    this.clearHandshakeTimer();
+    this.handshakeTimer = setTimeout(() => sock.destroy(new Error(`Redis not ready within ${this.connectTimeoutMs} ms of connecting`)), this.connectTimeoutMs);
+    sock.once(ep.tls ? 'secureConnect' : 'connect', () => this.handshake());
     sock.on('data', (chunk: Buffer) => this.onData(chunk));
     sock.on('error', (err) => {
       if (this.listenerCount('error') > 0) this.emit('error', err);
@@ -266,6 +270,7 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
     if (db && db !== '0') this.internal(command('SELECT', db), fail('SELECT'));
     this.internal(command('SCRIPT', 'LOAD', this.opts.script), (err) => {
       if (err) return fail('SCRIPT LOAD')(err);
+      this.clearHandshakeTimer();
       this.attempts = 0;
       this.status = 'ready';
       this.emit('ready');
@@ -278,8 +283,14 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
     this.send(cmd);
   }
 
+  private clearHandshakeTimer(): void {
+    if (this.handshakeTimer) clearTimeout(this.handshakeTimer);
+    this.handshakeTimer = null;
+  }
+
   private onClose(sock: net.Socket): void {
     if (this.socket !== sock) return;
+    this.clearHandshakeTimer();
     this.socket = null;
     this.out = '';
     this.input = null;
