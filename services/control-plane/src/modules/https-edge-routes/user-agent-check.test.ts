@@ -69,13 +69,17 @@ describe('user_agent_filter cost check', () => {
     expect(await c.problems('ac_1', h.allow, h.deny)).toEqual(expected);
     expect(c.stats()).toMatchObject({ runs: 1, cacheHits: 0, workers: 1 });
     const t0 = performance.now();
-    expect(await c.problems('ac_2', h.allow, h.deny)).toEqual(expected);
+    expect(await c.problems('ac_1', h.allow, h.deny)).toEqual(expected);
     expect(performance.now() - t0).toBeLessThan(50);
     expect(c.stats()).toMatchObject({ runs: 1, cacheHits: 1 });
+    // Another account's verdict is its own (a cached answer would tell it, by its speed, that
+    // someone had saved the same lists).
+    expect(await c.problems('ac_2', h.allow, h.deny)).toEqual(expected);
+    expect(c.stats()).toMatchObject({ runs: 2, cacheHits: 1 });
     // One pattern too costly alone is named, as before.
     expect(await c.problems('ac_1', ['(?i)bot'], ['ok', 'a[ab]{20}b'])).toEqual(userAgentFilterCostProblems(['(?i)bot'], ['ok', 'a[ab]{20}b']));
     expect(await c.problems('ac_1', MEDIUM.allow, MEDIUM.deny)).toEqual([]);
-    expect(c.stats()).toMatchObject({ runs: 3, quick: 0 });
+    expect(c.stats()).toMatchObject({ runs: 4, quick: 0 });
   }, 120_000);
 
   it('accepts small lists on the spot, without a worker', async () => {
@@ -97,7 +101,8 @@ describe('user_agent_filter cost check', () => {
     const sameAccount = rejection(c.problems('ac_a', x2.allow, x2.deny));
     const queued = c.problems('ac_b', x3.allow, x3.deny); // waits for the worker
     const overflow = rejection(c.problems('ac_c', x4.allow, x4.deny));
-    const shared = c.problems('ac_d', x1.allow, x1.deny); // the same filter as the running check: shares it
+    const shared = c.problems('ac_a', x1.allow, x1.deny); // the account's running check again: shares it
+    const otherAccount = rejection(c.problems('ac_d', x1.allow, x1.deny)); // the same lists, another account: its own check (no room)
     const small = c.problems('ac_a', ['(?i)bot'], []); // no worker needed: not limited
     const busy = await sameAccount;
     expect([busy?.code, busy?.status, busy?.headers['Retry-After']]).toEqual([8000, 429, '1']);
@@ -105,6 +110,7 @@ describe('user_agent_filter cost check', () => {
     const full = await overflow;
     expect([full?.code, full?.status, full?.headers['Retry-After']]).toEqual([8000, 429, '2']);
     expect(full?.message).toBe('too many user_agent_filter checks are waiting on this server; retry in 2 s');
+    expect((await otherAccount)?.status).toBe(429);
     expect(await small).toEqual([]);
     const [r1, r3, rShared] = await Promise.all([first, queued, shared]);
     expect(r1.map((p) => p.list)).toEqual(['allow']);

@@ -30,8 +30,10 @@ import type { CheckMessage, CheckRequest } from './user-agent-check.worker.js';
  *   above; 2.3 s of CPU at most measured, cold, on a busy box), so the default, 5 s, is for what
  *   the budget misses. A check also ends after `wallLimit(timeoutMs)` of wall time (a starved
  *   worker);
- * - verdicts are kept in an LRU keyed by a hash of both lists (`cacheSize`), so saving the same
- *   filter again costs nothing; identical checks in flight at once share one run.
+ * - verdicts are kept in an LRU keyed by the account and a hash of both lists (`cacheSize`), so
+ *   saving the same filter again costs nothing; identical checks of one account in flight at once
+ *   share one run. Not shared across accounts: a fast answer would tell another account that
+ *   someone had just saved the same lists.
  */
 
 export interface UserAgentCheckOptions {
@@ -312,7 +314,7 @@ export function createUserAgentChecks(opts: UserAgentCheckOptions = {}): UserAge
   return {
     async problems(accountId, allow, deny) {
       if (closed) throw new AppError(9002);
-      const key = userAgentFilterKey(allow, deny);
+      const key = `${accountId}:${userAgentFilterKey(allow, deny)}`;
       const cached = cache.get(key);
       if (cached) {
         counts.cacheHits++;
