@@ -88,6 +88,10 @@ inbound:
       { path: 'inbound[1].actions[1].config.ip_policies[0]', id: IPP_B },
       { path: 'inbound[1].actions[1].config.ip_policies[1]', id: IPP_A },
     ]);
+    // Under ngrok's phase name, the paths name the key as written (the control plane's "no IP
+    // policy" 400 quotes them).
+    const ngrok = parseTrafficPolicy(`on_http_request:\n  - actions:\n      - type: restrict-ips\n        config: {ip_policies: [${IPP_A}]}\n`);
+    expect(restrictIpsPolicyRefs(ngrok)).toEqual([{ path: 'on_http_request[0].actions[0].config.ip_policies[0]', id: IPP_A }]);
   });
 
   it('bounds the IP policies of an action, and charges each at its rule limit', () => {

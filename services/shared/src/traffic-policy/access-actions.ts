@@ -21,7 +21,7 @@
  */
 import { parseCidr } from '../cidr.js';
 import { isId } from '../ids.js';
-import { at, expectList, expectObj, noUnknownKeys, TrafficPolicyError, typeName } from './parse.js';
+import { at, expectList, expectObj, noUnknownKeys, phaseKey, TrafficPolicyError, typeName } from './parse.js';
 import type { BasicAuthAction, PolicyDirection, RestrictIpsAction, TrafficPolicy } from './types.js';
 
 /** Rules one IP policy may hold (the API refuses the next one: 6701). */
@@ -60,10 +60,11 @@ export function restrictIpsMaxCidrs(c: RestrictIpsAction['config']): number {
  */
 export function restrictIpsPolicyRefs(policy: TrafficPolicy): { path: string; id: string }[] {
   const refs: { path: string; id: string }[] = [];
+  const phase = phaseKey(policy, 'inbound');
   policy.inbound.forEach((rule, i) =>
     rule.actions.forEach((a, j) => {
       if (a.type !== 'restrict-ips') return;
-      a.config.ip_policies.forEach((id, k) => refs.push({ path: `inbound[${i}].actions[${j}].config.ip_policies[${k}]`, id }));
+      a.config.ip_policies.forEach((id, k) => refs.push({ path: `${phase}[${i}].actions[${j}].config.ip_policies[${k}]`, id }));
     }),
   );
   return refs;

@@ -25,7 +25,7 @@
  * Error messages never quote `client_secret`.
  */
 import { parseDurationNs } from './duration.js';
-import { at, expectList, expectObj, noUnknownKeys, onlyInbound, TrafficPolicyError, typeName } from './parse.js';
+import { at, expectList, expectObj, noUnknownKeys, onlyInbound, phaseKey, TrafficPolicyError, typeName } from './parse.js';
 import type { PolicyDirection, TrafficPolicy } from './types.js';
 
 /** ngrok's OAuth providers (the `oauth` route module supports the same eight). */
@@ -226,7 +226,7 @@ export function checkAuthIds(policy: TrafficPolicy): void {
   policy.inbound.forEach((rule, i) =>
     rule.actions.forEach((a, j) => {
       if (a.type !== 'oauth' && a.type !== 'openid-connect') return;
-      const where = `inbound[${i}].actions[${j}]`;
+      const where = `${phaseKey(policy, 'inbound')}[${i}].actions[${j}]`;
       const same = JSON.stringify([a.type, a.config]);
       const first = seen.get(a.config.auth_id);
       // The same action repeated (e.g. in rules for different paths) is one sign-in with one session.

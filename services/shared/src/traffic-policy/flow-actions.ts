@@ -18,7 +18,7 @@
  * - durations are Go duration strings (`"30s"`, `"1m30s"`), as everywhere in a policy.
  */
 import { parseDurationNs } from './duration.js';
-import { at, expectObj, noUnknownKeys, onlyInbound, TrafficPolicyError, typeName } from './parse.js';
+import { at, expectObj, noUnknownKeys, onlyInbound, phaseKey, TrafficPolicyError, typeName } from './parse.js';
 import type { CircuitBreakerConfig, PolicyDirection, TrafficPolicy } from './types.js';
 
 export const CIRCUIT_BREAKER_LIMITS = {
@@ -141,7 +141,7 @@ export function checkCircuitBreakerCount(policy: TrafficPolicy): void {
   for (const direction of ['inbound', 'outbound'] as const) {
     policy[direction].forEach((rule, i) =>
       rule.actions.forEach((a, j) => {
-        if (a.type === 'circuit-breaker' && ++n > max) throw new TrafficPolicyError(`${direction}[${i}].actions[${j}].type`, `too many circuit-breaker actions: a policy has at most ${max}`);
+        if (a.type === 'circuit-breaker' && ++n > max) throw new TrafficPolicyError(`${phaseKey(policy, direction)}[${i}].actions[${j}].type`, `too many circuit-breaker actions: a policy has at most ${max}`);
       }),
     );
   }

@@ -43,7 +43,7 @@ import { createPublicKey } from 'node:crypto';
 import { BlockList } from 'node:net';
 import { normalizeIp } from '../cidr.js';
 import { JWT_MAX_TOKENS } from './jwt-action-vars.js';
-import { at, expectList, expectObj, noUnknownKeys, TrafficPolicyError, typeName } from './parse.js';
+import { at, expectList, expectObj, noUnknownKeys, phaseKey, TrafficPolicyError, typeName } from './parse.js';
 import type { JwtValidationConfig, PolicyDirection, TrafficPolicy } from './types.js';
 
 export const JWT_VALIDATION_LIMITS = {
@@ -506,7 +506,7 @@ export function checkJwkSetUrls(policy: TrafficPolicy): void {
         if (a.type !== 'jwt-validation') return;
         for (const u of a.config.jkus) urls.add(u);
         if (urls.size > max)
-          throw new TrafficPolicyError(`${direction}[${i}].actions[${j}].config.jws.keys`, `too many JWK set URLs: a policy names at most ${max} distinct additional_jkus URLs over all its jwt-validation actions, this one takes it to ${urls.size}`);
+          throw new TrafficPolicyError(`${phaseKey(policy, direction)}[${i}].actions[${j}].config.jws.keys`, `too many JWK set URLs: a policy names at most ${max} distinct additional_jkus URLs over all its jwt-validation actions, this one takes it to ${urls.size}`);
       }),
     );
   }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { refusal } from './testing.js';
-import { parseDurationNs, parseTrafficPolicy, SUPPORTED_ACTION_TYPES, validateTrafficPolicy, type RateLimitAction } from './index.js';
+import { decodeTrafficPolicy, parseDurationNs, parseTrafficPolicy, SUPPORTED_ACTION_TYPES, validateTrafficPolicy, type RateLimitAction } from './index.js';
 
 const rl = (config: Record<string, unknown>) => ({ inbound: [{ actions: [{ type: 'rate-limit', config }] }] });
 const good = { name: 'per-ip', algorithm: 'sliding_window', capacity: 10, rate: '60s', bucket_key: ['conn.client_ip'] };
@@ -85,7 +85,8 @@ inbound:
   });
 
   it('refuses unknown keys at every level, naming their path', () => {
-    expect(fails({ on_http_request: [] }).path).toBe('on_http_request');
+    expect(fails({ on_tcp_connect: [] }).path).toBe('on_tcp_connect');
+    expect(fails({ colour: [] }).message).toBe('colour: unknown field "colour"; supported: inbound, outbound, on_http_request, on_http_response');
     expect(fails({ inbound: [{ actions: [], colour: 1 }] }).path).toBe('inbound[0].colour');
     expect(fails({ inbound: [{ actions: [{ type: 'rate-limit', config: good, x: 1 }] }] }).path).toBe('inbound[0].actions[0].x');
     expect(fails(rl({ ...good, burst: 5 })).path).toBe('inbound[0].actions[0].config.burst');
@@ -153,5 +154,114 @@ inbound:
     for (const el of ['req.path', "req.headers['bad header']", 'req.headers[x]', "getReqHeader('')", "getReqHeader('a'", 5])
       expect(path({ ...good, bucket_key: ['req.host', el] })).toBe('bucket_key[1]');
     expect(() => validateTrafficPolicy(rl({ ...good, bucket_key: ['req.headers["x-a"]', 'getReqHeader("X-B")'] }))).not.toThrow();
+  });
+});
+
+describe("ngrok's phase names: on_http_request / on_http_response", () => {
+  /** One document of each style: several actions, both phases, expressions and interpolation. */
+  const doc = (req: string, res: string) => `
+${req}:
+  - name: limit
+    expressions: ["req.url.path.startsWith('/api')"]
+    actions:
+      - type: rate-limit
+        config: {name: api, algorithm: sliding_window, capacity: 10, rate: 60s, bucket_key: [conn.client_ip]}
+      - type: add-headers
+        config: {headers: {x-path: "\${req.url.path}"}}
+  - actions:
+      - type: basic-auth
+        config: {credentials: ["alice:password-1"]}
+      - type: deny
+${res}:
+  - expressions: ["res.status_code >= 500"]
+    actions:
+      - type: custom-response
+        config: {status_code: 503, body: "down"}
+`;
+
+  it('parse to the same TrafficPolicy as inbound / outbound, YAML and JSON', () => {
+    const old = parseTrafficPolicy(doc('inbound', 'outbound'));
+    expect(old.inbound).toHaveLength(2);
+    expect(old.outbound).toHaveLength(1);
+    const ngrok = parseTrafficPolicy(doc('on_http_request', 'on_http_response'));
+    expect(ngrok).toEqual(old);
+    expect(Object.keys(ngrok)).toEqual(['inbound', 'outbound']);
+    const json = JSON.stringify(decodeTrafficPolicy(doc('on_http_request', 'on_http_response')));
+    expect(json).toContain('"on_http_request"');
+    expect(parseTrafficPolicy(json)).toEqual(old);
+    expect(validateTrafficPolicy(JSON.parse(json))).toEqual(old);
+    expect(parseTrafficPolicy('on_http_request:\n')).toEqual({ inbound: [], outbound: [] });
+    expect(parseTrafficPolicy('{"on_http_response": []}')).toEqual({ inbound: [], outbound: [] });
+  });
+
+  it('may mix the styles across phases (each phase is named once, either way)', () => {
+    const old = parseTrafficPolicy(doc('inbound', 'outbound'));
+    expect(parseTrafficPolicy(doc('inbound', 'on_http_response'))).toEqual(old);
+    expect(parseTrafficPolicy(doc('on_http_request', 'outbound'))).toEqual(old);
+    // The direction comes from the key, not the style: res is only known in the response phase.
+    expect(fails({ on_http_request: [{ expressions: ['res.status_code == 500'], actions: [{ type: 'deny' }] }] }).path).toBe('on_http_request[0].expressions[0]');
+  });
+
+  it('refuses both names of one phase, naming the second key', () => {
+    const cases: [unknown, string, RegExp][] = [
+      [{ inbound: [], on_http_request: [] }, 'on_http_request', /^on_http_request: on_http_request and inbound are two names of the same phase \(inbound, ngrok's on_http_request\): write its rules under one of them only$/],
+      [{ on_http_request: [], inbound: [] }, 'inbound', /^inbound: inbound and on_http_request are two names/],
+      [{ outbound: [], on_http_request: [], on_http_response: null }, 'on_http_response', /on_http_response and outbound are two names of the same phase \(outbound, ngrok's on_http_response\)/],
+      ['on_http_response: []\ninbound: []\noutbound:\n', 'outbound', /outbound and on_http_response/],
+    ];
+    for (const [d, path, msg] of cases) {
+      const e = fails(d);
+      expect(e.path, JSON.stringify(d)).toBe(path);
+      expect(e.message).toMatch(msg);
+    }
+  });
+
+  it('refuses the phases ngrok has for other endpoints, naming the field and listing the supported ones', () => {
+    for (const phase of ['on_tcp_connect', 'on_event_stream_message']) {
+      const e = fails({ on_http_request: [], [phase]: [{ actions: [{ type: 'deny' }] }] });
+      expect(e.path).toBe(phase);
+      expect(e.message).toBe(`${phase}: unknown field "${phase}": this phase is not supported (only HTTP request and response phases are); supported: inbound, outbound, on_http_request, on_http_response`);
+    }
+  });
+
+  it('name the key as written in error paths, the policy-wide checks included', () => {
+    const rule = (...actions: unknown[]) => ({ actions });
+    const cases: [unknown, string, RegExp?][] = [
+      [{ on_http_request: [rule({ type: 'deny' }, { type: 'rate-limit', config: { ...good, name: undefined } })] }, 'on_http_request[0].actions[1].config.name', /is required/],
+      [{ on_http_request: [rule({ type: 'deny' }, { type: 'rate-limit', config: { ...good, name: 5 } })] }, 'on_http_request[0].actions[1].config.name', /must be a string/],
+      [{ on_http_response: [{ expressions: ['nope('], actions: [{ type: 'deny' }] }] }, 'on_http_response[0].expressions[0]'],
+      [{ on_http_request: [{ colour: 1, actions: [] }] }, 'on_http_request[0].colour'],
+      [{ on_http_request: {} }, 'on_http_request', /must be a list/],
+      // rate-limit names (save-time check): the earlier one is named as written too
+      [{ on_http_request: [rule({ type: 'rate-limit', config: good }), rule({ type: 'rate-limit', config: good })] }, 'on_http_request[1].actions[0].config.name', /already the name of the rate-limit at on_http_request\[0\]\.actions\[0\];/],
+      // auth ids (a check over the parsed policy)
+      [
+        { on_http_request: [rule({ type: 'oauth', config: { provider: 'github' } }), rule({ type: 'oauth', config: { provider: 'github', scopes: ['read:org'] } })] },
+        'on_http_request[1].actions[0].config.auth_id',
+        /is already used by on_http_request\[0\]\.actions\[0\] with another configuration/,
+      ],
+      // circuit breakers per policy
+      [{ on_http_request: [rule(...Array.from({ length: 6 }, () => ({ type: 'circuit-breaker' }))), rule(...Array.from({ length: 5 }, () => ({ type: 'circuit-breaker' })))] }, 'on_http_request[1].actions[4].type', /too many circuit-breaker actions/],
+      // the cost bound
+      [{ on_http_request: [{ expressions: ['true', `${JSON.stringify(Array.from({ length: 100 }, (_, i) => i))}.exists(x, ${JSON.stringify(Array.from({ length: 100 }, (_, i) => i))}.exists(y, ${JSON.stringify(Array.from({ length: 100 }, (_, i) => i))}.exists(z, x + y + z == 1000)))`], actions: [{ type: 'deny' }] }] }, 'on_http_request[0].expressions[1]', /too expensive to evaluate/],
+    ];
+    for (const [d, path, msg] of cases) {
+      const e = refusal(d, true);
+      expect(e.path, JSON.stringify(d)).toBe(path);
+      expect(e.message.startsWith(`${path}: `)).toBe(true);
+      if (msg) expect(e.message).toMatch(msg);
+      expect(e.message).not.toMatch(/\b(inbound|outbound)\[/);
+    }
+    // The document's own keys are checked under the new names too (decodeTrafficPolicy).
+    const alias = fails('on_http_request:\n  - name: &k secret\n    actions:\n      - type: verify-webhook\n        config:\n          provider: github\n          *k : s\n');
+    expect([alias.path, alias.message]).toEqual(['on_http_request[0].actions[0].config', expect.stringMatching(/alias \(\*k\)/)]);
+  });
+
+  it("says which phase an action belongs to in the document's words", () => {
+    const inResponse = (type: string, dir: string) => fails({ [dir]: [{ actions: [{ type: 'deny' }, { type, config: { provider: 'github', secret: 's' } }] }] });
+    expect(inResponse('verify-webhook', 'on_http_response').message).toBe('on_http_response[0].actions[1].type: verify-webhook can only be used in on_http_request rules (it checks the request)');
+    expect(inResponse('verify-webhook', 'outbound').message).toBe('outbound[0].actions[1].type: verify-webhook can only be used in inbound rules (it checks the request)');
+    expect(fails({ on_http_request: [{ actions: [{ type: 'compress-response' }] }] }).message).toBe('on_http_request[0].actions[0].type: compress-response can only be used in on_http_response rules (it compresses the response)');
+    expect(fails({ on_http_response: [{ actions: [{ type: 'basic-auth', config: { credentials: ['a:b'] } }] }] }).message).toMatch(/^on_http_response\[0\]\.actions\[0\]\.type: basic-auth can only be used in on_http_request rules/);
   });
 });

@@ -46,9 +46,21 @@ export const RATE_LIMIT_LIMITS = {
 } as const;
 
 /**
+ * The top-level keys of a document, each naming the phase (direction) of its rules: Warren's
+ * `inbound` / `outbound` (the API's names) and ngrok's current `on_http_request` /
+ * `on_http_response`, synonyms. A document names each phase at most once (`phaseKeys`); the two
+ * phases need not use the same style. The parsed `TrafficPolicy` has `inbound` / `outbound`.
+ */
+export const TRAFFIC_POLICY_PHASES = { inbound: 'inbound', outbound: 'outbound', on_http_request: 'inbound', on_http_response: 'outbound' } as const satisfies Record<string, PolicyDirection>;
+export type TrafficPolicyPhaseKey = keyof typeof TRAFFIC_POLICY_PHASES;
+const PHASE_KEYS = Object.keys(TRAFFIC_POLICY_PHASES) as TrafficPolicyPhaseKey[];
+/** ngrok's name of each direction. */
+const NGROK_PHASE: Record<PolicyDirection, TrafficPolicyPhaseKey> = { inbound: 'on_http_request', outbound: 'on_http_response' };
+
+/**
  * A document that is not a valid traffic policy. `path` locates the offending value inside the
- * document (e.g. `inbound[0].actions[1].type`, `""` for the document itself); the message
- * starts with it.
+ * document, with the phase key as written (e.g. `inbound[0].actions[1].type` or
+ * `on_http_request[0].actions[1].type`, `""` for the document itself); the message starts with it.
  */
 export class TrafficPolicyError extends Error {
   readonly path: string;
@@ -313,7 +325,7 @@ function checkRateLimitNames(policy: TrafficPolicy): void {
     policy[dir].forEach((rule, i) =>
       rule.actions.forEach((a, j) => {
         if (a.type !== 'rate-limit') return;
-        const where = at(at(at(dir, i), 'actions'), j);
+        const where = at(at(at(phaseKey(policy, dir), i), 'actions'), j);
         const first = seen.get(a.config.name);
         if (first !== undefined) throw new TrafficPolicyError(at(at(where, 'config'), 'name'), `${JSON.stringify(a.config.name.slice(0, 64))} is already the name of the rate-limit at ${first}; give each rate-limit action of a direction its own name (each counts in its own bucket)`);
         seen.set(a.config.name, where);
@@ -492,30 +504,86 @@ export interface ValidateOptions {
   checkCost?: boolean;
 }
 
+/** The key each direction's rules are written under in a document (its own name when absent). */
+type PhaseKeys = Record<PolicyDirection, TrafficPolicyPhaseKey>;
+
+/**
+ * The document's phase keys: refuses an unknown top-level key (another of ngrok's phases, such
+ * as `on_tcp_connect`, included) and a phase named twice (`inbound` and `on_http_request`), the
+ * second key being the one named. A key counts as given whatever its value (`null` too).
+ */
+function phaseKeys(top: Obj): PhaseKeys {
+  const supported = PHASE_KEYS.join(', ');
+  const written: Partial<PhaseKeys> = {};
+  for (const k of Object.keys(top)) {
+    if (!Object.hasOwn(TRAFFIC_POLICY_PHASES, k)) {
+      if (k.startsWith('on_')) throw new TrafficPolicyError(at('', k), `unknown field "${k.slice(0, 64)}": this phase is not supported (only HTTP request and response phases are); supported: ${supported}`);
+      throw new TrafficPolicyError(at('', k), `unknown field "${k.slice(0, 64)}"; supported: ${supported}`);
+    }
+    const key = k as TrafficPolicyPhaseKey;
+    const dir = TRAFFIC_POLICY_PHASES[key];
+    const first = written[dir];
+    if (first !== undefined)
+      throw new TrafficPolicyError(at('', key), `${key} and ${first} are two names of the same phase (${dir === 'inbound' ? 'inbound, ngrok\'s on_http_request' : 'outbound, ngrok\'s on_http_response'}): write its rules under one of them only`);
+    written[dir] = key;
+  }
+  return { inbound: written.inbound ?? 'inbound', outbound: written.outbound ?? 'outbound' };
+}
+
+/** The phase key each validated policy's rules were written under (see {@link phaseKey}). */
+const WRITTEN = new WeakMap<TrafficPolicy, PhaseKeys>();
+
+/**
+ * The key `dir`'s rules were written under in the document `policy` was validated from:
+ * `inbound` or `on_http_request`, `outbound` or `on_http_response` (`dir` itself for a policy not
+ * made by {@link validateTrafficPolicy}). Policy-wide checks build the paths they name with it.
+ */
+export function phaseKey(policy: TrafficPolicy, dir: PolicyDirection): TrafficPolicyPhaseKey {
+  return WRITTEN.get(policy)?.[dir] ?? dir;
+}
+
+/**
+ * "can only be used in inbound rules" for an action under a phase written with ngrok's name names
+ * the phases with ngrok's names (`on_http_request rules`), as the document does.
+ */
+function asWritten(err: TrafficPolicyError): TrafficPolicyError {
+  const phase = /^[a-z_]+/.exec(err.path)?.[0];
+  if (phase !== NGROK_PHASE.inbound && phase !== NGROK_PHASE.outbound) return err;
+  const reason = err.reason.replace(/^([a-z-]+ can only be used in )(inbound|outbound)( rules\b)/, (_, a: string, d: PolicyDirection, b: string) => `${a}${NGROK_PHASE[d]}${b}`);
+  return reason === err.reason ? err : new TrafficPolicyError(err.path, reason);
+}
+
 /**
  * Validates a document that is already decoded (a plain JSON value): shape
- * `{inbound?: [{name?, expressions?, actions: [{type, config}]}], outbound?: [...]}`.
- * Unknown keys are refused at every level.
+ * `{inbound?: [{name?, expressions?, actions: [{type, config}]}], outbound?: [...]}`, where
+ * `on_http_request` / `on_http_response` (ngrok's names) may stand for `inbound` / `outbound`
+ * (`TRAFFIC_POLICY_PHASES`; not both names of one phase). The result has `inbound` /
+ * `outbound` whichever names were written; error paths name the key as written. Unknown keys
+ * are refused at every level.
  */
 export function validateTrafficPolicy(doc: unknown, opts: ValidateOptions = {}): TrafficPolicy {
   const top = expectObj(doc, '', 'the traffic policy');
-  noUnknownKeys(top, '', ['inbound', 'outbound']);
+  const written = phaseKeys(top);
   const g: Gathered = { programs: [], growth: { count: 0, bytes: 0 }, work: [], saving: opts.checkCost === true };
-  // One budget for all the policy's matches() patterns (cel.ts).
-  const policy = withPolicyRegexBudget(() => {
-    const inbound = expectList(top.inbound, 'inbound', true).map((r, i) => parseRule(r, at('inbound', i), 'inbound', g));
-    const outbound = expectList(top.outbound, 'outbound', true).map((r, i) => parseRule(r, at('outbound', i), 'outbound', g));
-    return { inbound, outbound };
-  });
-  checkVarNames(policy);
-  checkAuthIds(policy);
-  checkCircuitBreakerCount(policy);
-  checkJwkSetUrls(policy);
-  if (opts.checkCost) {
-    checkRateLimitNames(policy);
-    checkCost(g);
+  try {
+    // One budget for all the policy's matches() patterns (cel.ts).
+    const policy = withPolicyRegexBudget(() => {
+      const rules = (dir: PolicyDirection) => expectList(top[written[dir]], written[dir], true).map((r, i) => parseRule(r, at(written[dir], i), dir, g));
+      return { inbound: rules('inbound'), outbound: rules('outbound') };
+    });
+    WRITTEN.set(policy, written);
+    checkVarNames(policy);
+    checkAuthIds(policy);
+    checkCircuitBreakerCount(policy);
+    checkJwkSetUrls(policy);
+    if (opts.checkCost) {
+      checkRateLimitNames(policy);
+      checkCost(g);
+    }
+    return policy;
+  } catch (err) {
+    throw err instanceof TrafficPolicyError ? asWritten(err) : err;
   }
-  return policy;
 }
 
 /**
@@ -541,7 +609,7 @@ function checkPolicyKeys(doc: Document): void {
   };
   const top = keys(doc.contents, '');
   if (!top) return;
-  for (const dir of ['inbound', 'outbound']) {
+  for (const dir of PHASE_KEYS) {
     const rules = resolve(top.get(dir, true));
     if (!isSeq(rules)) continue;
     rules.items.forEach((r, i) => {

@@ -262,3 +262,112 @@ describe('hasBlankTrafficPolicySecrets', () => {
     expect(hasBlankTrafficPolicySecrets('inbound: [')).toBe(false);
   });
 });
+
+describe("ngrok's phase names (on_http_request / on_http_response)", () => {
+  /** The document with ngrok's names for its phases. */
+  const ngrok = (text: string) => text.replace(/^inbound:/m, 'on_http_request:').replace(/^outbound:/m, 'on_http_response:');
+  const NGROK_DOC = ngrok(YAML_DOC);
+  const NGROK_REDACTED = ngrok(YAML_REDACTED);
+  const { inbound: jsonRules } = JSON_VALUE;
+  const NGROK_JSON = { on_http_request: jsonRules };
+
+  const mergeError = (text: string, stored: string | undefined): TrafficPolicyError => {
+    try {
+      mergeTrafficPolicySecrets(text, stored);
+    } catch (e) {
+      expect(e).toBeInstanceOf(TrafficPolicyError);
+      noSecretIn((e as Error).message);
+      return e as TrafficPolicyError;
+    }
+    throw new Error('expected a refusal');
+  };
+
+  it('redacts every secret kind in YAML, byte for byte as under inbound', () => {
+    expect(NGROK_DOC).toContain('on_http_request:');
+    expect(NGROK_DOC).toContain('on_http_response:');
+    expect(parseTrafficPolicy(NGROK_DOC)).toEqual(parseTrafficPolicy(YAML_DOC));
+    const out = redactTrafficPolicySecrets(NGROK_DOC);
+    expect(out).toBe(NGROK_REDACTED);
+    noSecretIn(out);
+    expect(hasBlankTrafficPolicySecrets(out)).toBe(true);
+    expect(hasBlankTrafficPolicySecrets(NGROK_DOC)).toBe(false);
+  });
+
+  it('redacts every secret kind in JSON, key order and indentation kept', () => {
+    const withOidc = structuredClone(NGROK_JSON);
+    withOidc.on_http_request.push({ actions: [{ type: 'openid-connect', config: { issuer_url: 'https://id.example.com', client_id: 'oid', client_secret: OS } as never }] });
+    for (const indent of [2, undefined] as const) {
+      const text = JSON.stringify(withOidc, null, indent);
+      parseTrafficPolicy(text);
+      const out = redactTrafficPolicySecrets(text);
+      noSecretIn(out);
+      const v = JSON.parse(out);
+      expect(Object.keys(v)).toEqual(['on_http_request']);
+      expect(v.on_http_request[0].actions[0].config).toEqual({ secret: '', provider: 'stripe', enforce: true });
+      expect(v.on_http_request[1].actions[0].config.credentials).toEqual(['alice:', 'bob:']);
+      expect(v.on_http_request[2].actions[0].config.client_secret).toBe('');
+      expect(v.on_http_request[3].actions[0].config.client_secret).toBe('');
+      expect(out).toBe(JSON.stringify(v, null, indent));
+    }
+  });
+
+  it('redacts in on_http_response rules, and under both names of a phase (a document refused on save, but never shown)', () => {
+    const res = `on_http_response:\n  - actions:\n      - type: verify-webhook\n        config: {provider: github, secret: ${HOOK}}\n`;
+    expect(redactTrafficPolicySecrets(res)).toBe(res.replace(HOOK, '""'));
+    const both = `inbound:\n  - actions:\n      - type: basic-auth\n        config: {credentials: ["alice:${PW}"]}\non_http_request:\n  - actions:\n      - type: oauth\n        config: {provider: google, client_id: cid, client_secret: ${CS}}\n`;
+    const out = redactTrafficPolicySecrets(both);
+    noSecretIn(out);
+    expect(out).toBe(both.replace(`"alice:${PW}"`, '"alice:"').replace(CS, '""'));
+  });
+
+  it('fails closed on a secret it cannot locate under the new names (the safety net reads them too)', () => {
+    const docs = [
+      `on_http_request:\n  - name: &k secret\n    actions:\n      - type: verify-webhook\n        config:\n          provider: github\n          *k : ${HOOK}\n`,
+      `on_http_response:\n  - name: &k client_secret\n    actions:\n      - type: oauth\n        config:\n          provider: google\n          client_id: c\n          *k : ${CS}\n`,
+      `x: &a actions\non_http_request:\n  - *a : [{type: basic-auth, config: {credentials: ["alice:${PW}"]}}]\n`,
+    ];
+    for (const d of docs) {
+      expect(parseYaml(d), d).toBeTruthy();
+      expect(redactTrafficPolicySecrets(d), d).toBe('');
+    }
+  });
+
+  it('a GET→PUT round trip gives back the stored document byte for byte', () => {
+    expect(mergeTrafficPolicySecrets(NGROK_REDACTED, NGROK_DOC)).toBe(NGROK_DOC);
+    const json = JSON.stringify(NGROK_JSON, null, 2);
+    expect(mergeTrafficPolicySecrets(redactTrafficPolicySecrets(json), json)).toBe(json);
+  });
+
+  it('keeps a stored secret across namings of the phase: the place is the direction, rule and action', () => {
+    // stored with inbound, sent back with on_http_request …
+    const merged = mergeTrafficPolicySecrets(NGROK_REDACTED, YAML_DOC);
+    expect(merged).toBe(NGROK_DOC);
+    expect(parseTrafficPolicy(merged)).toEqual(parseTrafficPolicy(YAML_DOC));
+    // … and the other way round, JSON
+    const asJson = JSON.stringify(parseYaml(YAML_REDACTED), null, 2);
+    expect(parseYaml(mergeTrafficPolicySecrets(asJson, NGROK_DOC))).toEqual(parseYaml(YAML_DOC));
+    // the response phase likewise
+    const res = (dir: string, secret: string) => `${dir}:\n  - actions:\n      - type: verify-webhook\n        config: {provider: github, secret: "${secret}"}\n`;
+    expect(mergeTrafficPolicySecrets(res('on_http_response', ''), res('outbound', HOOK))).toBe(res('on_http_response', HOOK));
+    expect(mergeTrafficPolicySecrets(res('outbound', ''), res('on_http_response', HOOK))).toBe(res('outbound', HOOK));
+  });
+
+  it('refuses a blank whose stored counterpart is in the other phase, or for another target, naming the field as written', () => {
+    const hook = (dir: string, secret: string, provider = 'github') => `${dir}:\n  - actions:\n      - type: verify-webhook\n        config: {provider: ${provider}, secret: "${secret}"}\n`;
+    expect(mergeError(hook('on_http_response', ''), hook('inbound', HOOK)).path).toBe('on_http_response[0].actions[0].config.secret');
+    expect(mergeError(hook('on_http_request', ''), hook('outbound', HOOK)).path).toBe('on_http_request[0].actions[0].config.secret');
+    expect(mergeError(hook('on_http_request', ''), hook('on_http_response', HOOK)).path).toBe('on_http_request[0].actions[0].config.secret');
+    const e = mergeError(hook('on_http_request', '', 'stripe'), hook('inbound', HOOK));
+    expect(e.message).toBe('on_http_request[0].actions[0].config.secret: is "", which keeps a stored secret, but the stored policy has no verify-webhook secret for provider "stripe" at on_http_request[0].actions[0]; write the secret');
+    // the same rule and action index, but another rule
+    expect(mergeError(`on_http_request:\n  - actions: [{type: deny}]\n${hook('', '').slice(2)}`, hook('inbound', HOOK)).path).toBe('on_http_request[1].actions[0].config.secret');
+    // oauth / openid-connect: the same provider / issuer and client_id, whichever the naming
+    const cases: [string, string, RegExp][] = [
+      [NGROK_REDACTED.replace('client_id: cid', 'client_id: other'), YAML_DOC, /^on_http_request\[2\]\.actions\[0\]\.config\.client_secret: .*but client_id differs/],
+      [NGROK_REDACTED.replace('provider: google', 'provider: github'), YAML_DOC, /^on_http_request\[2\]\.actions\[0\]\.config\.client_secret: .*but provider differs/],
+      [YAML_REDACTED.replace('https://id.example.com', 'https://idp.attacker.example'), NGROK_DOC, /^inbound\[2\]\.actions\[1\]\.config\.client_secret: .*but issuer_url differs/],
+      [NGROK_REDACTED.replace('"alice:"', '"mallory:"'), YAML_DOC, /^on_http_request\[1\]\.actions\[1\]\.config\.credentials\[0\]: /],
+    ];
+    for (const [text, stored, msg] of cases) expect(mergeError(text, stored).message).toMatch(msg);
+  });
+});

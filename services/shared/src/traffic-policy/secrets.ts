@@ -2,7 +2,9 @@
  * Secrets inside a traffic policy document (wire-conventions.md §9): the API returns the document
  * with each secret blanked and keeps the stored secret when a document sends the blank back.
  *
- * The secret fields (inbound or outbound, wherever the action stands):
+ * The secret fields (inbound or outbound, wherever the action stands; each phase under either
+ * of its names, `inbound` / `on_http_request` and `outbound` / `on_http_response`, and under both
+ * should a document have both):
  * - `verify-webhook` `config.secret` (not for `sns`, which takes none);
  * - `basic-auth` `config.credentials[k]`: the password only; `alice:pw` is returned as `alice:`,
  *   so the credentials that exist stay visible;
@@ -26,7 +28,9 @@
  * are part of the layout kept: a secret written in a comment is returned as written.
  *
  * Input (`mergeTrafficPolicySecrets`): a blank (`""`, or `"user:"` for a credential) at the same
- * place as in the stored document (same direction, rule and action index), with the same action
+ * place as in the stored document (same direction, rule and action index; the direction whichever
+ * of its names either document writes it under, so `on_http_request[0].actions[1]` is the place
+ * of a stored `inbound[0].actions[1]`), with the same action
  * type there, takes the stored value only while the action still addresses what the secret was
  * given for: the same `provider` for `verify-webhook`, the same `provider` and `client_id` for
  * `oauth`, the same `issuer_url` and `client_id` for `openid-connect` (each as written; else
@@ -39,7 +43,10 @@
  */
 import { isDeepStrictEqual } from 'node:util';
 import { isAlias, isMap, isScalar, isSeq, parseDocument, Scalar, stringify, visit, type Document, type Node as YamlNode } from 'yaml';
-import { TrafficPolicyError } from './parse.js';
+import { TRAFFIC_POLICY_PHASES, TrafficPolicyError, type TrafficPolicyPhaseKey } from './parse.js';
+
+/** Every top-level key whose rules are walked: each phase under both its names (`TRAFFIC_POLICY_PHASES`). */
+const PHASE_KEYS = Object.keys(TRAFFIC_POLICY_PHASES) as TrafficPolicyPhaseKey[];
 
 /** As `decodeTrafficPolicy` reads a document. */
 const YAML_OPTIONS = { version: '1.2', schema: 'core', merge: false, uniqueKeys: true, strict: true, prettyErrors: false } as const;
@@ -51,8 +58,10 @@ const SECRET_ACTIONS: readonly string[] = ['verify-webhook', 'basic-auth', 'oaut
 /** One secret-bearing value of a document. */
 interface Slot {
   type: SecretAction;
-  /** The action: `inbound[0].actions[1]`. */
+  /** The action as written: `inbound[0].actions[1]`, `on_http_request[0].actions[1]`. */
   action: string;
+  /** The action's place whatever the phase's name: `inbound[0].actions[1]` for both of those. */
+  place: string;
   /** The field: `inbound[0].actions[1].config.secret`. */
   path: string;
   /** The same as keys, for `setIn`. */
@@ -115,7 +124,7 @@ function secretSlots(doc: Document): Slot[] {
   const out: Slot[] = [];
   const top = resolve(doc, doc.contents);
   if (!isMap(top)) return out;
-  for (const dir of ['inbound', 'outbound']) {
+  for (const dir of PHASE_KEYS) {
     const rules = resolve(doc, top.get(dir, true));
     if (!isSeq(rules)) continue;
     rules.items.forEach((r, i) => {
@@ -131,6 +140,7 @@ function secretSlots(doc: Document): Slot[] {
         const config = resolve(doc, act.get('config', true));
         if (!isMap(config)) return;
         const action = `${dir}[${i}].actions[${j}]`;
+        const place = `${TRAFFIC_POLICY_PHASES[dir]}[${i}].actions[${j}]`;
         const keys = [dir, i, 'actions', j, 'config'];
         const provider = scalarValue(doc, config.get('provider', true));
         const clientId = scalarValue(doc, config.get('client_id', true));
@@ -141,6 +151,7 @@ function secretSlots(doc: Document): Slot[] {
           return {
             type: type as SecretAction,
             action,
+            place,
             path: `${action}.config.${field}${index >= 0 ? `[${index}]` : ''}`,
             keys: [...keys, ...key],
             node: node as YamlNode,
@@ -229,7 +240,7 @@ function sameTarget(b: Slot, s: Slot): boolean {
 
 /** The stored slot whose value a blank keeps, if any. */
 function counterpart(b: Slot, stored: Slot[]): Slot | undefined {
-  const here = stored.filter((s) => s.action === b.action && s.type === b.type);
+  const here = stored.filter((s) => s.place === b.place && s.type === b.type);
   if (b.type === 'basic-auth') {
     const user = userOf(b.value);
     const usable = here.filter((s) => userOf(s.value) === user && nonEmptyString(s.value) && s.value.length > (user?.length ?? 0) + 1);
@@ -241,7 +252,7 @@ function counterpart(b: Slot, stored: Slot[]): Slot | undefined {
 function missingReason(b: Slot, stored: Slot[]): string {
   const where = `at ${b.action}`;
   // A secret is stored there, for another target.
-  const other = b.type === 'oauth' || b.type === 'openid-connect' ? stored.find((s) => s.action === b.action && s.type === b.type && nonEmptyString(s.value)) : undefined;
+  const other = b.type === 'oauth' || b.type === 'openid-connect' ? stored.find((s) => s.place === b.place && s.type === b.type && nonEmptyString(s.value)) : undefined;
   if (other && b.type === 'oauth')
     return `is "", which keeps the stored client_secret only while provider and client_id are unchanged, but ${other.provider !== b.provider ? 'provider' : 'client_id'} differs from the stored policy's ${where}; write the client secret`;
   if (other && b.type === 'openid-connect')
@@ -390,7 +401,7 @@ const plainObj = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
  */
 function holdsSecret(value: unknown): boolean {
   if (!plainObj(value)) return false;
-  for (const dir of ['inbound', 'outbound']) {
+  for (const dir of PHASE_KEYS) {
     const rules = value[dir];
     if (!Array.isArray(rules)) continue;
     for (const rule of rules) {

@@ -27,7 +27,7 @@
 import { evaluate } from '@marcbachmann/cel-js';
 import { CelCompileError, compileExpression, parseTemplate, type CelProgram } from './cel.js';
 import { VARS_LIMITS } from './cost.js';
-import { at, expectList, expectObj, noUnknownKeys, TrafficPolicyError, typeName } from './parse.js';
+import { at, expectList, expectObj, noUnknownKeys, phaseKey, TrafficPolicyError, typeName } from './parse.js';
 import type { LogAction, PolicyDirection, PolicyValue, SetVarsAction, TrafficPolicy } from './types.js';
 
 export { VARS_LIMITS };
@@ -236,7 +236,7 @@ export function checkVarNames(policy: TrafficPolicy): void {
           if (names.has(name)) return;
           names.add(name);
           if (names.size > VARS_LIMITS.names)
-            throw new TrafficPolicyError(`${direction}[${i}].actions[${j}].config.vars[${k}]`, `too many variables: a policy sets at most ${VARS_LIMITS.names} distinct names per direction`);
+            throw new TrafficPolicyError(`${phaseKey(policy, direction)}[${i}].actions[${j}].config.vars[${k}]`, `too many variables: a policy sets at most ${VARS_LIMITS.names} distinct names per direction`);
         });
       });
     });

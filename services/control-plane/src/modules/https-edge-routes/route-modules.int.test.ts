@@ -239,9 +239,13 @@ describe('route module validation', () => {
       ['traffic_policy', { value: rl.replace('[conn.client_ip]', '[req.path]') }, 'ERR_WARREN_6900', tp, 'config.bucket_key[0]'],
       ['traffic_policy', { value: rl.replace('[conn.client_ip]', `[${Array(11).fill('req.host').join(', ')}]`) }, 'ERR_WARREN_6900', tp, 'config.bucket_key'],
       ['traffic_policy', { value: withConfig('          burst: 5\n') }, 'ERR_WARREN_6900', tp, 'config.burst'],
-      ['traffic_policy', { value: rl.replace('inbound:', 'on_http_request:') }, 'ERR_WARREN_6900', tp, 'on_http_request'],
+      // ngrok's phases other than on_http_request / on_http_response (accepted: below)
+      ['traffic_policy', { value: rl.replace('inbound:', 'on_tcp_connect:') }, 'ERR_WARREN_6900', tp, 'on_tcp_connect: unknown field "on_tcp_connect": this phase is not supported'],
+      ['traffic_policy', { value: `${rl}on_http_request: []\n` }, 'ERR_WARREN_6900', tp, 'on_http_request: on_http_request and inbound are two names of the same phase'],
       ['traffic_policy', { value: 5 }, 'ERR_WARREN_2102', tp],
     ]);
+    const ngrok = rl.replace('inbound:', 'on_http_request:');
+    expect((await expectOk('traffic_policy', { value: ngrok })).value).toBe(ngrok);
   });
 
   it('names fields relative to a bare or wrapped module PUT body, and stores nothing on failure', async () => {

@@ -422,7 +422,7 @@ export const TrafficPolicyRequest = obj({
       }
     })
     .describe(
-      `the traffic policy document, YAML or JSON, at most 64 KiB: inbound and outbound rules of CEL expressions and actions (${SUPPORTED_ACTION_TYPES.join(', ')}); ${TP_SECRETS}, and such a value left "" (a credential "user:") keeps the stored one at the same place`,
+      `the traffic policy document, YAML or JSON, at most 64 KiB: inbound and outbound rules (or ngrok's names for them, on_http_request and on_http_response) of CEL expressions and actions (${SUPPORTED_ACTION_TYPES.join(', ')}); ${TP_SECRETS}, and such a value left "" (a credential "user:") keeps the stored one at the same place`,
     ),
 });
 export const TrafficPolicyResponse = z.object({
