@@ -4,7 +4,7 @@ import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { RateLimitResult } from '../pipeline/types.js';
 import { RedisSlidingWindowLimiter, STORE_ERROR_CODE } from './redis.js';
-import { closedPort, deleteServerKeys, FaultyProxy } from './testing.js';
+import { closedPort, deleteServerKeys, FaultyProxy, handshakeStaller } from './testing.js';
 
 /**
  * Redis failures (performance.md §3 "Redis stall"): the local fallback decides within the
@@ -67,6 +67,22 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'unavailable' })).toBe(5);
     expect(await metric(registry, 'warren_ingress_ratelimit_decisions_total', { result: 'limited' })).toBe(2);
     expect(await metric(registry, 'warren_ingress_ratelimit_decisions_total', { result: 'admitted' })).toBe(3);
+  });
+
+  it.each(['pipe', 'ioredis'] as const)('Redis accepts but stalls in the handshake (%s): the connection is dropped after 1 s and the next one serves', async (transport) => {
+    // Without a deadline on the handshake, the limiter stayed `connecting` (falling back) until
+    // TCP keepalive gave up, minutes later.
+    const staller = await handshakeStaller(inject('redisUrl'));
+    closers.push(() => staller.close());
+    const l = new RedisSlidingWindowLimiter({ redis: staller.url, serverId, transport });
+    closers.push(() => l.close());
+    const t = performance.now();
+    await new Promise((r) => setTimeout(r, 200));
+    expect((await l.hit('handshake', 5, 60)).error?.code).toBe(STORE_ERROR_CODE);
+    await l.ready(5000);
+    expect(performance.now() - t).toBeGreaterThanOrEqual(900);
+    expect(staller.connections()).toBe(2);
+    expect((await l.hit('handshake', 5, 60)).error).toBeUndefined();
   });
 
   it('Redis stalls (connection open, no answers): fallback within timeoutMs, circuit opens, then recovers when Redis answers again', async () => {

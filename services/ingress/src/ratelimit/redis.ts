@@ -263,21 +263,46 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
 
 const ADMITTED: RateLimitResult = Object.freeze({ limited: false, retryAfterSeconds: 0 }) as RateLimitResult;
 
-/** An owned client tuned to fail fast: no offline queue, one retry, reconnects backing off to 1 s. */
+/** ioredis's `connectTimeout` and ours for the rest of the way to ready (AUTH, SELECT, its ready check). */
+const CONNECT_TIMEOUT_MS = 1000;
+
+/**
+ * An owned client tuned to fail fast: no offline queue, one retry, reconnects backing off to 1 s.
+ * ioredis's `connectTimeout` ends at the TCP connect; a Redis that accepts and then stalls in the
+ * handshake would keep the client `connecting` until TCP keepalive gives up, so a connection not
+ * ready within `CONNECT_TIMEOUT_MS` of connecting is dropped and retried (as the pipe does).
+ */
 function createClient(url: string, autoPipelining: boolean): Redis {
   const ep = redisEndpoint(url);
   const where = ep.path
     ? { path: ep.path }
     : { host: ep.host, port: ep.port, ...(ep.tls ? { tls: { servername: net.isIP(ep.host) ? undefined : ep.host } } : {}) };
-  return new Redis({
+  const client = new Redis({
     ...where,
     ...(ep.user ? { username: ep.user } : {}),
     ...(ep.password ? { password: ep.password } : {}),
     db: Number(ep.db || 0),
     enableOfflineQueue: false,
     maxRetriesPerRequest: 1,
-    connectTimeout: 1000,
+    connectTimeout: CONNECT_TIMEOUT_MS,
     enableAutoPipelining: autoPipelining,
     retryStrategy: (times) => Math.min(50 * 2 ** Math.min(times, 5), 1000),
   });
+  let handshake: NodeJS.Timeout | null = null;
+  const clear = () => {
+    if (handshake) clearTimeout(handshake);
+    handshake = null;
+  };
+  client.on('connect', () => {
+    clear();
+    handshake = setTimeout(() => {
+      handshake = null;
+      // disconnect(true): drop this connection and reconnect through retryStrategy.
+      if (client.status !== 'ready' && client.status !== 'end') client.disconnect(true);
+    }, CONNECT_TIMEOUT_MS);
+  });
+  client.on('ready', clear);
+  client.on('close', clear);
+  client.on('end', clear);
+  return client;
 }

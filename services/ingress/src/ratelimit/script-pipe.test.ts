@@ -2,9 +2,9 @@ import net from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startRedisServer, type RedisServer } from '../../../../test/support/redis-server.js';
-import { until } from '../../../../test/support/until.js';
 import { RedisSlidingWindowLimiter } from './redis.js';
 import { command, parseReply, redisEndpoint, ScriptPipe } from './script-pipe.js';
+import { handshakeStaller } from './testing.js';
 
 const SCRIPT = `return {tonumber(ARGV[1]) + 1, #KEYS[1], ARGV[2] == '' and 1 or 0}`;
 
@@ -121,32 +121,12 @@ describe('ScriptPipe against Redis', () => {
   });
 
   it('leaves a Redis that accepts but stalls in the handshake, and connects again (here to the real Redis)', async () => {
-    // The first connection is accepted and read, never answered (a blackholed peer, a server stopped
-    // mid-handshake); later ones are spliced to the test Redis. Before the handshake had a deadline,
-    // the pipe stayed `connecting` on the first until TCP keepalive gave up (minutes).
-    const target = new URL(inject('redisUrl'));
-    let connections = 0;
-    const stalled: net.Socket[] = [];
-    const server = net.createServer((sock) => {
-      if (++connections === 1) {
-        stalled.push(sock);
-        sock.on('data', () => {});
-        sock.on('error', () => {});
-        return;
-      }
-      const up = net.connect({ host: target.hostname, port: Number(target.port || 6379) });
-      sock.pipe(up).pipe(sock);
-      const end = () => (sock.destroy(), up.destroy());
-      sock.on('error', end).on('close', end);
-      up.on('error', end).on('close', end);
-    });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    // The test Redis's URL (credentials, database) with the stalling server's address.
-    const url = new URL(target.href);
-    url.hostname = '127.0.0.1';
-    url.port = String((server.address() as net.AddressInfo).port);
+    // The first connection is accepted and read, never answered (a blackholed peer, a server
+    // stopped mid-handshake); later ones are spliced to the test Redis. Before the handshake had
+    // a deadline, the pipe stayed `connecting` on the first until TCP keepalive gave up (minutes).
+    const staller = await handshakeStaller(inject('redisUrl'));
     const t = performance.now();
-    const p = new ScriptPipe({ url: url.href, script: SCRIPT, argCount: 2, timeoutMs: 2000, connectTimeoutMs: 300 });
+    const p = new ScriptPipe({ url: staller.url, script: SCRIPT, argCount: 2, timeoutMs: 2000, connectTimeoutMs: 300 });
     pipes.push(p);
     // Calls made meanwhile are answered at once (the caller's fallback decides), not held.
     await new Promise((r) => setTimeout(r, 100));
@@ -154,15 +134,12 @@ describe('ScriptPipe against Redis', () => {
     await expect(call(p, 'k', ['1', ''])).rejects.toThrow(/not connected/);
     await new Promise<void>((r) => p.once('ready', () => r()));
     const took = performance.now() - t;
-    expect(connections).toBe(2);
+    expect(staller.connections()).toBe(2);
     expect(took).toBeGreaterThanOrEqual(290);
     expect(took).toBeLessThan(3000);
-    // The stalled connection was closed by the pipe.
-    await until(() => stalled[0]!.destroyed || stalled[0]!.readableEnded);
     expect(await call(p, 'k', ['41', ''])).toEqual([42, 1, 1]);
     p.close();
-    server.close();
-    for (const s of stalled) s.destroy();
+    await staller.close();
   });
 
   it('parses integer-array replies with negative and large values, through the fast path and the general parser, in any split', async () => {

@@ -128,3 +128,37 @@ export class FaultyProxy {
     upstream.on('data', (b: Buffer) => (this.stalled ? pair.held.push(b) : client.write(b)));
   }
 }
+
+/**
+ * A Redis that accepts its first connection and never answers it (a blackholed peer, a server
+ * stopped mid-handshake); later connections are spliced to `redisUrl`. `url` is `redisUrl`
+ * (credentials, database) with this server's address.
+ */
+export async function handshakeStaller(redisUrl: string): Promise<{ url: string; connections(): number; close(): Promise<void> }> {
+  const target = new URL(redisUrl);
+  let connections = 0;
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((sock) => {
+    sockets.add(sock);
+    sock.on('error', () => {});
+    if (++connections === 1) return void sock.on('data', () => {});
+    const up = net.connect({ host: target.hostname, port: Number(target.port || 6379) });
+    sockets.add(up);
+    up.on('error', () => sock.destroy());
+    sock.pipe(up).pipe(sock);
+    sock.on('close', () => up.destroy());
+    up.on('close', () => sock.destroy());
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const url = new URL(target.href);
+  url.hostname = '127.0.0.1';
+  url.port = String((server.address() as net.AddressInfo).port);
+  return {
+    url: url.href,
+    connections: () => connections,
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  };
+}
