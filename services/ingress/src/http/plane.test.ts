@@ -103,11 +103,14 @@ function get(port: number, path: string, opts: { host?: string; method?: string;
 
 let a: Awaited<ReturnType<typeof node>>;
 let b: Awaited<ReturnType<typeof node>>;
-/** Node C runs a test pipeline on route r_api: deny by header, add a request header, edit and transform the response. */
+/**
+ * Node C runs a test pipeline on routes r_api, r_none and r_raw: deny by header, add a request
+ * header, edit and transform the response. Its r_raw tunnel is on node A (a hop).
+ */
 let c: Awaited<ReturnType<typeof node>>;
 const results: Array<number | 'error' | 'none'> = [];
 const testStage: StageFactory = (route) => {
-  if (route.id !== 'r_api' && route.id !== 'r_none') return null;
+  if (route.id !== 'r_api' && route.id !== 'r_none' && route.id !== 'r_raw') return null;
   const stage: RouteStage = {
     name: 'test',
     needsBody: true,
@@ -205,6 +208,7 @@ beforeAll(async () => {
   a.registry.addLocal(tcpTunnel('tn_raw', { app: 'raw' }, () => rawPort));
   const far: DpTunnel = { ...tcpTunnel('tn_far', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` };
   b.registry.addRemote(far);
+  c.registry.addRemote({ ...tcpTunnel('tn_raw', { app: 'raw' }, () => rawPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` });
 });
 
 afterAll(() => {
@@ -343,6 +347,28 @@ describe('ingress HTTP plane', () => {
     expect(body.headers['x-warren-tunnel']).toBeUndefined();
     const text = await b.metrics.registry.getSingleMetricAsString('warren_ingress_hops_total');
     expect(text).toMatch(/warren_ingress_hops_total\{node="node-b"\} [1-9]/);
+  });
+
+  it("answers the holding node's own errors over a hop as it would a local one: same code and message, no response stages", async () => {
+    // The holding node (A) fails the request itself; C, which has the route's response stages,
+    // must answer with A's error as a local one (not run its stages on A's error page, not call
+    // an upstream failure "the tunnel has moved or gone").
+    const before = results.length;
+    for (const [path, status, code, retryable] of [
+      ['/raw/garbage', 502, 'ERR_WARREN_7004', false], // the upstream is not HTTP: not retryable
+      ['/raw/eof', 502, 'ERR_WARREN_7004', true], // the upstream hung up before answering: retryable, no other tunnel
+    ] as const) {
+      const local = await get(a.port, path);
+      const hopped = await get(c.port, path);
+      expect([local.status, local.headers['warren-error-code']], path).toEqual([status, code]);
+      expect([hopped.status, hopped.headers['warren-error-code'], hopped.headers['x-stage']], `${path} (retryable ${retryable})`).toEqual([status, code, undefined]);
+      // A's words, not C's and not A's error page upper-cased by C's body transform.
+      expect(JSON.parse(hopped.body.toString()).msg).toBe(JSON.parse(local.body.toString()).msg);
+      expect(Object.keys(hopped.headers).filter((h) => h.startsWith('x-warren'))).toEqual([]);
+    }
+    // The route's stages saw a failed forward, not an upstream status ('none' may follow a result).
+    expect(results.slice(before).filter((r) => r !== 'none')).toEqual(['error', 'error']);
+    expect((await get(c.port, '/raw/close')).status).toBe(200);
   });
 
   it('refuses hop requests without the node token', async () => {

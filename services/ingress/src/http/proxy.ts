@@ -3,7 +3,7 @@ import net from 'node:net';
 import { Readable, type Duplex } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
 import type { Logger } from '@warren/shared';
-import type { ErrorCode } from '@warren/shared';
+import { ERRORS, type ErrorCode } from '@warren/shared';
 import type { LocalTunnel, ProxyHeaderInit, TunnelStream } from '../agents/server.js';
 import type { TunnelRegistry, TunnelTarget } from '../tunnels/registry.js';
 import { sendError, sendUpgradeError } from './error-page.js';
@@ -37,6 +37,13 @@ export const HOP = {
   scheme: 'x-warren-scheme',
   edgeType: 'x-warren-edge-type',
   miss: 'x-warren-hop-miss',
+  /**
+   * On a hop's answer: the holding node's own error, not the upstream's response: `<code>` or
+   * `<code>; retryable` (the request never reached the tunnel), with the message, URI-encoded, in
+   * `error-message`. The sending node answers it as its own error (see TunnelExchange.onHeaders).
+   */
+  error: 'x-warren-hop-error',
+  errorMessage: 'x-warren-hop-error-message',
   /** On a hop upgrade: open a raw stream to the tunnel (no HTTP request head is sent on). */
   raw: 'x-warren-raw',
   proto: 'x-warren-proto',
@@ -309,8 +316,10 @@ export class Forwarder {
       return await this.viaLocal(req, res, tunnel, info, hopRequestHeaders(req.rawHeaders));
     } catch (err) {
       const fe = err instanceof ForwardError ? err : new ForwardError(7004, (err as Error).message);
-      // A stream that could not even be opened is a miss for the sender, which may try elsewhere.
-      sendError(req, res, fe.code, fe.message, fe.retryable ? { [HOP.miss]: '1' } : undefined);
+      // Marked as this node's own error, with its code, so the sender answers it as a local error
+      // would be (no response stages; a retryable one may go to another tunnel) rather than as
+      // the upstream's response, or as a miss ("the tunnel has moved or gone").
+      sendError(req, res, fe.code, fe.message, { [HOP.error]: fe.retryable ? `${fe.code}; retryable` : String(fe.code), [HOP.errorMessage]: encodeURIComponent(fe.message.slice(0, 256)) });
       return res.statusCode;
     }
   }
@@ -468,10 +477,32 @@ export class Forwarder {
 /** Keep-alive connections kept to each other node (hops). */
 const HOP_CONNECTIONS = 512;
 
-/** Does a hop's answer carry the hop-miss header (the tunnel is not on that node)? */
-function hasMissHeader(raw: Buffer[]): boolean {
-  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.length === HOP.miss.length && raw[i]!.toString('latin1').toLowerCase() === HOP.miss) return true;
-  return false;
+/**
+ * What a hop's answer says of itself: a miss (the tunnel is not on that node), the holding node's
+ * own error (see {@link HOP}.error) as the ForwardError a local attempt would have met, or
+ * neither (the upstream's response). Only hop answers are read, and the holding node drops any
+ * `x-warren-*` header of the upstream's, so an upstream cannot fake either.
+ */
+function hopMarker(raw: Buffer[]): 'miss' | ForwardError | null {
+  let error: string | null = null;
+  let message = '';
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    if (name.length < HOP.miss.length || (name[0] !== 0x78 && name[0] !== 0x58)) continue; // not x-… / X-…
+    const lower = name.toString('latin1').toLowerCase();
+    if (lower === HOP.miss) return 'miss';
+    if (lower === HOP.error) error = raw[i + 1]!.toString('latin1');
+    else if (lower === HOP.errorMessage) message = raw[i + 1]!.toString('latin1');
+  }
+  if (error === null) return null;
+  const m = /^(\d{4})(; retryable)?$/.exec(error.trim());
+  const code = m && Object.hasOwn(ERRORS, Number(m[1])) ? (Number(m[1]) as ErrorCode) : 7004;
+  try {
+    message = decodeURIComponent(message);
+  } catch {
+    // not as the holding node writes it: its own words are lost, not the error
+  }
+  return new ForwardError(code, message || 'the ingress node holding the tunnel failed', m?.[2] !== undefined);
 }
 
 /** Does the public request carry a body (RFC 9112 §6.3)? */
@@ -535,8 +566,12 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
   /** Fed by onData when the response goes through the response stages. */
   private body: Readable | null = null;
   private status = 502;
-  /** A hop answered that the tunnel is not on that node (any more): its body is dropped, then a retryable 7003. */
+  /**
+   * A hop answered that the tunnel is not on that node (any more), or with the holding node's own
+   * error (`hopError`): its body is dropped, then a retryable 7003 (or that error) is met.
+   */
   private miss = false;
+  private hopError: ForwardError | null = null;
 
   constructor(
     private readonly req: http.IncomingMessage,
@@ -582,9 +617,13 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
 
   onHeaders(status: number, rawHeaders: Buffer[], resume: () => void, statusText: string): boolean {
     if (status < 200) return true; // 1xx: informational, the final answer follows
-    if (this.hop && hasMissHeader(rawHeaders)) {
-      this.miss = true;
-      return true;
+    if (this.hop) {
+      const marker = hopMarker(rawHeaders);
+      if (marker) {
+        this.miss = true;
+        if (marker !== 'miss') this.hopError = marker;
+        return true;
+      }
     }
     this.sent = true;
     this.status = status;
@@ -620,7 +659,7 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
 
   onComplete(): void {
     if (this.miss) {
-      this.finish(0, new ForwardError(7003, 'the tunnel has moved or gone', true));
+      this.finish(0, this.hopError ?? new ForwardError(7003, 'the tunnel has moved or gone', true));
       return;
     }
     if (this.body) this.body.push(null);
