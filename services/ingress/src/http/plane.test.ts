@@ -50,6 +50,7 @@ const cfg: DataPlaneConfig = {
     ['r_none', { id: 'r_none', accountId: 'ac_1', edgeId: 'edghts_1', matchType: 'path_prefix', match: '/none', modules: {}, backendId: 'bkdtg_none', ipPolicyIds: [], trafficPolicy: null }],
     ['r_remote', { id: 'r_remote', accountId: 'ac_1', edgeId: 'edghts_1', matchType: 'path_prefix', match: '/remote', modules: {}, backendId: 'bkdtg_remote', ipPolicyIds: [], trafficPolicy: null }],
     ['r_raw', { id: 'r_raw', accountId: 'ac_1', edgeId: 'edghts_1', matchType: 'path_prefix', match: '/raw', modules: {}, backendId: 'bkdtg_raw', ipPolicyIds: [], trafficPolicy: null }],
+    ['r_post', { id: 'r_post', accountId: 'ac_1', edgeId: 'edghts_1', matchType: 'path_prefix', match: '/post', modules: {}, backendId: 'bkdtg_post', ipPolicyIds: [], trafficPolicy: null }],
     ['r_nob', { id: 'r_nob', accountId: 'ac_1', edgeId: 'edghts_1', matchType: 'exact_path', match: '/nobackend', modules: {}, backendId: null, ipPolicyIds: [], trafficPolicy: null }],
   ]),
   backends: new Map([
@@ -58,6 +59,7 @@ const cfg: DataPlaneConfig = {
     ['bkdtg_none', { id: 'bkdtg_none', accountId: 'ac_1', labels: { app: 'none' } }],
     ['bkdtg_remote', { id: 'bkdtg_remote', accountId: 'ac_1', labels: { app: 'far' } }],
     ['bkdtg_raw', { id: 'bkdtg_raw', accountId: 'ac_1', labels: { app: 'raw' } }],
+    ['bkdtg_post', { id: 'bkdtg_post', accountId: 'ac_1', labels: { app: 'post' } }],
   ]),
   ipPolicies: new Map(),
   certificateAuthorities: new Map(),
@@ -104,13 +106,17 @@ function get(port: number, path: string, opts: { host?: string; method?: string;
 let a: Awaited<ReturnType<typeof node>>;
 let b: Awaited<ReturnType<typeof node>>;
 /**
- * Node C runs a test pipeline on routes r_api, r_none and r_raw: deny by header, add a request
- * header, edit and transform the response. Its r_raw tunnel is on node A (a hop).
+ * Node C runs a test pipeline on routes r_api, r_none, r_raw and r_post: deny by header, add a
+ * request header (after buffering the body), edit and transform the response. Its r_raw tunnel is
+ * on node A (a hop); r_post has two local tunnels, one to an upstream that reads the request and
+ * hangs up, one to an upstream that counts what it gets.
  */
 let c: Awaited<ReturnType<typeof node>>;
 const results: Array<number | 'error' | 'none'> = [];
+/** Paths the r_post counting upstream received. */
+const postsReceived: string[] = [];
 const testStage: StageFactory = (route) => {
-  if (route.id !== 'r_api' && route.id !== 'r_none' && route.id !== 'r_raw') return null;
+  if (route.id !== 'r_api' && route.id !== 'r_none' && route.id !== 'r_raw' && route.id !== 'r_post') return null;
   const stage: RouteStage = {
     name: 'test',
     needsBody: true,
@@ -208,6 +214,27 @@ beforeAll(async () => {
   a.registry.addLocal(tcpTunnel('tn_raw', { app: 'raw' }, () => rawPort));
   const far: DpTunnel = { ...tcpTunnel('tn_far', { app: 'far' }, () => upstreamPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` };
   b.registry.addRemote(far);
+  const hangUp = http.createServer((req) => {
+    req.resume();
+    req.on('end', () => req.socket.destroy()); // read the whole request, then hang up unanswered
+  });
+  const counting = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      postsReceived.push(req.url ?? '');
+      res.end('ok');
+    });
+  });
+  const hangUpPort = await listen(hangUp);
+  const countingPort = await listen(counting);
+  closers.push(() => {
+    hangUp.closeAllConnections();
+    hangUp.close();
+    counting.closeAllConnections();
+    counting.close();
+  });
+  c.registry.addLocal(tcpTunnel('tn_post_hangup', { app: 'post' }, () => hangUpPort));
+  c.registry.addLocal(tcpTunnel('tn_post_ok', { app: 'post' }, () => countingPort));
   c.registry.addRemote({ ...tcpTunnel('tn_raw', { app: 'raw' }, () => rawPort), nodeId: 'node-a', nodeAddress: `127.0.0.1:${a.internalPort}` });
 });
 
@@ -369,6 +396,20 @@ describe('ingress HTTP plane', () => {
     // The route's stages saw a failed forward, not an upstream status ('none' may follow a result).
     expect(results.slice(before).filter((r) => r !== 'none')).toEqual(['error', 'error']);
     expect((await get(c.port, '/raw/close')).status).toBe(200);
+  });
+
+  it('sends a request that may have reached the upstream to another tunnel only when it is safe to repeat (not a buffered POST)', async () => {
+    // r_post alternates between an upstream that reads the request and hangs up and one that
+    // answers; node C buffers bodies (its test pipeline), so a POST could be sent again, but the
+    // first upstream may have acted on it.
+    const posts = [];
+    for (let i = 0; i < 4; i++) posts.push(await get(c.port, `/post/${i}`, { method: 'POST', body: Buffer.from(`order ${i}`) }));
+    expect(posts.map((r) => r.status).sort()).toEqual([200, 200, 502, 502]);
+    expect(posts.filter((r) => r.status === 502).map((r) => r.headers['warren-error-code'])).toEqual(['ERR_WARREN_7004', 'ERR_WARREN_7004']);
+    // Each POST reached one upstream once: none was repeated on the answering one.
+    expect(postsReceived.sort()).toEqual(posts.flatMap((r, i) => (r.status === 200 ? [`/post/${i}`] : [])).sort());
+    // A GET met the same way goes to the other tunnel and is answered.
+    for (let i = 0; i < 4; i++) expect((await get(c.port, `/post/get-${i}`)).status).toBe(200);
   });
 
   it('refuses hop requests without the node token', async () => {

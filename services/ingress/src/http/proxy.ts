@@ -39,7 +39,8 @@ export const HOP = {
   miss: 'x-warren-hop-miss',
   /**
    * On a hop's answer: the holding node's own error, not the upstream's response: `<code>` or
-   * `<code>; retryable` (the request never reached the tunnel), with the message, URI-encoded, in
+   * `<code>; retryable` (the request never reached the tunnel) or `<code>; idempotent` (it may have:
+   * see {@link ForwardError}.retry), with the message, URI-encoded, in
    * `error-message`. The sending node answers it as its own error (see TunnelExchange.onHeaders).
    */
   error: 'x-warren-hop-error',
@@ -141,14 +142,26 @@ function replayable(req: http.IncomingMessage): boolean {
   return (cl === undefined || cl === '0') && req.headers['transfer-encoding'] === undefined;
 }
 
+/**
+ * May a failed attempt go to another tunnel? `any`: the request never reached the target (no
+ * stream, a full queue, a node that refused the connection), so any request whose body can be
+ * sent again may. `idempotent`: it may have reached the upstream (a kept-alive connection closed
+ * under it before an answer), so only a request safe to repeat (RFC 9110 §9.2.2: GET, HEAD,
+ * OPTIONS, DELETE, without a body) may; a POST the pipeline buffered is not sent twice.
+ */
+type Retry = 'any' | 'idempotent' | 'no';
+
 class ForwardError extends Error {
   constructor(
     readonly code: ErrorCode,
     message: string,
-    /** True when the request never reached the target, so another one may be tried. */
-    readonly retryable = false,
+    readonly retry: Retry = 'no',
   ) {
     super(message);
+  }
+
+  get retryable(): boolean {
+    return this.retry !== 'no';
   }
 }
 
@@ -249,7 +262,9 @@ export class Forwarder {
             const info = dispatchingInfo;
             stream = tunnel.openStreamSync(info ? { clientAddr: info.clientAddr, proto: info.scheme, edgeType: info.edgeType } : DEFAULT_STREAM_HEADER);
           } catch (err) {
-            queueMicrotask(() => cb(err as Error, null));
+            // No stream: nothing of the request was sent, so it may go to another tunnel whatever it is.
+            const fe = forwardErrorOf(err as Error, false);
+            queueMicrotask(() => cb(new ForwardError(fe.code, fe.message, 'any'), null));
             return;
           }
           queueMicrotask(() => cb(null, stream as unknown as net.Socket));
@@ -284,7 +299,7 @@ export class Forwarder {
         const fe = err instanceof ForwardError ? err : new ForwardError(7004, (err as Error).message);
         const failed = target.tunnel.id;
         // A body the pipeline buffered can be sent again; a streamed one cannot.
-        if (fe.retryable && attempt < 3 && (replayable(req) || hooks?.state.body)) {
+        if (attempt < 3 && (fe.retry === 'any' ? replayable(req) || hooks?.state.body !== undefined : fe.retry === 'idempotent' && replayable(req))) {
           (tried ??= new Set()).add(failed);
           target = next(tried);
           if (target) continue;
@@ -319,7 +334,7 @@ export class Forwarder {
       // Marked as this node's own error, with its code, so the sender answers it as a local error
       // would be (no response stages; a retryable one may go to another tunnel) rather than as
       // the upstream's response, or as a miss ("the tunnel has moved or gone").
-      sendError(req, res, fe.code, fe.message, { [HOP.error]: fe.retryable ? `${fe.code}; retryable` : String(fe.code), [HOP.errorMessage]: encodeURIComponent(fe.message.slice(0, 256)) });
+      sendError(req, res, fe.code, fe.message, { [HOP.error]: fe.retry === 'any' ? `${fe.code}; retryable` : fe.retry === 'idempotent' ? `${fe.code}; idempotent` : String(fe.code), [HOP.errorMessage]: encodeURIComponent(fe.message.slice(0, 256)) });
       return res.statusCode;
     }
   }
@@ -327,7 +342,7 @@ export class Forwarder {
   private viaLocal(req: http.IncomingMessage, res: http.ServerResponse, tunnel: LocalTunnel, info: RequestInfo, headers: string[], hooks?: ForwardHooks): Promise<number> {
     const p = this.poolFor(tunnel);
     if (p.inFlight >= this.opts.maxStreamsPerTunnel + this.opts.maxQueuedPerTunnel) {
-      return Promise.reject(new ForwardError(7006, `more than ${this.opts.maxQueuedPerTunnel} requests are waiting for tunnel ${tunnel.id}`, true));
+      return Promise.reject(new ForwardError(7006, `more than ${this.opts.maxQueuedPerTunnel} requests are waiting for tunnel ${tunnel.id}`, 'any'));
     }
     return this.dispatch(p, req, res, headers, hooks, info, false);
   }
@@ -339,7 +354,7 @@ export class Forwarder {
     try {
       p = this.hopPoolFor(nodeAddress);
     } catch (err) {
-      return Promise.reject(new ForwardError(7004, `the ingress node holding the tunnel has an unusable address ${nodeAddress}: ${(err as Error).message}`, true));
+      return Promise.reject(new ForwardError(7004, `the ingress node holding the tunnel has an unusable address ${nodeAddress}: ${(err as Error).message}`, 'any'));
     }
     return this.dispatch(p, req, res, hopHeaders, hooks, null, true);
   }
@@ -495,14 +510,14 @@ function hopMarker(raw: Buffer[]): 'miss' | ForwardError | null {
     else if (lower === HOP.errorMessage) message = raw[i + 1]!.toString('latin1');
   }
   if (error === null) return null;
-  const m = /^(\d{4})(; retryable)?$/.exec(error.trim());
+  const m = /^(\d{4})(?:; (retryable|idempotent))?$/.exec(error.trim());
   const code = m && Object.hasOwn(ERRORS, Number(m[1])) ? (Number(m[1]) as ErrorCode) : 7004;
   try {
     message = decodeURIComponent(message);
   } catch {
     // not as the holding node writes it: its own words are lost, not the error
   }
-  return new ForwardError(code, message || 'the ingress node holding the tunnel failed', m?.[2] !== undefined);
+  return new ForwardError(code, message || 'the ingress node holding the tunnel failed', m?.[2] === 'retryable' ? 'any' : m?.[2] === 'idempotent' ? 'idempotent' : 'no');
 }
 
 /** Does the public request carry a body (RFC 9112 §6.3)? */
@@ -515,37 +530,42 @@ function hasBody(req: http.IncomingMessage): boolean {
 function forwardErrorOf(err: Error & { code?: string }, hop: boolean): ForwardError {
   if (err instanceof ForwardError) return err;
   if (hop) {
-    // The node that holds the tunnel cannot be reached (or dropped a kept-alive connection
-    // before answering): nothing reached the tunnel, so a replayable request may go elsewhere.
+    // The node that holds the tunnel cannot be reached: nothing reached the tunnel, so the
+    // request may go elsewhere. A kept-alive connection it dropped before answering may have
+    // carried the request on: only a request safe to repeat goes again.
     switch (err.code) {
       case 'ECONNREFUSED':
       case 'EHOSTUNREACH':
       case 'ENETUNREACH':
+      case 'UND_ERR_CONNECT_TIMEOUT':
+        return new ForwardError(7004, `the ingress node holding the tunnel is unreachable (${err.code})`, 'any');
       case 'ECONNRESET':
       case 'UND_ERR_SOCKET':
-      case 'UND_ERR_CONNECT_TIMEOUT':
-        return new ForwardError(7004, `the ingress node holding the tunnel is unreachable (${err.code})`, true);
+        return new ForwardError(7004, `the ingress node holding the tunnel is unreachable (${err.code})`, 'idempotent');
     }
   }
   switch (err.code) {
+    // Met opening a stream (the pool's connector: nothing was sent) or, SESSION_CLOSED, by a
+    // stream the request was written on (it may have reached the upstream).
     case 'STREAM_CAP':
-      return new ForwardError(7006, 'the agent session has no free stream', true);
+      return new ForwardError(7006, 'the agent session has no free stream', 'any');
     case 'SESSION_CLOSED':
-      return new ForwardError(7004, 'the agent session closed', true);
+      return new ForwardError(7004, 'the agent session closed', 'idempotent');
     // The pool was closed under a queued request (its tunnel went away): nothing was sent.
     case 'UND_ERR_DESTROYED':
     case 'UND_ERR_CLOSED':
-      return new ForwardError(7004, 'the tunnel went away', true);
+      return new ForwardError(7004, 'the tunnel went away', 'any');
     // A request target or header the HTTP/1.1 client will not send (e.g. `OPTIONS *`).
     case 'UND_ERR_INVALID_ARG':
       return new ForwardError(7011, err.message);
     case 'UND_ERR_HEADERS_TIMEOUT':
       return new ForwardError(7005, 'no response from the upstream within the upstream timeout');
-    // A kept-alive stream closed under the request (the upstream dropped its idle connection):
-    // nothing was answered, so a replayable request may go again.
+    // A kept-alive stream closed under the request (the upstream dropped its idle connection, or
+    // read the request and hung up): nothing was answered, but the upstream may have acted on it,
+    // so only a request safe to repeat goes again.
     case 'UND_ERR_SOCKET':
     case 'ECONNRESET':
-      return new ForwardError(7004, `the tunnel failed: ${err.message}`, true);
+      return new ForwardError(7004, `the tunnel failed: ${err.message}`, 'idempotent');
     default:
       return new ForwardError(7004, `the tunnel failed: ${err.message}`);
   }
@@ -659,7 +679,7 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
 
   onComplete(): void {
     if (this.miss) {
-      this.finish(0, this.hopError ?? new ForwardError(7003, 'the tunnel has moved or gone', true));
+      this.finish(0, this.hopError ?? new ForwardError(7003, 'the tunnel has moved or gone', 'any'));
       return;
     }
     if (this.body) this.body.push(null);
