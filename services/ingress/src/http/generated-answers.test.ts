@@ -2,13 +2,13 @@ import http from 'node:http';
 import net from 'node:net';
 import zlib from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLogger, type DataPlaneConfig, type DpRoute, type EventEnvelope, type PublishItem } from '@warren/shared';
+import { createLogger, type DataPlaneConfig, type DpRoute } from '@warren/shared';
 import { createIngressMetrics } from '../metrics.js';
 import { pipelineStageFactories } from '../modules/index.js';
 import { FakeLimiter } from '../policy/testing.js';
 import { sendOutcome } from './public.js';
-import { TrafficEvents, type EventPublisher } from '../events/traffic-events.js';
-import { listen, startPublicListener } from './testing.js';
+import { TrafficEvents } from '../events/traffic-events.js';
+import { capturingPublisher, listen, startPublicListener } from './testing.js';
 
 /**
  * A request stage's own answer (deny, custom-response, the rate-limit 429, a module's refusal)
@@ -73,14 +73,7 @@ const cfg: DataPlaneConfig = {
 };
 
 /** The http_request_complete.v0 events published. */
-const published: Array<EventEnvelope & { object: any }> = [];
-const publisher: EventPublisher = {
-  async publish(items: PublishItem[]) {
-    let n = 0;
-    for (const i of items) for (const e of i.events) (published.push(JSON.parse(e) as EventEnvelope & { object: any }), n++);
-    return { accepted: n, overflowed: 0 };
-  },
-};
+const { publisher, published } = capturingPublisher();
 
 let port = 0;
 let upstreamHits = 0;

@@ -17,6 +17,22 @@ import type { DestinationRef } from '@warren/shared';
 const HOSTNAME = /^[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*\.?$/;
 
 /** `Host` → lower-case host and port (the scheme's default when absent), or null when malformed. */
+/**
+ * The client's address as policies, headers and events show it: a dual-stack listener (`::`)
+ * reports an IPv4 client as `::ffff:a.b.c.d`, which is shown as `a.b.c.d` (as ngrok does, and as
+ * an IPv4 listener would), so `conn.client_ip == '1.2.3.4'`, `X-Forwarded-For` and rate-limit
+ * keys do not depend on how the ingress listens.
+ */
+export function remoteIp(socket: { remoteAddress?: string }): string {
+  const a = socket.remoteAddress ?? '';
+  return a.length > 7 && a.charCodeAt(0) === 58 /* : */ && /^::ffff:\d+\.\d+\.\d+\.\d+$/i.test(a) ? a.slice(7) : a;
+}
+
+/** `ip:port` of the client, for the agent's proxy header. */
+function remoteAddr(socket: { remoteAddress?: string; remotePort?: number }): string {
+  return `${remoteIp(socket) || '0.0.0.0'}:${socket.remotePort ?? 0}`;
+}
+
 export function parseHost(value: string | undefined, defaultPort: number): { host: string; port: number } | null {
   if (!value || value.length > 260) return null;
   let host: string;
@@ -148,10 +164,10 @@ export class PublicHandler {
         record(res.statusCode);
         return;
       }
-      const clientAddr = `${req.socket.remoteAddress ?? '0.0.0.0'}:${req.socket.remotePort ?? 0}`;
+      const clientAddr = remoteAddr(req.socket);
       const info: RequestInfo = { scheme, clientAddr, edgeType: r.edgeType };
       if (r.target.kind === 'remote') this.opts.metrics.hops.inc();
-      const headers = publicRequestHeaders(req.rawHeaders, ipOf(req.socket.remoteAddress ?? ''), scheme, false);
+      const headers = publicRequestHeaders(req.rawHeaders, remoteIp(req.socket), scheme, false);
       let next = r.next;
       if (track) {
         track.tunnelId = r.target.tunnel.id;
@@ -184,10 +200,9 @@ export class PublicHandler {
         sendUpgradeError(socket, r.error ?? 7003, r.detail);
         return;
       }
-      const remote = req.socket.remoteAddress ?? '0.0.0.0';
-      const info: RequestInfo = { scheme, clientAddr: `${remote}:${req.socket.remotePort ?? 0}`, edgeType: r.edgeType };
+      const info: RequestInfo = { scheme, clientAddr: remoteAddr(req.socket), edgeType: r.edgeType };
       this.opts.metrics.upgrades.inc({ result: 'forwarded' });
-      void this.opts.forwarder.upgrade(req, socket, head, r.target, info, publicRequestHeaders(req.rawHeaders, ipOf(remote), scheme, true));
+      void this.opts.forwarder.upgrade(req, socket, head, r.target, info, publicRequestHeaders(req.rawHeaders, remoteIp(req.socket), scheme, true));
     };
   }
 
@@ -199,7 +214,7 @@ export class PublicHandler {
       dests,
       edgeId: r.edgeType === '3' && r.edge ? r.edge : null,
       routeId: r.route || null,
-      clientIp: ipOf(req.socket.remoteAddress ?? ''),
+      clientIp: remoteIp(req.socket),
       serverName: hp?.host ?? '',
       serverPort: hp?.port ?? defaultPort,
       path: r.path ?? pathOf(req.url),
@@ -212,7 +227,7 @@ export class PublicHandler {
    */
   private withPipeline(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, scheme: 'http' | 'https', started: number, track: HttpRequestTracker | null): Promise<number> {
     const pipeline = cr.pipeline!;
-    const clientIp = ipOf(req.socket.remoteAddress ?? '');
+    const clientIp = remoteIp(req.socket);
     const state: RequestState = {
       req,
       scheme,
@@ -268,7 +283,7 @@ export class PublicHandler {
       return Promise.resolve(503);
     }
     if (target.kind === 'remote') this.opts.metrics.hops.inc();
-    const info: RequestInfo = { scheme: state.scheme, clientAddr: `${req.socket.remoteAddress ?? '0.0.0.0'}:${req.socket.remotePort ?? 0}`, edgeType: r.edgeType };
+    const info: RequestInfo = { scheme: state.scheme, clientAddr: remoteAddr(req.socket), edgeType: r.edgeType };
     const done = this.opts.forwarder.forward(req, res, target, info, state.headers, next, { pipeline, state });
     if (pipeline.hasResultStages) {
       // Ended without an upstream result (the client went away first): a circuit breaker's probe frees its place.
@@ -280,7 +295,7 @@ export class PublicHandler {
 
   /** An upgrade on a route with a pipeline: the request stages (no body), then the tunnel. */
   private async upgradeWithPipeline(req: http.IncomingMessage, socket: Duplex, head: Buffer, r: Resolved, cr: CompiledRoute, scheme: 'http' | 'https'): Promise<void> {
-    const clientIp = ipOf(req.socket.remoteAddress ?? '');
+    const clientIp = remoteIp(req.socket);
     const state: RequestState = {
       req, scheme, clientIp, host: r.host!, path: r.path!, edge: cr.edge, route: cr.route,
       headers: publicRequestHeaders(req.rawHeaders, clientIp, scheme, true), body: null, vars: {}, startedAt: performance.now(),
@@ -309,7 +324,7 @@ export class PublicHandler {
       return;
     }
     this.opts.metrics.upgrades.inc({ result: 'forwarded' });
-    const info: RequestInfo = { scheme, clientAddr: `${req.socket.remoteAddress ?? '0.0.0.0'}:${req.socket.remotePort ?? 0}`, edgeType: r.edgeType };
+    const info: RequestInfo = { scheme, clientAddr: remoteAddr(req.socket), edgeType: r.edgeType };
     if (cr.pipeline!.stages.some(isWebSocketTcpConverter)) {
       // websocket_tcp_converter: the ingress accepts the WebSocket itself; the agent gets the
       // frames' payloads as a plain TCP stream.

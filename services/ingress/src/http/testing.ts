@@ -1,18 +1,18 @@
 import http from 'node:http';
 import net from 'node:net';
-import type { DataPlaneConfig, Logger } from '@warren/shared';
+import type { DataPlaneConfig, EventEnvelope, Logger, PublishItem } from '@warren/shared';
 import type { IngressMetrics } from '../metrics.js';
 import { TunnelRegistry } from '../tunnels/registry.js';
 import { tcpTunnel } from '../tunnels/testing.js';
 import { createPipelineCompiler } from '../pipeline/runner.js';
 import type { RateLimiter, StageFactory } from '../pipeline/types.js';
-import type { TrafficEvents } from '../events/traffic-events.js';
+import type { EventPublisher, TrafficEvents } from '../events/traffic-events.js';
 import { Forwarder } from './proxy.js';
 import { PublicHandler } from './public.js';
 import { RoutingTable } from './routing.js';
 
-export function listen(server: net.Server): Promise<number> {
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as net.AddressInfo).port)));
+export function listen(server: net.Server, host = '127.0.0.1'): Promise<number> {
+  return new Promise((resolve) => server.listen(0, host, () => resolve((server.address() as net.AddressInfo).port)));
 }
 
 export interface PublicListenerOptions {
@@ -25,6 +25,8 @@ export interface PublicListenerOptions {
   /** One local tunnel (`tn_up`) with these labels, its streams TCP connections to `upstreamPort`. */
   labels: Record<string, string>;
   upstreamPort: number;
+  /** The address the public listener binds (default 127.0.0.1; `::` for a dual-stack one). */
+  host?: string;
 }
 
 /**
@@ -37,7 +39,7 @@ export async function startPublicListener(o: PublicListenerOptions): Promise<{ p
   const handler = new PublicHandler({ registry, forwarder, metrics: o.metrics, log: o.log, events: o.events });
   handler.setTable(new RoutingTable(o.cfg, createPipelineCompiler(o.stages, { limiter: o.limiter, log: o.log, registry: o.metrics.registry })));
   const pub = http.createServer(handler.handler('http'));
-  const port = await listen(pub);
+  const port = await listen(pub, o.host);
   registry.addLocal(tcpTunnel('tn_up', o.labels, () => o.upstreamPort));
   return {
     port,
@@ -68,4 +70,17 @@ export function rawHttpServer(onRequest: (path: string, sock: net.Socket) => 'st
       }
     });
   });
+}
+
+/** Tests: an event publisher that keeps every event it is given, parsed, in `published`. */
+export function capturingPublisher(): { publisher: EventPublisher; published: Array<EventEnvelope & { object: any }> } {
+  const published: Array<EventEnvelope & { object: any }> = [];
+  const publisher: EventPublisher = {
+    async publish(items: PublishItem[]) {
+      let n = 0;
+      for (const i of items) for (const e of i.events) (published.push(JSON.parse(e) as EventEnvelope & { object: any }), n++);
+      return { accepted: n, overflowed: 0 };
+    },
+  };
+  return { publisher, published };
 }
