@@ -10,6 +10,7 @@ import { parseCompressResponseConfig, parseVerifyWebhookConfig, VERIFY_WEBHOOK_C
 import { checkJwkSetUrls, jwtValidationCost, parseJwtValidationConfig } from './jwt-action.js';
 import { CIRCUIT_BREAKER_COST, checkCircuitBreakerCount, CLOSE_CONNECTION_COST, parseCircuitBreakerConfig, parseCloseConnectionConfig } from './flow-actions.js';
 import { parseFindReplaceConfig } from './find-replace.js';
+import { nestingProblem } from './nesting.js';
 import { CostEstimateError, DFA_EXPLORE_STEPS, estimateCost, formatCost, MAX_EXPRESSION_COST, MAX_POLICY_COST, type PolicyHeaderGrowth } from './cost.js';
 import type { BucketKeyElement, CustomResponseAction, PolicyAction, PolicyDirection, PolicyRule, RateLimitConfig, TrafficPolicy } from './types.js';
 
@@ -634,6 +635,9 @@ function checkPolicyKeys(doc: Document): void {
 export function decodeTrafficPolicy(text: string): unknown {
   if (Buffer.byteLength(text, 'utf8') > MAX_TRAFFIC_POLICY_BYTES) throw new TrafficPolicyError('', `the document is over ${MAX_TRAFFIC_POLICY_BYTES} bytes`);
   if (text.trim() === '') throw new TrafficPolicyError('', 'the document is empty');
+  // Before the parser, which recurses: a deep enough document would abort the process (nesting.ts).
+  const deep = nestingProblem(text);
+  if (deep) throw new TrafficPolicyError('', deep.message);
   const doc = parseDocument(text, { version: '1.2', schema: 'core', merge: false, uniqueKeys: true, strict: true, prettyErrors: false });
   const first = doc.errors[0];
   if (first) throw new TrafficPolicyError('', `not valid YAML or JSON: ${first.message.split('\n')[0]!.slice(0, 300)}`);

@@ -43,6 +43,7 @@
  */
 import { isDeepStrictEqual } from 'node:util';
 import { isAlias, isMap, isScalar, isSeq, parseDocument, Scalar, stringify, visit, type Document, type Node as YamlNode } from 'yaml';
+import { nestingProblem } from './nesting.js';
 import { TRAFFIC_POLICY_PHASES, TrafficPolicyError, type TrafficPolicyPhaseKey } from './parse.js';
 
 /** Every top-level key whose rules are walked: each phase under both its names (`TRAFFIC_POLICY_PHASES`). */
@@ -98,6 +99,8 @@ function mayHoldSecrets(text: string): boolean {
 
 /** The document, or null when it does not parse; `lazy` leaves its value to be computed when needed. */
 function parse(text: string, lazy = false): Parsed | null {
+  // Too deep for the parser (it recurses; see nesting.ts): as a document that does not parse.
+  if (nestingProblem(text)) return null;
   try {
     const doc = parseDocument(text, YAML_OPTIONS);
     if (doc.errors.length > 0) return null;

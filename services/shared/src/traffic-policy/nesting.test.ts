@@ -1,0 +1,94 @@
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import { MAX_BLOCK_BOUND, MAX_FLOW_DEPTH, nestingProblem } from './nesting.js';
+import { hasBlankTrafficPolicySecrets, mergeTrafficPolicySecrets, parseTrafficPolicy, redactTrafficPolicySecrets, TrafficPolicyError } from './index.js';
+
+const nested = (d: number) => '['.repeat(d) + ']'.repeat(d);
+/** The fuzz audit's input: 900 levels in a rule; the backslash makes the secrets pre-check parse it. */
+const CRASHER = `{"inbound":[{"name":"\\\\","actions":${nested(900)}}]}`;
+
+describe('nestingProblem', () => {
+  it('refuses flow collections nested more than MAX_FLOW_DEPTH, naming the line', () => {
+    expect(nestingProblem(nested(MAX_FLOW_DEPTH))).toBeNull();
+    expect(nestingProblem(nested(MAX_FLOW_DEPTH + 1))?.message).toBe(`nested more than ${MAX_FLOW_DEPTH} levels deep (flow collections: [ ] and { }) at line 1`);
+    expect(nestingProblem(`inbound:\n  - name: x\n    actions: ${'{"a":'.repeat(70)}1${'}'.repeat(70)}\n`)?.line).toBe(3);
+    // JSON written the way JSON.stringify writes it, 60 deep (30 objects, 30 lists): fine; its
+    // indentation (up to 240 columns) is flow content.
+    let v: unknown = 1;
+    for (let i = 0; i < 30; i++) v = { k: [v] };
+    expect(nestingProblem(JSON.stringify(v, null, 4))).toBeNull();
+    for (let i = 0; i < 5; i++) v = { k: [v] };
+    expect(nestingProblem(JSON.stringify(v, null, 4))).not.toBeNull();
+  });
+
+  it('refuses block nesting beyond MAX_BLOCK_BOUND columns and indicators', () => {
+    expect(nestingProblem(`${'- '.repeat(MAX_BLOCK_BOUND)}x\n`)).toBeNull();
+    expect(nestingProblem(`${'- '.repeat(MAX_BLOCK_BOUND + 1)}x\n`)?.message).toMatch(/^indented or nested too deeply at line 1/);
+    let v: unknown = 'leaf';
+    for (let i = 0; i < 60; i++) v = { k: v };
+    expect(nestingProblem(stringify(v))).toBeNull(); // 2 columns a level: 120
+    for (let i = 0; i < 10; i++) v = { k: v };
+    expect(nestingProblem(stringify(v))?.line).toBe(65);
+  });
+
+  it('does not count brackets in quoted scalars, comments, block scalars or plain scalars in block context', () => {
+    const many = '['.repeat(200);
+    expect(nestingProblem(`inbound:\n  - expressions: ["req.path == '${many}'"]\n    actions: [{type: deny}]\n`)).toBeNull();
+    expect(nestingProblem(`a: '${many}''${many}'\nb: "${many}\\"${many}"\n`)).toBeNull();
+    expect(nestingProblem(`# ${many}\na: 1 # ${many}\n`)).toBeNull();
+    expect(nestingProblem(`a: b${many}\n`)).toBeNull();
+    expect(nestingProblem(`body: |\n  ${many}\n\n  ${many}\nnext: 1\n`)).toBeNull();
+    expect(nestingProblem(`- >-\n   ${many}\n- x\n`)).toBeNull();
+  });
+
+  it('cannot be fooled into undercounting by closers in strings, adjacent JSON values or CRLF', () => {
+    const closers = ']'.repeat(500);
+    expect(nestingProblem(`{"a": "${closers}", "b": ${nested(100)}}`)).not.toBeNull();
+    expect(nestingProblem(`a: "${closers}"\nb: ${nested(100)}\n`)).not.toBeNull();
+    expect(nestingProblem(`a: '${closers}'\nb: ${nested(100)}\n`)).not.toBeNull();
+    expect(nestingProblem(`"a":${nested(100)}\n`)).not.toBeNull();
+    expect(nestingProblem(`a: &x ${nested(100)}\n`)).not.toBeNull();
+    expect(nestingProblem(`a: 1\r\nb:\r\n  - ${nested(100)}\r\n`)?.line).toBe(3);
+  });
+
+  it('lets every policy of the size limit through that is not deeply nested', () => {
+    const rule = `  - name: r\n    expressions: ["req.path.startsWith('/a[0-9]{2}')", "'x' in req.headers"]\n    actions:\n      - type: custom-response\n        config: {status_code: 200, body: "{\\"ok\\": [1, {\\"a\\": [2]}]}"}\n`;
+    const doc = `inbound:\n${rule.repeat(200)}`;
+    expect(nestingProblem(doc)).toBeNull();
+  });
+});
+
+describe('a deeply nested policy', () => {
+  it('is a 400 naming the nesting in every entry point, not a stack overflow', () => {
+    const err = (() => {
+      try {
+        parseTrafficPolicy(CRASHER);
+      } catch (e) {
+        return e;
+      }
+    })();
+    expect(err).toBeInstanceOf(TrafficPolicyError);
+    expect((err as TrafficPolicyError).message).toMatch(/^nested more than 64 levels deep/);
+    expect(hasBlankTrafficPolicySecrets(CRASHER)).toBe(false);
+    expect(redactTrafficPolicySecrets(CRASHER)).toBe('');
+    expect(mergeTrafficPolicySecrets(CRASHER, undefined)).toBe(CRASHER);
+    expect(() => parseTrafficPolicy(`inbound:\n${'  '.repeat(1)}${'- '.repeat(2000)}x\n`)).toThrow(TrafficPolicyError);
+  });
+
+  it("no longer aborts a fresh process (V8 aborted compiling a regexp with the stack exhausted)", () => {
+    // A fresh process, as the control plane right after a start: the old code died with SIGABRT
+    // ("RegExpCompiler Allocation failed - process out of memory") on the audit's input.
+    const index = fileURLToPath(new URL('./index.ts', import.meta.url));
+    const script = `
+      const tp = await import(${JSON.stringify(index)});
+      const text = ${JSON.stringify(CRASHER)};
+      tp.hasBlankTrafficPolicySecrets(text);
+      try { tp.parseTrafficPolicy(text); } catch (e) { console.log(e.name + ': ' + e.message); }
+    `;
+    const r = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { encoding: 'utf8', timeout: 60_000 });
+    expect([r.status, r.signal]).toEqual([0, null]);
+    expect(r.stdout).toMatch(/^TrafficPolicyError: nested more than 64 levels deep/);
+  }, 60_000);
+});

@@ -1,0 +1,169 @@
+/**
+ * A bound on how deeply a traffic policy document nests, read off its text before any YAML
+ * parser sees it. The `yaml` package builds and converts documents recursively; a document nested
+ * some 900 levels deep exhausts the stack, and when that happens while V8 compiles a regular
+ * expression the process aborts (SIGABRT) instead of throwing: one ~2 KB POST took a control
+ * plane down. Catching the RangeError is therefore not enough; such a document is refused here.
+ *
+ * The scan is a conservative lexer, in one pass:
+ * - flow collections: `[` / `{` open and `]` / `}` close one level, outside quoted scalars and
+ *   comments; in block context only where a node can start (the line's first token, after
+ *   `- `, `? `, `: `), since a plain scalar may hold brackets there (`a: b[c`);
+ * - block collections: each level needs one more column of indentation or one more indicator on
+ *   the same line (`- - x`, `- a: b`), so a line's indentation plus its indicators bounds the
+ *   block depth at that line (mappings and their sequences may share a column, hence at most
+ *   twice that);
+ * - quoted scalars (`"…"` with `\` escapes, `'…'` with `''`), comments and the content lines of
+ *   block scalars (`|`, `>`) are skipped.
+ * It may overcount (unbalanced brackets in a block scalar's plain text, say), never undercount;
+ * the limits are far above what a policy needs and far below what breaks the parser.
+ */
+
+/** Flow collections open at once (JSON nesting), at most. */
+export const MAX_FLOW_DEPTH = 64;
+/** A line's indentation plus its block indicators, at most (outside flow collections). */
+export const MAX_BLOCK_BOUND = 128;
+
+export interface NestingProblem {
+  /** 1-based line of the first place over a limit. */
+  line: number;
+  message: string;
+}
+
+const isSpace = (c: number) => c === 0x20 || c === 0x09;
+const isBreak = (c: number) => c === 0x0a || c === 0x0d;
+
+export function nestingProblem(text: string): NestingProblem | null {
+  let line = 1;
+  let flow = 0;
+  let i = 0;
+  const n = text.length;
+  /** Indentation of the line that opened a block scalar whose content lines are being skipped; -1 when none. */
+  let blockScalarParent = -1;
+  while (i < n) {
+    // Start of a line: its indentation.
+    let indent = 0;
+    while (i < n && text.charCodeAt(i) === 0x20) (indent++, i++);
+    if (blockScalarParent >= 0) {
+      const c = i < n ? text.charCodeAt(i) : 0x0a;
+      if (isBreak(c) || indent > blockScalarParent) {
+        // Content (or a blank line) of the block scalar.
+        while (i < n && !isBreak(text.charCodeAt(i))) i++;
+        if (i < n && text.charCodeAt(i) === 0x0d && text.charCodeAt(i + 1) === 0x0a) i++;
+        i++;
+        line++;
+        continue;
+      }
+      blockScalarParent = -1;
+    }
+    const lineIndent = indent;
+    const startedInFlow = flow > 0;
+    let indicators = 0;
+    /** The last token was a quoted scalar or a closed flow collection: a `:` right after it is an indicator (`"a":[`). */
+    let jsonLike = false;
+    // A node may start here (line start, after an indicator, after `[`, `{` or `,` in flow).
+    let nodeStart = true;
+    let lineEnded = false;
+    while (i < n && !lineEnded) {
+      const c = text.charCodeAt(i);
+      if (isBreak(c)) {
+        if (c === 0x0d && text.charCodeAt(i + 1) === 0x0a) i++;
+        i++;
+        line++;
+        lineEnded = true;
+        break;
+      }
+      if (isSpace(c)) {
+        i++;
+        jsonLike = false;
+        continue;
+      }
+      if (c === 0x23 /* # */ && (i === 0 || isSpace(text.charCodeAt(i - 1)) || isBreak(text.charCodeAt(i - 1)))) {
+        while (i < n && !isBreak(text.charCodeAt(i))) i++;
+        continue;
+      }
+      if ((c === 0x22 /* " */ || c === 0x27) /* ' */ && nodeStart) {
+        // A quoted scalar, possibly over several lines.
+        i++;
+        while (i < n) {
+          const d = text.charCodeAt(i);
+          if (isBreak(d)) line += d === 0x0d && text.charCodeAt(i + 1) === 0x0a ? 0 : 1;
+          if (c === 0x22 && d === 0x5c /* \ */) {
+            i += 2;
+            continue;
+          }
+          if (d === c) {
+            if (c === 0x27 && text.charCodeAt(i + 1) === 0x27) {
+              i += 2;
+              continue;
+            }
+            i++;
+            break;
+          }
+          i++;
+        }
+        nodeStart = false;
+        jsonLike = true;
+        continue;
+      }
+      if ((c === 0x5b /* [ */ || c === 0x7b) /* { */ && (flow > 0 || nodeStart)) {
+        flow++;
+        if (flow > MAX_FLOW_DEPTH) return { line, message: `nested more than ${MAX_FLOW_DEPTH} levels deep (flow collections: [ ] and { }) at line ${line}` };
+        i++;
+        nodeStart = true;
+        continue;
+      }
+      if ((c === 0x5d /* ] */ || c === 0x7d) /* } */ && flow > 0) {
+        flow--;
+        i++;
+        nodeStart = false;
+        jsonLike = true;
+        continue;
+      }
+      if (c === 0x2c /* , */ && flow > 0) {
+        i++;
+        nodeStart = true;
+        continue;
+      }
+      const next = i + 1 < n ? text.charCodeAt(i + 1) : 0x0a;
+      const followedBySpace = isSpace(next) || isBreak(next);
+      if ((c === 0x2d /* - */ || c === 0x3f) /* ? */ && nodeStart && followedBySpace) {
+        if (flow === 0) indicators++;
+        i++;
+        continue;
+      }
+      if (c === 0x3a /* : */ && (followedBySpace || flow > 0 || jsonLike)) {
+        if (flow === 0) indicators++;
+        i++;
+        nodeStart = true;
+        continue;
+      }
+      if ((c === 0x7c /* | */ || c === 0x3e) /* > */ && nodeStart && flow === 0) {
+        // A block scalar: its content is the following lines indented more than this one.
+        blockScalarParent = lineIndent;
+        while (i < n && !isBreak(text.charCodeAt(i))) i++;
+        continue;
+      }
+      jsonLike = false;
+      // Anything else: a plain scalar (or a tag / anchor / alias) runs to the next indicator.
+      nodeStart = c === 0x26 /* & */ || c === 0x21; /* ! */ // an anchor or tag precedes its node
+      if (nodeStart) {
+        while (i < n && !isSpace(text.charCodeAt(i)) && !isBreak(text.charCodeAt(i))) i++;
+        continue;
+      }
+      i++;
+      while (i < n) {
+        const d = text.charCodeAt(i);
+        if (isBreak(d)) break;
+        if (flow > 0 && (d === 0x2c || d === 0x5b || d === 0x5d || d === 0x7b || d === 0x7d)) break;
+        if (d === 0x3a && (i + 1 >= n || isSpace(text.charCodeAt(i + 1)) || isBreak(text.charCodeAt(i + 1)) || flow > 0)) break;
+        if (d === 0x23 && isSpace(text.charCodeAt(i - 1))) break;
+        i++;
+      }
+    }
+    if (!startedInFlow && flow === 0 && lineIndent + indicators > MAX_BLOCK_BOUND) {
+      return { line: lineEnded ? line - 1 : line, message: `indented or nested too deeply at line ${lineEnded ? line - 1 : line} (more than ${MAX_BLOCK_BOUND} columns and block indicators)` };
+    }
+  }
+  return null;
+}
