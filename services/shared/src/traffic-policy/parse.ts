@@ -626,6 +626,61 @@ function checkPolicyKeys(doc: Document): void {
   }
 }
 
+/** The fields of an action that hold a secret (secrets.ts blanks them in what the API returns). */
+const SECRET_FIELDS: Record<string, string> = { 'verify-webhook': 'secret', 'basic-auth': 'credentials', oauth: 'client_secret', 'openid-connect': 'client_secret' };
+
+/**
+ * Refuses, when a policy is saved, an anchor (`&a`) or an alias (`*a`) on a secret or on any node
+ * that holds one (the document, a phase's rules, a rule, its actions, the action, its config, a
+ * credentials list or credential): through an alias a secret could be shown in a place that is
+ * not blanked (`name: *a` after `secret: &a …`, or `secret: *a` after `name: &a …`), so the API
+ * would return it. Documents stored before this check are blanked whole when that happens (see
+ * `redactTrafficPolicySecrets`).
+ */
+function checkSecretAnchors(doc: Document): void {
+  const resolve = (n: unknown) => (isAlias(n) ? n.resolve(doc) : n);
+  const marked = (n: unknown, path: string): void => {
+    if (isAlias(n)) throw new TrafficPolicyError(path, `an alias (*${n.source.slice(0, 64)}) is not accepted on a secret or on what holds one; write the value itself`);
+    const anchor = (n as { anchor?: string } | null)?.anchor;
+    if (anchor) throw new TrafficPolicyError(path, `an anchor (&${anchor.slice(0, 64)}) is not accepted on a secret or on what holds one`);
+  };
+  const top = resolve(doc.contents);
+  if (!isMap(top)) return;
+  for (const dir of PHASE_KEYS) {
+    const rulesNode = top.get(dir, true);
+    const rules = resolve(rulesNode);
+    if (!isSeq(rules)) continue;
+    rules.items.forEach((r, i) => {
+      const rule = resolve(r);
+      const actionsNode = isMap(rule) ? rule.get('actions', true) : undefined;
+      const actions = resolve(actionsNode);
+      if (!isSeq(actions)) return;
+      actions.items.forEach((a, j) => {
+        const act = resolve(a);
+        if (!isMap(act)) return;
+        const typeNode = resolve(act.get('type', true));
+        const field = isScalar(typeNode) && typeof typeNode.value === 'string' ? SECRET_FIELDS[typeNode.value] : undefined;
+        if (!field) return;
+        const configNode = act.get('config', true);
+        const config = resolve(configNode);
+        if (!isMap(config) || !config.has(field)) return;
+        const path = at(at(at(dir, i), 'actions'), j);
+        const valueNode = config.get(field, true);
+        // Outermost first, so the message names the node that carries the mark.
+        marked(doc.contents, '');
+        marked(rulesNode, dir);
+        marked(r, at(dir, i));
+        marked(actionsNode, at(at(dir, i), 'actions'));
+        marked(a, path);
+        marked(configNode, at(path, 'config'));
+        marked(valueNode, at(at(path, 'config'), field));
+        const list = resolve(valueNode);
+        if (field === 'credentials' && isSeq(list)) list.items.forEach((c, k) => marked(c, at(at(at(path, 'config'), field), k)));
+      });
+    });
+  }
+}
+
 /**
  * Decodes a traffic policy written as YAML or JSON into a plain JSON value, without validating it
  * (JSON is read by the same YAML 1.2 parser: every JSON document is YAML). Throws
@@ -633,6 +688,10 @@ function checkPolicyKeys(doc: Document): void {
  * alias, not a scalar, or `<<` (`checkPolicyKeys`).
  */
 export function decodeTrafficPolicy(text: string): unknown {
+  return decodeDocument(text).value;
+}
+
+function decodeDocument(text: string): { doc: Document; value: unknown } {
   if (Buffer.byteLength(text, 'utf8') > MAX_TRAFFIC_POLICY_BYTES) throw new TrafficPolicyError('', `the document is over ${MAX_TRAFFIC_POLICY_BYTES} bytes`);
   if (text.trim() === '') throw new TrafficPolicyError('', 'the document is empty');
   // Before the parser, which recurses: a deep enough document would abort the process (nesting.ts).
@@ -648,7 +707,7 @@ export function decodeTrafficPolicy(text: string): unknown {
     throw new TrafficPolicyError('', `not valid YAML or JSON: ${(err as Error).message.split('\n')[0]!.slice(0, 300)}`);
   }
   checkPolicyKeys(doc);
-  return value;
+  return { doc, value };
 }
 
 /**
@@ -656,5 +715,7 @@ export function decodeTrafficPolicy(text: string): unknown {
  * limits are checked too. Throws `TrafficPolicyError` on any problem.
  */
 export function parseTrafficPolicy(text: string): TrafficPolicy {
-  return validateTrafficPolicy(decodeTrafficPolicy(text), { checkCost: true });
+  const { doc, value } = decodeDocument(text);
+  checkSecretAnchors(doc);
+  return validateTrafficPolicy(value, { checkCost: true });
 }

@@ -109,16 +109,23 @@ describe('redactTrafficPolicySecrets', () => {
     expect(out).toContain('&c');
     expect(parseYaml(out).inbound[1].actions[0].config.credentials).toEqual(['alice:']);
 
-    // An anchor a non-secret field shares: that field keeps its value, the secret field is blanked.
+    // A secret that an alias also puts where no secret belongs (a header, a rule's name), stored
+    // before saving such documents was refused: the secret's text would be shown, so the whole
+    // value is "" (the fuzz audit read these secrets back through GET).
     const sharedWithHeader = `inbound:\n  - actions:\n      - type: add-headers\n        config: {headers: {x-a: &s ${HOOK}}} # comment\n      - type: verify-webhook\n        config: {provider: github, secret: *s}\n`;
-    const v = parseYaml(redactTrafficPolicySecrets(sharedWithHeader));
-    expect(v.inbound[0].actions[0].config.headers['x-a']).toBe(HOOK);
-    expect(v.inbound[0].actions[1].config.secret).toBe('');
-    // The anchor on the secret itself, an alias in a header: written again from the value.
     const anchoredSecret = `inbound:\n  - actions:\n      - type: verify-webhook\n        config: {provider: github, secret: &s ${HOOK}}\n      - type: add-headers\n        config: {headers: {x-a: *s}}\n`;
-    const w = parseYaml(redactTrafficPolicySecrets(anchoredSecret));
-    expect(w.inbound[0].actions[0].config.secret).toBe('');
-    expect(w.inbound[0].actions[1].config.headers['x-a']).toBe(HOOK);
+    const inName = `inbound:\n  - name: &a ${HOOK}\n    actions:\n      - type: verify-webhook\n        config:\n          provider: github\n          secret: *a\n`;
+    const clientSecretInName = `inbound:\n  - actions:\n      - type: openid-connect\n        config: {issuer_url: "https://idp.example.com", client_id: abc, client_secret: &s ${OS}}\n  - name: *s\n    actions: []\n`;
+    for (const doc of [sharedWithHeader, anchoredSecret, inName, clientSecretInName]) {
+      expect(redactTrafficPolicySecrets(doc), doc).toBe('');
+      // Saving one is refused, naming the secret (or what holds it) that carries the anchor or alias.
+      expect(() => parseTrafficPolicy(doc), doc).toThrow(/is not accepted on a secret or on what holds one/);
+    }
+    expect(() => parseTrafficPolicy(sharedConfig)).toThrow(/^inbound\[0\]\.actions\[0\]\.config: an anchor \(&c\) is not accepted on a secret or on what holds one$/);
+    expect(() => parseTrafficPolicy(tagged)).toThrow(/^inbound\[0\]\.actions\[0\]\.config\.secret: an anchor \(&s\)/);
+    expect(() => parseTrafficPolicy(inName)).toThrow(/^inbound\[0\]\.actions\[0\]\.config\.secret: an alias \(\*a\) is not accepted/);
+    // Anchors and aliases elsewhere stay accepted.
+    expect(() => parseTrafficPolicy(`inbound:\n  - name: &n x\n    actions: [{type: verify-webhook, config: {provider: github, secret: s3cr3t}}]\n  - name: *n\n    actions: [{type: deny}]\n`)).not.toThrow();
   });
 
   it('finds action types spelled with escapes, and fails closed on a document it cannot read', () => {
