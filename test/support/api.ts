@@ -57,7 +57,7 @@ export async function startTestApi(opts: { rateLimitPerMinute?: number; quotas?:
   });
   server.on('request', app);
 
-  const raw = async (method: string, path: string, init: { headers?: Record<string, string>; body?: string } = {}): Promise<ApiResult> => {
+  const raw = async (method: string, path: string, init: { headers?: Record<string, string>; body?: string | Uint8Array } = {}): Promise<ApiResult> => {
     const res = await fetch(baseUrl + path, { method, headers: init.headers, body: init.body });
     const text = await res.text();
     let body: unknown = text;
@@ -80,7 +80,7 @@ export async function startTestApi(opts: { rateLimitPerMinute?: number; quotas?:
         call: (method, path, body, headers = {}) =>
           raw(method, path, {
             headers: { Authorization: `Bearer ${acct.token}`, 'Service-Version': '2', ...(body !== undefined ? { 'Content-Type': 'application/json' } : {}), ...headers },
-            body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+            body: body === undefined ? undefined : typeof body === 'string' || body instanceof Uint8Array ? body : JSON.stringify(body),
           }),
       };
     },

@@ -76,6 +76,11 @@ describe('protocol', () => {
     expect((await a.call('POST', '/reserved_addrs', { description: 'emoji 🦫 ok' })).status).toBe(201);
     expectError(await a.call('POST', '/reserved_addrs', '{"__proto__":{"x":1}}'), 400, 'ERR_WARREN_2101');
     expectError(await a.call('POST', '/reserved_addrs', 'null'), 400, 'ERR_WARREN_2100');
+    // Bytes that are not UTF-8 are refused, not stored as U+FFFD.
+    const latin1 = await a.call('POST', '/reserved_addrs', Buffer.concat([Buffer.from('{"description":"caf'), Buffer.from([0xe9, 0xff]), Buffer.from('"}')]));
+    expectError(latin1, 400, 'ERR_WARREN_2100');
+    expect(latin1.body.msg).toBe('the request body is not valid UTF-8');
+    expect((await a.call('POST', '/reserved_addrs', Buffer.from('\ufeff{"description":"bom ok"}'))).status).toBe(201);
     expectError(await a.call('POST', '/reserved_addrs', '['.repeat(50000) + ']'.repeat(50000)), 400, 'ERR_WARREN_2100');
     const long = await a.call('GET', `/reserved_addrs/${'x'.repeat(5000)}`);
     expectError(long, 404, 'ERR_WARREN_4001');

@@ -3,6 +3,9 @@ import { AppError } from '@warren/shared';
 import type { AuthContext, RequestContext } from './context.js';
 import type { OpenApiRegistry, OperationDoc } from './openapi.js';
 
+/** JSON bodies are UTF-8 (RFC 8259 §8.1); `fatal` refuses invalid sequences instead of replacing them. */
+const STRICT_UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
+
 export type Method = 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
 
 /** One parsed API request, as handlers see it. */
@@ -59,7 +62,13 @@ export async function readJsonBody(req: Request): Promise<Record<string, unknown
   if (size === 0) return {};
   const ct = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
   if (ct !== 'application/json' && !ct.endsWith('+json')) throw new AppError(2020, 'Content-Type must be application/json when a body is sent');
-  const text = Buffer.concat(chunks, size).toString('utf8');
+  let text: string;
+  try {
+    // Strict: a body that is not UTF-8 is refused, not stored with U+FFFD in place of its bytes.
+    text = STRICT_UTF8.decode(Buffer.concat(chunks, size));
+  } catch {
+    throw new AppError(2100, 'the request body is not valid UTF-8');
+  }
   if (text.trim() === '') return {};
   let parsed: unknown;
   try {
