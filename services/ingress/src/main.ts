@@ -11,6 +11,7 @@ import { createIngressMetrics } from './metrics.js';
 import { createInternalServer } from './http/internal.js';
 import { Forwarder } from './http/proxy.js';
 import { PublicHandler } from './http/public.js';
+import { answerClientError } from './http/error-page.js';
 import { RoutingTable } from './http/routing.js';
 import { loadTls } from './tls.js';
 import { TunnelRegistry } from './tunnels/registry.js';
@@ -283,7 +284,9 @@ async function main(): Promise<void> {
     const servername = typeof socket.servername === 'string' ? socket.servername.toLowerCase() : '';
     if (servername && edgeTls.get(servername)?.minVersion === 'TLSv1.3' && socket.getProtocol() !== 'TLSv1.3') socket.destroy();
   });
-  for (const s of [publicHttp, publicHttps]) s.on('clientError', (_err, socket) => socket.destroy());
+  // A request Node's parser refuses is answered as Node's default handler would (400, 431 or 408,
+  // Connection: close; the ingress's JSON error shape), then the socket is closed.
+  for (const s of [publicHttp, publicHttps]) s.on('clientError', (err: Error & { code?: string }, socket) => answerClientError(err, socket));
 
   httpPort = await listen(publicHttp, env.HTTP_PORT, env.HOST);
   httpsPort = await listen(publicHttps, env.HTTPS_PORT, env.HOST);

@@ -48,3 +48,40 @@ export function hostHeaderProblem(value: string): string | undefined {
   if (port !== undefined && !(/^\d{1,5}$/.test(port) && Number(port) >= 1 && Number(port) <= 65535)) return bad;
   return undefined;
 }
+
+/** RFC 3986 reg-name: unreserved / pct-encoded / sub-delims (an IPv4 address is one too), not empty. */
+const REG_NAME_RE = /^(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})+$/;
+/** RFC 3986 IPvFuture: "v" 1*HEXDIG "." 1*( unreserved / sub-delims / ":" ). */
+const IPV_FUTURE_RE = /^[vV][0-9A-Fa-f]+\.[A-Za-z0-9\-._~!$&'()*+,;=:]+$/;
+
+/**
+ * Whether `v` is a Host header value by the grammar (RFC 9110 §7.2, RFC 3986 §3.2.2-3):
+ * `uri-host [ ":" port ]`, where uri-host is an IP-literal (`[` IPv6 address or IPvFuture `]`, no
+ * zone id), an IPv4 address or a reg-name (unreserved, pct-encoded and sub-delims characters), and
+ * port is 1 to 5 digits, at most 65535. An empty host and an empty port (`host:`) are refused.
+ *
+ * Looser than {@link hostHeaderProblem} (which the APIs apply to a configured Host: a DNS-style
+ * name), and what the ingress checks a Host set at run time against (a traffic policy's
+ * `add-headers`, interpolated or not) before handing it to undici, whose parsing of the Host (for
+ * the TLS server name) asserts on a `[` without a `]`.
+ */
+export function isValidHostValue(v: string): boolean {
+  let host: string;
+  let port: string | undefined;
+  if (v.startsWith('[')) {
+    const end = v.indexOf(']');
+    if (end < 0) return false;
+    const literal = v.slice(1, end);
+    if (!(IPV_FUTURE_RE.test(literal) || (!literal.includes('%') && isIPv6(literal)))) return false;
+    const rest = v.slice(end + 1);
+    if (rest === '') return true;
+    if (rest[0] !== ':') return false;
+    port = rest.slice(1);
+  } else {
+    const colon = v.indexOf(':');
+    host = colon < 0 ? v : v.slice(0, colon);
+    if (colon >= 0) port = v.slice(colon + 1);
+    if (!REG_NAME_RE.test(host)) return false;
+  }
+  return port === undefined || (/^\d{1,5}$/.test(port) && Number(port) <= 65535);
+}

@@ -43,3 +43,45 @@ export function sendUpgradeError(socket: Duplex, code: ErrorCode, detail?: strin
   for (const [k, v] of Object.entries(a.headers)) head += `${k}: ${v}\r\n`;
   socket.end(`${head}content-length: ${Buffer.byteLength(a.body)}\r\nconnection: close\r\n\r\n${a.body}`);
 }
+
+/**
+ * A public server's `clientError` (a request Node's parser refused: a control character in a
+ * header value, a raw 0xff in the target, a head over the size limit, a head that did not arrive
+ * in time): answered as Node's default handler would, when nothing was written on the socket yet
+ * and it can still be written, then destroyed. 400 is the ingress's JSON `ERR_WARREN_7011` answer
+ * (the request cannot be forwarded as it is), a request timeout 408 `ERR_WARREN_7012`, a head too
+ * large 431 (no Warren code), each with `Connection: close`. A reset or broken pipe is only
+ * destroyed.
+ */
+export function answerClientError(err: Error & { code?: string }, socket: Duplex): void {
+  const code = err?.code;
+  const s = socket as Duplex & { bytesWritten?: number };
+  if (code !== 'ECONNRESET' && code !== 'EPIPE' && s.writable && !s.destroyed && (s.bytesWritten ?? 0) === 0) {
+    let status: number;
+    let headers: Record<string, string>;
+    let body: string;
+    if (code === 'HPE_HEADER_OVERFLOW') {
+      status = 431;
+      headers = { 'content-type': 'application/json', 'cache-control': 'no-store' };
+      body = `${JSON.stringify({ status_code: 431, msg: 'the request head is too large' })}\n`;
+    } else {
+      const a = code === 'ERR_HTTP_REQUEST_TIMEOUT' ? errorAnswer(undefined, 7012, 'the request did not arrive in time') : errorAnswer(undefined, 7011, 'the request is not valid HTTP/1.1');
+      ({ status, headers, body } = a);
+    }
+    let head = `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n`;
+    for (const [k, v] of Object.entries(headers)) head += `${k}: ${v}\r\n`;
+    try {
+      s.write(`${head}content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+      // Closed once the answer is flushed (a bare destroy could cut it off on a TLS socket).
+      const soon = (s as Duplex & { destroySoon?: () => void }).destroySoon;
+      if (typeof soon === 'function') {
+        soon.call(s);
+        setTimeout(() => s.destroy(), 5_000).unref();
+        return;
+      }
+    } catch {
+      // The socket went away meanwhile: nothing to answer.
+    }
+  }
+  socket.destroy();
+}

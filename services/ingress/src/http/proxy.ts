@@ -263,7 +263,7 @@ export class Forwarder {
             stream = tunnel.openStreamSync(info ? { clientAddr: info.clientAddr, proto: info.scheme, edgeType: info.edgeType } : DEFAULT_STREAM_HEADER);
           } catch (err) {
             // No stream: nothing of the request was sent, so it may go to another tunnel whatever it is.
-            const fe = forwardErrorOf(err as Error, false);
+            const fe = forwardErrorOf(err as Error, false, this.opts.log);
             queueMicrotask(() => cb(new ForwardError(fe.code, fe.message, 'any'), null));
             return;
           }
@@ -526,8 +526,13 @@ function hasBody(req: http.IncomingMessage): boolean {
   return req.headers['transfer-encoding'] !== undefined || (cl !== undefined && cl !== '0');
 }
 
-/** An undici error code → the ForwardError for a request whose response has not started. */
-function forwardErrorOf(err: Error & { code?: string }, hop: boolean): ForwardError {
+/**
+ * An undici error code → the ForwardError for a request whose response has not started. An
+ * error of no known kind answers with its code only (`the tunnel failed (<code>)`, else
+ * `(internal error)`): its message may be an internal one (undici's assertion text, a stack
+ * detail) and is logged (warn) instead of shown to the client.
+ */
+export function forwardErrorOf(err: Error & { code?: string }, hop: boolean, log?: Pick<Logger, 'warn'>): ForwardError {
   if (err instanceof ForwardError) return err;
   if (hop) {
     // The node that holds the tunnel cannot be reached: nothing reached the tunnel, so the
@@ -566,8 +571,11 @@ function forwardErrorOf(err: Error & { code?: string }, hop: boolean): ForwardEr
     case 'UND_ERR_SOCKET':
     case 'ECONNRESET':
       return new ForwardError(7004, `the tunnel failed: ${err.message}`, 'idempotent');
-    default:
-      return new ForwardError(7004, `the tunnel failed: ${err.message}`);
+    default: {
+      const code = typeof err.code === 'string' && /^[A-Za-z0-9_]{1,64}$/.test(err.code) ? err.code : undefined;
+      log?.warn({ err: err.message, code, hop }, 'the tunnel failed with an unexpected error; the client is answered 502 (7004)');
+      return new ForwardError(7004, `the tunnel failed (${code ?? 'internal error'})`);
+    }
   }
 }
 
@@ -699,7 +707,7 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
       this.finish(499, null);
       return;
     }
-    this.finish(0, forwardErrorOf(err, this.hop));
+    this.finish(0, forwardErrorOf(err, this.hop, this.log));
   }
 }
 

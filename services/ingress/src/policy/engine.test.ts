@@ -134,6 +134,33 @@ describe('trafficPolicyStage', () => {
     expect(header(t.headers, 'host')).toEqual(['b.internal']);
   });
 
+  it('keeps the client Host, counted and logged once, when the Host to set is not host[:port] (undici would assert on it)', async () => {
+    const reg = deps();
+    const warn = vi.spyOn(reg.log, 'warn');
+    const s = trafficPolicyStage(route({ inbound: [
+      { expressions: ["req.path == '/static'"], actions: [{ type: 'add-headers', config: { headers: { Host: "${'[oops'}", 'X-After': 'a' } } }] },
+      { expressions: ["req.path != '/static'"], actions: [{ type: 'add-headers', config: { headers: { Host: '${req.headers["x-a"][0]}' } } }] },
+    ] }), EDGE, CONFIG, reg)!;
+    const bad = ['[', '[::1', '[oops', 'a b', '', 'user@h', 'h:99999'];
+    for (const v of bad) {
+      const r = request({ url: '/x', headers: ['Host', 'app.example.com', 'X-A', v] });
+      expect(await s.onRequest!(r)).toBeNull();
+      expect(header(r.headers, 'host'), v).toEqual(['app.example.com']);
+    }
+    const st = request({ url: '/static' });
+    expect(await s.onRequest!(st)).toBeNull();
+    expect(header(st.headers, 'host')).toEqual(['app.example.com']);
+    expect(header(st.headers, 'x-after')).toEqual(['a']);
+    expect(await reg.registry.getSingleMetricAsString('warren_traffic_policy_expression_errors_total')).toContain(`direction="inbound"} ${bad.length + 1}`);
+    // logged once (per policy and header), however often it fails
+    expect(warn.mock.calls.filter((c) => JSON.stringify(c).includes('add-headers Host'))).toHaveLength(1);
+    for (const v of ['[::1]:8080', 'b.internal', '10.0.0.1:80', '[v1.x]']) {
+      const ok = request({ url: '/x', headers: ['Host', 'app.example.com', 'X-A', v] });
+      await s.onRequest!(ok);
+      expect(header(ok.headers, 'host')).toEqual([v]);
+    }
+  });
+
   it('custom-response: ngrok defaults (status 200, content as body), interpolates body and headers', async () => {
     const reg = deps();
     const s = trafficPolicyStage(route({ inbound: [

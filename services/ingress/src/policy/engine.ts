@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { Counter, type Registry } from 'prom-client';
 import type { Logger } from 'pino';
-import type { CelProgram, PolicyDirection } from '@warren/shared';
+import { isValidHostValue, type CelProgram, type PolicyDirection } from '@warren/shared';
 import type { Transform } from 'node:stream';
 import type { Outcome, RateLimiter, RateLimitResult, RequestState, ResponseState, RouteStage, UpstreamResult } from '../pipeline/types.js';
 import { Activation, actionsOf } from './activation.js';
@@ -259,14 +259,23 @@ export class TrafficPolicyStage implements RouteStage {
    * Appends the headers after any of the same name (ngrok's add-headers: "If the header already
    * exists it will append another header with the same key unless it is the host header"); a
    * request's Host is replaced instead (`replace`), and only once its new value is known, so a
-   * failed interpolation leaves the client's Host rather than none.
+   * failed interpolation leaves the client's Host rather than none. So does a Host value that is
+   * not `host[:port]` (`isValidHostValue`; `[oops`, or a client's `[` interpolated): it is counted
+   * and logged as a failed interpolation, never handed to undici (which asserts on it: a 502).
    */
   private addHeaders(run: Run, a: CompiledAddHeaders): void {
     let out = run.getHeaders().slice();
     for (const h of a.headers) {
-      const value = typeof h.value === 'string' ? h.value : this.interpolate(run, h.value, `add-headers ${h.name}`);
+      const where = `add-headers ${h.name}`;
+      const value = typeof h.value === 'string' ? h.value : this.interpolate(run, h.value, where);
       if (value === null) continue;
-      if (a.replace.has(h.lower)) out = withoutHeaders(out, a.replace);
+      if (a.replace.has(h.lower)) {
+        if (h.lower === 'host' && !isValidHostValue(value)) {
+          this.failed(run, where, new Error(`the Host value ${JSON.stringify(value.slice(0, 64))} is not host[:port]; the client's Host is kept`));
+          continue;
+        }
+        out = withoutHeaders(out, a.replace);
+      }
       out.push(h.name, value);
     }
     run.setHeaders(out);

@@ -157,6 +157,18 @@ inbound:
   });
 });
 
+describe('add-headers Host values', () => {
+  const host = (value: string, dir: 'inbound' | 'outbound' = 'inbound') => ({ [dir]: [{ actions: [{ type: 'add-headers', config: { headers: { Host: value } } }] }] });
+  it('refuses a static request Host that is not host[:port], naming it; interpolated and response ones are checked later or not at all', () => {
+    for (const bad of ['[oops', '[oops]', '[]', '[::1]x', 'a b', 'host:', 'host:99999']) {
+      const e = refusal(host(bad), true);
+      expect([e.path, e.reason], bad).toEqual(['inbound[0].actions[0].config.headers.Host', `${JSON.stringify(bad)} is not a Host value (host[:port], an IPv6 address in brackets)`]);
+    }
+    for (const good of ['example.com', 'example.com:8080', '[::1]', '[2001:db8::1]:443', '10.0.0.1:80', "${req.headers['x-host'][0]}"]) expect(() => validateTrafficPolicy(host(good)), good).not.toThrow();
+    expect(() => validateTrafficPolicy(host('[oops', 'outbound'))).not.toThrow();
+  });
+});
+
 describe("ngrok's phase names: on_http_request / on_http_response", () => {
   /** One document of each style: several actions, both phases, expressions and interpolation. */
   const doc = (req: string, res: string) => `

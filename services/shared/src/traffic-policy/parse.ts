@@ -1,5 +1,5 @@
 import { isAlias, isMap, isScalar, isSeq, parseDocument, type Document, type YAMLMap } from 'yaml';
-import { HEADER_VALUE_RE } from '../http-headers.js';
+import { HEADER_VALUE_RE, isValidHostValue } from '../http-headers.js';
 import { parseDurationNs } from './duration.js';
 import { CelCompileError, compileExpression, parseTemplate, withPolicyRegexBudget, type CelProgram } from './cel.js';
 import { IP_POLICY_MAX_RULES, parseBasicAuthConfig, parseRestrictIpsConfig, restrictIpsCost, restrictIpsMaxCidrs } from './access-actions.js';
@@ -211,6 +211,18 @@ function checkHeaderValue(value: unknown, path: string): string {
  * A `headers` mapping of name → value. With `direction` (add-headers), the `${expr}` parts of
  * the values are compiled, and the expressions and added headers recorded in `g`.
  */
+/**
+ * An inbound add-headers replaces the request's Host: a value without `${…}` must be
+ * `host[:port]` (`isValidHostValue`), else a 400 naming it; an interpolated one is checked when
+ * it is known (the ingress keeps the client's Host when it is not).
+ */
+function checkStaticHost(headers: Record<string, string>, path: string): void {
+  for (const [name, value] of Object.entries(headers)) {
+    if (name.toLowerCase() !== 'host' || value.includes('${')) continue;
+    if (!isValidHostValue(value)) throw new TrafficPolicyError(at(path, name), `${JSON.stringify(value.slice(0, 64))} is not a Host value (host[:port], an IPv6 address in brackets)`);
+  }
+}
+
 export function parseHeaderMap(v: unknown, path: string, required: boolean, direction: PolicyDirection | null, g: Gathered | null): Record<string, string> {
   if (v === undefined || v === null) {
     if (required) throw new TrafficPolicyError(path, 'is required');
@@ -350,7 +362,9 @@ function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: strin
     case 'add-headers': {
       const c = expectObj(raw, path, 'config');
       noUnknownKeys(c, path, ['headers']);
-      return { type, config: { headers: parseHeaderMap(c.headers, at(path, 'headers'), true, direction, g) } };
+      const headers = parseHeaderMap(c.headers, at(path, 'headers'), true, direction, g);
+      if (direction === 'inbound') checkStaticHost(headers, at(path, 'headers'));
+      return { type, config: { headers } };
     }
     case 'remove-headers': {
       const c = expectObj(raw, path, 'config');

@@ -91,7 +91,7 @@ describe('Host', () => {
   });
 
   it('request_headers.add refuses a Host that is not host[:port], naming request_headers.add.Host', async () => {
-    for (const value of ['', 'user@internal.example', 'u:p@internal.example:80', 'http://internal.example', 'internal.example/path', 'internal example', 'internal.example:', 'internal.example:0', 'internal.example:65536', '::1', '[::1', '[fe80::1%25eth0]', '999.0.0.1', '-bad.example', '*.example']) {
+    for (const value of ['', 'user@internal.example', 'u:p@internal.example:80', 'http://internal.example', 'internal.example/path', 'internal example', 'internal.example:', 'internal.example:0', 'internal.example:65536', '::1', '[::1', '[', '[oops', '[oops]', '[]', '[::1]x', '[fe80::1%25eth0]', '999.0.0.1', '-bad.example', '*.example']) {
       await expectRefused('request_headers', { add: { Host: value } }, 'request_headers.add.Host', HOST_MSG);
     }
     await expectRefused('request_headers', { add: { host: 'a/b' } }, 'request_headers.add.host', HOST_MSG);
