@@ -1,8 +1,8 @@
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { stringify } from 'yaml';
-import { MAX_BLOCK_BOUND, MAX_FLOW_DEPTH, nestingProblem } from './nesting.js';
+import { parseDocument, stringify } from 'yaml';
+import { expandedValues, MAX_BLOCK_BOUND, MAX_EXPANDED_VALUES, MAX_FLOW_DEPTH, nestingProblem } from './nesting.js';
 import { hasBlankTrafficPolicySecrets, mergeTrafficPolicySecrets, parseTrafficPolicy, redactTrafficPolicySecrets, TrafficPolicyError } from './index.js';
 
 const nested = (d: number) => '['.repeat(d) + ']'.repeat(d);
@@ -91,4 +91,25 @@ describe('a deeply nested policy', () => {
     expect([r.status, r.signal]).toEqual([0, null]);
     expect(r.stdout).toMatch(/^TrafficPolicyError: nested more than 64 levels deep/);
   }, 60_000);
+});
+
+describe('a document whose aliases expand it', () => {
+  const list = `[${Array.from({ length: 25_000 }, () => '1').join(',')}]`;
+
+  it('counts the values toJS would build, once per anchor, and stops past the limit', () => {
+    expect(expandedValues(parseDocument('a: [1, 2, {b: 3}]'))).toBe(8); // the map, a, the list, 1, 2, {b: 3} (3)
+    expect(expandedValues(parseDocument('a: &x [1, 2]\nb: *x\nc: *x'))).toBe(13); // the map, then three keys with a 3-value list each
+    const big = parseDocument(`a: &a ${list}\nb: [${Array(20).fill('*a').join(', ')}]`);
+    expect(expandedValues(big)).toBeGreaterThan(MAX_EXPANDED_VALUES);
+  });
+
+  it('is refused before its aliases are expanded: an unknown top-level key first, then the size', () => {
+    // The fuzz audit's 50 KB document: 10 aliases of a 25,000-item list (over a second, twice).
+    const audit = `a: &a ${list}\ninbound: [${Array(10).fill('*a').join(', ')}]\n#verify-webhook\n`;
+    expect(() => parseTrafficPolicy(audit)).toThrow(/^a: unknown field "a"/);
+    const short = `[${Array.from({ length: 5_000 }, () => '1').join(',')}]`;
+    const inPlace = `inbound:\n  - name: x\n    actions: [{type: restrict-ips, config: {deny: &a ${short}}}${', {type: restrict-ips, config: {deny: *a}}'.repeat(60)}]\n`;
+    expect(() => parseTrafficPolicy(inPlace)).toThrow(/^the document expands to more than 250000 values through its aliases$/);
+    expect(hasBlankTrafficPolicySecrets(`${inPlace}#basic-auth`)).toBe(false);
+  });
 });

@@ -1,3 +1,5 @@
+import { isAlias, isMap, isSeq, type Document } from 'yaml';
+
 /**
  * A bound on how deeply a traffic policy document nests, read off its text before any YAML
  * parser sees it. The `yaml` package builds and converts documents recursively; a document nested
@@ -166,4 +168,38 @@ export function nestingProblem(text: string): NestingProblem | null {
     }
   }
   return null;
+}
+
+/** Values (scalars and collections) a document may expand to through its aliases, at most. */
+export const MAX_EXPANDED_VALUES = 250_000;
+
+/**
+ * How many values `doc` holds once its aliases are expanded (as `toJS` would build them), counted
+ * on the parsed document in time linear in its size, so that a short document whose aliases
+ * repeat a long list (a 50 KB one expanded to 250,000 values took over a second, twice: the
+ * secrets check parses it too) is refused before it is expanded. Stops counting past `limit`.
+ */
+export function expandedValues(doc: Document, limit = MAX_EXPANDED_VALUES): number {
+  const memo = new Map<unknown, number>();
+  const count = (n: unknown): number => {
+    const node = isAlias(n) ? n.resolve(doc) : n;
+    if (node === undefined || node === null) return 1;
+    const known = memo.get(node);
+    if (known !== undefined) return known;
+    let total = 1;
+    if (isMap(node)) {
+      for (const p of node.items) {
+        total += count(p.key) + count(p.value);
+        if (total > limit) break;
+      }
+    } else if (isSeq(node)) {
+      for (const item of node.items) {
+        total += count(item);
+        if (total > limit) break;
+      }
+    }
+    memo.set(node, total);
+    return total;
+  };
+  return count(doc.contents);
 }

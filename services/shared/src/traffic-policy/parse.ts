@@ -10,7 +10,7 @@ import { parseCompressResponseConfig, parseVerifyWebhookConfig, VERIFY_WEBHOOK_C
 import { checkJwkSetUrls, jwtValidationCost, parseJwtValidationConfig } from './jwt-action.js';
 import { CIRCUIT_BREAKER_COST, checkCircuitBreakerCount, CLOSE_CONNECTION_COST, parseCircuitBreakerConfig, parseCloseConnectionConfig } from './flow-actions.js';
 import { parseFindReplaceConfig } from './find-replace.js';
-import { nestingProblem } from './nesting.js';
+import { expandedValues, MAX_EXPANDED_VALUES, nestingProblem } from './nesting.js';
 import { CostEstimateError, DFA_EXPLORE_STEPS, estimateCost, formatCost, MAX_EXPRESSION_COST, MAX_POLICY_COST, type PolicyHeaderGrowth } from './cost.js';
 import type { BucketKeyElement, CustomResponseAction, PolicyAction, PolicyDirection, PolicyRule, RateLimitConfig, TrafficPolicy } from './types.js';
 
@@ -714,13 +714,16 @@ function decodeDocument(text: string): { doc: Document; value: unknown } {
   const doc = parseDocument(text, { version: '1.2', schema: 'core', merge: false, uniqueKeys: true, strict: true, prettyErrors: false });
   const first = doc.errors[0];
   if (first) throw new TrafficPolicyError('', `not valid YAML or JSON: ${first.message.split('\n')[0]!.slice(0, 300)}`);
+  // Cheap refusals before the aliases are expanded (a short document can expand to a long one).
+  checkPolicyKeys(doc);
+  if (isMap(doc.contents)) phaseKeys(Object.fromEntries(doc.contents.items.map((p) => [isScalar(p.key) ? String(p.key.value) : '', null])));
+  if (expandedValues(doc) > MAX_EXPANDED_VALUES) throw new TrafficPolicyError('', `the document expands to more than ${MAX_EXPANDED_VALUES} values through its aliases`);
   let value: unknown;
   try {
     value = doc.toJS({ maxAliasCount: 100 });
   } catch (err) {
     throw new TrafficPolicyError('', `not valid YAML or JSON: ${(err as Error).message.split('\n')[0]!.slice(0, 300)}`);
   }
-  checkPolicyKeys(doc);
   return { doc, value };
 }
 

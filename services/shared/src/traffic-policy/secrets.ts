@@ -43,7 +43,7 @@
  */
 import { isDeepStrictEqual } from 'node:util';
 import { isAlias, isMap, isScalar, isSeq, parseDocument, Scalar, stringify, visit, type Document, type Node as YamlNode } from 'yaml';
-import { nestingProblem } from './nesting.js';
+import { expandedValues, MAX_EXPANDED_VALUES, nestingProblem } from './nesting.js';
 import { TRAFFIC_POLICY_PHASES, TrafficPolicyError, type TrafficPolicyPhaseKey } from './parse.js';
 
 /** Every top-level key whose rules are walked: each phase under both its names (`TRAFFIC_POLICY_PHASES`). */
@@ -103,7 +103,7 @@ function parse(text: string, lazy = false): Parsed | null {
   if (nestingProblem(text)) return null;
   try {
     const doc = parseDocument(text, YAML_OPTIONS);
-    if (doc.errors.length > 0) return null;
+    if (doc.errors.length > 0 || expandedValues(doc) > MAX_EXPANDED_VALUES) return null;
     let js: { v: unknown } | undefined;
     const value = () => (js ??= { v: doc.toJS({ maxAliasCount: MAX_ALIASES }) }).v;
     if (!lazy) value();
