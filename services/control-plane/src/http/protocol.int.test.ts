@@ -73,6 +73,11 @@ describe('protocol', () => {
     expect(nul.body.details.field).toBe('description');
     expectError(await a.call('POST', '/reserved_addrs', '{"description":"\\ud800"}'), 400, 'ERR_WARREN_2104');
     expectError(await a.call('POST', '/backends/tunnel_group', '{"labels":{"a\\u0000":"b"}}'), 400, 'ERR_WARREN_2104');
+    // Named by the full path, not the innermost key (a policy's NUL used to be reported as `value`).
+    const nested = await a.call('POST', '/reserved_addrs', '{"description":"ok","x":{"traffic_policy":{"value":"in\\u0000bound"}},"list":["a","\\udc00"]}');
+    expectError(nested, 400, 'ERR_WARREN_2104');
+    expect(nested.body.details.field).toMatch(/^(x\.traffic_policy\.value|list\[1\])$/);
+    expect(nested.body.msg).toMatch(/^(x\.traffic_policy\.value|list\[1\]): strings must not contain NUL characters or unpaired surrogates$/);
     expect((await a.call('POST', '/reserved_addrs', { description: 'emoji 🦫 ok' })).status).toBe(201);
     expectError(await a.call('POST', '/reserved_addrs', '{"__proto__":{"x":1}}'), 400, 'ERR_WARREN_2101');
     expectError(await a.call('POST', '/reserved_addrs', 'null'), 400, 'ERR_WARREN_2100');

@@ -39,10 +39,30 @@ export type AccountGate = (auth: AuthContext) => void;
 // (Postgres refuses NUL; a lone surrogate would silently become U+FFFD), so they are refused.
 const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
-function rejectUnstorableStrings(key: string, value: unknown): unknown {
-  if ((typeof value === 'string' && UNSTORABLE.test(value)) || UNSTORABLE.test(key))
-    throw new AppError(2104, `${key ? `${key.slice(0, 64)}: ` : ''}strings must not contain NUL characters or unpaired surrogates`, key ? { field: key.slice(0, 64) } : {});
-  return value;
+/**
+ * Refuses a string (or key) Postgres cannot store, naming it by its full path
+ * (`traffic_policy.value`, `labels.a\u0000`): walked without recursion, as bodies may nest deeply.
+ */
+function rejectUnstorableStrings(body: unknown): void {
+  const stack: Array<[unknown, string]> = [[body, '']];
+  const refuse = (path: string): never => {
+    const field = path.slice(0, 128);
+    throw new AppError(2104, `${field ? `${field}: ` : ''}strings must not contain NUL characters or unpaired surrogates`, field ? { field } : {});
+  };
+  while (stack.length > 0) {
+    const [v, path] = stack.pop()!;
+    if (typeof v === 'string') {
+      if (UNSTORABLE.test(v)) refuse(path);
+    } else if (Array.isArray(v)) {
+      for (let i = 0; i < v.length; i++) stack.push([v[i], `${path}[${i}]`]);
+    } else if (v !== null && typeof v === 'object') {
+      for (const [k, x] of Object.entries(v)) {
+        const p = path ? `${path}.${k}` : k;
+        if (UNSTORABLE.test(k)) refuse(p);
+        stack.push([x, p]);
+      }
+    }
+  }
 }
 
 /** Reads the body (bounded to 1 MiB), checks the content type and parses one JSON object. */
@@ -72,11 +92,11 @@ export async function readJsonBody(req: Request): Promise<Record<string, unknown
   if (text.trim() === '') return {};
   let parsed: unknown;
   try {
-    parsed = JSON.parse(text, rejectUnstorableStrings);
+    parsed = JSON.parse(text);
   } catch (err) {
-    if (err instanceof AppError) throw err;
     throw new AppError(2100, `the request body is not valid JSON: ${(err as Error).message.slice(0, 200)}`);
   }
+  rejectUnstorableStrings(parsed);
   if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new AppError(2100);
   return parsed as Record<string, unknown>;
 }
