@@ -396,18 +396,6 @@ function shown(type: string, v: unknown): boolean {
   return type === 'basic-auth' && typeof v === 'string' && v.indexOf(':') === v.length - 1;
 }
 
-/** Whether the document uses an alias anywhere. */
-function hasAlias(doc: Document): boolean {
-  let found = false;
-  visit(doc, {
-    Alias() {
-      found = true;
-      return visit.BREAK;
-    },
-  });
-  return found;
-}
-
 /** The secret text of each slot: a credential's password (after its first colon), else the value. */
 function secretTexts(slots: Slot[]): string[] {
   const out: string[] = [];
@@ -483,7 +471,7 @@ export function redactTrafficPolicySecrets(text: string): string {
     // Through an alias a secret can also stand where no secret belongs (`name: *a` after
     // `secret: &a …`); saving such a document is refused now (parse.ts checkSecretAnchors), and
     // one stored before is shown only if no secret's text is anywhere in it.
-    if (hasAlias(p.doc) && includesAny(again.value(), secretTexts(slots))) return '';
+    if (hasAliases(p.doc) && includesAny(again.value(), secretTexts(slots))) return '';
     return out;
   } catch {
     return '';
