@@ -41,6 +41,16 @@ describe('nestingProblem', () => {
     expect(nestingProblem(`a: b${many}\n`)).toBeNull();
     expect(nestingProblem(`body: |\n  ${many}\n\n  ${many}\nnext: 1\n`)).toBeNull();
     expect(nestingProblem(`- >-\n   ${many}\n- x\n`)).toBeNull();
+    expect(nestingProblem(`- name: x\n  body: |\n    ${many}\n`)).toBeNull();
+  });
+
+  it("skips only a block scalar's content: lines indented more than its parent node (the key, else the `-`)", () => {
+    const deep = nested(100);
+    // Not content for YAML (the parser reads them as something else, and may recurse into them).
+    expect(nestingProblem(`- key: |\n ${deep}\n`)).not.toBeNull();
+    expect(nestingProblem(`- a: 1\n  key: |\n   x\n  ${deep}\n`)).not.toBeNull();
+    expect(nestingProblem(`a:\n  key: |\n   x\n  ${deep}\n`)).not.toBeNull();
+    expect(nestingProblem(`- |\n ${deep}\n`)).toBeNull();
   });
 
   it('cannot be fooled into undercounting by closers in strings, adjacent JSON values or CRLF', () => {

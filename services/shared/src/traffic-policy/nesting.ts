@@ -44,6 +44,7 @@ export function nestingProblem(text: string): NestingProblem | null {
   let blockScalarParent = -1;
   while (i < n) {
     // Start of a line: its indentation.
+    const lineStart = i;
     let indent = 0;
     while (i < n && text.charCodeAt(i) === 0x20) (indent++, i++);
     if (blockScalarParent >= 0) {
@@ -63,6 +64,10 @@ export function nestingProblem(text: string): NestingProblem | null {
     let indicators = 0;
     /** The last token was a quoted scalar or a closed flow collection: a `:` right after it is an indicator (`"a":[`). */
     let jsonLike = false;
+    /** Columns of the last token that started (a key, once a `:` follows it) and of the last `-`: a block scalar's content is indented more than its parent node. */
+    let tokenCol = indent;
+    let keyCol = -1;
+    let dashCol = -1;
     // A node may start here (line start, after an indicator, after `[`, `{` or `,` in flow).
     let nodeStart = true;
     let lineEnded = false;
@@ -86,6 +91,7 @@ export function nestingProblem(text: string): NestingProblem | null {
       }
       if ((c === 0x22 /* " */ || c === 0x27) /* ' */ && nodeStart) {
         // A quoted scalar, possibly over several lines.
+        tokenCol = i - lineStart;
         i++;
         while (i < n) {
           const d = text.charCodeAt(i);
@@ -131,22 +137,28 @@ export function nestingProblem(text: string): NestingProblem | null {
       const followedBySpace = isSpace(next) || isBreak(next);
       if ((c === 0x2d /* - */ || c === 0x3f) /* ? */ && nodeStart && followedBySpace) {
         if (flow === 0) indicators++;
+        if (c === 0x2d) dashCol = i - lineStart;
         i++;
         continue;
       }
       if (c === 0x3a /* : */ && (followedBySpace || flow > 0 || jsonLike)) {
-        if (flow === 0) indicators++;
+        if (flow === 0) {
+          indicators++;
+          keyCol = tokenCol;
+        }
         i++;
         nodeStart = true;
         continue;
       }
       if ((c === 0x7c /* | */ || c === 0x3e) /* > */ && nodeStart && flow === 0) {
-        // A block scalar: its content is the following lines indented more than this one.
-        blockScalarParent = lineIndent;
+        // A block scalar: its content is the following lines indented more than its parent node
+        // (the key before the `:`, else the `-` of its sequence entry, else the line).
+        blockScalarParent = keyCol >= 0 ? keyCol : dashCol >= 0 ? dashCol : lineIndent;
         while (i < n && !isBreak(text.charCodeAt(i))) i++;
         continue;
       }
       jsonLike = false;
+      tokenCol = i - lineStart;
       // Anything else: a plain scalar (or a tag / anchor / alias) runs to the next indicator.
       nodeStart = c === 0x26 /* & */ || c === 0x21; /* ! */ // an anchor or tag precedes its node
       if (nodeStart) {
