@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { parseDocument, stringify } from 'yaml';
+import { Document, isMap, isSeq, parseDocument, stringify, visit } from 'yaml';
 import { expandedValues, MAX_BLOCK_BOUND, MAX_EXPANDED_VALUES, MAX_FLOW_DEPTH, nestingProblem } from './nesting.js';
 import { hasBlankTrafficPolicySecrets, mergeTrafficPolicySecrets, parseTrafficPolicy, redactTrafficPolicySecrets, TrafficPolicyError } from './index.js';
 
@@ -122,4 +122,56 @@ describe('a document whose aliases expand it', () => {
     expect(() => parseTrafficPolicy(inPlace)).toThrow(/^the document expands to more than 250000 values through its aliases$/);
     expect(hasBlankTrafficPolicySecrets(`${inPlace}#basic-auth`)).toBe(false);
   });
+});
+
+describe('the bound holds for generated documents', () => {
+  /** mulberry32: reproducible. */
+  const rng = (seed: number) => () => {
+    seed = (seed + 0x6d2b79f5) >>> 0;
+    let t = seed;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  /** Depth of collections in a parsed document (what the parser recurses over). */
+  const depth = (text: string): number => {
+    let max = 0;
+    visit(parseDocument(text), {
+      Collection(_k, _n, path) {
+        max = Math.max(max, path.filter((p) => isMap(p) || isSeq(p)).length + 1);
+      },
+    });
+    return max;
+  };
+
+  it('never lets a document deeper than 2 x 128 + 64 collections through, whatever mix of flow and block styles', () => {
+    const r = rng(20261126);
+    const strings = ['a', 'x: y', '[b', 'c]', '{', '"q"', "'s'", '# c', 'd - e', '|', '>'];
+    let deepAccepted = 0;
+    for (let doc = 0; doc < 150; doc++) {
+      const target = 1 + Math.floor(r() * 400);
+      const build = (d: number): unknown => {
+        if (d >= target) return strings[Math.floor(r() * strings.length)];
+        const child = build(d + 1);
+        const siblings = r() < 0.3 ? [strings[Math.floor(r() * strings.length)]] : [];
+        return r() < 0.5 ? [...siblings, child] : { [`k${d}`]: child, ...(siblings.length ? { [`s${d}`]: siblings[0] } : {}) };
+      };
+      const document = new Document(build(0));
+      const flowFrom = r() < 0.5 ? Math.floor(r() * target) : Infinity;
+      let level = 0;
+      visit(document, {
+        Collection(_k, node, path) {
+          level = path.filter((p) => isMap(p) || isSeq(p)).length;
+          if (level >= flowFrom) node.flow = true;
+        },
+      });
+      const text = document.toString({ lineWidth: 0, indent: 1 + Math.floor(r() * 3) });
+      if (nestingProblem(text) !== null) continue;
+      const d = depth(text);
+      expect(d, text.slice(0, 200)).toBeLessThanOrEqual(2 * MAX_BLOCK_BOUND + MAX_FLOW_DEPTH);
+      if (d > MAX_FLOW_DEPTH) deepAccepted++;
+    }
+    // Not vacuous: block documents deeper than the flow limit do get through.
+    expect(deepAccepted).toBeGreaterThan(0);
+  }, 60_000);
 });
