@@ -31,6 +31,8 @@ let slowPort = 0;
 /** An upstream that answers with exact bytes (per path), for the client's edge cases. */
 let rawPort = 0;
 const rawConnections = { count: 0, closed: 0 };
+/** Request targets the raw upstream read, in order. */
+const rawPaths: string[] = [];
 const RAW_ANSWERS: Record<string, string> = {
   '/raw/close': 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok',
   '/raw/chunked': 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Kind: chunked\r\n\r\n3\r\nabc\r\n4;ext=1\r\ndefg\r\n0\r\nX-Trailer: t\r\n\r\n',
@@ -169,6 +171,7 @@ beforeAll(async () => {
   upstreamPort = await listen(upstream);
   const raw = rawHttpServer(
     (path, sock) => {
+      rawPaths.push(path);
       if (path === '/raw/eof') {
         sock.destroy();
         return 'stop';
@@ -449,6 +452,36 @@ describe('ingress HTTP plane', () => {
       expect(echoed).toMatch(/^HTTP\/1.1 101/);
       expect(echoed.endsWith('ping')).toBe(true);
     }
+  });
+
+  it('joins an upgrade only once the upstream switched protocols: a plain answer is relayed and the connection closed (no smuggling)', async () => {
+    // The raw upstream answers any request as plain HTTP and keeps reading the connection, like
+    // an app with no WebSocket handler. Were the two sides joined at once, the second request
+    // below would reach it unrouted and unchecked.
+    for (const port of [a.port, c.port]) {
+      const before = rawPaths.length;
+      const answer = await new Promise<string>((resolve, reject) => {
+        const sock = net.connect(port, '127.0.0.1');
+        let got = '';
+        sock.on('data', (d: Buffer) => {
+          if (!got) setTimeout(() => sock.write('GET /raw/smuggled HTTP/1.1\r\nHost: app.test\r\n\r\n'), 50);
+          got += d.toString('latin1');
+        });
+        sock.on('error', reject);
+        sock.on('close', () => resolve(got));
+        // /raw/hopbyhop: 200, Content-Length 2, the connection kept open for more requests.
+        sock.write('GET /raw/hopbyhop HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n');
+        setTimeout(() => sock.destroy(), 5_000);
+      });
+      expect(answer, `port ${port}`).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
+      const head = answer.slice(0, answer.indexOf('\r\n\r\n')).toLowerCase().split('\r\n').slice(1).sort();
+      // The upstream's own headers, less the hop's (Connection, Keep-Alive, what Connection lists, X-Warren-*).
+      expect(head).toEqual(['connection: close', 'content-length: 2', 'x-public: 1']);
+      expect(answer.endsWith('\r\n\r\nok')).toBe(true);
+      expect(rawPaths.slice(before)).toEqual(['/raw/hopbyhop']);
+    }
+    // An upstream that switches still gets the connection (and the client's early bytes).
+    expect(await upgradeEcho(a.port, 'app.test', '/api/ws')).toMatch(/^HTTP\/1.1 101[\s\S]*ping$/);
   });
 
   it('counts requests by edge, route and status', async () => {

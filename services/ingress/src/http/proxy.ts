@@ -409,6 +409,24 @@ export class Forwarder {
       sendUpgradeError(socket, (err as { code?: string }).code === 'STREAM_CAP' ? 7006 : 7004, (err as Error).message);
       return;
     }
+    // The two sides are joined only once the upstream has switched protocols. An upstream that
+    // answers the Upgrade as an ordinary request (any app without a WebSocket handler) keeps its
+    // connection open for more requests: splicing then would let the client send requests
+    // straight to it, past every route's checks. Until then the client's bytes stay unread.
+    const answer = await readUpgradeAnswer(upstream, this.opts.upstreamTimeoutMs);
+    if (answer === null) {
+      upstream.destroy();
+      sendUpgradeError(socket, 7004, 'the upstream did not answer the upgrade');
+      return;
+    }
+    if (answer.status !== 101) {
+      upstream.destroy();
+      // Its answer goes to the client (a refused WebSocket handshake: 401, 403, 404, …), closed.
+      socket.end(Buffer.concat([refusalHead(answer.head, answer.body.length), answer.body]));
+      return;
+    }
+    socket.write(answer.head);
+    if (answer.body.length > 0) socket.write(answer.body);
     splice(socket, upstream, head);
   }
 
@@ -800,6 +818,85 @@ export function deliverAnswer(req: http.IncomingMessage, res: http.ServerRespons
   body.push(null);
   deliver(req, res, out.status, undefined, answerHeaders(out), body, hooks, log);
   return done;
+}
+
+/** Largest answer head (and refusal body relayed) read from an upstream that was asked to upgrade. */
+const UPGRADE_ANSWER_LIMIT = 64 * 1024;
+
+/**
+ * Reads an upstream's answer to an Upgrade request: its final head (1xx other than 101 are
+ * skipped) and, for a refusal with a Content-Length up to UPGRADE_ANSWER_LIMIT, its body; for a
+ * 101, `body` holds the bytes that came after the head (the new protocol's). null when the
+ * upstream closes, fails, sends something that is not an HTTP/1.x answer or an oversized head, or
+ * does not answer within `timeoutMs`. Leaves the stream paused with no listeners of its own.
+ */
+function readUpgradeAnswer(upstream: Duplex, timeoutMs: number): Promise<{ status: number; head: Buffer; body: Buffer } | null> {
+  return new Promise((resolve) => {
+    let buf: Buffer = Buffer.alloc(0);
+    let status = 0;
+    let headEnd = -1;
+    let bodyLength = 0;
+    const done = (v: { status: number; head: Buffer; body: Buffer } | null) => {
+      clearTimeout(timer);
+      upstream.off('data', onData);
+      upstream.off('end', fail);
+      upstream.off('close', fail);
+      upstream.off('error', fail);
+      upstream.pause();
+      resolve(v);
+    };
+    const fail = () => done(null);
+    const timer = setTimeout(fail, timeoutMs);
+    const onData = (c: Buffer) => {
+      buf = buf.length === 0 ? c : Buffer.concat([buf, c]);
+      while (headEnd < 0) {
+        const end = buf.indexOf('\r\n\r\n');
+        if (end < 0) {
+          if (buf.length > UPGRADE_ANSWER_LIMIT) fail();
+          return;
+        }
+        const m = /^HTTP\/1\.[01] (\d{3})/.exec(buf.subarray(0, Math.min(end, 16)).toString('latin1'));
+        if (!m) return fail();
+        const code = Number(m[1]);
+        if (code >= 100 && code < 200 && code !== 101) {
+          buf = buf.subarray(end + 4); // an interim answer (100, 103): the final one follows
+          continue;
+        }
+        status = code;
+        headEnd = end + 4;
+        if (status !== 101) {
+          const cl = /\r\ncontent-length:[ \t]*(\d{1,6})[ \t]*\r\n/i.exec(buf.subarray(0, headEnd).toString('latin1'));
+          bodyLength = cl && Number(cl[1]) <= UPGRADE_ANSWER_LIMIT ? Number(cl[1]) : 0;
+        }
+      }
+      if (status === 101 || buf.length - headEnd >= bodyLength) {
+        const body = status === 101 ? buf.subarray(headEnd) : buf.subarray(headEnd, headEnd + bodyLength);
+        done({ status, head: buf.subarray(0, headEnd), body });
+      }
+    };
+    upstream.on('data', onData);
+    upstream.once('end', fail);
+    upstream.once('close', fail);
+    upstream.once('error', fail);
+  });
+}
+
+/**
+ * The head of an upstream's refusal of an upgrade as the client gets it: its status line and
+ * headers, without the framing and connection ones, with `Content-Length` (the body relayed) and
+ * `Connection: close`.
+ */
+function refusalHead(head: Buffer, bodyLength: number): Buffer {
+  const lines = head.toString('latin1').split('\r\n').slice(0, -2);
+  const fields = lines.slice(1).map((line) => [line.slice(0, Math.max(0, line.indexOf(':'))).trim().toLowerCase(), line] as const);
+  // Headers the Connection header lists belong to that hop too.
+  const listed = new Set(fields.filter(([n]) => n === 'connection').flatMap(([, l]) => l.slice(l.indexOf(':') + 1).split(',').map((t) => t.trim().toLowerCase())));
+  let out = `${lines[0]}\r\n`;
+  for (const [name, line] of fields) {
+    if (!name || HOP_BY_HOP.has(name) || listed.has(name) || name === 'content-length' || name.startsWith(HOP_PREFIX)) continue;
+    out += `${line}\r\n`;
+  }
+  return Buffer.from(`${out}content-length: ${bodyLength}\r\nconnection: close\r\n\r\n`, 'latin1');
 }
 
 /** Pipes two byte streams into each other until either side ends or fails. */
