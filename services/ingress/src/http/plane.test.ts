@@ -259,6 +259,12 @@ describe('ingress HTTP plane', () => {
     expect(r.headers['x-up']).toBe('1');
   });
 
+  it("keeps Host and Content-Length when the client's Connection header lists them (other listed headers are dropped)", async () => {
+    const r = await get(a.port, '/api/conn', { method: 'POST', body: Buffer.from('abc'), headers: { connection: 'close, Host, Content-Length, X-Private', 'x-private': 'p' } });
+    const body = JSON.parse(r.body.toString());
+    expect([body.headers.host, body.bytes, body.headers['x-private']]).toEqual(['app.test', 3, undefined]);
+  });
+
   it('streams large bodies both ways', async () => {
     const payload = Buffer.alloc(8 * 1024 * 1024, 3);
     const r = await get(a.port, '/api/upload', { method: 'POST', body: payload });

@@ -88,7 +88,10 @@ export function publicRequestHeaders(raw: string[], clientIp: string, scheme: st
     }
     if (lower === 'x-forwarded-proto' || lower === 'x-forwarded-host' || lower.startsWith(HOP_PREFIX)) continue;
     if (lower === 'host') host = raw[i + 1]!;
-    if (HOP_BY_HOP.has(lower) || listed?.has(lower)) continue;
+    // A client may name its own extra hop-by-hop headers in Connection, but not Host or
+    // Content-Length: stripping Host would show the upstream another host than the one routed
+    // (`Connection: close, Host`), stripping Content-Length would unframe the body.
+    if (HOP_BY_HOP.has(lower) || (listed?.has(lower) && lower !== 'host' && lower !== 'content-length')) continue;
     out.push(name, raw[i + 1]!);
   }
   out.push('X-Forwarded-For', xff === null ? clientIp : `${xff}, ${clientIp}`, 'X-Forwarded-Proto', scheme, 'X-Forwarded-Host', host);
