@@ -265,6 +265,19 @@ describe('ingress HTTP plane', () => {
     expect([body.headers.host, body.bytes, body.headers['x-private']]).toEqual(['app.test', 3, undefined]);
   });
 
+  it('routes, checks and forwards one normalised path: escaped unreserved characters decoded, dot segments removed, slashes merged; a backslash refused', async () => {
+    for (const target of ['//api/n', '/%61pi/n', '/x/../api/n', '/%2e/api/./n', '/api//n']) {
+      const r = await get(a.port, target);
+      expect([target, r.status, JSON.parse(r.body.toString()).url]).toEqual([target, 200, '/api/n']);
+    }
+    // Other escapes and the query are kept as sent.
+    expect(JSON.parse((await get(a.port, '/api/a%2Fb%20c?x=/../y')).body.toString()).url).toBe('/api/a%2Fb%20c?x=/../y');
+    for (const target of ['/api\\n', '/api/%5Cn']) {
+      const r = await get(a.port, target);
+      expect([target, r.status, r.headers['warren-error-code']]).toEqual([target, 400, 'ERR_WARREN_7011']);
+    }
+  });
+
   it('streams large bodies both ways', async () => {
     const payload = Buffer.alloc(8 * 1024 * 1024, 3);
     const r = await get(a.port, '/api/upload', { method: 'POST', body: payload });
