@@ -902,6 +902,9 @@ function refusalHead(head: Buffer, bodyLength: number): Buffer {
   return Buffer.from(`${out}content-length: ${bodyLength}\r\nconnection: close\r\n\r\n`, 'latin1');
 }
 
+/** How long a spliced side that was ended may take to close once the other side has closed. */
+const SPLICE_CLOSE_GRACE_MS = 10_000;
+
 /** Pipes two byte streams into each other until either side ends or fails. */
 export function splice(client: Duplex, upstream: Duplex, head?: Buffer): void {
   if (head && head.length > 0) upstream.write(head);
@@ -911,8 +914,12 @@ export function splice(client: Duplex, upstream: Duplex, head?: Buffer): void {
   };
   client.on('error', destroyBoth);
   upstream.on('error', destroyBoth);
-  client.on('close', () => upstream.destroy());
-  upstream.on('close', () => client.destroy());
+  // A side that ended cleanly has had its end passed on by pipe (the other side flushes what it
+  // was given, then closes); one that closed without ending (a reset) takes the other down at once.
+  // A peer that never closes its half after that is closed 10 s later.
+  const later = (side: Duplex) => setTimeout(() => side.destroy(), SPLICE_CLOSE_GRACE_MS).unref();
+  client.on('close', () => (upstream.writableEnded ? later(upstream) : upstream.destroy()));
+  upstream.on('close', () => (client.writableEnded ? later(client) : client.destroy()));
   client.pipe(upstream);
   upstream.pipe(client);
 }
