@@ -163,9 +163,6 @@ class ForwardError extends Error {
     super(message);
   }
 
-  get retryable(): boolean {
-    return this.retry !== 'no';
-  }
 }
 
 export interface ForwarderOptions {
@@ -448,37 +445,15 @@ export class Forwarder {
       s.once('error', reject);
     });
     sock.write(requestHead('GET', '/', headers), 'latin1');
-    // Read the hop's answer head; anything after it is already tunnel bytes.
-    return new Promise<Duplex>((resolve, reject) => {
-      let buf = Buffer.alloc(0);
-      const onData = (c: Buffer) => {
-        buf = Buffer.concat([buf, c]);
-        const end = buf.indexOf('\r\n\r\n');
-        if (end === -1) {
-          if (buf.length > 16 * 1024) fail(new Error('the hop answered with an oversized head'));
-          return;
-        }
-        // Pause first: bytes that came with the 101 (a server that speaks first) must wait for
-        // the splice's pipe rather than be emitted with no listener.
-        sock.pause();
-        sock.off('data', onData);
-        sock.off('error', fail);
-        if (!buf.subarray(0, 12).toString('latin1').startsWith('HTTP/1.1 101')) {
-          sock.destroy();
-          reject(Object.assign(new Error(`the node holding the tunnel refused: ${buf.subarray(0, buf.indexOf('\r\n')).toString('latin1')}`), { code: 'SESSION_CLOSED' }));
-          return;
-        }
-        const rest = buf.subarray(end + 4);
-        if (rest.length > 0) sock.unshift(rest);
-        resolve(sock);
-      };
-      const fail = (err: Error) => {
-        sock.destroy();
-        reject(err);
-      };
-      sock.on('data', onData);
-      sock.once('error', fail);
-    });
+    // The hop's answer head; anything after it is already tunnel bytes, put back for the splice's pipe.
+    const answer = await readUpgradeAnswer(sock, this.opts.upstreamTimeoutMs);
+    if (answer === null || answer.status !== 101) {
+      sock.destroy();
+      const line = answer ? answer.head.subarray(0, answer.head.indexOf('\r\n')).toString('latin1') : 'no answer';
+      throw Object.assign(new Error(`the node holding the tunnel refused: ${line}`), { code: 'SESSION_CLOSED' });
+    }
+    if (answer.body.length > 0) sock.unshift(answer.body);
+    return sock;
   }
 
   /** Serves an upgrade that arrived over a hop. */

@@ -641,7 +641,7 @@ function checkPolicyKeys(doc: Document): void {
 }
 
 /** The fields of an action that hold a secret (secrets.ts blanks them in what the API returns). */
-const SECRET_FIELDS: Record<string, string> = { 'verify-webhook': 'secret', 'basic-auth': 'credentials', oauth: 'client_secret', 'openid-connect': 'client_secret' };
+export const SECRET_FIELDS: Readonly<Record<string, string>> = { 'verify-webhook': 'secret', 'basic-auth': 'credentials', oauth: 'client_secret', 'openid-connect': 'client_secret' };
 
 /**
  * Refuses, when a policy is saved, an anchor (`&a`) or an alias (`*a`) on a secret or on any node
@@ -673,7 +673,7 @@ function checkSecretAnchors(doc: Document): void {
         const act = resolve(a);
         if (!isMap(act)) return;
         const typeNode = resolve(act.get('type', true));
-        const field = isScalar(typeNode) && typeof typeNode.value === 'string' ? SECRET_FIELDS[typeNode.value] : undefined;
+        const field = isScalar(typeNode) && typeof typeNode.value === 'string' && Object.hasOwn(SECRET_FIELDS, typeNode.value) ? SECRET_FIELDS[typeNode.value] : undefined;
         if (!field) return;
         const configNode = act.get('config', true);
         const config = resolve(configNode);

@@ -44,7 +44,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import { isAlias, isMap, isScalar, isSeq, parseDocument, Scalar, stringify, visit, type Document, type Node as YamlNode } from 'yaml';
 import { expandedValues, MAX_EXPANDED_VALUES, nestingProblem } from './nesting.js';
-import { TRAFFIC_POLICY_PHASES, TrafficPolicyError, type TrafficPolicyPhaseKey } from './parse.js';
+import { SECRET_FIELDS, TRAFFIC_POLICY_PHASES, TrafficPolicyError, type TrafficPolicyPhaseKey } from './parse.js';
 
 /** Every top-level key whose rules are walked: each phase under both its names (`TRAFFIC_POLICY_PHASES`). */
 const PHASE_KEYS = Object.keys(TRAFFIC_POLICY_PHASES) as TrafficPolicyPhaseKey[];
@@ -54,7 +54,7 @@ const YAML_OPTIONS = { version: '1.2', schema: 'core', merge: false, uniqueKeys:
 const MAX_ALIASES = 100;
 
 type SecretAction = 'verify-webhook' | 'basic-auth' | 'oauth' | 'openid-connect';
-const SECRET_ACTIONS: readonly string[] = ['verify-webhook', 'basic-auth', 'oauth', 'openid-connect'] satisfies SecretAction[];
+const SECRET_ACTIONS: readonly string[] = Object.keys(SECRET_FIELDS);
 
 /** One secret-bearing value of a document. */
 interface Slot {
