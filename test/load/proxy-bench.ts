@@ -12,6 +12,8 @@
  *   a    direct: wrk → upstream
  *   b0   nginx reverse proxy (1 worker, upstream keepalive 64) → upstream
  *   b    b0 with limit_req at a huge limit keyed by host + header (the check runs, nothing refused)
+ *   n    the yardstick: a bare Node.js proxy (node:http + one undici Pool, test/load/bare-proxy.mjs)
+ *        on core 1 → upstream; no routing, agent link, policy or metrics: what Node costs by itself
  *   c0   Warren: wrk → ingress A → our agent (muxado stream) → upstream
  *   c    c0 with the `rate-limit` action on (sliding_window, capacity 2e9, key = host + header,
  *        one hot key): one Redis script per request; Redis joins the system under test on core 1
@@ -20,7 +22,7 @@
  * The agent is the customer's side of a tunnel; it runs on core 0 with the upstream. CPU µs per
  * request is read from /proc for the proxy processes (nginx worker; ingress; agent).
  * Then an open loop at 50 % and 80 % of c's max rate for c0 and c (the latency the check adds).
- * Reports medians (min–max), the ratios c0/a, c0/b0, b0/a, c/c0, c/b0, c/b, and Redis script calls per
+ * Reports medians (min–max), the ratios c0/a, c0/b0, b0/a, c/c0, c/b0, c/b, n/b, c0/n, c/n, and Redis script calls per
  * request (INFO commandstats). BENCH_CASES=c0,c runs only those; BENCH_POLICY replaces the rate-limit
  * policy of case c (e.g. one whose expression never holds, to time the pipeline alone);
  * BENCH_OPEN_LOOP=1 runs the open loop with BENCH_CASES too; BENCH_OPEN_LOOP_PAIRED=1 adds a paired open
@@ -94,6 +96,7 @@ function wrk(port: number, seconds: number, host = HOST, script?: string): WrkRe
   else args.push('-H', 'x-client: hot');
   const out = execFileSync('taskset', [...args, `http://127.0.0.1:${port}/`], { encoding: 'utf8' });
   const pct = (p: string) => ms(new RegExp(`^\\s+${p}%\\s+(\\S+)`, 'm').exec(out)?.[1] ?? '');
+  if (!/[1-9]\d* requests in/.test(out)) log(`wrk against port ${port} served nothing:\n${out}`);
   const errs = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out);
   return {
     rps: Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1] ?? NaN),
@@ -184,6 +187,17 @@ async function main(): Promise<void> {
     const limited = await startNginx(dir, 'limited', 1, `location / { limit_req zone=bench burst=1000000 nodelay; proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header Host $host; }`, upstream.port, 'limit_req_zone "$host$http_x_client" zone=bench:10m rate=1000000r/s;');
     children.push(limited.child);
 
+    // (n): the bare Node.js proxy, pinned as the ingress is, run by node itself (no tsx).
+    const bareProxyPort = await freePort();
+    const bare = spawn('taskset', ['-c', '1', process.execPath, fileURLToPath(new URL('./bare-proxy.mjs', import.meta.url)), String(upstream.port), String(bareProxyPort)], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let bareErr = '';
+    bare.stderr!.on('data', (c: Buffer) => { bareErr = (bareErr + c.toString('utf8')).slice(-4000); });
+    bare.once('exit', (code, signal) => { if (code !== null && code !== 0) log(`the bare Node proxy exited (code ${code}, signal ${signal}): ${bareErr}`); });
+    children.push(bare);
+    await waitFor('bare Node proxy', () => new Promise<boolean>((resolve) => {
+      http.get({ host: '127.0.0.1', port: bareProxyPort, path: '/', headers: { host: HOST } }, (res) => { res.resume(); resolve(res.statusCode === 200); }).on('error', () => resolve(false));
+    }), 10_000);
+
     const tls = await ensureLocalTls(path.join(dir, 'tls'));
     const grpcPort = await freePort();
     cp = await startControlPlane({ databaseUrl: db.url, env: { GRPC_PORT: String(grpcPort), WARREN_NODE_TOKEN: nodeToken } });
@@ -251,6 +265,7 @@ async function main(): Promise<void> {
       { name: 'a', port: upstream.port, cpuPids: () => ({}) },
       { name: 'b0', port: proxy.port, cpuPids: () => ({ nginx: proxy.workerPid() }) },
       { name: 'b', port: limited.port, cpuPids: () => ({ nginx: limited.workerPid() }) },
+      { name: 'n', port: bareProxyPort, cpuPids: () => ({ node: bare.pid! }) },
       { name: 'c0', port: a.http, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid }) },
       { name: 'c', port: a.http, host: RL_HOST, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid, ...(redisPid ? { redis: redisPid } : {}) }) },
       { name: 'c10k', port: a.http, host: RL_HOST, script: keysScript, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid, ...(redisPid ? { redis: redisPid } : {}) }) },
@@ -295,6 +310,10 @@ async function main(): Promise<void> {
     if (perRound.length) log(`c/c0 per round: ${perRound.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRound), 2)}`);
     const perRoundCb = runs.c && runs.b ? runs.c.map((r, i) => r.rps / runs.b![i]!.rps) : [];
     if (perRoundCb.length) log(`c/b per round: ${perRoundCb.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundCb), 2)}`);
+    const perRoundNb = runs.n && runs.b ? runs.n.map((r, i) => r.rps / runs.b![i]!.rps) : [];
+    if (perRoundNb.length) log(`n/b per round (bare Node proxy ÷ nginx + limit_req): ${perRoundNb.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundNb), 2)}`);
+    const perRoundC0n = runs.c0 && runs.n ? runs.c0.map((r, i) => r.rps / runs.n![i]!.rps) : [];
+    if (perRoundC0n.length) log(`c0/n per round (ingress ÷ bare Node proxy): ${perRoundC0n.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundC0n), 2)}`);
 
     // Open loop at 50 % and 80 % of the rate-limit case's max: the latency the check adds.
     const openLoopResults: Record<string, unknown> = {};
@@ -350,7 +369,7 @@ async function main(): Promise<void> {
       machine: machine(),
       method: { rounds: ROUNDS, warmup_s: WARMUP, duration_s: DURATION, connections: CONNECTIONS, generator: 'wrk -t1 (core 0)', upstream: 'nginx return 200 "ok" (core 0)', sut_core: 1, agent_core: 0 },
       summary,
-      ratios: { 'c/c0 per-round median': perRound.length ? median(perRound) : NaN, 'c/b per-round median': perRoundCb.length ? median(perRoundCb) : NaN, 'c0/a': ratio('c0', 'a'), 'c0/b0': ratio('c0', 'b0'), 'b0/a': ratio('b0', 'a'), 'c/c0': ratio('c', 'c0'), 'c/b0': ratio('c', 'b0'), 'c/b': ratio('c', 'b'), 'b/b0': ratio('b', 'b0'), 'c10k/c0': ratio('c10k', 'c0'), 'hop/c0': ratio('hop', 'c0') },
+      ratios: { 'c/c0 per-round median': perRound.length ? median(perRound) : NaN, 'c/b per-round median': perRoundCb.length ? median(perRoundCb) : NaN, 'n/b per-round median': perRoundNb.length ? median(perRoundNb) : NaN, 'c0/n per-round median': perRoundC0n.length ? median(perRoundC0n) : NaN, 'c/n': ratio('c', 'n'), 'c0/a': ratio('c0', 'a'), 'c0/b0': ratio('c0', 'b0'), 'b0/a': ratio('b0', 'a'), 'c/c0': ratio('c', 'c0'), 'c/b0': ratio('c', 'b0'), 'c/b': ratio('c', 'b'), 'b/b0': ratio('b', 'b0'), 'c10k/c0': ratio('c10k', 'c0'), 'hop/c0': ratio('hop', 'c0') },
       open_loop: openLoopResults,
       runs,
     };
