@@ -42,9 +42,20 @@ function factory() {
   });
 }
 
-async function run(f: ReturnType<typeof factory>, body: string) {
+/** SNS's request: its headers name the message's type, topic and id, as SNS sends them, unless `headers` replaces them. */
+async function run(f: ReturnType<typeof factory>, body: string, headers?: string[]) {
   const stage = stageFor(f, { webhook_verification: { enabled: true, provider: 'sns', secret: '' } })!;
-  return stage.onRequest!(makeState({ method: 'POST', headers: ['Host', 'a.test', 'Content-Type', 'text/plain; charset=UTF-8', 'x-amz-sns-message-type', 'Notification'], body }));
+  let sent = headers;
+  if (!sent) {
+    let m: Record<string, unknown> = {};
+    try {
+      m = JSON.parse(body) as Record<string, unknown>;
+    } catch {
+      /* not JSON: no SNS headers */
+    }
+    sent = typeof m.Type === 'string' ? ['x-amz-sns-message-type', m.Type, 'x-amz-sns-topic-arn', String(m.TopicArn), 'x-amz-sns-message-id', String(m.MessageId)] : [];
+  }
+  return stage.onRequest!(makeState({ method: 'POST', headers: ['Host', 'a.test', 'Content-Type', 'text/plain; charset=UTF-8', ...sent], body }));
 }
 
 describe('webhook_verification sns', () => {
@@ -77,6 +88,35 @@ describe('webhook_verification sns', () => {
     expect(fetched.every((u) => u === CERT_URL)).toBe(true);
   });
 
+  it('refuses what an upstream could read instead of the signed fields', async () => {
+    const f = factory();
+    const m = message();
+    const text = JSON.stringify(m);
+    // A repeated key: JSON.parse keeps the last value (the signed one), a first-value parser the forged one.
+    for (const prefix of ['{"Message":"evil","TopicArn":"arn:aws:sns:us-east-1:666666666666:Other",', '{"\\u004dessage":"evil",']) {
+      const out = await run(f, prefix + text.slice(1));
+      expect(out!.status).toBe(403);
+      expect(String(out!.body)).toMatch(/names \\?"(Message|TopicArn)\\?" twice/);
+    }
+    // A repeated key inside a nested value is not the message's own.
+    expect(await run(f, JSON.stringify({ ...m, MessageAttributes: { a: { Type: 'String', Value: '1' }, b: { Type: 'String', Value: '2' } } }))).toBeNull();
+    // SNS's headers must agree with the signed fields.
+    const base = ['x-amz-sns-message-type', 'Notification', 'x-amz-sns-topic-arn', m.TopicArn!, 'x-amz-sns-message-id', m.MessageId!];
+    expect(await run(f, text, base)).toBeNull();
+    expect(await run(f, text, [])).toBeNull();
+    expect(String((await run(f, text, ['x-amz-sns-message-type', 'SubscriptionConfirmation']))!.body)).toMatch(/x-amz-sns-message-type/);
+    expect(String((await run(f, text, ['x-amz-sns-topic-arn', 'arn:aws:sns:us-east-1:666666666666:Other']))!.body)).toMatch(/x-amz-sns-topic-arn/);
+    expect(String((await run(f, text, ['x-amz-sns-message-id', 'other']))!.body)).toMatch(/x-amz-sns-message-id/);
+    // A Notification carries no confirmation fields; the unsubscribe link must be SNS's.
+    expect(String((await run(f, JSON.stringify({ ...m, SubscribeURL: 'https://evil.example/' })))!.body)).toMatch(/no SubscribeURL/);
+    expect(String((await run(f, JSON.stringify({ ...m, Token: 't' })))!.body)).toMatch(/no SubscribeURL or Token/);
+    const unsub = 'https://sns.us-east-1.amazonaws.com/?Action=Unsubscribe&SubscriptionArn=arn:aws:sns:us-east-1:123456789012:MyTopic:c9135db0';
+    expect(await run(f, JSON.stringify({ ...m, UnsubscribeURL: unsub }))).toBeNull();
+    for (const bad of ['https://evil.example/?Action=Unsubscribe', 'http://sns.us-east-1.amazonaws.com/?Action=Unsubscribe', 'https://sns.s3.amazonaws.com/x']) {
+      expect(String((await run(f, JSON.stringify({ ...m, UnsubscribeURL: bad })))!.body)).toMatch(/UnsubscribeURL is not an Amazon SNS URL/);
+    }
+  });
+
   it('refuses when the certificate cannot be fetched', async () => {
     const f = createWebhookVerificationStage({ snsCertificateFetcher: async () => { throw new Error('down'); } });
     const out = await run(f, JSON.stringify(message()));
@@ -88,6 +128,12 @@ describe('webhook_verification sns', () => {
     expect(isSnsCertificateUrl('https://sns.cn-north-1.amazonaws.com.cn/a.pem')).toBe(true);
     expect(isSnsCertificateUrl('https://sns.us-east-1.amazonaws.com:8443/a.pem')).toBe(false);
     expect(isSnsCertificateUrl('https://user@sns.us-east-1.amazonaws.com/a.pem')).toBe(false);
+    expect(isSnsCertificateUrl('https://sns.us-gov-west-1.amazonaws.com/a.pem')).toBe(true);
+    expect(isSnsCertificateUrl('https://sns.ap-southeast-5.amazonaws.com/a.pem')).toBe(true);
+    // Hosts named sns that are not SNS: an S3 bucket, S3 acceleration, an API Gateway API.
+    for (const host of ['sns.s3.amazonaws.com', 'sns.s3-accelerate.amazonaws.com', 'sns.execute-api.amazonaws.com', 'sns.amazonaws.com']) {
+      expect(isSnsCertificateUrl(`https://${host}/a.pem`)).toBe(false);
+    }
   });
 
   it('bounds the certificate cache and does not keep failures', async () => {

@@ -95,6 +95,21 @@ describe('webhook_verification', () => {
     await expectDenied('twilio', 'twilio-token', { url: '/sms?x=1', body: form }, /missing/i);
   });
 
+  it('twilio and mailchimp: a URL-only signature does not carry a body that is not form-encoded, nor an Upgrade', async () => {
+    // Twilio signs a GET callback's URL alone, with no timestamp: a captured one must not let a
+    // JSON (or any other unsigned) body through to the upstream.
+    const url = '/sms?From=%2B15551234567&Body=hi';
+    const sig = hmac('sha1', 'twilio-token', `https://hooks.example.test${url}`).digest('base64');
+    await expectOk('twilio', 'twilio-token', { method: 'GET', url, headers: ['X-Twilio-Signature', sig] });
+    await expectOk('twilio', 'twilio-token', { url, headers: ['Content-Type', 'application/x-www-form-urlencoded', 'X-Twilio-Signature', sig] });
+    for (const ct of [['Content-Type', 'application/json'], ['Content-Type', 'text/plain'], []]) {
+      await expectDenied('twilio', 'twilio-token', { url, body: '{"admin":true}', headers: [...ct, 'X-Twilio-Signature', sig] }, /not form-encoded/);
+    }
+    await expectDenied('twilio', 'twilio-token', { method: 'GET', url, headers: ['X-Twilio-Signature', sig, 'Connection', 'Upgrade', 'Upgrade', 'websocket'] }, /Upgrade/);
+    const md = hmac('sha1', 'md-key', 'https://hooks.example.test/mandrill').digest('base64');
+    await expectDenied('mailchimp', 'md-key', { url: '/mandrill', body: '{"mandrill_events":"[]"}', headers: ['Content-Type', 'application/json', 'X-Mandrill-Signature', md] }, /not form-encoded/);
+  });
+
   it('twilio: JSON bodies with bodySHA256', async () => {
     const sha = createHash('sha256').update(body).digest('hex');
     const path = `/voice?bodySHA256=${sha}`;

@@ -183,6 +183,9 @@ function queryParams(s: RequestState): URLSearchParams {
   return new URLSearchParams(q < 0 ? '' : target.slice(q + 1));
 }
 
+/** Twilio and Mandrill sign the URL and the form fields: any other body would go on unsigned. */
+const UNSIGNED_BODY = 'the body is not form-encoded (and the URL carries no bodySHA256), so the signature does not cover it';
+
 const isForm = (c: VerifyContext) => (c.s.req.headers['content-type'] ?? '').toLowerCase().startsWith('application/x-www-form-urlencoded');
 
 /**
@@ -226,7 +229,11 @@ const twilio: Verifier = (c) => {
     if (bodySha !== null) {
       const actual = createHash('sha256').update(c.body).digest('hex');
       if (!safeEqual(Buffer.from(actual), Buffer.from(bodySha.toLowerCase()))) return 'bodySHA256 does not match the body';
-    } else if (isForm(c)) {
+    } else if (c.body.length > 0) {
+      // Without bodySHA256 Twilio signs the URL and the form fields, nothing else: another body
+      // would reach the upstream unsigned (twilio-node's validateIncomingRequest signs the parsed
+      // body, so a JSON body fails there too).
+      if (!isForm(c)) return UNSIGNED_BODY;
       if (fields === undefined) {
         const tooMany = tooManyFormFields(c.body);
         if (tooMany) return tooMany;
@@ -249,6 +256,7 @@ const mandrill: Verifier = (c) => {
   if (c.s.req.method === 'HEAD') return { answer: { status: 200, headers: { 'content-type': 'text/plain; charset=utf-8' }, body: '' } };
   const sig = c.header('x-mandrill-signature');
   if (!sig) return 'missing X-Mandrill-Signature header';
+  if (c.body.length > 0 && !isForm(c)) return UNSIGNED_BODY;
   const tooMany = isForm(c) ? tooManyFormFields(c.body) : null;
   if (tooMany) return tooMany;
   const fields = isForm(c) ? sortedFormFields(c.body) : '';
@@ -878,7 +886,7 @@ export function createWebhookChecks(opts: WebhookVerificationOptions = {}, what 
     let verifier: Verifier;
     if (provider === 'sns') {
       const cache = (certs ??= new SnsCertificateCache(opts.snsCertificateFetcher, now));
-      verifier = (c) => verifySnsMessage(c.body, cache, c.nowMs);
+      verifier = (c) => verifySnsMessage(c.body, cache, c.nowMs, { type: c.header('x-amz-sns-message-type'), topicArn: c.header('x-amz-sns-topic-arn'), messageId: c.header('x-amz-sns-message-id') });
     } else {
       const build = PROVIDERS[provider];
       if (!build) throw new Error(`${what}: provider ${JSON.stringify(name)} is not supported by this ingress (supported: ${SUPPORTED_WEBHOOK_PROVIDERS.join(', ')})`);
@@ -922,6 +930,8 @@ export function createWebhookVerificationStage(opts: WebhookVerificationOptions 
       name: 'webhook_verification',
       needsBody: true,
       async onRequest(s) {
+        // No provider sends an Upgrade, and the bytes after one would pass unsigned.
+        if (s.req.headers.upgrade !== undefined) return moduleError(s, 7102, `webhook verification failed (${provider}): an Upgrade request carries bytes no signature covers`);
         const result = await check(s, s.body ?? Buffer.alloc(0));
         if (result === null) return null;
         if (typeof result === 'object') return result.answer;
