@@ -91,6 +91,11 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
       WARREN_GEOIP_DB: z.string().optional(),
       /** Drain limit on SIGTERM (ms). */
       DRAIN_TIMEOUT_MS: envInt(10_000, 0),
+      /**
+       * Request bodies the route pipelines hold in memory at once, in all (bytes): a body to
+       * buffer beyond it is answered 503 ERR_WARREN_7013 at once (each body is also held to 1 MiB).
+       */
+      MAX_BUFFERED_BODY_BYTES: envInt(128 * 1024 * 1024, 1024 * 1024),
     },
     source,
   );

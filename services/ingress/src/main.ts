@@ -15,7 +15,7 @@ import { answerClientError } from './http/error-page.js';
 import { RoutingTable } from './http/routing.js';
 import { loadTls } from './tls.js';
 import { TunnelRegistry } from './tunnels/registry.js';
-import { createPipelineCompiler } from './pipeline/runner.js';
+import { BodyBudget, createPipelineCompiler } from './pipeline/runner.js';
 import type { RateLimiter } from './pipeline/types.js';
 import { edgeSecureContextOptions, mutualTlsCaPems, mutualTlsStage, pipelineStageFactories } from './modules/index.js';
 import { createSecureContext, type SecureContext, type TLSSocket } from 'node:tls';
@@ -81,7 +81,7 @@ async function main(): Promise<void> {
   else log.info('neither EVENTS_REDIS_URL nor REDIS_URL is set: traffic events are off');
   // HTTPS_EDGES_ON_HTTP: edges on the plain-HTTP listener are redirected to (or refused in favour
   // of) https:// on the public HTTPS port; httpsPublicPort is known once the listeners are up.
-  const handler = new PublicHandler({ registry, forwarder, metrics, log, events, httpsEdgesOnHttp: env.HTTPS_EDGES_ON_HTTP, httpsPort: () => httpsPublicPort() });
+  const handler = new PublicHandler({ registry, forwarder, metrics, log, events, httpsEdgesOnHttp: env.HTTPS_EDGES_ON_HTTP, httpsPort: () => httpsPublicPort(), bodyBudget: new BodyBudget(env.MAX_BUFFERED_BODY_BYTES) });
   if (env.HTTPS_EDGES_ON_HTTP === 'serve') log.warn('HTTPS_EDGES_ON_HTTP=serve: HTTPS edges are served over plain HTTP too (for local development and tests only)');
 
   // The rate-limit action counts in Redis per ingress server (RATE_LIMIT_SERVER_ID); without Redis,

@@ -72,6 +72,7 @@ export const ERRORS = {
   7010: { status: 503, msg: 'this route has a configuration the ingress cannot apply' },
   7011: { status: 400, msg: 'the request cannot be forwarded as it is' },
   7012: { status: 408, msg: 'the request body did not arrive in time (this route reads the whole body before forwarding it)' },
+  7013: { status: 503, msg: 'this ingress holds as many request bodies for its routes as it may at once; retry shortly' },
   7100: { status: 403, msg: 'the client IP address is not allowed by the IP restriction of this route' },
   7101: { status: 403, msg: 'the User-Agent is not allowed by the user agent filter of this route' },
   7102: { status: 403, msg: 'the webhook verification of this route failed' },

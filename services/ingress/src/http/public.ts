@@ -8,7 +8,7 @@ import { deliverAnswer, ipOf, publicRequestHeaders, splice, type Forwarder, type
 import { answerBody, answerHeaders } from './answer.js';
 import { WebSocketHandshakeError, acceptWebSocketAsTcp, isWebSocketTcpConverter } from '../modules/index.js';
 import { RoutingTable, httpsEdgesOn, httpsLocation, tlsRank, tlsRefusal, type CompiledRoute, type HttpsEdgesOnHttp } from './routing.js';
-import { readBody } from '../pipeline/runner.js';
+import { BODY_READ_TIMEOUT_MS, BodyBudget, MAX_BUFFERED_BODY, readBody } from '../pipeline/runner.js';
 import type { Outcome, RequestState } from '../pipeline/types.js';
 import { CLOSE_CONNECTION, closeConnection } from '../policy/flow-actions.js';
 import { HTTP_REQUEST_COMPLETE, HttpRequestTracker, TCP_CONNECTION_CLOSED, trackTcpConnection, type TrafficEvents } from '../events/index.js';
@@ -145,6 +145,8 @@ export interface PublicHandlerOptions {
   httpsEdgesOnHttp?: HttpsEdgesOnHttp;
   /** The public HTTPS port, for the redirect's Location (443: left out); absent: 443. */
   httpsPort?: () => number;
+  /** Bytes of request bodies the route pipelines may hold at once; absent: no sum is kept. */
+  bodyBudget?: BodyBudget;
 }
 
 /**
@@ -284,7 +286,18 @@ export class PublicHandler {
     };
     if (track) track.state = state;
     if (pipeline.needsBody) {
-      return readBody(req).then((body) => {
+      const budget = this.opts.bodyBudget;
+      return readBody(req, MAX_BUFFERED_BODY, BODY_READ_TIMEOUT_MS, budget).then((body) => {
+        if (body === 'busy') {
+          // The rest of the body is not read: the connection closes after the answer.
+          res.shouldKeepAlive = false;
+          sendError(req, res, 7013, undefined, { 'retry-after': '1' });
+          return 503;
+        }
+        if (budget && body && body !== 'timeout') {
+          const held = body.length;
+          res.once('close', () => budget.release(held));
+        }
         if (body === 'timeout') {
           // The rest of the body is not awaited: the connection closes after the answer.
           res.shouldKeepAlive = false;

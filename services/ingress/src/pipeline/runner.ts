@@ -136,38 +136,78 @@ export function createPipelineCompiler(factories: StageFactory[], deps: StageDep
 export const BODY_READ_TIMEOUT_MS = 30_000;
 
 /**
- * Reads a request body up to `limit` bytes within `timeoutMs`; resolves null when it is larger
- * (the caller answers 413), 'timeout' when it did not arrive in time (408).
+ * The bytes of request bodies a process holds for its route pipelines at once. Each body is held
+ * to 1 MiB and 30 s, but without a sum 600 clients each sending 1 MiB less one byte held 600 MB
+ * for 30 s, and could again at once. A body is counted as it arrives and until its request's
+ * response has closed (the caller releases it).
  */
-export function readBody(req: http.IncomingMessage, limit = MAX_BUFFERED_BODY, timeoutMs = BODY_READ_TIMEOUT_MS): Promise<Buffer | null | 'timeout'> {
+export class BodyBudget {
+  private heldBytes = 0;
+
+  constructor(readonly limit: number) {}
+
+  get held(): number {
+    return this.heldBytes;
+  }
+
+  /** Takes `n` bytes if they fit. */
+  take(n: number): boolean {
+    if (this.heldBytes + n > this.limit) return false;
+    this.heldBytes += n;
+    return true;
+  }
+
+  release(n: number): void {
+    this.heldBytes = Math.max(0, this.heldBytes - n);
+  }
+}
+
+/**
+ * Reads a request body up to `limit` bytes within `timeoutMs`; resolves null when it is larger
+ * (the caller answers 413), 'timeout' when it did not arrive in time (408), 'busy' when `budget`
+ * cannot hold it (503; a declared Content-Length is checked before reading). On success the
+ * body's bytes stay taken from `budget`: the caller releases them when the request is done.
+ */
+export function readBody(req: http.IncomingMessage, limit = MAX_BUFFERED_BODY, timeoutMs = BODY_READ_TIMEOUT_MS, budget?: BodyBudget): Promise<Buffer | null | 'timeout' | 'busy'> {
   return new Promise((resolve, reject) => {
     const declared = Number(req.headers['content-length'] ?? 0);
     if (declared > limit) {
       resolve(null);
       return;
     }
+    if (budget && declared > 0 && budget.held + declared > budget.limit) {
+      resolve('busy');
+      return;
+    }
     const chunks: Buffer[] = [];
     let size = 0;
     let over = false;
-    const stop = (v: null | 'timeout') => {
+    const stop = (v: null | 'timeout' | 'busy') => {
       over = true;
       chunks.length = 0;
       clearTimeout(timer);
+      budget?.release(size);
       resolve(v);
     };
     const timer = setTimeout(() => stop('timeout'), timeoutMs);
     req.on('data', (c: Buffer) => {
       if (over) return;
+      if (size + c.length > limit) return stop(null);
+      if (budget && !budget.take(c.length)) return stop('busy');
       size += c.length;
-      if (size > limit) return stop(null);
       chunks.push(c);
     });
     req.on('end', () => {
       clearTimeout(timer);
-      if (!over) resolve(Buffer.concat(chunks, size));
+      if (over) return;
+      over = true; // the bytes are the caller's to release now
+      resolve(Buffer.concat(chunks, size));
     });
     req.on('error', (err) => {
+      if (over) return;
+      over = true;
       clearTimeout(timer);
+      budget?.release(size);
       reject(err);
     });
   });
