@@ -511,3 +511,50 @@ describe('MuxSession against a raw peer', () => {
     await closed;
   });
 });
+
+describe('a peer that sends and never reads', () => {
+  it('does not make the session queue answers without bound', async () => {
+    const { a, b } = await socketPair();
+    const server = new MuxSession(b, { client: false, maxInboundStreams: 4 });
+    cleanups.push(() => server.destroy());
+    // The peer never reads (its receive buffer fills, then ours to it). It sends empty DATA frames
+    // for streams the session does not know (each one answered with a 12-byte RST) and SYNs past
+    // the inbound cap (each refused with a RST): 8 bytes in, 12 out, an audit's 1.5x amplifier.
+    a.pause();
+    const block = (n: number) => Buffer.concat(Array.from({ length: 8192 }, (_, i) => encodeFrame(FrameType.Data, i % 2 ? 0 : FLAG_SYN, 1001 + 2 * (n * 8192 + i))));
+    let maxQueued = 0;
+    for (let i = 0; i < 400 && !server.closed; i++) {
+      if (!a.write(block(i))) await Promise.race([once(a, 'drain'), new Promise((r) => setTimeout(r, 50))]);
+      maxQueued = Math.max(maxQueued, b.writableLength);
+    }
+    // 400 blocks of 64 KiB sent: 26 MB in, which used to queue about 39 MB of RSTs.
+    expect(maxQueued).toBeLessThan(1024 * 1024);
+  }, 30_000);
+
+  it('ends the session once what the peer has not read passes the limit', async () => {
+    const { a, b } = await socketPair();
+    const server = new MuxSession(b, { client: false });
+    const closed = once(server, 'close') as Promise<[MuxCloseInfo]>;
+    cleanups.push(() => server.destroy());
+    a.pause();
+    // Streams the peer opens, then big answers on them that it never reads.
+    server.on('stream', (s: MuxStream) => {
+      s.resume();
+      const chunk = Buffer.alloc(64 * 1024, 0x61);
+      for (let i = 0; i < 8; i++) s.write(chunk);
+    });
+    for (let i = 0; i < 200 && !server.closed; i++) {
+      a.write(encodeFrame(FrameType.Data, FLAG_SYN, 1 + 2 * i, Buffer.from('x')));
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    // Each stream's answer is held back by flow control and the full socket: the session stays up.
+    expect(server.closed).toBe(false);
+    expect(b.writableLength).toBeLessThan(1024 * 1024);
+    // What the socket already holds is past the limit: the next read ends the session.
+    b.cork();
+    b.write(Buffer.alloc(5 * 1024 * 1024));
+    a.write(encodeFrame(FrameType.Data, 0, 999_999));
+    const [info] = await closed;
+    expect(info.message).toMatch(/has not read/);
+  }, 30_000);
+});

@@ -8,6 +8,14 @@ import { FrameWriter } from './writer.js';
 /** Fixed per-stream window (§2 Flow control). */
 export const DEFAULT_WINDOW_SIZE = 0x40000;
 
+/**
+ * Bytes written to the socket and not yet taken by the peer beyond which the session is ended.
+ * Streams stop producing DATA once the socket is full (FrameWriter.congested), so a peer that
+ * reads stays far below it (a window's worth plus the socket's high-water mark); only one that
+ * keeps sending while never reading (so that RST and WNDINC answers pile up) reaches it.
+ */
+export const MAX_UNREAD_BYTES = 4 * 1024 * 1024;
+
 export interface MuxSessionOptions {
   /** Client sessions open odd stream ids (1, 3, …), servers even ones (2, 4, …). */
   client: boolean;
@@ -173,7 +181,7 @@ export class MuxSession extends EventEmitter<MuxSessionEvents> implements FrameS
       if (streamId > this.lastPeerId) this.lastPeerId = streamId;
       if (this.goingAway || this.closeInfo) return;
       if (this.inbound >= this.maxInbound) {
-        this.writer.rst(streamId, MuxErrorCode.StreamRefused);
+        this.rstUnlessCongested(streamId, MuxErrorCode.StreamRefused);
         return;
       }
       stream = new MuxStream(this, streamId, { windowSize: this.windowSize, maxFramePayload: this.maxFramePayload, allowHalfOpen: true, local: false });
@@ -184,7 +192,7 @@ export class MuxSession extends EventEmitter<MuxSessionEvents> implements FrameS
     } else if (!stream) {
       // Data for a stream we do not know (never opened, or already finished/reset). An empty
       // FIN is harmless; anything else is answered with RST StreamClosed (§2).
-      if (length > 0 || !(flags & FLAG_FIN)) this.writer.rst(streamId, MuxErrorCode.StreamClosed);
+      if (length > 0 || !(flags & FLAG_FIN)) this.rstUnlessCongested(streamId, MuxErrorCode.StreamClosed);
       return;
     }
     if (stream.remoteEnded) {
@@ -240,6 +248,15 @@ export class MuxSession extends EventEmitter<MuxSessionEvents> implements FrameS
 
   // ---- internals ----------------------------------------------------------------------------
 
+  /**
+   * RST for a stream that is not open here (refused, unknown or finished). Not written while the
+   * socket is full: a peer that does not read its answers would have us queue 12 bytes for
+   * every 8 it sends, without bound (nothing of a stream is lost: it is not open here).
+   */
+  private rstUnlessCongested(streamId: number, code: number): void {
+    if (!this.writer.congested) this.writer.rst(streamId, code);
+  }
+
   private isLocalId(id: number): boolean {
     return (id % 2 === 1) === this.client;
   }
@@ -279,7 +296,9 @@ export class MuxSession extends EventEmitter<MuxSessionEvents> implements FrameS
     } catch (err) {
       // A bug in a stream consumer must not take the whole process down.
       this.protocolError(MuxErrorCode.Internal, `internal error: ${(err as Error).message}`);
+      return;
     }
+    if (this.socket.writableLength > MAX_UNREAD_BYTES) this.destroy(`the peer has not read ${this.socket.writableLength} bytes sent to it`);
   };
 
   private readonly onSocketEnd = (): void => {
