@@ -240,7 +240,7 @@ async function main(): Promise<void> {
     for (const e of table.routeErrors) log.error({ route: e.routeId, err: e.message }, 'route configuration not applicable; the route answers 503 until it is fixed');
     handler.setTable(table);
     events?.setConfig(cfg);
-    metrics.resetCaches();
+    metrics.retain(cfg);
     registry.setRemote(client.remoteTunnels.values());
     remoteChanged();
     // A deleted or disabled credential ends its agents' sessions at once.

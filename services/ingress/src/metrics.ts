@@ -68,10 +68,25 @@ export function createIngressMetrics(nodeId: string) {
       if (!h) durChildren.set(dk, (h = duration.labels(edge, route)));
       h.observe(seconds);
     },
-    /** Drops the cached children of routes and edges no longer in the config (series stay until restart). */
-    resetCaches(): void {
-      reqChildren.clear();
-      durChildren.clear();
+    /**
+     * Removes the request series of edges and routes no longer in the config (a config applied):
+     * without it every deleted route kept its series (about 3 KB of /metrics each) until restart.
+     * Requests that matched no edge (`''`) and Bind endpoints (`endpoint`) are kept.
+     */
+    retain(config: { edges: ReadonlyMap<string, unknown>; routes: ReadonlyMap<string, unknown> }): void {
+      const gone = (edge: string, route: string) => (edge !== '' && edge !== 'endpoint' && !config.edges.has(edge)) || (route !== '' && !config.routes.has(route));
+      for (const k of [...reqChildren.keys()]) {
+        const [edge, route, status] = k.split('|') as [string, string, string];
+        if (!gone(edge, route)) continue;
+        requests.remove(edge, route, status);
+        reqChildren.delete(k);
+      }
+      for (const k of [...durChildren.keys()]) {
+        const [edge, route] = k.split('|') as [string, string];
+        if (!gone(edge, route)) continue;
+        duration.remove(edge, route);
+        durChildren.delete(k);
+      }
     },
   };
 }
