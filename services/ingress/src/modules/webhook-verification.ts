@@ -898,6 +898,8 @@ export function createWebhookChecks(opts: WebhookVerificationOptions = {}, what 
       }
     }
     return (s, body) => {
+      // No provider sends an Upgrade, and the bytes after one would pass unsigned.
+      if (s.req.headers.upgrade !== undefined) return 'an Upgrade request carries bytes no signature covers';
       const c: VerifyContext = {
         s,
         body,
@@ -930,8 +932,6 @@ export function createWebhookVerificationStage(opts: WebhookVerificationOptions 
       name: 'webhook_verification',
       needsBody: true,
       async onRequest(s) {
-        // No provider sends an Upgrade, and the bytes after one would pass unsigned.
-        if (s.req.headers.upgrade !== undefined) return moduleError(s, 7102, `webhook verification failed (${provider}): an Upgrade request carries bytes no signature covers`);
         const result = await check(s, s.body ?? Buffer.alloc(0));
         if (result === null) return null;
         if (typeof result === 'object') return result.answer;

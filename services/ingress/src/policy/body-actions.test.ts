@@ -95,6 +95,13 @@ describe('verify-webhook', () => {
     expect(vars(r).verify_webhook.error.code).toBe('verification_failed');
   });
 
+  it('refuses an Upgrade even with a valid signature (the bytes after it are covered by none)', async () => {
+    const r = makeState({ method: 'GET', url: '/hooks/github', headers: ['Host', 'hooks.example.test', 'Connection', 'Upgrade', 'Upgrade', 'websocket', ...github('')], body: '' });
+    const out = await run(enforced, r);
+    expect(out).toMatchObject({ status: 403, headers: { 'warren-error-code': 'ERR_WARREN_7125' } });
+    expect(JSON.parse(String(out!.body)).msg).toMatch(/Upgrade request carries bytes no signature covers/);
+  });
+
   it('with enforce: false only records the result, for later rules to act on', async () => {
     const s = stage({
       inbound: [
