@@ -46,6 +46,10 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
       MAX_STREAMS_PER_SESSION: envInt(500, 1, 500),
       MAX_STREAMS_PER_TUNNEL: envInt(400, 1, 500),
       MAX_QUEUED_PER_TUNNEL: envInt(1024, 0),
+      /** Tunnels one agent session may have at once; StartTunnelWithLabel/Bind beyond it are refused (ERR_WARREN_1110). */
+      MAX_TUNNELS_PER_SESSION: envInt(256, 1, 1_000_000),
+      /** Tunnels of all agent sessions on this node at once; beyond it, refused (ERR_WARREN_1110). */
+      MAX_TUNNELS_PER_NODE: envInt(10_000, 1, 1_000_000),
       /** Redis for the rate-limit action; without it the limiter counts in memory (per process). */
       REDIS_URL: z.string().optional(),
       /**

@@ -202,6 +202,8 @@ async function main(): Promise<void> {
       return `${proto}://${host}${port === std ? '' : `:${port}`}`;
     },
     maxStreamsPerSession: env.MAX_STREAMS_PER_SESSION,
+    maxTunnelsPerSession: env.MAX_TUNNELS_PER_SESSION,
+    maxTunnelsPerNode: env.MAX_TUNNELS_PER_NODE,
     log: log.child({ component: 'agents' }),
   });
   agentServer.on('session', (s) => {

@@ -88,11 +88,20 @@ export interface ConnectionHost {
   readonly settings: {
     defaultDomain: string;
     maxStreams: number;
+    /** Tunnels one session may have at once (MAX_TUNNELS_PER_SESSION). */
+    maxTunnelsPerSession: number;
     heartbeatIntervalMs: number | undefined;
     heartbeatToleranceMs: number | undefined;
   };
   authenticate(token: string): AgentIdentity | null;
   checkBind(req: BindRequest): string | null;
+  /** Null when the node can take this session (`replacing`: the live one of the same id it supersedes), else the refusal (its report budget is spent). */
+  admitSession(s: DpAgentSession, replacing: AgentConnection | undefined): string | null;
+  /**
+   * Null when the node can take this tunnel (`replacing`: the live tunnel of the same id it
+   * supersedes), else the refusal: the node's tunnel cap or report budget.
+   */
+  admitTunnel(t: TunnelFields, replacing: LocalTunnelImpl | undefined): string | null;
   publicUrl(proto: string, hostname: string): string;
   sessionById(id: string): AgentConnection | undefined;
   tunnelById(id: string): LocalTunnelImpl | undefined;
@@ -427,14 +436,9 @@ export class AgentConnection {
 
     // Resume the old session id when the agent proves it is the same credential's session.
     let sessionId = newId('ts');
-    if (r.clientId && isId('ts', r.clientId) && tokens.verifySessionCookie(r.cookie, r.clientId, identity.credentialId)) {
-      const old = this.host.sessionById(r.clientId);
-      if (old && old !== this) old.close('superseded by a reconnect of the same agent');
-      sessionId = r.clientId;
-    }
+    if (r.clientId && isId('ts', r.clientId) && tokens.verifySessionCookie(r.cookie, r.clientId, identity.credentialId)) sessionId = r.clientId;
 
-    this.identity = identity;
-    this.info = {
+    const info: DpAgentSession = {
       id: sessionId,
       accountId: identity.accountId,
       credentialId: identity.credentialId,
@@ -444,6 +448,16 @@ export class AgentConnection {
       metadata: r.metadata,
       startedAt: new Date().toISOString(),
     };
+    const found = sessionId === r.clientId ? this.host.sessionById(sessionId) : undefined;
+    const old = found !== this ? found : undefined;
+    const full = this.host.admitSession(info, old);
+    if (full) {
+      setTimeout(() => this.close('no room for another session on this node'), 1_000).unref();
+      return authError(full);
+    }
+    old?.close('superseded by a reconnect of the same agent');
+    this.identity = identity;
+    this.info = info;
     this.log = this.log.child({ session: sessionId, account: identity.accountId });
 
     const interval = clampMs(settings.heartbeatIntervalMs ?? (r.heartbeatIntervalMs || 10_000), 10, 600_000);
@@ -477,25 +491,26 @@ export class AgentConnection {
     if (!aclAllowsHostname(identity.acl, req.hostname)) return bindError(`the authtoken's ACL does not allow binding ${req.hostname} (ERR_WARREN_1100)`);
     const id = this.resumeOrNewTunnelId(req.id, req.token, identity);
     if (!id.ok) return bindError(id.error);
+    const url = this.host.publicUrl(req.proto, req.hostname);
+    const fields: TunnelFields = {
+      id: id.value,
+      accountId: identity.accountId,
+      sessionId: session.id,
+      proto: req.proto,
+      labels: {},
+      publicUrl: url,
+      bindings: req.bindings,
+      poolingEnabled: req.poolingEnabled,
+      forwardsTo: req.forwardsTo,
+      metadata: req.metadata,
+      startedAt: new Date().toISOString(),
+    };
+    const full = this.admit(fields);
+    if (full) return bindError(full);
+    this.supersede(id.value);
     const refusal = this.host.checkBind({ accountId: identity.accountId, sessionId: session.id, tunnelId: id.value, proto: req.proto, hostname: req.hostname, bindings: req.bindings, poolingEnabled: req.poolingEnabled });
     if (refusal) return bindError(refusal);
-    const url = this.host.publicUrl(req.proto, req.hostname);
-    this.addTunnel(
-      {
-        id: id.value,
-        accountId: identity.accountId,
-        sessionId: session.id,
-        proto: req.proto,
-        labels: {},
-        publicUrl: url,
-        bindings: req.bindings,
-        poolingEnabled: req.poolingEnabled,
-        forwardsTo: req.forwardsTo,
-        metadata: req.metadata,
-        startedAt: new Date().toISOString(),
-      },
-      req.hostname,
-    );
+    this.addTunnel(fields, req.hostname);
     // Opts are echoed as received: the SDK deserialises them into its own options type (§3).
     return { Id: id.value, URL: url, Proto: req.proto, Opts: req.opts, Extra: { Token: this.host.tokens.tunnelToken(id.value, identity.credentialId) } };
   }
@@ -509,22 +524,23 @@ export class AgentConnection {
     // warren-agent sends its old Id and Token (our extension) to keep it.
     const id = req.id && req.token ? this.resumeOrNewTunnelId(req.id, req.token, identity) : ({ ok: true, value: newId('tn') } as const);
     if (!id.ok) return labelError(id.error);
-    this.addTunnel(
-      {
-        id: id.value,
-        accountId: identity.accountId,
-        sessionId: session.id,
-        proto: 'labeled',
-        labels: req.labels,
-        publicUrl: '',
-        bindings: [],
-        poolingEnabled: false,
-        forwardsTo: req.forwardsTo,
-        metadata: req.metadata,
-        startedAt: new Date().toISOString(),
-      },
-      '',
-    );
+    const fields: TunnelFields = {
+      id: id.value,
+      accountId: identity.accountId,
+      sessionId: session.id,
+      proto: 'labeled',
+      labels: req.labels,
+      publicUrl: '',
+      bindings: [],
+      poolingEnabled: false,
+      forwardsTo: req.forwardsTo,
+      metadata: req.metadata,
+      startedAt: new Date().toISOString(),
+    };
+    const full = this.admit(fields);
+    if (full) return labelError(full);
+    this.supersede(id.value);
+    this.addTunnel(fields, '');
     return { Id: id.value, Token: this.host.tokens.tunnelToken(id.value, identity.credentialId) };
   }
 
@@ -539,16 +555,38 @@ export class AgentConnection {
   /**
    * A non-empty Id from the agent is honoured (the SDK keeps its old id whatever we reply, §3)
    * once its token proves we issued it to this credential; a live tunnel with that id (the
-   * agent's previous, dead connection) is closed first.
+   * agent's previous, dead connection) is closed by {@link supersede} once the new one is admitted.
    */
   private resumeOrNewTunnelId(id: string, token: string, identity: AgentIdentity): { ok: true; value: string } | { ok: false; error: string } {
     if (!id) return { ok: true, value: newId('tn') };
     if (!isId('tn', id) || !this.host.tokens.verifyTunnelToken(token, id, identity.credentialId)) {
       return { ok: false, error: `cannot resume tunnel ${JSON.stringify(id.slice(0, 40))}: it was not issued to this authtoken by this ingress (ERR_WARREN_1100)` };
     }
+    return { ok: true, value: id };
+  }
+
+  /** Closes the live tunnel `id` (of a previous connection, or this one's) that a resumed tunnel replaces. */
+  private supersede(id: string): void {
     const live = this.host.tunnelById(id);
     if (live) live.connection.closeTunnel(live, 'superseded by a reconnect of the same agent');
-    return { ok: true, value: id };
+  }
+
+  /**
+   * Null when this session and the node can take the tunnel, else the refusal: the session's cap
+   * (MAX_TUNNELS_PER_SESSION), the node's (MAX_TUNNELS_PER_NODE) or its report budget. A live
+   * tunnel the new one replaces (same id, resumed) does not count. Each tunnel is reported to the
+   * control plane and sent in every full sync: without caps one session could grow that past the
+   * control plane's message limit and cut the node off from its config.
+   */
+  private admit(fields: TunnelFields): string | null {
+    const replacing = this.host.tunnelById(fields.id);
+    const max = this.host.settings.maxTunnelsPerSession;
+    const own = this.tunnels.size - (replacing && this.tunnels.get(replacing.id) === replacing ? 1 : 0);
+    if (own >= max) {
+      this.log.debug({ tunnels: this.tunnels.size, max }, 'tunnel refused: the session is at MAX_TUNNELS_PER_SESSION');
+      return `this agent session already has ${max} tunnels, the most one session may have (MAX_TUNNELS_PER_SESSION); stop one or start another session (ERR_WARREN_1110)`;
+    }
+    return this.host.admitTunnel(fields, replacing);
   }
 
   private addTunnel(fields: TunnelFields, hostname: string): void {

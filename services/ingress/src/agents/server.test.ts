@@ -6,7 +6,7 @@ import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { MuxSession, readStreamType, rpcCall, StreamType, type DpAgentSession, type MuxStream } from '@warren/shared';
 import { AgentClient, AgentRpcError, type ClientTunnel } from '../../../agent/src/client.js';
 import { STREAM_LINGER_MS, type LocalTunnelImpl } from './agent-connection.js';
-import { AgentServer, TunnelStreamError, type AgentServerOptions, type LocalTunnel, type TunnelStream } from './server.js';
+import { AgentServer, MAX_UNAUTHENTICATED_PER_IP, TunnelStreamError, type AgentServerOptions, type LocalTunnel, type TunnelStream } from './server.js';
 import { createTestPki, httpRequest, sha256Hex, startUpstream, tokenAuthenticator, type TestPki, type Upstream } from './testing.js';
 import { until } from '../../../../test/support/until.js';
 
@@ -544,4 +544,30 @@ describe('AgentServer with warren-agent', () => {
     expect(forged.Error).toMatch(/cannot resume tunnel/);
     expect(events.filter((e) => e[0] === 'tunnel')).toHaveLength(0);
   });
+});
+
+describe('connections that have not authenticated yet', () => {
+  it(`are capped per address (${MAX_UNAUTHENTICATED_PER_IP}): one more is closed at once, and a slot comes back when one leaves`, async () => {
+    const { port } = await startServer();
+    const open = async () => {
+      const s = tls.connect({ host: '127.0.0.1', port, ca: pki.caPem, servername: 'localhost' });
+      s.on('error', () => {});
+      await once(s, 'secureConnect');
+      cleanups.push(() => s.destroy());
+      return s;
+    };
+    const idle: tls.TLSSocket[] = [];
+    for (let i = 0; i < MAX_UNAUTHENTICATED_PER_IP; i++) idle.push(await open());
+    const extra = await open();
+    // Closed at once, not by the 15 s Auth deadline.
+    const closed = await Promise.race([once(extra, 'close').then(() => true), new Promise((r) => setTimeout(() => r(false), 3_000))]);
+    expect(closed).toBe(true);
+    // The ones waiting to authenticate are still open.
+    expect(idle.every((s) => !s.destroyed)).toBe(true);
+    idle.pop()!.destroy();
+    // Once the server has seen it go, a new agent gets in and authenticates.
+    await new Promise((r) => setTimeout(r, 200));
+    const client = await startClient(port);
+    expect(await client.connect()).toMatch(/^ts_/);
+  }, 30_000);
 });

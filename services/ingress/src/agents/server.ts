@@ -4,6 +4,7 @@ import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import type { Logger } from 'pino';
 import { createLogger, type DpAgentSession, type DpTunnel } from '@warren/shared';
+import { MAX_FULL_SYNC_BYTES, sessionReportBytes, tunnelReportBytes } from '../config/control-plane-client.js';
 import { AgentConnection, MAX_SAFE_STREAMS, type ConnectionHost, type LocalTunnelImpl } from './agent-connection.js';
 import { ResumeTokens } from './resume-tokens.js';
 
@@ -82,6 +83,18 @@ export interface AgentServerOptions {
   publicUrl?(proto: string, hostname: string): string;
   /** Default 500; at most 505 (the SDK's session dies past 512 streams, its own included). */
   maxStreamsPerSession?: number;
+  /** Tunnels one agent session may have at once (default 256); StartTunnelWithLabel and Bind beyond it are refused (ERR_WARREN_1110). */
+  maxTunnelsPerSession?: number;
+  /** Tunnels of all sessions on this node at once (default 10,000); beyond it, refused (ERR_WARREN_1110). */
+  maxTunnelsPerNode?: number;
+  /**
+   * What the sessions and tunnels of this node may take up in the full sync to the control plane
+   * ({@link sessionReportBytes}, {@link tunnelReportBytes}), default 32 MiB and at most
+   * MAX_FULL_SYNC_BYTES (60 MiB, under the control plane's 64 MiB message limit). A tunnel or
+   * session beyond it is refused (ERR_WARREN_1110). At most 8.6 KB per tunnel (4 KiB of metadata,
+   * 10 labels, 1 KiB forwards_to), so 10,000 tunnels of typical size fit, ~3,900 of the largest.
+   */
+  maxReportBytes?: number;
   /** Defaults from the agent's Auth, else 10 s / 15 s. */
   heartbeatIntervalMs?: number;
   heartbeatToleranceMs?: number;
@@ -112,6 +125,18 @@ export interface AgentServerEvents {
   tunnelClosed: [tunnelId: string, reason: string];
 }
 
+export const DEFAULT_MAX_TUNNELS_PER_SESSION = 256;
+export const DEFAULT_MAX_TUNNELS_PER_NODE = 10_000;
+export const DEFAULT_MAX_REPORT_BYTES = 32 * 1024 * 1024;
+
+/**
+ * Connections that have not authenticated yet (each may take 15 s to), in all and from one
+ * address: beyond either, a new one is closed at once, before it costs a session. Agents retry
+ * with backoff; a fleet behind one NAT reconnecting at once gets in over a few rounds.
+ */
+export const MAX_UNAUTHENTICATED = 1024;
+export const MAX_UNAUTHENTICATED_PER_IP = 128;
+
 /** How long `close()` waits for agents to hang up after GOAWAY before cutting them off. */
 const CLOSE_GRACE_MS = 2_000;
 
@@ -123,6 +148,14 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
   private readonly sockets = new Set<net.Socket>();
   private readonly sessionsById = new Map<string, AgentConnection>();
   private readonly tunnelsById = new Map<string, LocalTunnelImpl>();
+  /** What the live sessions and tunnels take up in a full sync (upper bound), see `maxReportBytes`. */
+  private reportBytes = 0;
+  /** When a node cap last logged a warning, and how many refusals since (one warning a minute at most). */
+  private capWarnedAt = 0;
+  private capRefusals = 0;
+  /** Connections that have not authenticated yet, and how many of them each address has. */
+  private readonly unauthenticated = new Map<AgentConnection, string>();
+  private readonly unauthenticatedByIp = new Map<string, number>();
   private closing: Promise<void> | null = null;
 
   constructor(opts: AgentServerOptions) {
@@ -133,6 +166,12 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
     const maxStreams = opts.maxStreamsPerSession ?? 500;
     if (!Number.isInteger(maxStreams) || maxStreams < 1 || maxStreams > MAX_SAFE_STREAMS) {
       throw new Error(`AgentServer: maxStreamsPerSession must be an integer from 1 to ${MAX_SAFE_STREAMS}`);
+    }
+    const maxTunnelsPerSession = opts.maxTunnelsPerSession ?? DEFAULT_MAX_TUNNELS_PER_SESSION;
+    const maxTunnelsPerNode = opts.maxTunnelsPerNode ?? DEFAULT_MAX_TUNNELS_PER_NODE;
+    const maxReportBytes = opts.maxReportBytes ?? DEFAULT_MAX_REPORT_BYTES;
+    for (const [name, v, max] of [['maxTunnelsPerSession', maxTunnelsPerSession, 1_000_000], ['maxTunnelsPerNode', maxTunnelsPerNode, 1_000_000], ['maxReportBytes', maxReportBytes, MAX_FULL_SYNC_BYTES]] as const) {
+      if (!Number.isInteger(v) || v < 1 || v > max) throw new Error(`AgentServer: ${name} must be an integer from 1 to ${max}`);
     }
     for (const [name, v] of [['heartbeatIntervalMs', opts.heartbeatIntervalMs], ['heartbeatToleranceMs', opts.heartbeatToleranceMs]] as const) {
       if (v !== undefined && (!Number.isFinite(v) || v < 10)) throw new Error(`AgentServer: ${name} must be at least 10 ms`);
@@ -147,30 +186,57 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
       nodeId: opts.nodeId,
       log: this.log,
       tokens,
-      settings: { defaultDomain, maxStreams, heartbeatIntervalMs: opts.heartbeatIntervalMs, heartbeatToleranceMs: opts.heartbeatToleranceMs },
+      settings: { defaultDomain, maxStreams, maxTunnelsPerSession, heartbeatIntervalMs: opts.heartbeatIntervalMs, heartbeatToleranceMs: opts.heartbeatToleranceMs },
       authenticate: (token) => opts.authenticate(token),
       checkBind: (req) => checkBind(req),
       publicUrl: (proto, hostname) => publicUrl(proto, hostname),
+      admitSession: (s, replacing) => {
+        const freed = replacing?.info ? sessionReportBytes(replacing.info) : 0;
+        if (this.reportBytes - freed + sessionReportBytes(s) <= maxReportBytes) return null;
+        this.warnCapped({ reportBytes: this.reportBytes, max: maxReportBytes }, 'agent session refused: the report budget of this node is spent');
+        return `this ingress node has as many agent sessions and tunnels as it may report to the control plane (${maxReportBytes} bytes); connect to another node or retry later (ERR_WARREN_1110)`;
+      },
+      admitTunnel: (t, replacing) => {
+        const nodeCount = this.tunnelsById.size - (replacing && this.tunnelsById.get(replacing.id) === replacing ? 1 : 0);
+        if (nodeCount >= maxTunnelsPerNode) {
+          this.warnCapped({ tunnels: this.tunnelsById.size, max: maxTunnelsPerNode }, 'tunnel refused: this node is at MAX_TUNNELS_PER_NODE');
+          return `this ingress node already has ${maxTunnelsPerNode} tunnels, the most it may have (MAX_TUNNELS_PER_NODE); connect to another node or retry later (ERR_WARREN_1110)`;
+        }
+        const bytes = this.reportBytes - (replacing && !replacing.closed ? tunnelReportBytes(replacing) : 0) + tunnelReportBytes(t);
+        if (bytes > maxReportBytes) {
+          this.warnCapped({ reportBytes: this.reportBytes, max: maxReportBytes }, 'tunnel refused: the report budget of this node is spent');
+          return `this ingress node has as many tunnels as it may report to the control plane (${maxReportBytes} bytes); stop some, use less metadata, or connect to another node (ERR_WARREN_1110)`;
+        }
+        return null;
+      },
       sessionById: (id) => this.sessionsById.get(id),
       tunnelById: (id) => this.tunnelsById.get(id),
       sessionUp: (conn) => {
+        this.authenticated(conn);
+        this.reportBytes += sessionReportBytes(conn.info!);
         this.sessionsById.set(conn.info!.id, conn);
         this.safeEmit('session', { ...conn.info! });
       },
       sessionDown: (conn, reason) => {
         const id = conn.info!.id;
+        this.reportBytes -= sessionReportBytes(conn.info!);
         if (this.sessionsById.get(id) === conn) this.sessionsById.delete(id);
         this.safeEmit('sessionClosed', id, reason);
       },
       tunnelUp: (t) => {
+        this.reportBytes += tunnelReportBytes(t);
         this.tunnelsById.set(t.id, t);
         this.safeEmit('tunnel', t);
       },
       tunnelDown: (t, reason) => {
+        this.reportBytes -= tunnelReportBytes(t);
         if (this.tunnelsById.get(t.id) === t) this.tunnelsById.delete(t.id);
         this.safeEmit('tunnelClosed', t.id, reason);
       },
-      connectionGone: (conn) => this.connections.delete(conn),
+      connectionGone: (conn) => {
+        this.authenticated(conn);
+        this.connections.delete(conn);
+      },
     };
 
     this.server = tls.createServer({ cert: opts.tls.cert, key: opts.tls.key, minVersion: 'TLSv1.2', handshakeTimeout: 10_000 });
@@ -183,9 +249,21 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
         sock.destroy();
         return;
       }
+      const ip = (sock.remoteAddress ?? '').replace(/^::ffff:/, '');
+      const fromIp = this.unauthenticatedByIp.get(ip) ?? 0;
+      if (this.unauthenticated.size >= MAX_UNAUTHENTICATED || fromIp >= MAX_UNAUTHENTICATED_PER_IP) {
+        this.warnCapped({ ip, unauthenticated: this.unauthenticated.size, fromIp }, 'agent connection closed: too many connections have not authenticated yet');
+        sock.destroy();
+        return;
+      }
       sock.setNoDelay(true);
       sock.setKeepAlive(true, 30_000);
-      this.connections.add(new AgentConnection(this.host, sock));
+      const conn = new AgentConnection(this.host, sock);
+      this.connections.add(conn);
+      // A connection whose session ended while it was being set up has already been let go.
+      if (!this.connections.has(conn)) return;
+      this.unauthenticated.set(conn, ip);
+      this.unauthenticatedByIp.set(ip, fromIp + 1);
     });
     this.server.on('tlsClientError', (err: Error, sock: tls.TLSSocket) => {
       this.log.debug({ err: err.message, ip: sock.remoteAddress }, 'agent TLS handshake failed');
@@ -237,6 +315,11 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
     return [...this.sessionsById.values()].map((c) => ({ ...c.info! }));
   }
 
+  /** Upper bound of what the live sessions and tunnels take up in a full sync to the control plane. */
+  get reportedBytes(): number {
+    return this.reportBytes;
+  }
+
   tunnels(): LocalTunnel[] {
     return [...this.tunnelsById.values()];
   }
@@ -253,6 +336,26 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
       if (!t.poolingEnabled || !req.poolingEnabled) return `the endpoint ${req.hostname} is already online; start both with pooling enabled to share it (ERR_WARREN_4101)`;
     }
     return null;
+  }
+
+  /** `conn` no longer waits to authenticate (it did, or it is gone). */
+  private authenticated(conn: AgentConnection): void {
+    const ip = this.unauthenticated.get(conn);
+    if (ip === undefined) return;
+    this.unauthenticated.delete(conn);
+    const n = (this.unauthenticatedByIp.get(ip) ?? 1) - 1;
+    if (n > 0) this.unauthenticatedByIp.set(ip, n);
+    else this.unauthenticatedByIp.delete(ip);
+  }
+
+  /** Node-level refusals come in floods: a warning a minute, with the count since the last one. */
+  private warnCapped(fields: Record<string, unknown>, msg: string): void {
+    this.capRefusals++;
+    const now = Date.now();
+    if (now - this.capWarnedAt < 60_000) return;
+    this.capWarnedAt = now;
+    this.log.warn({ ...fields, refused: this.capRefusals }, msg);
+    this.capRefusals = 0;
   }
 
   /** A throwing listener must not break the agent session that triggered the event. */

@@ -67,6 +67,49 @@ export interface ControlPlaneClientEvents {
 const MAX_RECEIVE_BYTES = 256 * 1024 * 1024;
 
 /**
+ * The control plane accepts node messages of at most 64 MiB (config-push.grpc.ts); one over it
+ * ends the stream (RESOURCE_EXHAUSTED), and as every reconnect sends the full sync again the node
+ * would never get a config change (credential revocations included). A full sync is kept under
+ * this, leaving room below the limit for framing and for a control plane configured lower.
+ */
+export const MAX_FULL_SYNC_BYTES = 60 * 1024 * 1024;
+
+function varintBytes(n: number): number {
+  let len = 1;
+  while (n >= 0x80) {
+    n = Math.floor(n / 128);
+    len++;
+  }
+  return len;
+}
+
+/** A length-delimited field (string or embedded message) of `n` bytes with a one-byte tag, empty ones included. */
+function lenField(n: number): number {
+  return 1 + varintBytes(n) + n;
+}
+
+const strField = (s: string) => lenField(Buffer.byteLength(s));
+
+/**
+ * Upper bound of what a session takes up in a full sync (its `AgentSession` in the repeated
+ * field, tag and length included); an agent server holds its sessions and tunnels to a budget of
+ * these (see AgentServer `maxReportBytes`).
+ */
+export function sessionReportBytes(s: DpAgentSession): number {
+  return lenField(strField(s.id) + strField(s.accountId) + strField(s.credentialId) + strField(s.agentVersion) + strField(s.os) + strField(s.ip) + strField(s.metadata) + strField(s.startedAt));
+}
+
+/** Upper bound of what a tunnel takes up in a full sync (see {@link sessionReportBytes}). */
+export function tunnelReportBytes(t: ReportedTunnel): number {
+  let n = strField(t.id) + strField(t.accountId) + strField(t.sessionId) + strField(t.proto) + strField(t.publicUrl) + strField(t.forwardsTo) + strField(t.metadata) + strField(t.startedAt);
+  for (const [k, v] of Object.entries(t.labels)) n += lenField(strField(k) + strField(v));
+  for (const b of t.bindings) n += strField(b);
+  n += 2; // pooling_enabled
+  n += 2 * 2; // node_id, node_address: empty in reports
+  return lenField(n);
+}
+
+/**
  * An ingress node's side of `warren.config.v1.ConfigService.Connect`.
  *
  * Config: snapshots and deltas are applied atomically — a new immutable `DataPlaneConfig` is
@@ -218,8 +261,35 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
     this.write(msg);
   }
 
+  /**
+   * All sessions and tunnels in one message. The agent server holds them to a budget well under
+   * MAX_FULL_SYNC_BYTES; should they still not fit (a budget configured past it), sessions and
+   * then tunnels are sent as far as they fit, the rest left out with an error logged: a node that
+   * stays connected gets its config changes, one whose full sync is refused gets none.
+   */
   private fullSyncMessage(): NodeMessage {
-    return { fullSync: { sessions: [...this.sessions.values()].map(sessionToProto), tunnels: [...this.tunnels.values()].map(tunnelToProto) } };
+    const sessions: DpAgentSession[] = [];
+    const tunnels: ReportedTunnel[] = [];
+    let bytes = 16; // NodeMessage and FullSync tags and lengths
+    let left = 0;
+    for (const s of this.sessions.values()) {
+      const n = sessionReportBytes(s);
+      if (bytes + n > MAX_FULL_SYNC_BYTES) left++;
+      else {
+        bytes += n;
+        sessions.push(s);
+      }
+    }
+    for (const t of this.tunnels.values()) {
+      const n = tunnelReportBytes(t);
+      if (bytes + n > MAX_FULL_SYNC_BYTES) left++;
+      else {
+        bytes += n;
+        tunnels.push(t);
+      }
+    }
+    if (left > 0) this.log.error({ left_out: left, bytes, max: MAX_FULL_SYNC_BYTES }, 'full sync over the size the control plane accepts; sessions and tunnels left out of it');
+    return { fullSync: { sessions: sessions.map(sessionToProto), tunnels: tunnels.map(tunnelToProto) } };
   }
 
   // ---------------------------------------------------------------- connection
