@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { Document, isMap, isSeq, parseDocument, stringify, visit } from 'yaml';
 import { expandedValues, MAX_BLOCK_BOUND, MAX_EXPANDED_VALUES, MAX_FLOW_DEPTH, nestingProblem } from './nesting.js';
 import { hasBlankTrafficPolicySecrets, mergeTrafficPolicySecrets, parseTrafficPolicy, redactTrafficPolicySecrets, TrafficPolicyError } from './index.js';
+import { MAX_DECODED_TRAFFIC_POLICY_BYTES, MAX_TRAFFIC_POLICY_BYTES } from './parse.js';
 
 const nested = (d: number) => '['.repeat(d) + ']'.repeat(d);
 /** The fuzz audit's input: 900 levels in a rule; the backslash makes the secrets pre-check parse it. */
@@ -174,4 +175,18 @@ describe('the bound holds for generated documents', () => {
     // Not vacuous: block documents deeper than the flow limit do get through.
     expect(deepAccepted).toBeGreaterThan(0);
   }, 60_000);
+});
+
+describe('a document whose aliases repeat a long value', () => {
+  it('is refused when it would be over the decoded limit as the JSON sent to every node', () => {
+    // The quota audit's document: one 50 KB string, the body of 100 custom-response actions.
+    const body = 'x'.repeat(50_000);
+    const rule = (i: number, first: boolean) => `  - name: r${i}\n    actions: [{type: custom-response, config: {status_code: 200, body: ${first ? `&b "${body}"` : '*b'}}}]\n`;
+    const big = `inbound:\n${Array.from({ length: 100 }, (_, i) => rule(i, i === 0)).join('')}`;
+    expect(Buffer.byteLength(big)).toBeLessThan(MAX_TRAFFIC_POLICY_BYTES);
+    expect(() => parseTrafficPolicy(big)).toThrow(new RegExp(`^the document is over ${MAX_DECODED_TRAFFIC_POLICY_BYTES} bytes once its aliases are expanded`));
+    // Four uses of the string stay under it, and aliases themselves are fine.
+    const four = `inbound:\n${Array.from({ length: 4 }, (_, i) => rule(i, i === 0)).join('')}`;
+    expect(parseTrafficPolicy(four).inbound).toHaveLength(4);
+  });
 });

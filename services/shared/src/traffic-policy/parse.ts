@@ -16,6 +16,34 @@ import type { BucketKeyElement, CustomResponseAction, PolicyAction, PolicyDirect
 
 /** Largest accepted document, in UTF-8 bytes (wire-conventions.md §13). */
 export const MAX_TRAFFIC_POLICY_BYTES = 64 * 1024;
+/**
+ * The most a policy may take decoded, as the JSON the control plane pushes to every ingress node
+ * (aliases expanded). The text limit alone let 63 KB of YAML, one 50 KB string repeated through
+ * aliases, become 5 MB in every node's config: 55 such routes took the snapshot past the 256 MiB
+ * a node accepts, and no new node could join.
+ */
+export const MAX_DECODED_TRAFFIC_POLICY_BYTES = 4 * MAX_TRAFFIC_POLICY_BYTES;
+
+/** True when `value` written as JSON would be over `limit` bytes (counted as it is walked; stops early). */
+function jsonOver(value: unknown, limit: number): boolean {
+  let size = 0;
+  const walk = (v: unknown): boolean => {
+    if (typeof v === 'string') size += Buffer.byteLength(v, 'utf8') + 2;
+    else if (Array.isArray(v)) {
+      size += 2 + v.length;
+      for (const x of v) if (walk(x)) return true;
+    } else if (v !== null && typeof v === 'object') {
+      const entries = Object.entries(v as Record<string, unknown>);
+      size += 2 + entries.length;
+      for (const [k, x] of entries) {
+        size += Buffer.byteLength(k, 'utf8') + 3;
+        if (walk(x)) return true;
+      }
+    } else size += String(v).length;
+    return size > limit;
+  };
+  return walk(value);
+}
 
 /** Action types accepted (wire-conventions.md §12), in both directions. */
 export const SUPPORTED_ACTION_TYPES = ['rate-limit', 'deny', 'custom-response', 'add-headers', 'remove-headers', 'restrict-ips', 'basic-auth', 'set-vars', 'log', 'url-rewrite', 'redirect', 'jwt-validation', 'verify-webhook', 'compress-response', 'circuit-breaker', 'close-connection', 'request-body-find-replace', 'response-body-find-replace', 'oauth', 'openid-connect'] as const;
@@ -733,6 +761,7 @@ function decodeDocument(text: string): { doc: Document; value: unknown } {
  */
 export function parseTrafficPolicy(text: string): TrafficPolicy {
   const { doc, value } = decodeDocument(text);
+  if (jsonOver(value, MAX_DECODED_TRAFFIC_POLICY_BYTES)) throw new TrafficPolicyError('', `the document is over ${MAX_DECODED_TRAFFIC_POLICY_BYTES} bytes once its aliases are expanded (it is sent to every ingress node so)`);
   checkSecretAnchors(doc);
   return validateTrafficPolicy(value, { checkCost: true });
 }
