@@ -185,10 +185,12 @@ describe('CEL matches() through RE2', () => {
     expect(closed(activation('/public'))).toBe(false);
   });
 
-  it('compiles a literal pattern once per policy and costs little per evaluation', () => {
+  it('compiles a literal pattern once (programs are shared while in use) and costs little per evaluation', () => {
     const compile = vi.spyOn(RE2JS, 'compile');
     try {
-      const p = compileExpression('inbound', `req.path.matches('^/api/v[0-9]+/')`);
+      const p = compileExpression('inbound', `req.path.matches('^/api/v[0-9]+/') || req.path == '/once-per-program'`);
+      expect(compile).toHaveBeenCalledTimes(1);
+      expect(compileExpression('inbound', `req.path.matches('^/api/v[0-9]+/') || req.path == '/once-per-program'`)).toBe(p);
       expect(compile).toHaveBeenCalledTimes(1);
       const acts = ['/api/v1/users', '/api/v22/orders/42', '/web/index.html', '/api/vx/'].map((path) => activation(path));
       const perEval = (prog: CelProgram) => {
