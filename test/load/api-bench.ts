@@ -224,7 +224,7 @@ async function main(): Promise<void> {
     log(`seeded ${tableSize.n} rows (${tableSize.size}) in ${seedMs} ms`);
 
     t = Date.now();
-    cp = await startControlPlane({ databaseUrl: url, env: { API_RATE_LIMIT_PER_MINUTE: '0', LOG_LEVEL: 'warn', TCP_ADDR_HOST: TCP_HOST } });
+    cp = await startControlPlane({ databaseUrl: url, env: { API_RATE_LIMIT_PER_MINUTE: '0', ACCOUNT_QUOTAS: 'off', LOG_LEVEL: 'warn', TCP_ADDR_HOST: TCP_HOST } });
     log(`control plane pid ${cp.pid} on ${cp.baseUrl}, ready in ${Date.now() - t} ms`);
 
     const headers = { Authorization: `Bearer ${big.token}`, 'Service-Version': '2' };

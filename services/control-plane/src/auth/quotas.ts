@@ -4,7 +4,7 @@ import type { Queryable } from '../db/pool.js';
 
 /** Tables whose rows count toward an account quota (the resource types an account creates). */
 export const QUOTA_TABLES = [
-  'reserved_addrs', 'tunnel_group_backends', 'certificate_authorities', 'https_edges', 'ip_policies',
+  'reserved_addrs', 'tunnel_group_backends', 'certificate_authorities', 'https_edges', 'https_edge_routes', 'ip_policies',
   'ip_policy_rules', 'event_destinations', 'event_subscriptions', 'api_keys', 'credentials',
 ] as const;
 export type QuotaTable = (typeof QUOTA_TABLES)[number];
@@ -13,21 +13,45 @@ export type QuotaTable = (typeof QUOTA_TABLES)[number];
 export type QuotaCheck = (accountId: string, table: QuotaTable) => Promise<void>;
 
 /**
- * `ACCOUNT_QUOTAS`, e.g. `reserved_addrs=100,https_edges=20`: a count per resource type per
- * account; types not named are unlimited, and the empty default turns quotas off.
+ * The quotas every account has unless `ACCOUNT_QUOTAS` says otherwise. Everything an account
+ * creates is pushed to every ingress node in one config: without them one API key could grow it
+ * past what a node accepts (an audit: 1,200 credentials of 100 ACL entries added 29 MiB; at
+ * the API's rate limit one account reached a node's 256 MiB limit in minutes), or make every
+ * config change cost every node a recompile of thousands of its routes.
+ */
+export const DEFAULT_ACCOUNT_QUOTAS: Readonly<Record<QuotaTable, number>> = {
+  reserved_addrs: 100,
+  tunnel_group_backends: 1_000,
+  certificate_authorities: 100,
+  https_edges: 100,
+  https_edge_routes: 1_000,
+  ip_policies: 100,
+  ip_policy_rules: 5_000,
+  event_destinations: 50,
+  event_subscriptions: 50,
+  api_keys: 100,
+  credentials: 1_000,
+};
+
+/**
+ * `ACCOUNT_QUOTAS`: a count per resource type per account over {@link DEFAULT_ACCOUNT_QUOTAS},
+ * e.g. `reserved_addrs=500,https_edges=20`; `<type>=unlimited` lifts one, and `off` lifts all
+ * (a single-tenant deployment, benchmarks). Empty: the defaults.
  */
 export const AccountQuotas = z
   .string()
   .default('')
   .transform((s, ctx) => {
-    const out: Partial<Record<QuotaTable, number>> = {};
+    if (s.trim().toLowerCase() === 'off') return {} as Partial<Record<QuotaTable, number>>;
+    const out: Partial<Record<QuotaTable, number>> = { ...DEFAULT_ACCOUNT_QUOTAS };
     for (const part of s.split(',').map((p) => p.trim()).filter(Boolean)) {
-      const m = /^([a-z_]+)=(\d{1,9})$/.exec(part);
+      const m = /^([a-z_]+)=(\d{1,9}|unlimited)$/.exec(part);
       if (!m || !(QUOTA_TABLES as readonly string[]).includes(m[1]!)) {
-        ctx.addIssue({ code: 'custom', message: `"${part}" is not <type>=<count> with a type among ${QUOTA_TABLES.join(', ')}` });
+        ctx.addIssue({ code: 'custom', message: `"${part}" is not <type>=<count|unlimited> with a type among ${QUOTA_TABLES.join(', ')} (or the whole value "off")` });
         return z.NEVER;
       }
-      out[m[1] as QuotaTable] = Number(m[2]);
+      if (m[2] === 'unlimited') delete out[m[1] as QuotaTable];
+      else out[m[1] as QuotaTable] = Number(m[2]);
     }
     return out;
   });

@@ -125,6 +125,21 @@ describe('protocol', () => {
     }
   });
 
+  it('counts routes across an account\'s edges (https_edge_routes), before body errors', async () => {
+    const limited = await startTestApi({ quotas: { https_edge_routes: 2 } });
+    try {
+      const acct = await limited.account();
+      const e1 = (await acct.call('POST', '/edges/https', {})).body.id as string;
+      const e2 = (await acct.call('POST', '/edges/https', {})).body.id as string;
+      expect((await acct.call('POST', `/edges/https/${e1}/routes`, { match_type: 'path_prefix', match: '/a' })).status).toBe(201);
+      expect((await acct.call('POST', `/edges/https/${e2}/routes`, { match_type: 'path_prefix', match: '/a' })).status).toBe(201);
+      expectError(await acct.call('POST', `/edges/https/${e2}/routes`, { match_type: 'path_prefix', match: '/b' }), 403, 'ERR_WARREN_1110');
+      expectError(await acct.call('POST', `/edges/https/${e2}/routes`, { bad: 1 }), 403, 'ERR_WARREN_1110');
+    } finally {
+      await limited.close();
+    }
+  });
+
   it('serves health, readiness and metrics without auth', async () => {
     expect((await api.raw('GET', '/healthz')).status).toBe(200);
     expect((await api.raw('GET', '/readyz')).status).toBe(200);

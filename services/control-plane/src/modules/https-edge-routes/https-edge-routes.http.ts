@@ -21,6 +21,7 @@ export function registerHttpsEdgeRoutes(routes: ApiRoutes, deps: ModuleDeps): vo
     '/edges/https/:edge_id/routes',
     {
       POST: async (req) => {
+        await deps.checkQuota(req.ctx.auth.accountId, 'https_edge_routes'); // 403 comes before body errors (wire-conventions §1)
         const input = await parseRouteBody(RouteCreate, req.body, checks, req.ctx.auth.accountId);
         return { status: 201, body: await svc.create(req.ctx, req.params.edge_id!, input) };
       },
