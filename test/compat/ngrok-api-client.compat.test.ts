@@ -19,7 +19,8 @@ let base: string;
 
 beforeAll(async () => {
   database = await freshDatabase();
-  cp = await startControlPlane({ databaseUrl: database.url });
+  // The default quota of 100 reserved addresses would stop the 130 that paging is tested with.
+  cp = await startControlPlane({ databaseUrl: database.url, env: { ACCOUNT_QUOTAS: 'reserved_addrs=unlimited' } });
   base = cp.baseUrl;
   pool = createPool(database.url, 2);
 });
