@@ -24,7 +24,7 @@ export const DEFAULT_ACCOUNT_QUOTAS: Readonly<Record<QuotaTable, number>> = {
   tunnel_group_backends: 1_000,
   certificate_authorities: 100,
   https_edges: 100,
-  https_edge_routes: 1_000,
+  https_edge_routes: 200,
   ip_policies: 100,
   ip_policy_rules: 5_000,
   event_destinations: 50,
