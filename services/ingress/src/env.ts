@@ -50,6 +50,8 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
       MAX_TUNNELS_PER_SESSION: envInt(256, 1, 1_000_000),
       /** Tunnels of all agent sessions on this node at once; beyond it, refused (ERR_WARREN_1110). */
       MAX_TUNNELS_PER_NODE: envInt(10_000, 1, 1_000_000),
+      /** Tunnels of one account's sessions on this node at once; beyond it, refused (ERR_WARREN_1110). */
+      MAX_TUNNELS_PER_ACCOUNT: envInt(1_000, 1, 1_000_000),
       /** Redis for the rate-limit action; without it the limiter counts in memory (per process). */
       REDIS_URL: z.string().optional(),
       /**

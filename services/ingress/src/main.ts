@@ -204,6 +204,7 @@ async function main(): Promise<void> {
     maxStreamsPerSession: env.MAX_STREAMS_PER_SESSION,
     maxTunnelsPerSession: env.MAX_TUNNELS_PER_SESSION,
     maxTunnelsPerNode: env.MAX_TUNNELS_PER_NODE,
+    maxTunnelsPerAccount: env.MAX_TUNNELS_PER_ACCOUNT,
     log: log.child({ component: 'agents' }),
   });
   agentServer.on('session', (s) => {

@@ -88,6 +88,11 @@ export interface AgentServerOptions {
   /** Tunnels of all sessions on this node at once (default 10,000); beyond it, refused (ERR_WARREN_1110). */
   maxTunnelsPerNode?: number;
   /**
+   * Tunnels of one account's sessions on this node at once (default 1,000): without it one
+   * account could take the whole node's cap, and no other account could add a tunnel there.
+   */
+  maxTunnelsPerAccount?: number;
+  /**
    * What the sessions and tunnels of this node may take up in the full sync to the control plane
    * ({@link sessionReportBytes}, {@link tunnelReportBytes}), default 32 MiB and at most
    * MAX_FULL_SYNC_BYTES (60 MiB, under the control plane's 64 MiB message limit). A tunnel or
@@ -127,6 +132,7 @@ export interface AgentServerEvents {
 
 export const DEFAULT_MAX_TUNNELS_PER_SESSION = 256;
 export const DEFAULT_MAX_TUNNELS_PER_NODE = 10_000;
+export const DEFAULT_MAX_TUNNELS_PER_ACCOUNT = 1_000;
 export const DEFAULT_MAX_REPORT_BYTES = 32 * 1024 * 1024;
 
 /**
@@ -150,6 +156,8 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
   private readonly tunnelsById = new Map<string, LocalTunnelImpl>();
   /** What the live sessions and tunnels take up in a full sync (upper bound), see `maxReportBytes`. */
   private reportBytes = 0;
+  /** Live tunnels per account. */
+  private readonly tunnelsByAccount = new Map<string, number>();
   /** When a node cap last logged a warning, and how many refusals since (one warning a minute at most). */
   private capWarnedAt = 0;
   private capRefusals = 0;
@@ -170,7 +178,8 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
     const maxTunnelsPerSession = opts.maxTunnelsPerSession ?? DEFAULT_MAX_TUNNELS_PER_SESSION;
     const maxTunnelsPerNode = opts.maxTunnelsPerNode ?? DEFAULT_MAX_TUNNELS_PER_NODE;
     const maxReportBytes = opts.maxReportBytes ?? DEFAULT_MAX_REPORT_BYTES;
-    for (const [name, v, max] of [['maxTunnelsPerSession', maxTunnelsPerSession, 1_000_000], ['maxTunnelsPerNode', maxTunnelsPerNode, 1_000_000], ['maxReportBytes', maxReportBytes, MAX_FULL_SYNC_BYTES]] as const) {
+    const maxTunnelsPerAccount = opts.maxTunnelsPerAccount ?? DEFAULT_MAX_TUNNELS_PER_ACCOUNT;
+    for (const [name, v, max] of [['maxTunnelsPerSession', maxTunnelsPerSession, 1_000_000], ['maxTunnelsPerNode', maxTunnelsPerNode, 1_000_000], ['maxTunnelsPerAccount', maxTunnelsPerAccount, 1_000_000], ['maxReportBytes', maxReportBytes, MAX_FULL_SYNC_BYTES]] as const) {
       if (!Number.isInteger(v) || v < 1 || v > max) throw new Error(`AgentServer: ${name} must be an integer from 1 to ${max}`);
     }
     for (const [name, v] of [['heartbeatIntervalMs', opts.heartbeatIntervalMs], ['heartbeatToleranceMs', opts.heartbeatToleranceMs]] as const) {
@@ -202,6 +211,11 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
           this.warnCapped({ tunnels: this.tunnelsById.size, max: maxTunnelsPerNode }, 'tunnel refused: this node is at MAX_TUNNELS_PER_NODE');
           return `this ingress node already has ${maxTunnelsPerNode} tunnels, the most it may have (MAX_TUNNELS_PER_NODE); connect to another node or retry later (ERR_WARREN_1110)`;
         }
+        const accountCount = (this.tunnelsByAccount.get(t.accountId) ?? 0) - (replacing && replacing.accountId === t.accountId && this.tunnelsById.get(replacing.id) === replacing ? 1 : 0);
+        if (accountCount >= maxTunnelsPerAccount) {
+          this.warnCapped({ account: t.accountId, tunnels: accountCount, max: maxTunnelsPerAccount }, 'tunnel refused: the account is at MAX_TUNNELS_PER_ACCOUNT on this node');
+          return `this account already has ${maxTunnelsPerAccount} tunnels on this ingress node, the most one account may have there (MAX_TUNNELS_PER_ACCOUNT); stop some or connect to another node (ERR_WARREN_1110)`;
+        }
         const bytes = this.reportBytes - (replacing && !replacing.closed ? tunnelReportBytes(replacing) : 0) + tunnelReportBytes(t);
         if (bytes > maxReportBytes) {
           this.warnCapped({ reportBytes: this.reportBytes, max: maxReportBytes }, 'tunnel refused: the report budget of this node is spent');
@@ -225,11 +239,15 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
       },
       tunnelUp: (t) => {
         this.reportBytes += tunnelReportBytes(t);
+        this.tunnelsByAccount.set(t.accountId, (this.tunnelsByAccount.get(t.accountId) ?? 0) + 1);
         this.tunnelsById.set(t.id, t);
         this.safeEmit('tunnel', t);
       },
       tunnelDown: (t, reason) => {
         this.reportBytes -= tunnelReportBytes(t);
+        const n = (this.tunnelsByAccount.get(t.accountId) ?? 1) - 1;
+        if (n > 0) this.tunnelsByAccount.set(t.accountId, n);
+        else this.tunnelsByAccount.delete(t.accountId);
         if (this.tunnelsById.get(t.id) === t) this.tunnelsById.delete(t.id);
         this.safeEmit('tunnelClosed', t.id, reason);
       },

@@ -93,6 +93,26 @@ describe('tunnel caps', () => {
     await b.startLabeledTunnel({ app: 'b1' }, LOCAL);
   });
 
+  it('refuses past MAX_TUNNELS_PER_ACCOUNT across the sessions of one account, and not another account', async () => {
+    const { server, port } = await startServer({ maxTunnelsPerSession: 2, maxTunnelsPerAccount: 3 });
+    const a1 = startClient(port);
+    await a1.connect();
+    for (let i = 0; i < 2; i++) await a1.startLabeledTunnel({ app: `a${i}` }, LOCAL);
+    const a2 = startClient(port);
+    await a2.connect();
+    await a2.startLabeledTunnel({ app: 'a2' }, LOCAL);
+    await expect(a2.startLabeledTunnel({ app: 'a3' }, LOCAL)).rejects.toThrow(/this account already has 3 tunnels on this ingress node.*MAX_TUNNELS_PER_ACCOUNT.*ERR_WARREN_1110/);
+    // Another account is not held back by this one's tunnels.
+    const b = startClient(port, OTHER_TOKEN);
+    await b.connect();
+    await b.startLabeledTunnel({ app: 'b0' }, LOCAL);
+    expect(server.tunnels()).toHaveLength(4);
+    // A slot the account frees is its own again.
+    await a1.close();
+    await until(() => server.tunnels().length === 2);
+    await a2.startLabeledTunnel({ app: 'a3' }, LOCAL);
+  });
+
   it('a reconnect that resumes its tunnels is not refused by the caps it already fills', async () => {
     const { server, port } = await startServer({ maxTunnelsPerSession: 2, maxTunnelsPerNode: 2 });
     const a = startClient(port);
