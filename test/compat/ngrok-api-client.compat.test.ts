@@ -19,8 +19,7 @@ let base: string;
 
 beforeAll(async () => {
   database = await freshDatabase();
-  // The default quota of 100 reserved addresses would stop the 130 that paging is tested with.
-  cp = await startControlPlane({ databaseUrl: database.url, env: { ACCOUNT_QUOTAS: 'reserved_addrs=unlimited' } });
+  cp = await startControlPlane({ databaseUrl: database.url });
   base = cp.baseUrl;
   pool = createPool(database.url, 2);
 });

@@ -13,13 +13,14 @@ export type QuotaTable = (typeof QUOTA_TABLES)[number];
 export type QuotaCheck = (accountId: string, table: QuotaTable) => Promise<void>;
 
 /**
- * The quotas every account has unless `ACCOUNT_QUOTAS` says otherwise. Everything an account
- * creates is pushed to every ingress node in one config: without them one API key could grow it
- * past what a node accepts (an audit: 1,200 credentials of 100 ACL entries added 29 MiB; at
- * the API's rate limit one account reached a node's 256 MiB limit in minutes), or make every
- * config change cost every node a recompile of thousands of its routes.
+ * `ACCOUNT_QUOTAS=recommended`: a quota on every resource type, for multi-tenant deployments.
+ * Everything an account creates is pushed to every ingress node in one config: without quotas
+ * one API key can grow it past what a node accepts (an audit: 1,200 credentials of 100 ACL
+ * entries added 29 MiB; at the API's rate limit a node's 256 MiB limit was minutes away), or make
+ * every config change cost every node a recompile of thousands of its routes. Quotas stay off by
+ * default, as wire-conventions.md decides.
  */
-export const DEFAULT_ACCOUNT_QUOTAS: Readonly<Record<QuotaTable, number>> = {
+export const RECOMMENDED_ACCOUNT_QUOTAS: Readonly<Record<QuotaTable, number>> = {
   reserved_addrs: 100,
   tunnel_group_backends: 1_000,
   certificate_authorities: 100,
@@ -34,20 +35,25 @@ export const DEFAULT_ACCOUNT_QUOTAS: Readonly<Record<QuotaTable, number>> = {
 };
 
 /**
- * `ACCOUNT_QUOTAS`: a count per resource type per account over {@link DEFAULT_ACCOUNT_QUOTAS},
- * e.g. `reserved_addrs=500,https_edges=20`; `<type>=unlimited` lifts one, and `off` lifts all
- * (a single-tenant deployment, benchmarks). Empty: the defaults.
+ * `ACCOUNT_QUOTAS`: a count per resource type per account, e.g. `reserved_addrs=100,https_edges=20`;
+ * `recommended` stands for {@link RECOMMENDED_ACCOUNT_QUOTAS} (later entries override it, and
+ * `<type>=unlimited` lifts one). Types not named are unlimited; the empty default (or `off`)
+ * turns quotas off (wire-conventions.md: "configurable, off by default").
  */
 export const AccountQuotas = z
   .string()
   .default('')
   .transform((s, ctx) => {
-    if (s.trim().toLowerCase() === 'off') return {} as Partial<Record<QuotaTable, number>>;
-    const out: Partial<Record<QuotaTable, number>> = { ...DEFAULT_ACCOUNT_QUOTAS };
+    const out: Partial<Record<QuotaTable, number>> = {};
+    if (s.trim().toLowerCase() === 'off') return out;
     for (const part of s.split(',').map((p) => p.trim()).filter(Boolean)) {
+      if (part.toLowerCase() === 'recommended') {
+        Object.assign(out, RECOMMENDED_ACCOUNT_QUOTAS);
+        continue;
+      }
       const m = /^([a-z_]+)=(\d{1,9}|unlimited)$/.exec(part);
       if (!m || !(QUOTA_TABLES as readonly string[]).includes(m[1]!)) {
-        ctx.addIssue({ code: 'custom', message: `"${part}" is not <type>=<count|unlimited> with a type among ${QUOTA_TABLES.join(', ')} (or the whole value "off")` });
+        ctx.addIssue({ code: 'custom', message: `"${part}" is not <type>=<count|unlimited> with a type among ${QUOTA_TABLES.join(', ')}, nor "recommended" (or the whole value "off")` });
         return z.NEVER;
       }
       if (m[2] === 'unlimited') delete out[m[1] as QuotaTable];
