@@ -26,6 +26,7 @@ import {
 import { aclAllowsHostname, aclAllowsLabels } from './acl.js';
 import { parseAuth, parseBind, parseLabelTunnel } from './requests.js';
 import type { ResumeTokens } from './resume-tokens.js';
+import { remoteIp } from '../http/client-address.js';
 import { TunnelStreamError, type AgentIdentity, type BindRequest, type LocalTunnel, type ProxyHeaderInit, type TunnelStream } from './server.js';
 
 /**
@@ -232,7 +233,7 @@ export class AgentConnection {
 
   constructor(host: ConnectionHost, socket: tls.TLSSocket) {
     this.host = host;
-    this.ip = (socket.remoteAddress ?? '').replace(/^::ffff:/, '');
+    this.ip = remoteIp(socket);
     this.log = host.log.child({ agentIp: this.ip });
     this.mux = new MuxSession(socket, { client: false, maxOutboundStreams: host.settings.maxStreams + 1, maxInboundStreams: MAX_INBOUND_STREAMS });
     this.mux.on('stream', (st) => void this.onStream(st));

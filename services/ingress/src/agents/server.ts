@@ -7,6 +7,7 @@ import { createLogger, type DpAgentSession, type DpTunnel } from '@warren/shared
 import { MAX_FULL_SYNC_BYTES, sessionReportBytes, tunnelReportBytes } from '../config/control-plane-client.js';
 import { AgentConnection, MAX_SAFE_STREAMS, type ConnectionHost, type LocalTunnelImpl } from './agent-connection.js';
 import { ResumeTokens } from './resume-tokens.js';
+import { remoteIp } from '../http/client-address.js';
 
 /**
  * The ingress side of the agent link (agent-protocol.md): a TLS listener where agents (the
@@ -143,6 +144,17 @@ export const DEFAULT_MAX_REPORT_BYTES = 32 * 1024 * 1024;
 export const MAX_UNAUTHENTICATED = 1024;
 export const MAX_UNAUTHENTICATED_PER_IP = 128;
 
+/** Counts per key, with no entry for zero. */
+function countUp(counts: Map<string, number>, key: string): void {
+  counts.set(key, (counts.get(key) ?? 0) + 1);
+}
+
+function countDown(counts: Map<string, number>, key: string): void {
+  const n = (counts.get(key) ?? 1) - 1;
+  if (n > 0) counts.set(key, n);
+  else counts.delete(key);
+}
+
 /** How long `close()` waits for agents to hang up after GOAWAY before cutting them off. */
 const CLOSE_GRACE_MS = 2_000;
 
@@ -206,17 +218,19 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
         return `this ingress node has as many agent sessions and tunnels as it may report to the control plane (${maxReportBytes} bytes); connect to another node or retry later (ERR_WARREN_1110)`;
       },
       admitTunnel: (t, replacing) => {
-        const nodeCount = this.tunnelsById.size - (replacing && this.tunnelsById.get(replacing.id) === replacing ? 1 : 0);
+        // A live tunnel the new one replaces (same id, resumed) gives its place back.
+        const live = replacing && this.tunnelsById.get(replacing.id) === replacing ? replacing : undefined;
+        const nodeCount = this.tunnelsById.size - (live ? 1 : 0);
         if (nodeCount >= maxTunnelsPerNode) {
           this.warnCapped({ tunnels: this.tunnelsById.size, max: maxTunnelsPerNode }, 'tunnel refused: this node is at MAX_TUNNELS_PER_NODE');
           return `this ingress node already has ${maxTunnelsPerNode} tunnels, the most it may have (MAX_TUNNELS_PER_NODE); connect to another node or retry later (ERR_WARREN_1110)`;
         }
-        const accountCount = (this.tunnelsByAccount.get(t.accountId) ?? 0) - (replacing && replacing.accountId === t.accountId && this.tunnelsById.get(replacing.id) === replacing ? 1 : 0);
+        const accountCount = (this.tunnelsByAccount.get(t.accountId) ?? 0) - (live?.accountId === t.accountId ? 1 : 0);
         if (accountCount >= maxTunnelsPerAccount) {
           this.warnCapped({ account: t.accountId, tunnels: accountCount, max: maxTunnelsPerAccount }, 'tunnel refused: the account is at MAX_TUNNELS_PER_ACCOUNT on this node');
           return `this account already has ${maxTunnelsPerAccount} tunnels on this ingress node, the most one account may have there (MAX_TUNNELS_PER_ACCOUNT); stop some or connect to another node (ERR_WARREN_1110)`;
         }
-        const bytes = this.reportBytes - (replacing && !replacing.closed ? tunnelReportBytes(replacing) : 0) + tunnelReportBytes(t);
+        const bytes = this.reportBytes - (live ? tunnelReportBytes(live) : 0) + tunnelReportBytes(t);
         if (bytes > maxReportBytes) {
           this.warnCapped({ reportBytes: this.reportBytes, max: maxReportBytes }, 'tunnel refused: the report budget of this node is spent');
           return `this ingress node has as many tunnels as it may report to the control plane (${maxReportBytes} bytes); stop some, use less metadata, or connect to another node (ERR_WARREN_1110)`;
@@ -239,15 +253,13 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
       },
       tunnelUp: (t) => {
         this.reportBytes += tunnelReportBytes(t);
-        this.tunnelsByAccount.set(t.accountId, (this.tunnelsByAccount.get(t.accountId) ?? 0) + 1);
+        countUp(this.tunnelsByAccount, t.accountId);
         this.tunnelsById.set(t.id, t);
         this.safeEmit('tunnel', t);
       },
       tunnelDown: (t, reason) => {
         this.reportBytes -= tunnelReportBytes(t);
-        const n = (this.tunnelsByAccount.get(t.accountId) ?? 1) - 1;
-        if (n > 0) this.tunnelsByAccount.set(t.accountId, n);
-        else this.tunnelsByAccount.delete(t.accountId);
+        countDown(this.tunnelsByAccount, t.accountId);
         if (this.tunnelsById.get(t.id) === t) this.tunnelsById.delete(t.id);
         this.safeEmit('tunnelClosed', t.id, reason);
       },
@@ -267,7 +279,7 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
         sock.destroy();
         return;
       }
-      const ip = (sock.remoteAddress ?? '').replace(/^::ffff:/, '');
+      const ip = remoteIp(sock);
       const fromIp = this.unauthenticatedByIp.get(ip) ?? 0;
       if (this.unauthenticated.size >= MAX_UNAUTHENTICATED || fromIp >= MAX_UNAUTHENTICATED_PER_IP) {
         this.warnCapped({ ip, unauthenticated: this.unauthenticated.size, fromIp }, 'agent connection closed: too many connections have not authenticated yet');
@@ -281,7 +293,7 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
       // A connection whose session ended while it was being set up has already been let go.
       if (!this.connections.has(conn)) return;
       this.unauthenticated.set(conn, ip);
-      this.unauthenticatedByIp.set(ip, fromIp + 1);
+      countUp(this.unauthenticatedByIp, ip);
     });
     this.server.on('tlsClientError', (err: Error, sock: tls.TLSSocket) => {
       this.log.debug({ err: err.message, ip: sock.remoteAddress }, 'agent TLS handshake failed');
@@ -361,9 +373,7 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
     const ip = this.unauthenticated.get(conn);
     if (ip === undefined) return;
     this.unauthenticated.delete(conn);
-    const n = (this.unauthenticatedByIp.get(ip) ?? 1) - 1;
-    if (n > 0) this.unauthenticatedByIp.set(ip, n);
-    else this.unauthenticatedByIp.delete(ip);
+    countDown(this.unauthenticatedByIp, ip);
   }
 
   /** Node-level refusals come in floods: a warning a minute, with the count since the last one. */

@@ -5,7 +5,7 @@ import { createIngressMetrics } from '../metrics.js';
 import { pipelineStageFactories } from '../modules/index.js';
 import { FakeLimiter } from '../policy/testing.js';
 import { TrafficEvents } from '../events/traffic-events.js';
-import { remoteIp } from './public.js';
+import { remoteIp } from './client-address.js';
 import { capturingPublisher, listen, startPublicListener } from './testing.js';
 
 /**

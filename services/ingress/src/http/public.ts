@@ -6,6 +6,7 @@ import type { IngressMetrics } from '../metrics.js';
 import { sendError, sendUpgradeError } from './error-page.js';
 import { deliverAnswer, ipOf, publicRequestHeaders, splice, type Forwarder, type RequestInfo } from './proxy.js';
 import { answerBody, answerHeaders } from './answer.js';
+import { remoteIp } from './client-address.js';
 import { WebSocketHandshakeError, acceptWebSocketAsTcp, isWebSocketTcpConverter } from '../modules/index.js';
 import { RoutingTable, httpsEdgesOn, httpsLocation, tlsRank, tlsRefusal, type CompiledRoute, type HttpsEdgesOnHttp } from './routing.js';
 import { BODY_READ_TIMEOUT_MS, BodyBudget, MAX_BUFFERED_BODY, readBody } from '../pipeline/runner.js';
@@ -16,23 +17,13 @@ import type { DestinationRef } from '@warren/shared';
 
 const HOSTNAME = /^[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*\.?$/;
 
-/** `Host` → lower-case host and port (the scheme's default when absent), or null when malformed. */
-/**
- * The client's address as policies, headers and events show it: a dual-stack listener (`::`)
- * reports an IPv4 client as `::ffff:a.b.c.d`, which is shown as `a.b.c.d` (as ngrok does, and as
- * an IPv4 listener would), so `conn.client_ip == '1.2.3.4'`, `X-Forwarded-For` and rate-limit
- * keys do not depend on how the ingress listens.
- */
-export function remoteIp(socket: { remoteAddress?: string }): string {
-  const a = socket.remoteAddress ?? '';
-  return a.length > 7 && a.charCodeAt(0) === 58 /* : */ && /^::ffff:\d+\.\d+\.\d+\.\d+$/i.test(a) ? a.slice(7) : a;
-}
 
 /** `ip:port` of the client, for the agent's proxy header. */
 function remoteAddr(socket: { remoteAddress?: string; remotePort?: number }): string {
   return `${remoteIp(socket) || '0.0.0.0'}:${socket.remotePort ?? 0}`;
 }
 
+/** `Host` → lower-case host and port (the scheme's default when absent), or null when malformed. */
 export function parseHost(value: string | undefined, defaultPort: number): { host: string; port: number } | null {
   if (!value || value.length > 260) return null;
   let host: string;
@@ -294,7 +285,7 @@ export class PublicHandler {
           sendError(req, res, 7013, undefined, { 'retry-after': '1' });
           return 503;
         }
-        if (budget && body && body !== 'timeout') {
+        if (budget && Buffer.isBuffer(body)) {
           const held = body.length;
           res.once('close', () => budget.release(held));
         }
