@@ -7,9 +7,13 @@ import type { Tunnel as _warren_config_v1_Tunnel, Tunnel__Output as _warren_conf
 export interface FullSync {
   'sessions'?: (_warren_config_v1_AgentSession)[];
   'tunnels'?: (_warren_config_v1_Tunnel)[];
+  'part'?: (number);
+  'more'?: (boolean);
 }
 
 export interface FullSync__Output {
   'sessions': (_warren_config_v1_AgentSession__Output)[];
   'tunnels': (_warren_config_v1_Tunnel__Output)[];
+  'part': (number);
+  'more': (boolean);
 }

@@ -9,6 +9,7 @@ export interface Hello {
   'appliedVersion'?: (number | string | Long);
   'epoch'?: (string);
   'agent'?: (string);
+  'parts'?: (boolean);
 }
 
 export interface Hello__Output {
@@ -17,4 +18,5 @@ export interface Hello__Output {
   'appliedVersion': (number);
   'epoch': (string);
   'agent': (string);
+  'parts': (boolean);
 }

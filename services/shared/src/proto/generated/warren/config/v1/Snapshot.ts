@@ -11,6 +11,8 @@ export interface Snapshot {
   'resources'?: (_warren_config_v1_Resources | null);
   'remoteTunnels'?: (_warren_config_v1_Tunnel)[];
   'committedAtUnixMs'?: (number | string | Long);
+  'part'?: (number);
+  'more'?: (boolean);
 }
 
 export interface Snapshot__Output {
@@ -19,4 +21,6 @@ export interface Snapshot__Output {
   'resources': (_warren_config_v1_Resources__Output | null);
   'remoteTunnels': (_warren_config_v1_Tunnel__Output)[];
   'committedAtUnixMs': (number);
+  'part': (number);
+  'more': (boolean);
 }

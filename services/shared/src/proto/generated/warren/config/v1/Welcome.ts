@@ -7,6 +7,7 @@ export interface Welcome {
   'leaseMs'?: (number);
   'keepaliveIntervalMs'?: (number);
   'epoch'?: (string);
+  'parts'?: (boolean);
 }
 
 export interface Welcome__Output {
@@ -14,4 +15,5 @@ export interface Welcome__Output {
   'leaseMs': (number);
   'keepaliveIntervalMs': (number);
   'epoch': (string);
+  'parts': (boolean);
 }
