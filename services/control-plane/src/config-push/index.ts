@@ -12,6 +12,7 @@ import { NodeStream, Semaphore } from './node-stream.js';
 import { presenceRepo, TUNNELS_CHANNEL } from './presence.repo.js';
 import { shutdownGrpcServer, startConfigGrpcServer, type GrpcServerOptions } from './config-push.grpc.js';
 import { createConfigPushMetrics } from './metrics.js';
+import { DEFAULT_MAX_FULL_SYNC_BYTES, DEFAULT_SNAPSHOT_PART_BYTES } from './snapshot-parts.js';
 
 export interface ConfigPushOptions {
   db: Db;
@@ -32,6 +33,13 @@ export interface ConfigPushOptions {
   resumeMaxChanges?: number;
   /** Snapshots or resume deltas read at once (each holds a pooled connection while it reads). */
   maxConcurrentSyncs?: number;
+  /**
+   * Target size of one message of a snapshot sent in parts (default 4 MiB; an entity larger goes
+   * alone in its part). Only to nodes whose hello says they take parts; others get it whole.
+   */
+  snapshotPartBytes?: number;
+  /** What one full sync in parts from a node may add up to (default 256 MiB); beyond, its stream is ended. */
+  maxFullSyncBytes?: number;
   /** Backoff of the LISTEN connection's reconnects. */
   listenerBackoff?: { initialMs?: number; maxMs?: number };
 }
@@ -127,6 +135,8 @@ export async function startConfigPush(opts: ConfigPushOptions): Promise<ConfigPu
     maxPendingWrites: opts.maxPendingWrites ?? 1_000,
     resumeMaxChanges: opts.resumeMaxChanges ?? 10_000,
     syncSlots: new Semaphore(opts.maxConcurrentSyncs ?? 4),
+    snapshotPartBytes: opts.snapshotPartBytes ?? DEFAULT_SNAPSHOT_PART_BYTES,
+    maxFullSyncBytes: opts.maxFullSyncBytes ?? DEFAULT_MAX_FULL_SYNC_BYTES,
     onBadPolicy,
   };
   const grpcServer = await startConfigGrpcServer({ ...opts.grpc, log }, (call) => {

@@ -10,6 +10,7 @@ import {
   type ControlMessage,
   type NodeMessage__Output,
 } from '../../../shared/src/proto/index.js';
+import type { DpAgentSession, DpTunnel } from '@warren/shared';
 import type { Db } from '../db/pool.js';
 import { readDelta, readSnapshot } from './config-reader.js';
 import type { ConfigFeed, FeedDelta } from './config-feed.js';
@@ -17,6 +18,7 @@ import type { PresenceChange, TunnelDirectory } from './tunnel-directory.js';
 import { NodePresence } from './node-presence.js';
 import { ingressNodesRepo } from './presence.repo.js';
 import type { ConfigPushMetrics } from './metrics.js';
+import { messageBytesBound, splitSnapshot } from './snapshot-parts.js';
 
 export interface NodeStreamDeps {
   db: Db;
@@ -37,6 +39,10 @@ export interface NodeStreamDeps {
   resumeMaxChanges: number;
   /** Bounds the syncs read at once (many nodes reconnecting must not take every pooled connection). */
   syncSlots: Semaphore;
+  /** Target size of one part of a snapshot sent in parts (to nodes whose hello had `parts`). */
+  snapshotPartBytes: number;
+  /** What the parts of one full sync from a node may add up to (estimated) before its stream is ended. */
+  maxFullSyncBytes: number;
   onBadPolicy?: (routeId: string, err: Error) => void;
 }
 
@@ -77,6 +83,10 @@ export class NodeStream {
   private lastHeard = Date.now();
   private ackWriter: LatestWins<number>;
   private log: Logger;
+  /** The node's hello had `parts`: it applies a snapshot sent in parts. */
+  private nodeTakesParts = false;
+  /** A full sync arriving in parts, until its last part. */
+  private partialFullSync: { next: number; sessions: DpAgentSession[]; tunnels: DpTunnel[]; bytes: number } | null = null;
 
   constructor(
     private readonly call: NodeCall,
@@ -184,6 +194,11 @@ export class NodeStream {
       return this.hello(m.hello);
     }
     const p = this.presence;
+    if (this.partialFullSync && m.msg !== 'fullSync' && m.msg !== 'keepAlive' && m.msg !== 'ack' && m.msg !== 'nack') {
+      // The node writes a full sync's parts back to back; a report between them would be lost
+      // when the last part replaces its rows.
+      return this.fail(grpc.status.FAILED_PRECONDITION, `${m.msg} in the middle of a full sync in parts`, 'bad_full_sync');
+    }
     switch (m.msg) {
       case 'ack':
         if (m.ack) this.ack(Number(m.ack.version));
@@ -214,9 +229,32 @@ export class NodeStream {
       case 'fullSync': {
         const f = m.fullSync;
         if (!f) return;
-        const sessions = (Array.isArray(f.sessions) ? f.sessions : []).flatMap((s) => this.parse(() => sessionFromProto(s), 'full_sync session') ?? []).filter((s) => validId(s.id));
-        const tunnels = (Array.isArray(f.tunnels) ? f.tunnels : []).flatMap((t) => this.parse(() => tunnelFromProto(t), 'full_sync tunnel') ?? []).filter((t) => validId(t.id));
-        await p.fullSync(sessions, tunnels);
+        const rawSessions = Array.isArray(f.sessions) ? f.sessions : [];
+        const rawTunnels = Array.isArray(f.tunnels) ? f.tunnels : [];
+        const sessions = rawSessions.flatMap((s) => this.parse(() => sessionFromProto(s), 'full_sync session') ?? []).filter((s) => validId(s.id));
+        const tunnels = rawTunnels.flatMap((t) => this.parse(() => tunnelFromProto(t), 'full_sync tunnel') ?? []).filter((t) => validId(t.id));
+        const part = Number(f.part) || 0;
+        const more = f.more === true;
+        if (part === 0 && !more && !this.partialFullSync) return p.fullSync(sessions, tunnels); // whole, in one message
+        // In parts: 0, 1, … with `more` on all but the last; the rows are replaced at the last.
+        let partial = this.partialFullSync;
+        if (part === 0 ? partial !== null : partial === null || part !== partial.next) {
+          return this.fail(grpc.status.FAILED_PRECONDITION, `full sync part ${part} out of sequence (expected ${partial?.next ?? 0})`, 'bad_full_sync');
+        }
+        partial ??= this.partialFullSync = { next: 0, sessions: [], tunnels: [], bytes: 0 };
+        partial.next++;
+        for (const x of rawSessions) partial.bytes += messageBytesBound(x);
+        for (const x of rawTunnels) partial.bytes += messageBytesBound(x);
+        if (partial.bytes > this.deps.maxFullSyncBytes) {
+          this.partialFullSync = null;
+          return this.fail(grpc.status.RESOURCE_EXHAUSTED, `full sync over ${this.deps.maxFullSyncBytes} bytes`, 'full_sync_too_large');
+        }
+        for (const s of sessions) partial.sessions.push(s);
+        for (const t of tunnels) partial.tunnels.push(t);
+        if (more) return;
+        this.partialFullSync = null;
+        this.log.debug({ parts: partial.next, sessions: partial.sessions.length, tunnels: partial.tunnels.length }, 'full sync received in parts');
+        await p.fullSync(partial.sessions, partial.tunnels);
         return;
       }
       case 'keepAlive':
@@ -242,10 +280,11 @@ export class NodeStream {
     if (!address || address.length > 300) return this.fail(grpc.status.INVALID_ARGUMENT, 'hello.node_address must be host:port', 'bad_hello');
     this.nodeId = nodeId;
     this.nodeAddress = address;
+    this.nodeTakesParts = h.parts === true;
     this.log = this.log.child({ node: nodeId });
     this.presence = new NodePresence(this.deps.db, { id: nodeId, address, leaseMs: this.deps.leaseMs }, this.log, this.deps.baseUrl);
     this.onAttach(this);
-    this.log.info({ address, applied_version: Number(h.appliedVersion), agent: h.agent }, 'ingress node connected');
+    this.log.info({ address, applied_version: Number(h.appliedVersion), agent: h.agent, parts: this.nodeTakesParts }, 'ingress node connected');
     await ingressNodesRepo.connected(this.deps.db.pool, {
       id: nodeId,
       address,
@@ -255,7 +294,8 @@ export class NodeStream {
       streamId: this.streamId,
     });
     this.write({
-      welcome: { replicaId: this.deps.replicaId, leaseMs: this.deps.leaseMs, keepaliveIntervalMs: this.deps.keepaliveIntervalMs, epoch: this.deps.feed.epoch },
+      // `parts`: this control plane takes full syncs in parts (and sends snapshots in parts to a node whose hello had it).
+      welcome: { replicaId: this.deps.replicaId, leaseMs: this.deps.leaseMs, keepaliveIntervalMs: this.deps.keepaliveIntervalMs, epoch: this.deps.feed.epoch, parts: true },
       headVersion: this.deps.feed.headVersion,
     });
     await this.sync(Number(h.appliedVersion) || 0, String(h.epoch ?? ''));
@@ -304,16 +344,24 @@ export class NodeStream {
       const snap = await readSnapshot(db.pool, { onBadPolicy: this.deps.onBadPolicy, baseUrl: this.deps.baseUrl });
       if (this.closed) return;
       this.sentVersion = snap.version;
-      this.write({
-        snapshot: {
-          version: snap.version,
-          epoch: snap.epoch,
-          resources: resourcesToProto(snap.entities),
-          remoteTunnels: directory.remoteFor(this.nodeId).map(tunnelToProto),
-          committedAtUnixMs: snap.committedAtMs,
-        },
-        headVersion: head(),
-      });
+      const snapshot = {
+        version: snap.version,
+        epoch: snap.epoch,
+        resources: resourcesToProto(snap.entities),
+        remoteTunnels: directory.remoteFor(this.nodeId).map(tunnelToProto),
+        committedAtUnixMs: snap.committedAtMs,
+      };
+      if (!this.nodeTakesParts) {
+        // A node that does not know parts gets the snapshot whole, as before (it accepts up to 256 MiB).
+        this.write({ snapshot, headVersion: head() });
+      } else if (this.roomToWrite()) {
+        // Written back to back, in this one turn of the event loop: nothing (presence, heartbeats,
+        // deltas) comes between the parts. The node swaps the config in at the last part.
+        const { parts, bytes } = splitSnapshot(snapshot, this.deps.snapshotPartBytes);
+        for (const part of parts) this.call.write({ snapshot: part, headVersion: head() });
+        metrics.snapshotParts.inc(parts.length);
+        this.log.debug({ version: snap.version, parts: parts.length, bytes }, 'snapshot sent in parts');
+      }
     }
     this.tunnelsSent = true;
     const buffered = this.buffer ?? [];

@@ -20,10 +20,10 @@ interface FakeCall {
   next(kind: NonNullable<NodeMessage__Output['msg']>): Promise<NodeMessage__Output>;
 }
 
-async function fakeControlPlane() {
+async function fakeControlPlane(serverOptions: grpc.ServerOptions = {}) {
   const calls: FakeCall[] = [];
   const waiters: ((c: FakeCall) => void)[] = [];
-  const server = new grpc.Server();
+  const server = new grpc.Server(serverOptions);
   server.addService(loadConfigProto().ConfigService.service, {
     Connect: (call: grpc.ServerDuplexStream<NodeMessage__Output, ControlMessage>) => {
       const received: NodeMessage__Output[] = [];
@@ -71,8 +71,8 @@ afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c();
 });
 
-async function setup(over: Partial<ControlPlaneClientOptions> = {}) {
-  const cp = await fakeControlPlane();
+async function setup(over: Partial<ControlPlaneClientOptions> = {}, serverOptions: grpc.ServerOptions = {}) {
+  const cp = await fakeControlPlane(serverOptions);
   cleanup.push(() => cp.stop());
   const stateDir = over.stateDir ?? (await mkdtemp(path.join(tmpdir(), 'warren-cpc-')));
   if (!over.stateDir) cleanup.push(() => rm(stateDir, { recursive: true, force: true }));
@@ -91,7 +91,7 @@ async function setup(over: Partial<ControlPlaneClientOptions> = {}) {
   return { cp, c, stateDir, registry };
 }
 
-const welcome = (keepaliveIntervalMs = 1_000): ControlMessage => ({ welcome: { replicaId: 'fake', leaseMs: 10_000, keepaliveIntervalMs, epoch: 'e1' } });
+const welcome = (keepaliveIntervalMs = 1_000, parts = false): ControlMessage => ({ welcome: { replicaId: 'fake', leaseMs: 10_000, keepaliveIntervalMs, epoch: 'e1', parts } });
 const none = () => ({ edges: [], routes: [], backends: [], ipPolicies: [], certificateAuthorities: [], credentials: [], eventSubscriptions: [] });
 const edge = (id: string) => ({ id, accountId: 'ac_1', hostports: [`${id}.example.com:443`], mutualTls: null, tlsTermination: null });
 const route = (id: string, edgeId: string, match = '/') => ({ id, accountId: 'ac_1', edgeId, matchType: 'path_prefix' as const, match, modules: {}, backendId: null, ipPolicyIds: [], trafficPolicy: null });
@@ -270,5 +270,172 @@ describe('ControlPlaneClient', () => {
     expect(configs.map((x) => x.version)).toEqual([5]);
     expect(restarted.remoteTunnels.get('tn_r2')).toEqual(remote('tn_r2'));
     expect(restarted.connected).toBe(false);
+  });
+});
+
+/** Part `part` of snapshot `version` (`more` on all but the last). */
+const snapPart = (version: number, part: number, more: boolean, resources: Resources, remoteTunnels: DpTunnel[] = [], epoch = 'e1'): ControlMessage => ({
+  snapshot: { version, epoch, resources, remoteTunnels: remoteTunnels.map(tunnelToProto), committedAtUnixMs: Date.now(), part, more },
+  headVersion: version,
+});
+const metric = async (registry: client.Registry, name: string, labels: Record<string, string>) =>
+  (await registry.getSingleMetric(name)?.get())?.values.find((v) => Object.entries(labels).every(([k, x]) => v.labels[k] === x))?.value ?? 0;
+const settle = () => new Promise((r) => setTimeout(r, 100));
+
+describe('ControlPlaneClient: snapshots and full syncs in parts', () => {
+  it('says it takes parts, and swaps a snapshot in parts in only at its last part', async () => {
+    const { cp, c } = await setup();
+    const swaps: [number, number | null][] = [];
+    c.on('config', (cfg, prev) => swaps.push([cfg.version, prev?.version ?? null]));
+    const first = cp.nextCall();
+    await c.start();
+    const call = await first;
+    expect((await call.next('hello')).hello!.parts).toBe(true);
+    call.send(welcome(1_000, true));
+    call.send(snapshot(5, resourcesToProto({ ...none(), edges: [edge('e1')] })));
+    expect((await call.next('ack')).ack!.version).toBe(5);
+    const served = c.config;
+
+    call.send(snapPart(6, 0, true, resourcesToProto({ ...none(), edges: [edge('e1'), edge('e2')] })));
+    call.send(snapPart(6, 1, true, resourcesToProto({ ...none(), routes: [route('r1', 'e2')] }), [remote('tn_r1')]));
+    await settle();
+    // Nothing of version 6 yet: the config served, the remote tunnels and the ACKs are as before.
+    expect(c.config).toBe(served);
+    expect(c.remoteTunnels.size).toBe(0);
+    expect(call.received.filter((m) => m.msg === 'ack' || m.msg === 'nack')).toHaveLength(1);
+
+    call.send(snapPart(6, 2, false, resourcesToProto({ ...none(), edges: [edge('e3')] })));
+    expect((await call.next('ack')).ack!.version).toBe(6);
+    expect([...c.config!.edges.keys()].sort()).toEqual(['e1', 'e2', 'e3']);
+    expect(c.config!.routes.get('r1')!.edgeId).toBe('e2');
+    expect([...c.remoteTunnels.keys()]).toEqual(['tn_r1']);
+    expect(swaps).toEqual([
+      [5, null],
+      [6, 5],
+    ]);
+  });
+
+  it('a stream broken in the middle of a snapshot leaves the config served, and the next connection completes', async () => {
+    const { cp, c } = await setup();
+    const first = cp.nextCall();
+    await c.start();
+    const call = await first;
+    call.send(welcome(1_000, true));
+    call.send(snapshot(5, resourcesToProto({ ...none(), edges: [edge('e1')] })));
+    await call.next('ack');
+
+    const second = cp.nextCall();
+    call.send(snapPart(6, 0, true, resourcesToProto({ ...none(), edges: [edge('e2')] })));
+    call.send(snapPart(6, 1, true, resourcesToProto({ ...none(), edges: [edge('e3')] })));
+    await settle();
+    call.end();
+    const again = await second;
+    const hello = (await again.next('hello')).hello!;
+    expect([Number(hello.appliedVersion), hello.epoch]).toEqual([5, 'e1']);
+    expect(c.config!.version).toBe(5);
+    expect([...c.config!.edges.keys()]).toEqual(['e1']);
+
+    again.send(welcome(1_000, true));
+    again.send(snapPart(6, 0, true, resourcesToProto({ ...none(), edges: [edge('e2')] })));
+    again.send(snapPart(6, 1, false, resourcesToProto({ ...none(), edges: [edge('e3')] })));
+    expect((await again.next('ack')).ack!.version).toBe(6);
+    expect([...c.config!.edges.keys()].sort()).toEqual(['e2', 'e3']);
+  });
+
+  it('drops the partial snapshot and reconnects on a part out of sequence, a version change, or a delta before the last part', async () => {
+    const { cp, c, registry } = await setup();
+    let call = cp.nextCall();
+    await c.start();
+    let cur = await call;
+    cur.send(welcome(1_000, true));
+    cur.send(snapshot(5, resourcesToProto({ ...none(), edges: [edge('e1')] })));
+    await cur.next('ack');
+    const breaks: [string, ControlMessage][] = [
+      ['part_sequence', snapPart(6, 2, false, resourcesToProto({ ...none(), edges: [edge('e3')] }))],
+      ['version_change', snapPart(7, 1, false, resourcesToProto({ ...none(), edges: [edge('e3')] }))],
+      ['delta_mid_snapshot', delta(5, 7, resourcesToProto({ ...none(), edges: [edge('e3')] }))],
+    ];
+    for (const [reason, bad] of breaks) {
+      call = cp.nextCall();
+      cur.send(snapPart(6, 0, true, resourcesToProto({ ...none(), edges: [edge('e2')] })));
+      cur.send(bad);
+      cur = await call; // it reconnects
+      expect(Number((await cur.next('hello')).hello!.appliedVersion)).toBe(5);
+      expect(await metric(registry, 'warren_ingress_config_protocol_errors_total', { reason })).toBe(1);
+      expect([c.config!.version, [...c.config!.edges.keys()]]).toEqual([5, ['e1']]);
+      cur.send(welcome(1_000, true));
+    }
+    expect(cur.received.filter((m) => m.msg === 'ack' || m.msg === 'nack')).toEqual([]);
+  });
+
+  it('holds at most maxSnapshotBytes of an incomplete snapshot', async () => {
+    const { cp, c, registry } = await setup({ maxSnapshotBytes: 4_000 });
+    const first = cp.nextCall();
+    await c.start();
+    const call = await first;
+    call.send(welcome(1_000, true));
+    call.send(snapshot(5, resourcesToProto({ ...none(), edges: [edge('e1')] })));
+    await call.next('ack');
+    const big = (i: number) => ({ ...edge(`big${i}`), hostports: Array.from({ length: 40 }, (_, k) => `h${k}-${'x'.repeat(40)}.example.com:443`) });
+    const second = cp.nextCall();
+    for (let i = 0; i < 3; i++) call.send(snapPart(6, i, true, resourcesToProto({ ...none(), edges: [big(i)] })));
+    await second;
+    expect(await metric(registry, 'warren_ingress_config_protocol_errors_total', { reason: 'snapshot_too_large' })).toBe(1);
+    expect([c.config!.version, [...c.config!.edges.keys()]]).toEqual([5, ['e1']]);
+  });
+
+  const many = (n: number) =>
+    Array.from({ length: n }, (_, i) => ({ id: `tn_${i}`, accountId: 'ac_1', sessionId: 'ts_1', proto: 'labeled', labels: { n: String(i) }, publicUrl: '', bindings: [], poolingEnabled: false, forwardsTo: '', metadata: 'm'.repeat(500), startedAt: '2026-01-01T00:00:00Z' }));
+  const session1 = { id: 'ts_1', accountId: 'ac_1', credentialId: 'cr_1', agentVersion: '1', os: 'linux', ip: '1.2.3.4', metadata: '', startedAt: '2026-01-01T00:00:00Z' };
+
+  it('sends a full sync larger than a message the control plane takes in parts, after a welcome that says it takes them', async () => {
+    // This control plane takes messages of 32 KiB at most; the full sync is ~120 KB.
+    const { cp, c } = await setup({ fullSyncPartBytes: 16 * 1024 }, { 'grpc.max_receive_message_length': 32 * 1024 });
+    c.sessionUp(session1);
+    for (const t of many(200)) c.tunnelUp(t);
+    const first = cp.nextCall();
+    await c.start();
+    const call = await first;
+    await call.next('hello');
+    await settle();
+    expect(call.received.filter((m) => m.msg === 'fullSync')).toEqual([]); // waits for the welcome
+    call.send(welcome(1_000, true));
+    await expect.poll(() => call.received.some((m) => m.msg === 'fullSync' && !m.fullSync!.more)).toBe(true);
+    const parts = call.received.filter((m) => m.msg === 'fullSync').map((m) => m.fullSync!);
+    expect(parts.length).toBeGreaterThan(4);
+    expect(parts.map((p) => p.part)).toEqual(parts.map((_, i) => i));
+    expect(parts.map((p) => p.more)).toEqual(parts.map((_, i) => i < parts.length - 1));
+    expect(parts.flatMap((p) => p.tunnels.map((t) => t.id)).sort()).toEqual(many(200).map((t) => t.id).sort());
+    expect(parts.flatMap((p) => p.sessions.map((s) => s.id))).toEqual(['ts_1']);
+    // Reports held while the full sync waited go on afterwards.
+    c.tunnelDown('tn_0');
+    expect((await call.next('tunnelDown')).tunnelDown!.id).toBe('tn_0');
+    expect(c.connected).toBe(true);
+  });
+
+  it('rolling upgrade: to a control plane without parts, one full sync message and snapshots taken whole', async () => {
+    const { cp, c } = await setup({ fullSyncPartBytes: 16 * 1024 });
+    c.sessionUp(session1);
+    for (const t of many(200)) c.tunnelUp(t);
+    const first = cp.nextCall();
+    await c.start();
+    const call = await first;
+    await call.next('hello');
+    call.send(welcome()); // no `parts`: a control plane from before them
+    const sync = (await call.next('fullSync')).fullSync!;
+    expect(sync).toMatchObject({ part: 0, more: false });
+    expect(sync.tunnels).toHaveLength(200);
+    call.send(snapshot(5, resourcesToProto({ ...none(), edges: [edge('e1')] })));
+    expect((await call.next('ack')).ack!.version).toBe(5);
+    await settle();
+    expect(call.received.filter((m) => m.msg === 'fullSync')).toHaveLength(1);
+
+    // A node configured as one from before parts says nothing of them and sends its full sync at once.
+    const old = await setup({ parts: false, nodeId: 'node-old' });
+    const oldFirst = old.cp.nextCall();
+    await old.c.start();
+    const oldCall = await oldFirst;
+    expect((await oldCall.next('hello')).hello!.parts).toBe(false);
+    await oldCall.next('fullSync');
   });
 });

@@ -13,7 +13,9 @@ import {
   type ControlMessage__Output,
   type Delta__Output,
   type NodeMessage,
+  type Resources__Output,
   type Snapshot__Output,
+  type Tunnel__Output,
   type TunnelPresence__Output,
 } from '../../../shared/src/proto/index.js';
 import { Backoff } from '@warren/shared';
@@ -52,6 +54,22 @@ export interface ControlPlaneClientOptions {
    * new one syncs afresh (default 15 s). A version this node refused (NACK) does not count.
    */
   maxConfigLagMs?: number;
+  /**
+   * Say in hello that this node applies snapshots sent in parts, and send its full sync in parts
+   * to a control plane whose welcome says it takes them (default true; false behaves as a node
+   * from before parts, for tests of rolling upgrades).
+   */
+  parts?: boolean;
+  /** Largest single message accepted from the control plane (default 256 MiB). */
+  maxReceiveBytes?: number;
+  /**
+   * What the parts of one snapshot may add up to (bytes as received) while it is incomplete; past
+   * it the partial snapshot is dropped and the node reconnects, serving its config meanwhile
+   * (default: MAX_CONFIG_SNAPSHOT_BYTES from the environment, else 1 GiB).
+   */
+  maxSnapshotBytes?: number;
+  /** Target size of one part of a full sync sent in parts (default 4 MiB). */
+  fullSyncPartBytes?: number;
 }
 
 export interface ControlPlaneClientEvents {
@@ -63,14 +81,66 @@ export interface ControlPlaneClientEvents {
   disconnected: [err?: Error];
 }
 
-// Largest message accepted from the control plane: a snapshot of a large configuration.
+// Largest message accepted from the control plane: a snapshot of a large configuration from a
+// control plane that does not send parts (with parts, each is about 4 MiB).
 const MAX_RECEIVE_BYTES = 256 * 1024 * 1024;
+
+/** Default of what an incomplete snapshot's parts may add up to (MAX_CONFIG_SNAPSHOT_BYTES). */
+export const DEFAULT_MAX_SNAPSHOT_BYTES = 1024 * 1024 * 1024;
+
+/** Default target size of one part of a full sync sent in parts. */
+export const DEFAULT_FULL_SYNC_PART_BYTES = 4 * 1024 * 1024;
+
+function snapshotBytesFromEnv(log: Logger): number {
+  const raw = process.env.MAX_CONFIG_SNAPSHOT_BYTES;
+  if (raw === undefined || raw === '') return DEFAULT_MAX_SNAPSHOT_BYTES;
+  const n = Number(raw);
+  if (Number.isSafeInteger(n) && n >= 1024 * 1024) return n;
+  log.warn({ MAX_CONFIG_SNAPSHOT_BYTES: raw }, `MAX_CONFIG_SNAPSHOT_BYTES must be a whole number of bytes, at least 1 MiB; using ${DEFAULT_MAX_SNAPSHOT_BYTES}`);
+  return DEFAULT_MAX_SNAPSHOT_BYTES;
+}
+
+/** The wire size of each message the control plane sent (recorded by the deserializer). */
+const wireBytes = new WeakMap<object, number>();
+let SizedConfigService: grpc.ServiceClientConstructor | undefined;
+
+/** `ConfigService`'s client, its deserializer noting each message's size on the wire. */
+function configServiceClient(): grpc.ServiceClientConstructor {
+  if (SizedConfigService) return SizedConfigService;
+  const service = loadConfigProto().ConfigService.service;
+  const decode = service.Connect.responseDeserialize;
+  const Connect = {
+    ...service.Connect,
+    responseDeserialize: (buf: Buffer) => {
+      const m = decode(buf);
+      if (m && typeof m === 'object') wireBytes.set(m, buf.length);
+      return m;
+    },
+  };
+  SizedConfigService = grpc.makeGenericClientConstructor({ ...service, Connect } as grpc.ServiceDefinition, 'ConfigService');
+  return SizedConfigService;
+}
+
+const RESOURCE_KINDS = ['edges', 'routes', 'backends', 'ipPolicies', 'certificateAuthorities', 'credentials', 'eventSubscriptions'] as const;
+
+/** A snapshot arriving in parts, until its last part. */
+interface PartialSnapshot {
+  version: number;
+  epoch: string;
+  next: number;
+  bytes: number;
+  lastPartAt: number;
+  resources: { [K in (typeof RESOURCE_KINDS)[number]]: NonNullable<Resources__Output[K]> };
+  remoteTunnels: Tunnel__Output[];
+}
 
 /**
  * The control plane accepts node messages of at most 64 MiB (config-push.grpc.ts); one over it
  * ends the stream (RESOURCE_EXHAUSTED), and as every reconnect sends the full sync again the node
- * would never get a config change (credential revocations included). A full sync is kept under
- * this, leaving room below the limit for framing and for a control plane configured lower.
+ * would never get a config change (credential revocations included). A full sync sent as ONE
+ * message (to a control plane from before parts) is kept under this, leaving room below the limit
+ * for framing and for a control plane configured lower; a full sync in parts is not cut (each
+ * part is about DEFAULT_FULL_SYNC_PART_BYTES). It also caps the agent server's report budget.
  */
 export const MAX_FULL_SYNC_BYTES = 60 * 1024 * 1024;
 
@@ -125,7 +195,7 @@ export function tunnelReportBytes(t: ReportedTunnel): number {
  * memory used is bounded by what is live.
  */
 export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
-  private readonly opts: Required<Pick<ControlPlaneClientOptions, 'connectTimeoutMs' | 'keepaliveIntervalMs' | 'maxQueuedReports' | 'maxConfigLagMs'>> & ControlPlaneClientOptions;
+  private readonly opts: Required<Pick<ControlPlaneClientOptions, 'connectTimeoutMs' | 'keepaliveIntervalMs' | 'maxQueuedReports' | 'maxConfigLagMs' | 'parts' | 'maxReceiveBytes' | 'maxSnapshotBytes' | 'fullSyncPartBytes'>> & ControlPlaneClientOptions;
   private readonly log: Logger;
   private readonly metrics: ConfigClientMetrics;
   private readonly store: StateStore;
@@ -159,6 +229,12 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
   /** The newest version this node refused: being behind it is not a stalled stream. */
   private refusedVersion = 0;
   private tunnelsSaveTimer: NodeJS.Timeout | null = null;
+  /** The control plane of this stream said (welcome) it takes a full sync in parts. */
+  private peerTakesParts = false;
+  /** The full sync did not fit in one part: it goes out on the welcome, in parts if the control plane takes them. */
+  private fullSyncOnWelcome = false;
+  /** A snapshot arriving in parts (the config served stays the previous one until its last part). */
+  private partial: PartialSnapshot | null = null;
 
   constructor(opts: ControlPlaneClientOptions) {
     super();
@@ -166,8 +242,18 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
     if (!opts.nodeId) throw new TypeError('ControlPlaneClient: nodeId is required');
     if (!opts.nodeAddress) throw new TypeError('ControlPlaneClient: nodeAddress is required');
     if (!opts.stateDir) throw new TypeError('ControlPlaneClient: stateDir is required');
-    this.opts = { connectTimeoutMs: 10_000, keepaliveIntervalMs: 3_000, maxQueuedReports: 1_000, maxConfigLagMs: 15_000, ...opts };
     this.log = opts.log ?? createLogger('ingress-config');
+    this.opts = {
+      connectTimeoutMs: 10_000,
+      keepaliveIntervalMs: 3_000,
+      maxQueuedReports: 1_000,
+      maxConfigLagMs: 15_000,
+      parts: true,
+      maxReceiveBytes: MAX_RECEIVE_BYTES,
+      maxSnapshotBytes: opts.maxSnapshotBytes ?? snapshotBytesFromEnv(this.log),
+      fullSyncPartBytes: DEFAULT_FULL_SYNC_PART_BYTES,
+      ...opts,
+    };
     this.metrics = createConfigClientMetrics(opts.registry ?? new client.Registry());
     this.store = new StateStore(opts.stateDir);
     this.backoff = new Backoff(opts.backoff?.initialMs ?? 100, opts.backoff?.maxMs ?? 5_000);
@@ -254,7 +340,7 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
       call.once('drain', () => {
         if (this.call !== call) return;
         this.fullSyncWanted = false;
-        this.write(this.fullSyncMessage());
+        this.sendFullSync(this.peerTakesParts);
       });
       return;
     }
@@ -292,16 +378,54 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
     return { fullSync: { sessions: sessions.map(sessionToProto), tunnels: tunnels.map(tunnelToProto) } };
   }
 
+  /**
+   * All sessions and tunnels in parts of about `fullSyncPartBytes` each (part 0, 1, …, `more`
+   * on all but the last), nothing left out. One part when everything fits in one: that message
+   * is also a whole full sync to a control plane that does not know parts.
+   */
+  private fullSyncParts(): NodeMessage[] {
+    const target = this.opts.fullSyncPartBytes;
+    const parts: { sessions: DpAgentSession[]; tunnels: ReportedTunnel[] }[] = [];
+    let cur: (typeof parts)[number] = { sessions: [], tunnels: [] };
+    let bytes = 0;
+    const room = (n: number) => {
+      if (bytes > 0 && 32 + bytes + n > target) {
+        parts.push(cur);
+        cur = { sessions: [], tunnels: [] };
+        bytes = 0;
+      }
+      bytes += n;
+    };
+    for (const s of this.sessions.values()) {
+      room(sessionReportBytes(s));
+      cur.sessions.push(s);
+    }
+    for (const t of this.tunnels.values()) {
+      room(tunnelReportBytes(t));
+      cur.tunnels.push(t);
+    }
+    parts.push(cur);
+    return parts.map((p, i) => ({ fullSync: { sessions: p.sessions.map(sessionToProto), tunnels: p.tunnels.map(tunnelToProto), part: i, more: i < parts.length - 1 } }));
+  }
+
+  /** Writes the full sync: in parts when the control plane takes them, else as one message (cut to MAX_FULL_SYNC_BYTES). */
+  private sendFullSync(inParts: boolean): void {
+    if (!inParts) return this.write(this.fullSyncMessage());
+    const parts = this.fullSyncParts();
+    for (const p of parts) this.write(p);
+    if (parts.length > 1) this.log.debug({ parts: parts.length, sessions: this.sessions.size, tunnels: this.tunnels.size }, 'full sync sent in parts');
+  }
+
   // ---------------------------------------------------------------- connection
 
   private connect(): void {
     if (this.stopped) return;
     const target = this.opts.targets[this.targetIndex % this.opts.targets.length]!;
     if (this.attempts++ > 0) this.metrics.reconnects.inc();
-    const Service = loadConfigProto().ConfigService;
+    const Service = configServiceClient();
     const tls = this.opts.tls;
     const creds = tls ? grpc.credentials.createSsl(tls.ca ?? null, tls.key ?? null, tls.cert ?? null) : grpc.credentials.createInsecure();
-    const channelOptions: grpc.ChannelOptions = { 'grpc.max_receive_message_length': MAX_RECEIVE_BYTES };
+    const channelOptions: grpc.ChannelOptions = { 'grpc.max_receive_message_length': this.opts.maxReceiveBytes };
     if (tls?.serverNameOverride) channelOptions['grpc.ssl_target_name_override'] = tls.serverNameOverride;
     const grpcClient = new Service(target, creds, channelOptions) as unknown as ConfigServiceClient;
     const md = new grpc.Metadata();
@@ -311,6 +435,9 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
     this.call = call;
     this.fullSyncWanted = false;
     this.resyncPending = false;
+    this.peerTakesParts = false;
+    this.fullSyncOnWelcome = false;
+    this.partial = null;
     this.lastHeard = Date.now();
     // The head is what this stream's control plane announces (another one may be of another epoch).
     this.headVersion = 0;
@@ -338,9 +465,18 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
     call.on('close', () => end());
 
     this.write({
-      hello: { nodeId: this.opts.nodeId, nodeAddress: this.opts.nodeAddress, appliedVersion: this.current?.version ?? 0, epoch: this.current ? this.epoch : '', agent: `warren-ingress node/${process.version}` },
+      hello: { nodeId: this.opts.nodeId, nodeAddress: this.opts.nodeAddress, appliedVersion: this.current?.version ?? 0, epoch: this.current ? this.epoch : '', agent: `warren-ingress node/${process.version}`, parts: this.opts.parts },
     });
-    this.write(this.fullSyncMessage());
+    // A full sync that fits in one part goes out at once, as one message every control plane
+    // understands. A larger one waits for the welcome, which says whether the control plane takes
+    // parts (an older one would take each part for the whole); reports wait with it.
+    const parts = this.opts.parts ? this.fullSyncParts() : null;
+    if (!parts) this.write(this.fullSyncMessage());
+    else if (parts.length === 1) this.write(parts[0]!);
+    else {
+      this.fullSyncOnWelcome = true;
+      this.fullSyncWanted = true;
+    }
     this.connectTimer = setTimeout(() => {
       this.connectTimer = null;
       if (this.call === call && !this.isConnected) {
@@ -387,6 +523,9 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
     this.connectTimer = null;
     if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
     this.keepaliveTimer = null;
+    // A snapshot not complete when its stream ended is dropped: the config served stays.
+    if (this.partial) this.log.warn({ version: this.partial.version, parts: this.partial.next }, 'stream ended in the middle of a snapshot in parts; dropped it, the config served stays');
+    this.partial = null;
     if (this.isConnected) {
       this.isConnected = false;
       this.metrics.connected.set(0);
@@ -414,12 +553,16 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
   private onMessage(m: ControlMessage__Output): void {
     const head = Number(m.headVersion) || 0;
     if (head > this.headVersion) this.headVersion = head;
+    if (this.partial && m.msg !== 'snapshot' && m.msg !== 'heartbeat') {
+      // The control plane writes a snapshot's parts back to back.
+      return this.protocolError(m.msg === 'delta' ? 'delta_mid_snapshot' : 'unexpected_message', `${m.msg ?? 'a message'} before the last part of snapshot ${this.partial.version}`);
+    }
     switch (m.msg) {
       case 'welcome':
-        if (m.welcome) this.onWelcome(Number(m.welcome.keepaliveIntervalMs) || this.opts.keepaliveIntervalMs);
+        if (m.welcome) this.onWelcome(Number(m.welcome.keepaliveIntervalMs) || this.opts.keepaliveIntervalMs, m.welcome.parts === true);
         break;
       case 'snapshot':
-        if (m.snapshot) this.onSnapshot(m.snapshot);
+        if (m.snapshot) this.onSnapshot(m.snapshot, wireBytes.get(m) ?? 0);
         break;
       case 'delta':
         if (m.delta) this.onDelta(m.delta);
@@ -433,9 +576,15 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
     this.updateVersionMetrics();
   }
 
-  private onWelcome(keepaliveMs: number): void {
+  private onWelcome(keepaliveMs: number, peerTakesParts: boolean): void {
     if (this.connectTimer) clearTimeout(this.connectTimer);
     this.connectTimer = null;
+    this.peerTakesParts = this.opts.parts && peerTakesParts;
+    if (this.fullSyncOnWelcome) {
+      this.fullSyncOnWelcome = false;
+      this.fullSyncWanted = false;
+      this.sendFullSync(this.peerTakesParts);
+    }
     this.isConnected = true;
     this.failures = 0;
     this.metrics.connected.set(1);
@@ -470,6 +619,11 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
    */
   private stalled(): boolean {
     const applied = this.current?.version ?? 0;
+    if (this.partial && Date.now() - this.partial.lastPartAt < this.opts.maxConfigLagMs) {
+      // A snapshot in parts is still arriving.
+      this.behindSince = 0;
+      return false;
+    }
     if (this.headVersion <= applied || this.headVersion <= this.refusedVersion) {
       this.behindSince = 0;
       return false;
@@ -479,12 +633,68 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
     return now - this.behindSince > this.opts.maxConfigLagMs;
   }
 
-  private onSnapshot(s: Snapshot__Output): void {
+  /**
+   * A whole snapshot, or one part of one. Parts are gathered (the config served does not change)
+   * until the last, then applied as one snapshot. A part out of sequence or of another version or
+   * epoch, or gathered parts past `maxSnapshotBytes`, drop what was gathered and the stream.
+   */
+  private onSnapshot(s: Snapshot__Output, bytes: number): void {
     const version = Number(s.version) || 0;
+    const epoch = String(s.epoch ?? '');
+    const part = Number(s.part) || 0;
+    const more = s.more === true;
+    if (part === 0 && !more && !this.partial) return this.applySnapshot(version, epoch, s.resources, s.remoteTunnels ?? []);
+    let p = this.partial;
+    if (part === 0 ? p !== null : p === null || part !== p.next) {
+      return this.protocolError('part_sequence', `snapshot part ${part} of version ${version} out of sequence (expected ${p ? `part ${p.next} of version ${p.version}` : 'part 0'})`);
+    }
+    if (p && (version !== p.version || epoch !== p.epoch)) {
+      return this.protocolError('version_change', `snapshot part ${part} is of version ${version} (${epoch}), the parts before of ${p.version} (${p.epoch})`);
+    }
+    if (!p) {
+      const resources = Object.fromEntries(RESOURCE_KINDS.map((k) => [k, []])) as unknown as PartialSnapshot['resources'];
+      p = this.partial = { version, epoch, next: 0, bytes: 0, lastPartAt: 0, resources, remoteTunnels: [] };
+    }
+    p.next++;
+    p.lastPartAt = Date.now();
+    p.bytes += bytes;
+    if (p.bytes > this.opts.maxSnapshotBytes) {
+      this.log.error(
+        { version, parts: p.next, bytes: p.bytes, max: this.opts.maxSnapshotBytes },
+        'snapshot in parts larger than this node will hold (MAX_CONFIG_SNAPSHOT_BYTES); dropped it and reconnecting, the config served stays',
+      );
+      return this.protocolError('snapshot_too_large', null);
+    }
+    for (const k of RESOURCE_KINDS) {
+      const list = s.resources?.[k];
+      if (Array.isArray(list)) for (const e of list) (p.resources[k] as unknown[]).push(e);
+    }
+    if (Array.isArray(s.remoteTunnels)) for (const t of s.remoteTunnels) p.remoteTunnels.push(t);
+    if (more) return;
+    this.partial = null;
+    this.log.info({ version, parts: p.next, bytes: p.bytes }, 'snapshot received in parts');
+    this.applySnapshot(version, epoch, p.resources as Resources__Output, p.remoteTunnels);
+  }
+
+  private applySnapshot(version: number, epoch: string, resources: Resources__Output | null, remoteTunnels: Tunnel__Output[]): void {
     this.resyncPending = false;
     // Remote tunnels first: they are valid whatever becomes of the config.
-    this.replaceRemote(s.remoteTunnels ?? []);
-    this.apply('snapshot', version, String(s.epoch ?? ''), 0, () => buildConfig(version, resourcesFromProto(s.resources)));
+    this.replaceRemote(remoteTunnels);
+    this.apply('snapshot', version, epoch, 0, () => buildConfig(version, resourcesFromProto(resources)));
+  }
+
+  /**
+   * The control plane broke the snapshot-in-parts protocol (or sent more than this node holds):
+   * the partial snapshot is dropped and the stream with it; the next connection syncs afresh.
+   */
+  private protocolError(reason: string, detail: string | null): void {
+    this.metrics.protocolErrors.inc({ reason });
+    if (detail) this.log.warn({ reason, detail }, 'config stream protocol error; dropping the partial snapshot and reconnecting');
+    this.partial = null;
+    const call = this.call;
+    if (!call) return;
+    call.removeAllListeners('data'); // what is still buffered of this stream is not looked at
+    call.cancel();
   }
 
   private onDelta(d: Delta__Output): void {

@@ -14,6 +14,12 @@ export function createConfigClientMetrics(registry: client.Registry) {
       registers,
     }),
     applies: new client.Counter({ name: 'warren_ingress_config_applies_total', help: 'Snapshots and deltas processed, by result (ok, rejected)', labelNames: ['kind', 'result'] as const, registers }),
+    protocolErrors: new client.Counter({
+      name: 'warren_ingress_config_protocol_errors_total',
+      help: 'Config streams dropped for a broken snapshot in parts, by reason (part_sequence, version_change, delta_mid_snapshot, unexpected_message, snapshot_too_large)',
+      labelNames: ['reason'] as const,
+      registers,
+    }),
     connected: new client.Gauge({ name: 'warren_ingress_config_connected', help: '1 while the config stream to a control plane is up', registers }),
     remoteTunnels: new client.Gauge({ name: 'warren_ingress_config_remote_tunnels', help: 'Tunnels of other nodes known from the control plane', registers }),
     reconnects: new client.Counter({ name: 'warren_ingress_config_reconnects_total', help: 'Connection attempts to the control plane after the first', registers }),
