@@ -13,6 +13,8 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env) {
       PUBLIC_BASE_URL: z.string().url().optional(),
       /** Per-account management API requests per rolling minute; 0 turns the limit off. */
       API_RATE_LIMIT_PER_MINUTE: envInt(1200),
+      /** How often the replicas share their rate-limit counts through Postgres; 0: each replica counts on its own. */
+      API_RATE_LIMIT_SYNC_MS: envInt(1000, 0, 60_000),
       /** Hostname part of reserved TCP addresses. */
       TCP_ADDR_HOST: z.string().default('tcp.warren.localhost'),
       PG_POOL_MAX: envInt(20, 1, 1000),

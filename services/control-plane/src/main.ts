@@ -44,13 +44,14 @@ async function main(): Promise<void> {
     maxQueued: config.USER_AGENT_CHECK_QUEUE,
     log,
   });
-  const { app } = createApp({
+  const { app, close: closeApp } = createApp({
     db,
     log,
     metrics,
     authenticator: createAuthenticator(db),
     baseUrl,
     rateLimitPerMinute: config.API_RATE_LIMIT_PER_MINUTE,
+    rateLimitSync: { databaseUrl: config.DATABASE_URL, intervalMs: config.API_RATE_LIMIT_SYNC_MS },
     tcpAddrHost: config.TCP_ADDR_HOST,
     quotas: config.ACCOUNT_QUOTAS,
     isReady: () => ready,
@@ -98,6 +99,7 @@ async function main(): Promise<void> {
     await Promise.all([new Promise<void>((resolve) => server.once('close', () => resolve())), configPush.stop(5_000)]);
     // After the requests drained (a save waiting on a check finishes first): the check workers.
     await userAgentChecks.close();
+    await closeApp();
     await pool.end();
     log.info('stopped');
     process.exit(0);

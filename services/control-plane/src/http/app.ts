@@ -19,6 +19,11 @@ export interface AppOptions {
   authenticator: Authenticator;
   baseUrl: string;
   rateLimitPerMinute: number;
+  /**
+   * Share the rate-limit counts with the other replicas through this database every `intervalMs`
+   * (auth/rate-limit.ts); unset or `intervalMs` 0: this replica counts on its own.
+   */
+  rateLimitSync?: { databaseUrl: string; intervalMs: number };
   tcpAddrHost: string;
   /** Account quotas per resource type; empty means none. */
   quotas?: Partial<Record<QuotaTable, number>>;
@@ -43,7 +48,7 @@ function checkVersion(req: Request): void {
 }
 
 /** The express application (no listen): middleware order follows wire-conventions.md §1. */
-export function createApp(opts: AppOptions): { app: express.Express; openapi: OpenApiRegistry } {
+export function createApp(opts: AppOptions): { app: express.Express; openapi: OpenApiRegistry; close: () => Promise<void> } {
   const { db, log, metrics, authenticator, baseUrl } = opts;
   const app = express();
   app.disable('x-powered-by');
@@ -107,7 +112,11 @@ export function createApp(opts: AppOptions): { app: express.Express; openapi: Op
     }
   });
 
-  const { router, routes } = createApiRouter(baseUrl, createAccountRateLimiter(opts.rateLimitPerMinute), openapi);
+  const sync = opts.rateLimitSync && opts.rateLimitSync.intervalMs > 0 ? opts.rateLimitSync : undefined;
+  const rateLimiter = createAccountRateLimiter(opts.rateLimitPerMinute, {
+    sync: sync && { databaseUrl: sync.databaseUrl, intervalMs: sync.intervalMs, log, registry: metrics.registry },
+  });
+  const { router, routes } = createApiRouter(baseUrl, rateLimiter.check, openapi);
   registerAllModules(routes, {
     db,
     authenticator,
@@ -121,5 +130,6 @@ export function createApp(opts: AppOptions): { app: express.Express; openapi: Op
     next(new AppError(4000, `no such path: ${req.method} ${req.path.slice(0, 200)}`));
   });
   app.use(errorHandler(log));
-  return { app, openapi };
+  // After the requests drained: the rate-limit counts' last sync.
+  return { app, openapi, close: () => rateLimiter.close() };
 }
