@@ -52,6 +52,13 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
       MAX_TUNNELS_PER_NODE: envInt(10_000, 1, 1_000_000),
       /** Tunnels of one account's sessions on this node at once; beyond it, refused (ERR_WARREN_1110). */
       MAX_TUNNELS_PER_ACCOUNT: envInt(1_000, 1, 1_000_000),
+      /** Authenticated agent sessions of one credential (authtoken) on this node at once; an Auth beyond it is refused (ERR_WARREN_1110). */
+      MAX_SESSIONS_PER_CREDENTIAL: envInt(100, 1, 1_000_000),
+      /** Tunnels of one credential's sessions on this node at once; beyond it, refused (ERR_WARREN_1110). */
+      MAX_TUNNELS_PER_CREDENTIAL: envInt(500, 1, 1_000_000),
+      /** Tunnel starts (StartTunnelWithLabel, Bind) per second per agent session, and at once (0: MAX_TUNNELS_PER_SESSION, at least a second's worth); beyond, refused (ERR_WARREN_8001). */
+      TUNNEL_STARTS_PER_SECOND_PER_SESSION: envInt(20, 1, 1_000_000),
+      TUNNEL_START_BURST_PER_SESSION: envInt(0, 0, 1_000_000),
       /** Redis for the rate-limit action; without it the limiter counts in memory (per process). */
       REDIS_URL: z.string().optional(),
       /**

@@ -205,6 +205,10 @@ async function main(): Promise<void> {
     maxTunnelsPerSession: env.MAX_TUNNELS_PER_SESSION,
     maxTunnelsPerNode: env.MAX_TUNNELS_PER_NODE,
     maxTunnelsPerAccount: env.MAX_TUNNELS_PER_ACCOUNT,
+    maxSessionsPerCredential: env.MAX_SESSIONS_PER_CREDENTIAL,
+    maxTunnelsPerCredential: env.MAX_TUNNELS_PER_CREDENTIAL,
+    tunnelStartsPerSecond: env.TUNNEL_STARTS_PER_SECOND_PER_SESSION,
+    tunnelStartBurst: env.TUNNEL_START_BURST_PER_SESSION || undefined,
     log: log.child({ component: 'agents' }),
   });
   agentServer.on('session', (s) => {

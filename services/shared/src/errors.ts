@@ -94,6 +94,7 @@ export const ERRORS = {
   7123: { status: 503, msg: 'the signing keys for the JWT validation of this route could not be fetched' },
   7125: { status: 403, msg: 'the webhook signature was not verified by the traffic policy of this route (verify-webhook)' },
   8000: { status: 429, msg: 'management API rate limit exceeded' },
+  8001: { status: 429, msg: 'the agent session starts tunnels faster than this server allows; retry later' },
   9000: { status: 500, msg: 'internal error' },
   9001: { status: 503, msg: 'the database is unavailable' },
   9002: { status: 503, msg: 'the server is starting or draining' },

@@ -91,18 +91,26 @@ export interface ConnectionHost {
     maxStreams: number;
     /** Tunnels one session may have at once (MAX_TUNNELS_PER_SESSION). */
     maxTunnelsPerSession: number;
+    /** Tunnel starts (StartTunnelWithLabel, Bind) one session may make per second, on average (TUNNEL_STARTS_PER_SECOND_PER_SESSION). */
+    tunnelStartsPerSecond: number;
+    /** ... and at once, after a quiet spell (TUNNEL_START_BURST_PER_SESSION). */
+    tunnelStartBurst: number;
     heartbeatIntervalMs: number | undefined;
     heartbeatToleranceMs: number | undefined;
   };
   authenticate(token: string): AgentIdentity | null;
   checkBind(req: BindRequest): string | null;
-  /** Null when the node can take this session (`replacing`: the live one of the same id it supersedes), else the refusal (its report budget is spent). */
+  /**
+   * Null when the node can take this session (`replacing`: the live one of the same id it
+   * supersedes), else the refusal: its credential's session cap, or the node's report budget.
+   */
   admitSession(s: DpAgentSession, replacing: AgentConnection | undefined): string | null;
   /**
-   * Null when the node can take this tunnel (`replacing`: the live tunnel of the same id it
-   * supersedes), else the refusal: the node's tunnel cap or report budget.
+   * Null when the node can take this tunnel of a session of `credentialId` (`replacing`: the live
+   * tunnel of the same id it supersedes), else the refusal: a tunnel cap (node, account,
+   * credential) or the report budget.
    */
-  admitTunnel(t: TunnelFields, replacing: LocalTunnelImpl | undefined): string | null;
+  admitTunnel(t: TunnelFields, credentialId: string, replacing: LocalTunnelImpl | undefined): string | null;
   publicUrl(proto: string, hostname: string): string;
   sessionById(id: string): AgentConnection | undefined;
   tunnelById(id: string): LocalTunnelImpl | undefined;
@@ -192,6 +200,48 @@ export class LocalTunnelImpl implements LocalTunnel {
   }
 }
 
+/**
+ * A token bucket: `burst` tokens at first and at most, refilled at `perSecond`. Two numbers per
+ * session, whatever it does.
+ */
+export class TokenBucket {
+  private tokens: number;
+  private at: number;
+
+  constructor(
+    private readonly perSecond: number,
+    private readonly burst: number,
+    private readonly now: () => number = () => performance.now(),
+  ) {
+    this.tokens = burst;
+    this.at = now();
+  }
+
+  private refill(): void {
+    const t = this.now();
+    this.tokens = Math.min(this.burst, this.tokens + ((t - this.at) * this.perSecond) / 1000);
+    this.at = t;
+  }
+
+  /** Whether a token can be taken now. */
+  available(): boolean {
+    this.refill();
+    return this.tokens >= 1;
+  }
+
+  /** Takes a token (the bucket may go below zero only if called without {@link available}). */
+  take(): void {
+    this.refill();
+    this.tokens -= 1;
+  }
+
+  /** Milliseconds until a token is there (0 when one is). */
+  waitMs(): number {
+    this.refill();
+    return this.tokens >= 1 ? 0 : ((1 - this.tokens) * 1000) / this.perSecond;
+  }
+}
+
 function clampMs(v: number, min: number, max: number): number {
   return Math.min(max, Math.max(min, Math.round(v)));
 }
@@ -230,9 +280,12 @@ export class AgentConnection {
   private heldHead = 0;
   /** How proxy streams destroyed before the agent's FIN leave the wire (ABORT_DRAIN_MAX_BYTES). */
   private drainOnDestroy: DrainOnDestroy = { maxBytes: ABORT_DRAIN_MAX_BYTES, maxMs: AUTH_TIMEOUT_MS };
+  /** Tunnel starts of this session (see {@link TokenBucket}); full at first, so a reconnect can resume every tunnel at once. */
+  private readonly starts: TokenBucket;
 
   constructor(host: ConnectionHost, socket: tls.TLSSocket) {
     this.host = host;
+    this.starts = new TokenBucket(host.settings.tunnelStartsPerSecond, host.settings.tunnelStartBurst);
     this.ip = remoteIp(socket);
     this.log = host.log.child({ agentIp: this.ip });
     this.mux = new MuxSession(socket, { client: false, maxOutboundStreams: host.settings.maxStreams + 1, maxInboundStreams: MAX_INBOUND_STREAMS });
@@ -424,7 +477,11 @@ export class AgentConnection {
   private onAuth(body: unknown): AuthResponse {
     if (this.info) return authError('the session is already authenticated (ERR_WARREN_1100)');
     const req = parseAuth(body);
-    if (!req.ok) return authError(req.error);
+    if (!req.ok) {
+      // Let the agent read the reply; a refused Auth is not retried on the same connection.
+      setTimeout(() => this.close('Auth refused'), 1_000).unref();
+      return authError(req.error);
+    }
     const identity = this.host.authenticate(req.value.token);
     if (!identity) {
       this.log.info('agent authentication failed');
@@ -453,7 +510,7 @@ export class AgentConnection {
     const old = found !== this ? found : undefined;
     const full = this.host.admitSession(info, old);
     if (full) {
-      setTimeout(() => this.close('no room for another session on this node'), 1_000).unref();
+      setTimeout(() => this.close('session refused by a cap of this node'), 1_000).unref();
       return authError(full);
     }
     old?.close('superseded by a reconnect of the same agent');
@@ -574,8 +631,12 @@ export class AgentConnection {
 
   /**
    * Null when this session and the node can take the tunnel, else the refusal: the session's cap
-   * (MAX_TUNNELS_PER_SESSION), the node's (MAX_TUNNELS_PER_NODE) or its report budget. A live
-   * tunnel the new one replaces (same id, resumed) does not count. Each tunnel is reported to the
+   * (MAX_TUNNELS_PER_SESSION), the node's (MAX_TUNNELS_PER_NODE), the account's or the
+   * credential's on this node, its report budget, or the session's start rate
+   * (TUNNEL_STARTS_PER_SECOND_PER_SESSION, ERR_WARREN_8001: every start is reported to the control
+   * plane and every node, so a session starting and stopping tunnels in a loop would keep them all
+   * busy).
+   * A live tunnel the new one replaces (same id, resumed) does not count. Each tunnel is reported to the
    * control plane and sent in every full sync: without caps one session could grow that past the
    * control plane's message limit and cut the node off from its config.
    */
@@ -587,10 +648,20 @@ export class AgentConnection {
       this.log.debug({ tunnels: this.tunnels.size, max }, 'tunnel refused: the session is at MAX_TUNNELS_PER_SESSION');
       return `this agent session already has ${max} tunnels, the most one session may have (MAX_TUNNELS_PER_SESSION); stop one or start another session (ERR_WARREN_1110)`;
     }
-    return this.host.admitTunnel(fields, replacing);
+    const capped = this.host.admitTunnel(fields, this.identity!.credentialId, replacing);
+    if (capped) return capped;
+    // Last, so that a session at a cap hears about the cap (retrying would not help).
+    if (!this.starts.available()) {
+      const { tunnelStartsPerSecond: rate, tunnelStartBurst: burst } = this.host.settings;
+      this.log.debug({ rate, burst }, 'tunnel refused: the session starts tunnels faster than TUNNEL_STARTS_PER_SECOND_PER_SESSION');
+      return `this agent session starts tunnels faster than this server allows (TUNNEL_STARTS_PER_SECOND_PER_SESSION: ${rate} a second, ${burst} at once); retry in ${Math.ceil(this.starts.waitMs())} ms (ERR_WARREN_8001)`;
+    }
+    return null;
   }
 
   private addTunnel(fields: TunnelFields, hostname: string): void {
+    // Only a tunnel that starts takes a token: refusals cost the node no reports.
+    this.starts.take();
     const t = new LocalTunnelImpl(this, fields, hostname);
     this.tunnels.set(t.id, t);
     this.log.info({ tunnel: t.id, proto: t.proto, url: t.publicUrl || undefined, labels: t.proto === 'labeled' ? t.labels : undefined }, 'tunnel started');

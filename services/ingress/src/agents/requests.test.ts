@@ -89,6 +89,38 @@ describe('parseAuth', () => {
   });
 });
 
+describe('oversized fields are refused, not cut', () => {
+  const bytes = (n: number) => 'x'.repeat(n);
+  /** Two bytes a character: a limit falls between characters, which cutting would have hidden. */
+  const twoByte = (n: number) => 'é'.repeat(n / 2);
+
+  it.each([
+    ['Extra.Metadata', { Metadata: bytes(4097) }, /^session metadata \(Auth Extra\.Metadata\) is 4097 bytes, over the limit of 4096 bytes; send at most 4096 \(ERR_WARREN_5001\)$/],
+    ['Extra.Metadata (UTF-8 bytes)', { Metadata: twoByte(4098) }, /is 4098 bytes, over the limit of 4096 bytes.*ERR_WARREN_5001/],
+    ['Extra.OS', { OS: bytes(65) }, /^the agent OS \(Auth Extra\.OS\) is 65 bytes, over the limit of 64 bytes.*ERR_WARREN_5003/],
+    ['Extra.Version', { Version: bytes(65) }, /^the agent version \(Auth Extra\.Version\) is 65 bytes, over the limit of 64 bytes.*ERR_WARREN_5003/],
+  ])('Auth %s', (_, extra, error) => {
+    expect(parseAuth({ ClientId: '', Extra: { AuthToken: 't', ...extra } })).toEqual({ ok: false, error: expect.stringMatching(error) });
+  });
+
+  it('Auth fields at their limits are kept whole', () => {
+    const r = parseAuth({ Extra: { Metadata: twoByte(4096), OS: bytes(64), Version: twoByte(64) } });
+    expect(r).toMatchObject({ ok: true, value: { metadata: twoByte(4096), os: bytes(64), agentVersion: twoByte(64) } });
+  });
+
+  it('Bind metadata and ForwardsTo', () => {
+    expect(parseBind(bind({}, {}, { Metadata: twoByte(4098) }), 'warren.localhost')).toEqual({ ok: false, error: expect.stringMatching(/^tunnel metadata \(Bind Extra\.Metadata\) is 4098 bytes, over the limit of 4096 bytes.*ERR_WARREN_5001/) });
+    expect(parseBind(bind({ ForwardsTo: bytes(1025) }), 'warren.localhost')).toEqual({ ok: false, error: expect.stringMatching(/^forwards_to \(Bind ForwardsTo\) is 1025 bytes, over the limit of 1024 bytes.*ERR_WARREN_5003/) });
+    expect(parseBind(bind({ ForwardsTo: bytes(1024) }, {}, { Metadata: twoByte(4096) }), 'warren.localhost')).toMatchObject({ ok: true, value: { forwardsTo: bytes(1024), metadata: twoByte(4096) } });
+  });
+
+  it('StartTunnelWithLabel metadata and ForwardsTo', () => {
+    expect(parseLabelTunnel({ Labels: { a: 'b' }, Metadata: bytes(4097) })).toEqual({ ok: false, error: expect.stringMatching(/^tunnel metadata \(StartTunnelWithLabel Metadata\) is 4097 bytes, over the limit of 4096 bytes.*ERR_WARREN_5001/) });
+    expect(parseLabelTunnel({ Labels: { a: 'b' }, ForwardsTo: twoByte(1026) })).toEqual({ ok: false, error: expect.stringMatching(/^forwards_to \(StartTunnelWithLabel ForwardsTo\) is 1026 bytes, over the limit of 1024 bytes.*ERR_WARREN_5003/) });
+    expect(parseLabelTunnel({ Labels: { a: 'b' }, ForwardsTo: bytes(1024), Metadata: bytes(4096) })).toMatchObject({ ok: true, value: { forwardsTo: bytes(1024), metadata: bytes(4096) } });
+  });
+});
+
 describe('ACL', () => {
   it('hostnames', () => {
     expect(aclAllowsHostname([], 'any.test')).toBe(true);

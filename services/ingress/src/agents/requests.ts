@@ -19,9 +19,35 @@ function str(v: unknown): string {
   return typeof v === 'string' ? v : '';
 }
 
-/** Caps free-form strings we keep (metadata, forwards_to): the API limits metadata to 4096 bytes. */
-function clip(s: string, max: number): string {
-  return Buffer.byteLength(s) <= max ? s : Buffer.from(s).subarray(0, max).toString('utf8').replace(/\uFFFD$/, '');
+/**
+ * The most the agent server keeps of the agent's free-form strings, in UTF-8 bytes. They are
+ * reported to the control plane and sent again in every full sync of the node (AgentServer
+ * `maxReportBytes`), so they are bounded; a value over its limit is refused with an error naming
+ * the field and the limit (never shortened: a cut value would be reported as if the agent had
+ * sent it). Metadata has the API's limit for metadata (ERR_WARREN_5001); the others 5003.
+ */
+export const FIELD_LIMITS = {
+  /** Auth `Extra.Metadata` (the SDK's session metadata). */
+  sessionMetadata: 4096,
+  /** Bind `Extra.Metadata` and StartTunnelWithLabel `Metadata`. */
+  tunnelMetadata: 4096,
+  /** Bind and StartTunnelWithLabel `ForwardsTo`. */
+  forwardsTo: 1024,
+  /** Auth `Extra.OS`. */
+  os: 64,
+  /** Auth `Extra.Version` (the agent's version). */
+  agentVersion: 64,
+} as const;
+
+/**
+ * `v` as a string (anything else is ''), or the refusal when it is over `max` bytes: `what` names
+ * the field as the agent's owner knows it, `wire` as it is sent.
+ */
+function bounded(v: unknown, max: number, what: string, wire: string, code: 5001 | 5003): Result<string> {
+  const s = str(v);
+  const n = Buffer.byteLength(s);
+  if (n <= max) return ok(s);
+  return fail(`${what} (${wire}) is ${n} bytes, over the limit of ${max} bytes; send at most ${max} (ERR_WARREN_${code})`);
 }
 
 export interface AuthRequest {
@@ -40,13 +66,19 @@ export function parseAuth(body: unknown): Result<AuthRequest> {
   if (!isObject(body)) return fail('malformed Auth request (ERR_WARREN_2100)');
   const extra = isObject(body.Extra) ? body.Extra : {};
   const nsToMs = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) && v > 0 ? Math.round(v / 1e6) : 0);
+  const metadata = bounded(extra.Metadata, FIELD_LIMITS.sessionMetadata, 'session metadata', 'Auth Extra.Metadata', 5001);
+  if (!metadata.ok) return metadata;
+  const os = bounded(extra.OS, FIELD_LIMITS.os, 'the agent OS', 'Auth Extra.OS', 5003);
+  if (!os.ok) return os;
+  const agentVersion = bounded(extra.Version, FIELD_LIMITS.agentVersion, 'the agent version', 'Auth Extra.Version', 5003);
+  if (!agentVersion.ok) return agentVersion;
   return ok({
     clientId: str(body.ClientId),
     token: str(extra.AuthToken),
     cookie: str(extra.Cookie),
-    os: clip(str(extra.OS), 64),
-    agentVersion: clip(str(extra.Version), 64),
-    metadata: clip(str(extra.Metadata), 4096),
+    os: os.value,
+    agentVersion: agentVersion.value,
+    metadata: metadata.value,
     heartbeatIntervalMs: nsToMs(extra.HeartbeatInterval),
     heartbeatToleranceMs: nsToMs(extra.HeartbeatTolerance),
   });
@@ -120,12 +152,17 @@ export function parseBind(body: unknown, defaultDomain: string): Result<BindRequ
     return fail(`binding ${JSON.stringify(bindings.join(','))} is not supported; use "public" or "internal" (ERR_WARREN_2104)`);
   }
 
+  const forwardsTo = bounded(body.ForwardsTo, FIELD_LIMITS.forwardsTo, 'forwards_to', 'Bind ForwardsTo', 5003);
+  if (!forwardsTo.ok) return forwardsTo;
+  const metadata = bounded(extra.Metadata, FIELD_LIMITS.tunnelMetadata, 'tunnel metadata', 'Bind Extra.Metadata', 5001);
+  if (!metadata.ok) return metadata;
+
   return ok({
     id: str(body.Id),
     proto,
     hostname,
-    forwardsTo: clip(str(body.ForwardsTo), 1024),
-    metadata: clip(str(extra.Metadata), 4096),
+    forwardsTo: forwardsTo.value,
+    metadata: metadata.value,
     token: str(extra.Token),
     bindings,
     poolingEnabled: extra.PoolingEnabled === true,
@@ -157,5 +194,9 @@ export function parseLabelTunnel(body: unknown): Result<LabelTunnelRequest> {
     if (vb < 1 || vb > 256 || v.includes('=')) return fail(`invalid value for label ${JSON.stringify(k)}: 1-256 bytes without '=' (ERR_WARREN_6100)`);
     labels[k] = v;
   }
-  return ok({ labels, forwardsTo: clip(str(body.ForwardsTo), 1024), metadata: clip(str(body.Metadata), 4096), id: str(body.Id), token: str(body.Token) });
+  const forwardsTo = bounded(body.ForwardsTo, FIELD_LIMITS.forwardsTo, 'forwards_to', 'StartTunnelWithLabel ForwardsTo', 5003);
+  if (!forwardsTo.ok) return forwardsTo;
+  const metadata = bounded(body.Metadata, FIELD_LIMITS.tunnelMetadata, 'tunnel metadata', 'StartTunnelWithLabel Metadata', 5001);
+  if (!metadata.ok) return metadata;
+  return ok({ labels, forwardsTo: forwardsTo.value, metadata: metadata.value, id: str(body.Id), token: str(body.Token) });
 }

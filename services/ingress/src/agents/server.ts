@@ -94,6 +94,28 @@ export interface AgentServerOptions {
    */
   maxTunnelsPerAccount?: number;
   /**
+   * Authenticated sessions of one credential (authtoken) on this node at once (default 100): an
+   * Auth beyond it is refused (ERR_WARREN_1110) and the connection closed. One leaked or looping
+   * authtoken then cannot fill the node, nor its account's share of it, with sessions. A session
+   * resuming its own id (a reconnect) does not count twice.
+   */
+  maxSessionsPerCredential?: number;
+  /**
+   * Tunnels of one credential's sessions on this node at once (default 500, half the account's
+   * default, so one authtoken cannot take its account's whole allowance); StartTunnelWithLabel
+   * and Bind beyond it are refused (ERR_WARREN_1110). Binds only when below `maxTunnelsPerAccount`.
+   */
+  maxTunnelsPerCredential?: number;
+  /**
+   * Tunnel starts (StartTunnelWithLabel and Bind) one session may make per second on average
+   * (default 20), with bursts of `tunnelStartBurst` (default: `maxTunnelsPerSession`, so a
+   * reconnecting agent can restart every tunnel it may have at once; at least a second's worth). A start beyond it is refused
+   * with ERR_WARREN_8001 (retry later); the session carries on. A token bucket per session: two
+   * numbers, whatever the session does.
+   */
+  tunnelStartsPerSecond?: number;
+  tunnelStartBurst?: number;
+  /**
    * What the sessions and tunnels of this node may take up in the full sync to the control plane
    * ({@link sessionReportBytes}, {@link tunnelReportBytes}), default 32 MiB and at most
    * MAX_FULL_SYNC_BYTES (60 MiB, under the control plane's 64 MiB message limit). A tunnel or
@@ -135,6 +157,9 @@ export const DEFAULT_MAX_TUNNELS_PER_SESSION = 256;
 export const DEFAULT_MAX_TUNNELS_PER_NODE = 10_000;
 export const DEFAULT_MAX_TUNNELS_PER_ACCOUNT = 1_000;
 export const DEFAULT_MAX_REPORT_BYTES = 32 * 1024 * 1024;
+export const DEFAULT_MAX_SESSIONS_PER_CREDENTIAL = 100;
+export const DEFAULT_MAX_TUNNELS_PER_CREDENTIAL = 500;
+export const DEFAULT_TUNNEL_STARTS_PER_SECOND = 20;
 
 /**
  * Connections that have not authenticated yet (each may take 15 s to), in all and from one
@@ -155,6 +180,11 @@ function countDown(counts: Map<string, number>, key: string): void {
   else counts.delete(key);
 }
 
+/** The credential whose session carries `t` (set before any of its tunnels start). */
+function credentialOf(t: LocalTunnelImpl): string {
+  return t.connection.identity!.credentialId;
+}
+
 /** How long `close()` waits for agents to hang up after GOAWAY before cutting them off. */
 const CLOSE_GRACE_MS = 2_000;
 
@@ -168,8 +198,11 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
   private readonly tunnelsById = new Map<string, LocalTunnelImpl>();
   /** What the live sessions and tunnels take up in a full sync (upper bound), see `maxReportBytes`. */
   private reportBytes = 0;
-  /** Live tunnels per account. */
+  /** Live tunnels per account, and per credential. */
   private readonly tunnelsByAccount = new Map<string, number>();
+  private readonly tunnelsByCredential = new Map<string, number>();
+  /** Authenticated sessions per credential (each connection from sessionUp to sessionDown). */
+  private readonly sessionsByCredential = new Map<string, number>();
   /** When a node cap last logged a warning, and how many refusals since (one warning a minute at most). */
   private capWarnedAt = 0;
   private capRefusals = 0;
@@ -191,7 +224,20 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
     const maxTunnelsPerNode = opts.maxTunnelsPerNode ?? DEFAULT_MAX_TUNNELS_PER_NODE;
     const maxReportBytes = opts.maxReportBytes ?? DEFAULT_MAX_REPORT_BYTES;
     const maxTunnelsPerAccount = opts.maxTunnelsPerAccount ?? DEFAULT_MAX_TUNNELS_PER_ACCOUNT;
-    for (const [name, v, max] of [['maxTunnelsPerSession', maxTunnelsPerSession, 1_000_000], ['maxTunnelsPerNode', maxTunnelsPerNode, 1_000_000], ['maxTunnelsPerAccount', maxTunnelsPerAccount, 1_000_000], ['maxReportBytes', maxReportBytes, MAX_FULL_SYNC_BYTES]] as const) {
+    const maxSessionsPerCredential = opts.maxSessionsPerCredential ?? DEFAULT_MAX_SESSIONS_PER_CREDENTIAL;
+    const maxTunnelsPerCredential = opts.maxTunnelsPerCredential ?? DEFAULT_MAX_TUNNELS_PER_CREDENTIAL;
+    const tunnelStartsPerSecond = opts.tunnelStartsPerSecond ?? DEFAULT_TUNNEL_STARTS_PER_SECOND;
+    const tunnelStartBurst = opts.tunnelStartBurst ?? Math.max(maxTunnelsPerSession, tunnelStartsPerSecond);
+    for (const [name, v, max] of [
+      ['maxTunnelsPerSession', maxTunnelsPerSession, 1_000_000],
+      ['maxTunnelsPerNode', maxTunnelsPerNode, 1_000_000],
+      ['maxTunnelsPerAccount', maxTunnelsPerAccount, 1_000_000],
+      ['maxSessionsPerCredential', maxSessionsPerCredential, 1_000_000],
+      ['maxTunnelsPerCredential', maxTunnelsPerCredential, 1_000_000],
+      ['tunnelStartsPerSecond', tunnelStartsPerSecond, 1_000_000],
+      ['tunnelStartBurst', tunnelStartBurst, 1_000_000],
+      ['maxReportBytes', maxReportBytes, MAX_FULL_SYNC_BYTES],
+    ] as const) {
       if (!Number.isInteger(v) || v < 1 || v > max) throw new Error(`AgentServer: ${name} must be an integer from 1 to ${max}`);
     }
     for (const [name, v] of [['heartbeatIntervalMs', opts.heartbeatIntervalMs], ['heartbeatToleranceMs', opts.heartbeatToleranceMs]] as const) {
@@ -207,17 +253,24 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
       nodeId: opts.nodeId,
       log: this.log,
       tokens,
-      settings: { defaultDomain, maxStreams, maxTunnelsPerSession, heartbeatIntervalMs: opts.heartbeatIntervalMs, heartbeatToleranceMs: opts.heartbeatToleranceMs },
+      settings: { defaultDomain, maxStreams, maxTunnelsPerSession, tunnelStartsPerSecond, tunnelStartBurst, heartbeatIntervalMs: opts.heartbeatIntervalMs, heartbeatToleranceMs: opts.heartbeatToleranceMs },
       authenticate: (token) => opts.authenticate(token),
       checkBind: (req) => checkBind(req),
       publicUrl: (proto, hostname) => publicUrl(proto, hostname),
       admitSession: (s, replacing) => {
+        // The live session this one resumes (same id, so the same credential) gives its place back.
+        const live = replacing?.info && this.sessionsById.get(replacing.info.id) === replacing ? replacing : undefined;
+        const ofCredential = (this.sessionsByCredential.get(s.credentialId) ?? 0) - (live?.info!.credentialId === s.credentialId ? 1 : 0);
+        if (ofCredential >= maxSessionsPerCredential) {
+          this.warnCapped({ credential: s.credentialId, sessions: ofCredential, max: maxSessionsPerCredential }, 'agent session refused: the credential is at MAX_SESSIONS_PER_CREDENTIAL on this node');
+          return `this authtoken already has ${maxSessionsPerCredential} agent sessions on this ingress node, the most one authtoken may have there (MAX_SESSIONS_PER_CREDENTIAL); close some or use another authtoken (ERR_WARREN_1110)`;
+        }
         const freed = replacing?.info ? sessionReportBytes(replacing.info) : 0;
         if (this.reportBytes - freed + sessionReportBytes(s) <= maxReportBytes) return null;
         this.warnCapped({ reportBytes: this.reportBytes, max: maxReportBytes }, 'agent session refused: the report budget of this node is spent');
         return `this ingress node has as many agent sessions and tunnels as it may report to the control plane (${maxReportBytes} bytes); connect to another node or retry later (ERR_WARREN_1110)`;
       },
-      admitTunnel: (t, replacing) => {
+      admitTunnel: (t, credentialId, replacing) => {
         // A live tunnel the new one replaces (same id, resumed) gives its place back.
         const live = replacing && this.tunnelsById.get(replacing.id) === replacing ? replacing : undefined;
         const nodeCount = this.tunnelsById.size - (live ? 1 : 0);
@@ -229,6 +282,11 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
         if (accountCount >= maxTunnelsPerAccount) {
           this.warnCapped({ account: t.accountId, tunnels: accountCount, max: maxTunnelsPerAccount }, 'tunnel refused: the account is at MAX_TUNNELS_PER_ACCOUNT on this node');
           return `this account already has ${maxTunnelsPerAccount} tunnels on this ingress node, the most one account may have there (MAX_TUNNELS_PER_ACCOUNT); stop some or connect to another node (ERR_WARREN_1110)`;
+        }
+        const credentialCount = (this.tunnelsByCredential.get(credentialId) ?? 0) - (live && live.connection.identity?.credentialId === credentialId ? 1 : 0);
+        if (credentialCount >= maxTunnelsPerCredential) {
+          this.warnCapped({ credential: credentialId, tunnels: credentialCount, max: maxTunnelsPerCredential }, 'tunnel refused: the credential is at MAX_TUNNELS_PER_CREDENTIAL on this node');
+          return `this authtoken already has ${maxTunnelsPerCredential} tunnels on this ingress node, the most one authtoken may have there (MAX_TUNNELS_PER_CREDENTIAL); stop some, use another authtoken or connect to another node (ERR_WARREN_1110)`;
         }
         const bytes = this.reportBytes - (live ? tunnelReportBytes(live) : 0) + tunnelReportBytes(t);
         if (bytes > maxReportBytes) {
@@ -242,24 +300,28 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
       sessionUp: (conn) => {
         this.authenticated(conn);
         this.reportBytes += sessionReportBytes(conn.info!);
+        countUp(this.sessionsByCredential, conn.info!.credentialId);
         this.sessionsById.set(conn.info!.id, conn);
         this.safeEmit('session', { ...conn.info! });
       },
       sessionDown: (conn, reason) => {
         const id = conn.info!.id;
         this.reportBytes -= sessionReportBytes(conn.info!);
+        countDown(this.sessionsByCredential, conn.info!.credentialId);
         if (this.sessionsById.get(id) === conn) this.sessionsById.delete(id);
         this.safeEmit('sessionClosed', id, reason);
       },
       tunnelUp: (t) => {
         this.reportBytes += tunnelReportBytes(t);
         countUp(this.tunnelsByAccount, t.accountId);
+        countUp(this.tunnelsByCredential, credentialOf(t));
         this.tunnelsById.set(t.id, t);
         this.safeEmit('tunnel', t);
       },
       tunnelDown: (t, reason) => {
         this.reportBytes -= tunnelReportBytes(t);
         countDown(this.tunnelsByAccount, t.accountId);
+        countDown(this.tunnelsByCredential, credentialOf(t));
         if (this.tunnelsById.get(t.id) === t) this.tunnelsById.delete(t.id);
         this.safeEmit('tunnelClosed', t.id, reason);
       },
