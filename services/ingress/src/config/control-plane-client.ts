@@ -123,6 +123,13 @@ function configServiceClient(): grpc.ServiceClientConstructor {
 
 const RESOURCE_KINDS = ['edges', 'routes', 'backends', 'ipPolicies', 'certificateAuthorities', 'credentials', 'eventSubscriptions'] as const;
 
+/** A delta as applied, for the store to persist it as such (not the whole config). */
+interface DeltaToSave {
+  prevVersion: number;
+  upserts: ReturnType<typeof resourcesFromProto>;
+  deletes: ReturnType<typeof deletesFromProto>;
+}
+
 /** A snapshot arriving in parts, until its last part. */
 interface PartialSnapshot {
   version: number;
@@ -298,7 +305,7 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
     if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
     if (this.tunnelsSaveTimer) void this.persistTunnels();
     this.teardown();
-    await this.store.flush().catch(() => {});
+    await this.store.close().catch(() => {});
   }
 
   // ---------------------------------------------------------------- reports
@@ -718,11 +725,15 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
     }
     this.resyncPending = false;
     const committedAt = Number(d.committedAtUnixMs) || 0;
-    this.apply('delta', version, epoch, committedAt, () => applyDelta(cur, version, resourcesFromProto(d.upserts), deletesFromProto(d.deletes)));
+    let delta: DeltaToSave | undefined;
+    this.apply('delta', version, epoch, committedAt, () => {
+      delta = { prevVersion: cur.version, upserts: resourcesFromProto(d.upserts), deletes: deletesFromProto(d.deletes) };
+      return applyDelta(cur, version, delta.upserts, delta.deletes);
+    }, () => delta);
   }
 
   /** Build → check → validators → swap → persist → ACK; any throw before the swap → NACK. */
-  private apply(kind: 'snapshot' | 'delta', version: number, epoch: string, committedAtMs: number, build: () => DataPlaneConfig): void {
+  private apply(kind: 'snapshot' | 'delta', version: number, epoch: string, committedAtMs: number, build: () => DataPlaneConfig, delta?: () => DeltaToSave | undefined): void {
     let next: DataPlaneConfig;
     try {
       next = build();
@@ -744,7 +755,10 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
     this.updateVersionMetrics();
     this.emitSafely('config', next, previous);
     const call = this.call;
-    this.store.saveConfig(next, epoch).then(
+    // A delta is persisted as the delta (the store journals it), a snapshot whole.
+    const d = delta?.();
+    const saved = d ? this.store.saveDelta(next, epoch, d.prevVersion, d.upserts, d.deletes) : this.store.saveConfig(next, epoch);
+    saved.then(
       () => {
         if (this.call === call) this.write({ ack: { version } });
       },
