@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { appendFile, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { appendFile, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -156,6 +156,19 @@ describe('StateStore: journal', () => {
     const stored = await new StateStore(dir).loadConfig();
     sameConfig(stored, deltas[3]!.next);
     expect(stored!.epoch).toBe('ep2');
+  });
+
+  it('creates STATE_DIR (owner-only) when it does not exist yet, for a snapshot and the deltas after it', async () => {
+    // A new node whose TLS files come from elsewhere has created nothing under STATE_DIR before
+    // its first config: the worker used to fail every write with ENOENT while the node ACKed.
+    const dir = path.join(await tempDir(), 'nested', 'node');
+    const { base, deltas } = chainOf(2);
+    const store = new StateStore(dir);
+    await store.saveConfig(base, 'ep');
+    await saveDelta(store, deltas[0]!.next, 'ep', deltas[0]!.prev, deltas[0]!.upserts, deltas[0]!.deletes);
+    await store.close();
+    expect((await stat(dir)).mode & 0o777).toBe(0o700);
+    sameConfig(await new StateStore(dir).loadConfig(), deltas[0]!.next);
   });
 });
 

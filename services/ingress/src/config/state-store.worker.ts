@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { open, rename, truncate, unlink, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, rename, truncate, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { parentPort, workerData } from 'node:worker_threads';
 import type { DataPlaneConfig } from '@warren/shared';
@@ -138,6 +138,9 @@ class StoreWorker {
    */
   private async load(whole: boolean): Promise<void> {
     this.loaded = true;
+    // STATE_DIR may not exist yet (a new node whose TLS files come from elsewhere creates nothing
+    // in it before its first config); owner-only, as it holds credential hashes.
+    await mkdir(this.o.dir, { recursive: true, mode: 0o700 });
     const segments = await listSegments(this.o.dir);
     this.seg = (segments.at(-1) ?? 0) + 1;
     if (whole) return; // a whole config replaces what is on disk: no need to read it
