@@ -23,9 +23,9 @@ afterAll(async () => {
   await database?.drop();
 });
 
-function limiter(limit: number, o: Parameters<typeof createAccountRateLimiter>[1] & { databaseUrl?: string; intervalMs?: number; timeoutMs?: number; log?: Logger; registry?: client.Registry } = {}) {
-  const { databaseUrl, intervalMs, timeoutMs, log, registry, ...rest } = o;
-  const l = createAccountRateLimiter(limit, { ...rest, sync: { databaseUrl: databaseUrl ?? database.url, intervalMs: intervalMs ?? 3_600_000, timeoutMs, log, registry } });
+function limiter(limit: number, o: Parameters<typeof createAccountRateLimiter>[1] & { databaseUrl?: string; intervalMs?: number; timeoutMs?: number; log?: Logger; registry?: client.Registry; deleteBatch?: number } = {}) {
+  const { databaseUrl, intervalMs, timeoutMs, log, registry, deleteBatch, ...rest } = o;
+  const l = createAccountRateLimiter(limit, { ...rest, sync: { databaseUrl: databaseUrl ?? database.url, intervalMs: intervalMs ?? 3_600_000, timeoutMs, log, registry, deleteBatch } });
   open.push(l);
   return l;
 }
@@ -100,6 +100,22 @@ describe('account rate limit across replicas (shared through Postgres)', () => {
     t += 2 * W;
     await a.sync();
     expect((await pool.query(`SELECT count(*)::int AS n FROM api_rate_counts WHERE account_id = 'aging'`)).rows[0].n).toBe(0);
+  });
+
+  it('deletes all of its own expired rows each window, however many accounts it counted', async () => {
+    // A bounded delete per sync (deleteBatch) used to fall behind once more accounts were active
+    // per window than deleteBatch × syncs per window, and the table then grew for good.
+    let t = 1_900_000_000_000 - (1_900_000_000_000 % W);
+    const a = limiter(1_000, { now: () => t, deleteBatch: 10 });
+    const rows = async () => (await pool.query(`SELECT count(*)::int AS n FROM api_rate_counts WHERE replica_id = $1`, [a.replicaId])).rows[0].n as number;
+    for (let w = 0; w < 4; w++) {
+      for (let i = 0; i < 300; i++) attempt(a, `many-${w}-${i}`);
+      await a.sync(); // one sync per window: 300 new accounts, far over deleteBatch
+      t += W;
+    }
+    await a.sync();
+    // Only the current and the previous window's rows are left (the last window's 300).
+    expect(await rows()).toBe(300);
   });
 
   it('writes the counts once more on close', async () => {

@@ -17,7 +17,8 @@ import type { AuthContext } from '../http/context.js';
  * (table api_rate_counts): every `intervalMs` each replica upserts, in one statement, its own
  * counts for the current and previous window of the accounts that sent requests since its last
  * sync, reads the summed counts of the other replicas for the accounts whose rows changed since
- * its last read, and deletes a bounded batch of rows whose window ended more than a window ago.
+ * its last read, and deletes its own rows whose window ended more than a window ago (all of them)
+ * plus a bounded batch of such rows of any replica (those of replicas that are gone).
  * The estimate then uses this replica's counts plus the other replicas' last known counts.
  *
  * Over-admission bound: a request admitted by one replica reaches the others after its sync
@@ -47,7 +48,7 @@ export interface RateLimitSyncOptions {
   log?: Logger;
   /** Registry for the sync metrics (the control plane's). */
   registry?: client.Registry;
-  /** Rows deleted per sync at most (default 1,000). */
+  /** Expired rows of other replicas (gone ones) deleted per sync at most (default 1,000); a replica's own are all deleted. */
   deleteBatch?: number;
 }
 
@@ -323,6 +324,11 @@ export function createAccountRateLimiter(limit: number, opts: RateLimiterOptions
              GROUP BY account_id, slot`,
             since === null ? [replicaId, window - 1, maxAccounts * 4] : [replicaId, window - 1, maxAccounts * 4, since],
           );
+          // This replica's own expired rows, all of them (one per account it counted: a bounded
+          // batch fell behind past deleteBatch × syncs per window active accounts, and the table
+          // grew for good); no other replica deletes them, so no lock waits. Then a bounded batch
+          // of anyone's, for the rows of replicas that are gone (they no longer grow).
+          await c.query(`DELETE FROM api_rate_counts WHERE slot < $1 AND replica_id = $2`, [window - 1, replicaId]);
           await c.query(`DELETE FROM api_rate_counts WHERE ctid = ANY (ARRAY(SELECT ctid FROM api_rate_counts WHERE slot < $1 LIMIT $2))`, [window - 1, deleteBatch]);
           return read.rows;
         })();
