@@ -111,6 +111,12 @@ export interface ConnectionHost {
    * credential) or the report budget.
    */
   admitTunnel(t: TunnelFields, credentialId: string, replacing: LocalTunnelImpl | undefined): string | null;
+  /**
+   * The tunnel-start bucket all sessions of `credentialId` on this node share (at
+   * `tunnelStartsPerSecond`, with the burst returned), so that reconnecting, or opening more
+   * sessions, does not bring a fresh burst: it bounds a credential's churn on the node.
+   */
+  credentialStarts(credentialId: string): { bucket: TokenBucket; burst: number };
   publicUrl(proto: string, hostname: string): string;
   sessionById(id: string): AgentConnection | undefined;
   tunnelById(id: string): LocalTunnelImpl | undefined;
@@ -233,6 +239,12 @@ export class TokenBucket {
   take(): void {
     this.refill();
     this.tokens -= 1;
+  }
+
+  /** Whether it is back to its burst (as a new bucket would be). */
+  full(): boolean {
+    this.refill();
+    return this.tokens >= this.burst;
   }
 
   /** Milliseconds until a token is there (0 when one is). */
@@ -656,12 +668,19 @@ export class AgentConnection {
       this.log.debug({ rate, burst }, 'tunnel refused: the session starts tunnels faster than TUNNEL_STARTS_PER_SECOND_PER_SESSION');
       return `this agent session starts tunnels faster than this server allows (TUNNEL_STARTS_PER_SECOND_PER_SESSION: ${rate} a second, ${burst} at once); retry in ${Math.ceil(this.starts.waitMs())} ms (ERR_WARREN_8001)`;
     }
+    const shared = this.host.credentialStarts(this.identity!.credentialId);
+    if (!shared.bucket.available()) {
+      const rate = this.host.settings.tunnelStartsPerSecond;
+      this.log.debug({ rate, burst: shared.burst }, 'tunnel refused: the credential\'s sessions start tunnels faster than the node allows');
+      return `this authtoken's sessions start tunnels faster than this server allows (${rate} a second, ${shared.burst} at once, across its sessions and reconnects); retry in ${Math.ceil(shared.bucket.waitMs())} ms (ERR_WARREN_8001)`;
+    }
     return null;
   }
 
   private addTunnel(fields: TunnelFields, hostname: string): void {
     // Only a tunnel that starts takes a token: refusals cost the node no reports.
     this.starts.take();
+    this.host.credentialStarts(this.identity!.credentialId).bucket.take();
     const t = new LocalTunnelImpl(this, fields, hostname);
     this.tunnels.set(t.id, t);
     this.log.info({ tunnel: t.id, proto: t.proto, url: t.publicUrl || undefined, labels: t.proto === 'labeled' ? t.labels : undefined }, 'tunnel started');

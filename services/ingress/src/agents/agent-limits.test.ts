@@ -310,6 +310,34 @@ describe('tunnel start rate per session', () => {
     expect(server.tunnels()).toHaveLength(2);
   });
 
+  it("a credential's sessions share one bucket: new sessions or reconnects bring no fresh burst; other credentials are not held back", async () => {
+    // Per-session buckets alone let a credential churn without bound: each new session (up to
+    // MAX_SESSIONS_PER_CREDENTIAL at once, and any number by reconnecting) started full.
+    const { server, port } = await startServer({ tunnelStartsPerSecond: 4, tunnelStartBurst: 3, maxTunnelsPerCredential: 5 });
+    const churn = async (c: AgentClient, n: number, tag: string) => {
+      for (let i = 0; i < n; i++) await c.unbind((await c.startLabeledTunnel({ app: `${tag}${i}` }, LOCAL)).id);
+    };
+    const a = startClient(port);
+    await a.connect();
+    await churn(a, 3, 'a'); // a's own burst, 3 of the credential's 5
+    await a.close();
+    const b = startClient(port); // a new session of the same authtoken: its own bucket is full
+    await b.connect();
+    await churn(b, 2, 'b'); // the credential's last 2
+    await expect(b.startLabeledTunnel({ app: 'b2' }, LOCAL)).rejects.toThrow(/this authtoken's sessions start tunnels faster than this server allows \(4 a second, 5 at once, across its sessions and reconnects\); retry in \d+ ms \(ERR_WARREN_8001\)/);
+    const c = startClient(port);
+    await c.connect();
+    await expect(c.startLabeledTunnel({ app: 'c0' }, LOCAL)).rejects.toThrow(/this authtoken's sessions.*ERR_WARREN_8001/);
+    // Another credential of the same account has its own.
+    const d = startClient(port, SIBLING_TOKEN);
+    await d.connect();
+    await d.startLabeledTunnel({ app: 'd0' }, LOCAL);
+    // The shared bucket refills at the rate.
+    await new Promise((r) => setTimeout(r, 300));
+    await c.startLabeledTunnel({ app: 'c1' }, LOCAL);
+    expect(server.tunnels()).toHaveLength(2);
+  });
+
   it('starts refused by a cap take no token from the bucket', async () => {
     const { port } = await startServer({ maxTunnelsPerSession: 1, tunnelStartsPerSecond: 1, tunnelStartBurst: 2 });
     const a = startClient(port);

@@ -5,7 +5,7 @@ import tls from 'node:tls';
 import type { Logger } from 'pino';
 import { createLogger, type DpAgentSession, type DpTunnel } from '@warren/shared';
 import { MAX_FULL_SYNC_BYTES, sessionReportBytes, tunnelReportBytes } from '../config/control-plane-client.js';
-import { AgentConnection, MAX_SAFE_STREAMS, type ConnectionHost, type LocalTunnelImpl } from './agent-connection.js';
+import { AgentConnection, MAX_SAFE_STREAMS, TokenBucket, type ConnectionHost, type LocalTunnelImpl } from './agent-connection.js';
 import { ResumeTokens } from './resume-tokens.js';
 import { remoteIp } from '../http/client-address.js';
 
@@ -187,6 +187,8 @@ function credentialOf(t: LocalTunnelImpl): string {
 
 /** How long `close()` waits for agents to hang up after GOAWAY before cutting them off. */
 const CLOSE_GRACE_MS = 2_000;
+/** How often, at most, credentials' tunnel-start buckets without sessions that have refilled are dropped. */
+const START_BUCKET_SWEEP_MS = 10_000;
 
 export class AgentServer extends EventEmitter<AgentServerEvents> {
   private readonly log: Logger;
@@ -201,6 +203,13 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
   /** Live tunnels per account, and per credential. */
   private readonly tunnelsByAccount = new Map<string, number>();
   private readonly tunnelsByCredential = new Map<string, number>();
+  /**
+   * Tunnel-start buckets shared by each credential's sessions. A bucket outlives the credential's
+   * last session until it has refilled (a new one would be full too), so reconnecting does not
+   * reset it; swept at most once per START_BUCKET_SWEEP_MS.
+   */
+  private readonly startsByCredential = new Map<string, TokenBucket>();
+  private lastStartSweep = 0;
   /** Authenticated sessions per credential (each connection from sessionUp to sessionDown). */
   private readonly sessionsByCredential = new Map<string, number>();
   /** When a node cap last logged a warning, and how many refusals since (one warning a minute at most). */
@@ -228,6 +237,8 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
     const maxTunnelsPerCredential = opts.maxTunnelsPerCredential ?? DEFAULT_MAX_TUNNELS_PER_CREDENTIAL;
     const tunnelStartsPerSecond = opts.tunnelStartsPerSecond ?? DEFAULT_TUNNEL_STARTS_PER_SECOND;
     const tunnelStartBurst = opts.tunnelStartBurst ?? Math.max(maxTunnelsPerSession, tunnelStartsPerSecond);
+    // All of a credential's sessions together: every tunnel it may hold at once, at the same rate.
+    const credentialStartBurst = Math.max(maxTunnelsPerCredential, tunnelStartBurst);
     for (const [name, v, max] of [
       ['maxTunnelsPerSession', maxTunnelsPerSession, 1_000_000],
       ['maxTunnelsPerNode', maxTunnelsPerNode, 1_000_000],
@@ -294,6 +305,12 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
           return `this ingress node has as many tunnels as it may report to the control plane (${maxReportBytes} bytes); stop some, use less metadata, or connect to another node (ERR_WARREN_1110)`;
         }
         return null;
+      },
+      credentialStarts: (credentialId) => {
+        let b = this.startsByCredential.get(credentialId);
+        if (b === undefined) this.startsByCredential.set(credentialId, (b = new TokenBucket(tunnelStartsPerSecond, credentialStartBurst)));
+        this.sweepStartBuckets();
+        return { bucket: b, burst: credentialStartBurst };
       },
       sessionById: (id) => this.sessionsById.get(id),
       tunnelById: (id) => this.tunnelsById.get(id),
@@ -439,6 +456,14 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
   }
 
   /** Node-level refusals come in floods: a warning a minute, with the count since the last one. */
+  /** Drops the start buckets of credentials without sessions that have refilled (bounded by the credentials active lately). */
+  private sweepStartBuckets(): void {
+    const now = performance.now();
+    if (now - this.lastStartSweep < START_BUCKET_SWEEP_MS) return;
+    this.lastStartSweep = now;
+    for (const [credentialId, b] of this.startsByCredential) if (!this.sessionsByCredential.has(credentialId) && b.full()) this.startsByCredential.delete(credentialId);
+  }
+
   private warnCapped(fields: Record<string, unknown>, msg: string): void {
     this.capRefusals++;
     const now = Date.now();
