@@ -159,10 +159,16 @@ async function start(o: PolicyClusterOptions, c: Partial<PolicyCluster> & { db?:
       req.end(opts.body);
     });
   const routeBody = (match: string, fields: Record<string, unknown> = {}) => ({ match_type: 'path_prefix', match, backend: { enabled: true, backend_id: backendId }, ...fields });
+  /** The config version a node has applied (its internal /status). */
+  const appliedVersion = async (n: IngressProcess): Promise<number> => ((await (await fetch(`${n.internalUrl}/status`)).json()) as { config_version: number | null }).config_version ?? 0;
   const route = async (match: string, fields: Record<string, unknown>) => {
+    // Versions before the change: a probe alone cannot tell the new route from an older route
+    // whose prefix its match extends (`/no-ua` answers `/no-ua-ok/…` until `/no-ua-ok` applies).
+    const before = await Promise.all(nodes.map(appliedVersion));
     const r = await api('POST', `/edges/https/${edgeId}/routes`, routeBody(match, fields));
     if (r.status !== 201) throw new Error(`route ${match}: ${r.status} ${JSON.stringify(r.body)}`);
-    for (const n of nodes) {
+    for (const [i, n] of nodes.entries()) {
+      await waitFor(`${n.nodeId} applies the version with ${match}`, async () => (await appliedVersion(n)) > before[i]!);
       await waitFor(`${n.nodeId} applies ${match}`, async () => (await request(`${match}/probe-${hex(2)}`, { port: n.http, headers: { 'user-agent': 'probe' } })).headers['warren-error-code'] !== 'ERR_WARREN_7001');
     }
     return r.body;
