@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type client from 'prom-client';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '@warren/shared';
-import { configStreamCodec } from '../../../shared/src/proto/index.js';
+import { configStreamCodec, resourcesToProto } from '../../../shared/src/proto/index.js';
 import type { Db } from '../db/pool.js';
 import { CONFIG_CHANNEL } from '../events/outbox.js';
 import { PgListener } from './listener.js';
@@ -13,6 +13,8 @@ import { presenceRepo, TUNNELS_CHANNEL } from './presence.repo.js';
 import { shutdownGrpcServer, startConfigGrpcServer, type GrpcServerOptions } from './config-push.grpc.js';
 import { createConfigPushMetrics } from './metrics.js';
 import { DEFAULT_MAX_FULL_SYNC_BYTES, DEFAULT_SNAPSHOT_PART_BYTES } from './snapshot-parts.js';
+import { encodeSharedSnapshot, SnapshotCache } from './snapshot-cache.js';
+import { readSnapshot } from './config-reader.js';
 
 export interface ConfigPushOptions {
   db: Db;
@@ -38,6 +40,13 @@ export interface ConfigPushOptions {
    * alone in its part). Only to nodes whose hello says they take parts; others get it whole.
    */
   snapshotPartBytes?: number;
+  /**
+   * While a snapshot goes out in parts, how long a node's stream may take no part before it is
+   * ended as a slow reader (default 15 s, as long as a node waits for the next part).
+   */
+  snapshotStallMs?: number;
+  /** How long the newest encoded snapshot is kept once no stream sends from it (default 5 s). */
+  snapshotLingerMs?: number;
   /** What one full sync in parts from a node may add up to (default 256 MiB); beyond, its stream is ended. */
   maxFullSyncBytes?: number;
   /** Backoff of the LISTEN connection's reconnects. */
@@ -121,6 +130,19 @@ export async function startConfigPush(opts: ConfigPushOptions): Promise<ConfigPu
   }, sweepIntervalMs);
   sweeper.unref();
 
+  const snapshotPartBytes = opts.snapshotPartBytes ?? DEFAULT_SNAPSHOT_PART_BYTES;
+  const snapshots = new SnapshotCache({
+    lingerMs: opts.snapshotLingerMs ?? 5_000,
+    onSize: (bytes) => metrics.snapshotCacheBytes.set(bytes),
+    build: async () => {
+      metrics.snapshotEncodes.inc();
+      const snap = await readSnapshot(opts.db.pool, { onBadPolicy, baseUrl: opts.baseUrl });
+      return encodeSharedSnapshot(
+        { version: snap.version, epoch: snap.epoch, committedAtMs: snap.committedAtMs, resources: resourcesToProto(snap.entities) },
+        { partBytes: snapshotPartBytes, headVersion: () => feed.headVersion, encode: codec.encodeControl },
+      );
+    },
+  });
   const deps = {
     db: opts.db,
     feed,
@@ -135,7 +157,9 @@ export async function startConfigPush(opts: ConfigPushOptions): Promise<ConfigPu
     maxPendingWrites: opts.maxPendingWrites ?? 1_000,
     resumeMaxChanges: opts.resumeMaxChanges ?? 10_000,
     syncSlots: new Semaphore(opts.maxConcurrentSyncs ?? 4),
-    snapshotPartBytes: opts.snapshotPartBytes ?? DEFAULT_SNAPSHOT_PART_BYTES,
+    snapshotPartBytes,
+    snapshots,
+    snapshotStallMs: opts.snapshotStallMs ?? 15_000,
     maxFullSyncBytes: opts.maxFullSyncBytes ?? DEFAULT_MAX_FULL_SYNC_BYTES,
     onBadPolicy,
   };
@@ -169,6 +193,7 @@ export async function startConfigPush(opts: ConfigPushOptions): Promise<ConfigPu
         clearInterval(sweeper);
         for (const s of [...streams]) s.end(grpc.status.UNAVAILABLE, 'control plane shutting down');
         await shutdownGrpcServer(grpcServer.server, graceMs);
+        snapshots.clear();
         await Promise.all([directory.stop(), feed.stop()]);
         await listener.stop();
       })();

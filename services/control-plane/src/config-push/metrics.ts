@@ -22,6 +22,12 @@ export function createConfigPushMetrics(registry: client.Registry) {
     }),
     syncs: new client.Counter({ name: 'warren_control_plane_config_syncs_total', help: 'Initial syncs and resyncs of node streams, by kind (snapshot, resume)', labelNames: ['kind'] as const, registers }),
     snapshotParts: new client.Counter({ name: 'warren_control_plane_config_snapshot_parts_total', help: 'Messages of snapshots sent in parts (to nodes that take parts)', registers }),
+    snapshotEncodes: new client.Counter({
+      name: 'warren_control_plane_config_snapshot_encodes_total',
+      help: 'Snapshots read and encoded for nodes that take parts (each shared by the nodes that sync while it is current)',
+      registers,
+    }),
+    snapshotCacheBytes: new client.Gauge({ name: 'warren_control_plane_config_snapshot_cache_bytes', help: 'Encoded snapshot parts held for node streams', registers }),
     nacks: new client.Counter({ name: 'warren_control_plane_config_nacks_total', help: 'Config versions refused by nodes', registers }),
     streamErrors: new client.Counter({ name: 'warren_control_plane_config_stream_errors_total', help: 'Node streams ended by the control plane, by reason', labelNames: ['reason'] as const, registers }),
     tunnelsKnown: new client.Gauge({ name: 'warren_control_plane_tunnels_known', help: 'Live tunnels of the cluster this replica knows of', registers }),

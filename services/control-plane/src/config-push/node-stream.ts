@@ -9,6 +9,7 @@ import {
   tunnelToProto,
   type ControlMessage,
   type NodeMessage__Output,
+  type Tunnel,
 } from '../../../shared/src/proto/index.js';
 import type { DpAgentSession, DpTunnel } from '@warren/shared';
 import type { Db } from '../db/pool.js';
@@ -19,6 +20,7 @@ import { NodePresence } from './node-presence.js';
 import { ingressNodesRepo } from './presence.repo.js';
 import type { ConfigPushMetrics } from './metrics.js';
 import { messageBytesBound, splitSnapshot } from './snapshot-parts.js';
+import type { SnapshotCache, SnapshotLease } from './snapshot-cache.js';
 
 export interface NodeStreamDeps {
   db: Db;
@@ -41,6 +43,13 @@ export interface NodeStreamDeps {
   syncSlots: Semaphore;
   /** Target size of one part of a snapshot sent in parts (to nodes whose hello had `parts`). */
   snapshotPartBytes: number;
+  /** Snapshots in parts, encoded once per version for every stream (snapshot-cache.ts). */
+  snapshots: SnapshotCache;
+  /**
+   * While a snapshot goes out in parts, the node's stream may take no part for this long before
+   * it counts as a slow reader and is ended (as one past `maxPendingWrites` is).
+   */
+  snapshotStallMs: number;
   /** What the parts of one full sync from a node may add up to (estimated) before its stream is ended. */
   maxFullSyncBytes: number;
   onBadPolicy?: (routeId: string, err: Error) => void;
@@ -53,6 +62,11 @@ const PAUSE_AT = 64;
 const RESUME_AT = 16;
 // Deltas buffered while a sync is read from the database; past this, another sync follows.
 const MAX_BUFFERED_DELTAS = 1_000;
+// Presence changes held while a snapshot goes out in parts; past this, one `replace_all` follows instead.
+const MAX_HELD_PRESENCE = 1_000;
+// Messages a snapshot in parts may have written but not yet sent on the stream (each part ~4 MiB):
+// the next part waits for room, so a slow node costs a part or two here, not the whole snapshot.
+const PARTS_IN_FLIGHT = 2;
 const MAX_ID = 200;
 
 type Job = () => Promise<void>;
@@ -70,9 +84,21 @@ export class NodeStream {
   private readonly jobs: Job[] = [];
   private running = false;
   private closed = false;
-  /** Deltas held back while a sync is being read (null: live). */
-  private buffer: FeedDelta[] | null = [];
+  /**
+   * Deltas held back while a sync is read and sent (null: live), and presence changes while a
+   * snapshot goes out in parts (nothing may come between its parts); sent in order after.
+   */
+  private buffer: ({ delta: FeedDelta } | { presence: PresenceChange })[] | null = [];
+  private bufferedDeltas = 0;
+  private bufferedPresence = 0;
   private bufferOverflowed = false;
+  private presenceOverflowed = false;
+  /** A snapshot in parts going out (the sync that started it has returned; see sendParts). */
+  private sending: Promise<void> | null = null;
+  /** A resync asked for while `sending`: done after it. */
+  private resyncAfterSend: { applied: number; epoch: string; requested: boolean } | null = null;
+  /** Wakes `roomForPart` when a write has gone out. */
+  private drainWaiter: (() => void) | null = null;
   /** The version the node reaches by applying everything sent so far. */
   private sentVersion = 0;
   private tunnelsSent = false;
@@ -133,8 +159,10 @@ export class NodeStream {
   offerDelta(d: FeedDelta): void {
     if (this.closed || !this.presence) return;
     if (this.buffer) {
-      if (this.buffer.length < MAX_BUFFERED_DELTAS) this.buffer.push(d);
-      else this.bufferOverflowed = true;
+      if (this.bufferedDeltas < MAX_BUFFERED_DELTAS && !this.bufferOverflowed) {
+        this.buffer.push({ delta: d });
+        this.bufferedDeltas++;
+      } else this.bufferOverflowed = true;
       return;
     }
     if (d.data.version <= this.sentVersion) return;
@@ -151,6 +179,13 @@ export class NodeStream {
 
   offerPresence(c: PresenceChange): void {
     if (this.closed || !this.tunnelsSent) return;
+    if (this.buffer && this.sending) {
+      if (this.bufferedPresence < MAX_HELD_PRESENCE && !this.presenceOverflowed) {
+        this.buffer.push({ presence: c });
+        this.bufferedPresence++;
+      } else this.presenceOverflowed = true;
+      return;
+    }
     const up = c.up.filter((t) => t.nodeId !== this.nodeId);
     const down = c.down.filter((d) => d.nodeId !== this.nodeId).map((d) => d.id);
     if (up.length === 0 && down.length === 0) return;
@@ -308,6 +343,12 @@ export class NodeStream {
    */
   private async sync(applied: number, epoch: string, requested = false): Promise<void> {
     if (!this.buffer) this.buffer = [];
+    if (this.sending) {
+      // After the snapshot going out (nothing may come between its parts), from the oldest version asked.
+      const prev = this.resyncAfterSend;
+      this.resyncAfterSend = { applied: Math.min(applied, prev?.applied ?? applied), epoch, requested: requested || !!prev?.requested };
+      return;
+    }
     const release = await this.deps.syncSlots.acquire();
     try {
       await this.syncLocked(applied, epoch, requested);
@@ -341,6 +382,31 @@ export class NodeStream {
       if (!this.tunnelsSent) this.write({ tunnels: { up: directory.remoteFor(this.nodeId).map(tunnelToProto), down: [], replaceAll: true }, headVersion: head() });
     } else {
       metrics.syncs.inc({ kind: 'snapshot' });
+      if (this.nodeTakesParts) {
+        // Shared with every stream that syncs meanwhile, encoded once; at the version of the last
+        // delta fanned out or newer (deltas since are in this stream's buffer).
+        const lease = await this.deps.snapshots.acquire(feed.lastVersion, feed.epoch);
+        if (this.closed) return lease.release();
+        this.sentVersion = lease.snapshot.version;
+        // This node's remote tunnels as of now; changes from here on are held with the deltas.
+        const tunnels = directory.remoteFor(this.nodeId).map(tunnelToProto);
+        this.tunnelsSent = true;
+        const sending = this.sendParts(lease, tunnels).finally(() => lease.release());
+        this.sending = sending;
+        // Not awaited: the node's keep-alives, ACKs and reports are handled while the parts go out.
+        void sending
+          .then(
+            () => {
+              this.sending = null;
+              this.flushBuffer();
+            },
+            (err: Error) => {
+              this.log.error({ err }, 'node stream: sending a snapshot failed');
+              this.fail(grpc.status.UNAVAILABLE, 'control plane error; reconnect', 'internal');
+            },
+          );
+        return;
+      }
       const snap = await readSnapshot(db.pool, { onBadPolicy: this.deps.onBadPolicy, baseUrl: this.deps.baseUrl });
       if (this.closed) return;
       this.sentVersion = snap.version;
@@ -351,25 +417,87 @@ export class NodeStream {
         remoteTunnels: directory.remoteFor(this.nodeId).map(tunnelToProto),
         committedAtUnixMs: snap.committedAtMs,
       };
-      if (!this.nodeTakesParts) {
-        // A node that does not know parts gets the snapshot whole, as before (it accepts up to 256 MiB).
-        this.write({ snapshot, headVersion: head() });
-      } else if (this.roomToWrite()) {
-        // Written back to back, in this one turn of the event loop: nothing (presence, heartbeats,
-        // deltas) comes between the parts. The node swaps the config in at the last part.
-        const { parts, bytes } = splitSnapshot(snapshot, this.deps.snapshotPartBytes);
-        for (const part of parts) this.call.write({ snapshot: part, headVersion: head() });
-        metrics.snapshotParts.inc(parts.length);
-        this.log.debug({ version: snap.version, parts: parts.length, bytes }, 'snapshot sent in parts');
-      }
+      // A node that does not know parts gets the snapshot whole, as before (it accepts up to 256 MiB).
+      this.write({ snapshot, headVersion: head() });
     }
     this.tunnelsSent = true;
+    this.flushBuffer();
+  }
+
+  /**
+   * Writes a snapshot in parts one at a time, each once the stream has room (PARTS_IN_FLIGHT):
+   * the shared parts of the entities, then this node's own last part(s) with its remote tunnels.
+   * Nothing else but heartbeats goes out meanwhile (deltas and presence are held in `buffer`); a
+   * stream that takes no part for `snapshotStallMs` is ended.
+   */
+  private async sendParts(lease: SnapshotLease, tunnels: Tunnel[]): Promise<void> {
+    const s = lease.snapshot;
+    const head = () => Math.max(this.deps.feed.headVersion, this.sentVersion);
+    const own = splitSnapshot({ version: s.version, epoch: s.epoch, committedAtUnixMs: s.committedAtMs, resources: {}, remoteTunnels: tunnels }, this.deps.snapshotPartBytes).parts;
+    const total = s.parts.length + own.length;
+    for (let i = 0; i < total; i++) {
+      if (!(await this.roomForPart())) return;
+      if (i < s.parts.length) this.call.write(s.parts[i] as unknown as ControlMessage, this.onWritten);
+      else {
+        const part = own[i - s.parts.length]!;
+        this.call.write({ snapshot: { ...part, part: i, more: i < total - 1 }, headVersion: head() }, this.onWritten);
+      }
+      this.deps.metrics.snapshotParts.inc();
+    }
+    this.log.debug({ version: s.version, parts: total, bytes: s.bytes }, 'snapshot sent in parts');
+  }
+
+  /** Waits until the stream has room for the next part; false when it is closed, or ended for taking none for too long. */
+  private async roomForPart(): Promise<boolean> {
+    if (this.closed) return false;
+    if (this.call.writableLength < PARTS_IN_FLIGHT) return true;
+    const stallMs = this.deps.snapshotStallMs;
+    const drained = await new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => {
+        this.drainWaiter = null;
+        resolve(false);
+      }, stallMs);
+      this.drainWaiter = () => {
+        clearTimeout(timer);
+        this.drainWaiter = null;
+        resolve(true);
+      };
+    });
+    if (this.closed) return false;
+    if (!drained) {
+      this.fail(grpc.status.RESOURCE_EXHAUSTED, `the node took no part of its snapshot for ${stallMs} ms; reconnect`, 'slow_reader');
+      return false;
+    }
+    return true;
+  }
+
+  private readonly onWritten = (): void => {
+    if (this.drainWaiter && (this.closed || this.call.writableLength < PARTS_IN_FLIGHT)) this.drainWaiter();
+  };
+
+  /** Sends what was held during a sync, in order; then a resync asked for meanwhile, if any. */
+  private flushBuffer(): void {
+    if (this.closed) return;
     const buffered = this.buffer ?? [];
     const overflowed = this.bufferOverflowed;
+    const presenceOverflowed = this.presenceOverflowed;
     this.buffer = null;
-    this.bufferOverflowed = false;
-    for (const d of buffered) this.offerDelta(d);
-    if (overflowed) this.requestResync(this.sentVersion);
+    this.bufferedDeltas = this.bufferedPresence = 0;
+    this.bufferOverflowed = this.presenceOverflowed = false;
+    if (presenceOverflowed) {
+      // Too many to hold: the node's whole view of remote tunnels instead, as of now.
+      this.write({ tunnels: { up: this.deps.directory.remoteFor(this.nodeId).map(tunnelToProto), down: [], replaceAll: true }, headVersion: Math.max(this.deps.feed.headVersion, this.sentVersion) });
+    }
+    for (const b of buffered) {
+      if ('delta' in b) this.offerDelta(b.delta);
+      else if (!presenceOverflowed) this.offerPresence(b.presence);
+    }
+    const resync = this.resyncAfterSend;
+    this.resyncAfterSend = null;
+    if (resync) {
+      this.buffer = [];
+      this.enqueue(() => this.sync(resync.applied, resync.epoch, resync.requested));
+    } else if (overflowed) this.requestResync(this.sentVersion);
   }
 
   private ack(version: number): void {
@@ -397,13 +525,13 @@ export class NodeStream {
 
   private write(msg: ControlMessage): void {
     if (this.closed || !this.roomToWrite()) return;
-    this.call.write(msg);
+    this.call.write(msg, this.onWritten);
   }
 
   /** A message encoded once for every stream (the server's serializer passes Buffers through). */
   private writeRaw(buf: Buffer): void {
     if (this.closed || !this.roomToWrite()) return;
-    this.call.write(buf as unknown as ControlMessage);
+    this.call.write(buf as unknown as ControlMessage, this.onWritten);
   }
 
   private roomToWrite(): boolean {
@@ -436,6 +564,8 @@ export class NodeStream {
     clearInterval(this.silenceTimer);
     this.jobs.length = 0;
     this.buffer = null;
+    this.resyncAfterSend = null;
+    this.drainWaiter?.();
     this.onClose(this);
     if (this.nodeId) {
       this.log.info({ why }, 'ingress node disconnected');
