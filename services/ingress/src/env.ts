@@ -44,6 +44,13 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
       HTTPS_EDGES_ON_HTTP: z.enum(['redirect', 'serve', 'refuse']).default('redirect'),
       UPSTREAM_TIMEOUT_MS: envInt(60_000, 100),
       MAX_STREAMS_PER_SESSION: envInt(500, 1, 500),
+      /**
+       * Slots of one agent session's MAX_STREAMS_PER_SESSION one public client address (IPv4, or
+       * IPv6 /64) may hold at once; beyond it, 429 ERR_WARREN_7014 (Retry-After: 1) while other
+       * addresses are still served. 80 (DEFAULT_MAX_STREAMS_PER_CLIENT, agent-connection.ts):
+       * 6 addresses hold 480 of a 500-slot session.
+       */
+      MAX_STREAMS_PER_CLIENT: envInt(80, 1, 500),
       MAX_STREAMS_PER_TUNNEL: envInt(400, 1, 500),
       MAX_QUEUED_PER_TUNNEL: envInt(1024, 0),
       /** Tunnels one agent session may have at once; StartTunnelWithLabel/Bind beyond it are refused (ERR_WARREN_1110). */

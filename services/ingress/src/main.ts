@@ -202,6 +202,7 @@ async function main(): Promise<void> {
       return `${proto}://${host}${port === std ? '' : `:${port}`}`;
     },
     maxStreamsPerSession: env.MAX_STREAMS_PER_SESSION,
+    maxStreamsPerClient: env.MAX_STREAMS_PER_CLIENT,
     maxTunnelsPerSession: env.MAX_TUNNELS_PER_SESSION,
     maxTunnelsPerNode: env.MAX_TUNNELS_PER_NODE,
     maxTunnelsPerAccount: env.MAX_TUNNELS_PER_ACCOUNT,

@@ -73,6 +73,7 @@ export const ERRORS = {
   7011: { status: 400, msg: 'the request cannot be forwarded as it is' },
   7012: { status: 408, msg: 'the request body did not arrive in time (this route reads the whole body before forwarding it)' },
   7013: { status: 503, msg: 'this ingress holds as many request bodies for its routes as it may at once; retry shortly' },
+  7014: { status: 429, msg: 'this client has too many requests open to this tunnel; retry when some have finished' },
   7100: { status: 403, msg: 'the client IP address is not allowed by the IP restriction of this route' },
   7101: { status: 403, msg: 'the User-Agent is not allowed by the user agent filter of this route' },
   7102: { status: 403, msg: 'the webhook verification of this route failed' },

@@ -65,6 +65,17 @@ export const STREAM_RELEASE_BEATS = 2;
  * agent's FIN: no loss, also with a 4 s upstream as long as the wait outlasts it.
  */
 export const ABORT_DRAIN_MAX_BYTES = 256 * 1024;
+/**
+ * Slots of one session's stream cap one public client address may hold at once, as the ingress
+ * sets it by default (MAX_STREAMS_PER_CLIENT). A slot counts against the address whose request
+ * opened its stream until the slot is free again, the same moment the session's own count lets go
+ * of it (open, finished and lingering, drained after an abort, held after a reset): without a
+ * share, one client holding or aborting slow requests takes all `maxStreams` slots and every other
+ * visitor of the tunnel gets 503 for as long as it keeps at it. 80 is some 13 times what a browser
+ * opens to one host and leaves room for a NAT (and for the proxy bench's 64 connections from one
+ * address); 6 addresses hold 480 of a 500-slot session, so 7 are needed to fill it.
+ */
+export const DEFAULT_MAX_STREAMS_PER_CLIENT = 80;
 /** An agent must authenticate this soon after the TLS handshake. */
 const AUTH_TIMEOUT_MS = 15_000;
 /** A request must arrive this soon after its stream opens. */
@@ -89,6 +100,8 @@ export interface ConnectionHost {
   readonly settings: {
     defaultDomain: string;
     maxStreams: number;
+    /** Slots of `maxStreams` one client address may hold (MAX_STREAMS_PER_CLIENT; see {@link clientShareKey}). */
+    maxStreamsPerClient: number;
     /** Tunnels one session may have at once (MAX_TUNNELS_PER_SESSION). */
     maxTunnelsPerSession: number;
     /** Tunnel starts (StartTunnelWithLabel, Bind) one session may make per second, on average (TUNNEL_STARTS_PER_SECOND_PER_SESSION). */
@@ -290,6 +303,15 @@ export class AgentConnection {
   /** Proxy streams reset by us before the agent's FIN: until when their slots stay taken, oldest first from `heldHead` on. */
   private heldUntil: number[] = [];
   private heldHead = 0;
+  /**
+   * Slots held per client address ({@link clientShareKey}): only addresses holding at least one
+   * (an entry is deleted when it drops to 0), so at most `maxStreams` entries. Taken when a proxy
+   * stream opens, given back where its slot is freed for `streamSlotsInUse` (`lingering()`,
+   * `held()`), with `releasedClients` and `heldClients` beside those queues.
+   */
+  private readonly clientSlots = new Map<string, number>();
+  private releasedClients: Array<string | undefined> = [];
+  private heldClients: Array<string | undefined> = [];
   /** How proxy streams destroyed before the agent's FIN leave the wire (ABORT_DRAIN_MAX_BYTES). */
   private drainOnDestroy: DrainOnDestroy = { maxBytes: ABORT_DRAIN_MAX_BYTES, maxMs: AUTH_TIMEOUT_MS };
   /** Tunnel starts of this session (see {@link TokenBucket}); full at first, so a reconnect can resume every tunnel at once. */
@@ -304,13 +326,17 @@ export class AgentConnection {
     this.mux.on('stream', (st) => void this.onStream(st));
     this.mux.on('release', (st) => {
       if (st.id % 2 !== 0 || st === this.heartbeat?.streamRef) return;
+      // The slot stays taken (for the stream's client address too) until the queue lets go of it.
+      const client = (st as ClientTagged)[CLIENT_KEY];
       if (st.resetBeforeRemoteFin) {
         // The agent may hold it until its upstream is done: no echo says when (see ABORT_DRAIN_MAX_BYTES).
         this.heldUntil.push(performance.now() + this.maxLingerMs);
+        this.heldClients.push(client);
         return;
       }
       this.releasedAt.push(performance.now());
       this.releasedBeats.push(this.heartbeat?.sent ?? 0);
+      this.releasedClients.push(client);
       // Start the beats that will free this slot (at most one in flight; see onHeartbeatEcho).
       this.heartbeat?.probe();
     });
@@ -334,12 +360,14 @@ export class AgentConnection {
     const q = this.heldUntil;
     const now = performance.now();
     let head = this.heldHead;
-    while (head < q.length && q[head]! <= now) head++;
+    while (head < q.length && q[head]! <= now) this.releaseClient(this.heldClients[head++]);
     if (head === q.length) {
       this.heldUntil = [];
+      this.heldClients = [];
       head = 0;
     } else if (head > 1024 && head * 2 > q.length) {
       this.heldUntil = q.slice(head);
+      this.heldClients = this.heldClients.slice(head);
       head = 0;
     }
     this.heldHead = head;
@@ -366,15 +394,34 @@ export class AgentConnection {
     while (head < at.length) {
       const age = now - at[head]!;
       if (age < this.maxLingerMs && (age < STREAM_LINGER_MS || echoed < beats[head]! + STREAM_RELEASE_BEATS)) break;
-      head++;
+      this.releaseClient(this.releasedClients[head++]);
     }
     if (head > 1024 && head * 2 > at.length) {
       this.releasedAt = at.slice(head);
       this.releasedBeats = beats.slice(head);
+      this.releasedClients = this.releasedClients.slice(head);
       head = 0;
     }
     this.releasedHead = head;
     return this.releasedAt.length - head;
+  }
+
+  /** A slot of `client`'s is free again (never below 0: the entry goes at 0). */
+  private releaseClient(client: string | undefined): void {
+    if (client === undefined) return;
+    const n = this.clientSlots.get(client);
+    if (n === undefined) return;
+    if (n > 1) this.clientSlots.set(client, n - 1);
+    else this.clientSlots.delete(client);
+  }
+
+  /**
+   * Slots each client address holds (keys as {@link clientShareKey} makes them), freed slots let
+   * go of first. For tests and diagnostics: a copy.
+   */
+  get streamSlotsByClient(): Map<string, number> {
+    void this.streamSlotsInUse;
+    return new Map(this.clientSlots);
   }
 
   /** An echo of our heartbeat: more beats while finished streams still wait for theirs. */
@@ -398,8 +445,20 @@ export class AgentConnection {
     if (t.closed || this.closeReason !== null || this.mux.closed) {
       throw new TunnelStreamError('SESSION_CLOSED', t.closed ? `tunnel ${t.id} is closed` : `the agent session of tunnel ${t.id} is closed`);
     }
-    if (this.streamSlotsInUse >= this.host.settings.maxStreams) {
+    // First: it frees the slots (and the client addresses' shares) whose time has come.
+    const inUse = this.streamSlotsInUse;
+    const client = clientShareKey(h.clientAddr);
+    if (inUse >= this.host.settings.maxStreams) {
       throw new TunnelStreamError('STREAM_CAP', `the agent session is at its cap of ${this.host.settings.maxStreams} open streams`);
+    }
+    // The session has room, but maybe not for this client (a full session refuses everyone alike, as before).
+    const held = client === '' ? 0 : (this.clientSlots.get(client) ?? 0);
+    const share = this.host.settings.maxStreamsPerClient;
+    if (held >= share) {
+      throw new TunnelStreamError(
+        'CLIENT_STREAM_CAP',
+        `this client has too many requests open to this tunnel: ${share} at most from one address (MAX_STREAMS_PER_CLIENT), counting those that just finished or were abandoned until the agent lets go of them; retry when some have finished`,
+      );
     }
     let stream: MuxStream;
     try {
@@ -409,6 +468,10 @@ export class AgentConnection {
       if (e.code === 'STREAM_CAP') throw new TunnelStreamError('STREAM_CAP', e.message);
       if (e.code === 'STREAMS_EXHAUSTED') this.close('stream ids exhausted', MuxErrorCode.StreamsExhausted);
       throw new TunnelStreamError('SESSION_CLOSED', e.message);
+    }
+    if (client !== '') {
+      this.clientSlots.set(client, held + 1);
+      (stream as ClientTagged)[CLIENT_KEY] = client;
     }
     // Type, length and header go out in one DATA frame (with SYN), coalesced with the first
     // request bytes when the caller writes them in the same tick.
@@ -708,6 +771,8 @@ export class AgentConnection {
     this.closeReason = reason;
     this.liveness.stop();
     this.heartbeat?.stop();
+    // The session's streams are gone with it (no 'release' follows): nothing is held any more.
+    this.clientSlots.clear();
     for (const t of [...this.tunnels.values()]) this.closeTunnel(t, reason);
     if (this.info) {
       this.log.info({ reason }, 'agent session ended');
@@ -715,6 +780,71 @@ export class AgentConnection {
     }
     this.host.connectionGone(this);
   }
+}
+
+/** The client address a proxy stream counts against, on the stream itself (set once, at open). */
+const CLIENT_KEY = Symbol('warren.streamClient');
+type ClientTagged = MuxStream & { [CLIENT_KEY]?: string };
+
+/**
+ * The address whose share of a session's slots a stream with this `ClientAddr` takes:
+ * - IPv4 (`a.b.c.d:port`): the address;
+ * - IPv6 (`[v6]:port`, or `v6:port` as the public listener writes it): its /64, `2001:db8:0:1::/64`
+ *   (whoever has one address of a /64 usually has all of it);
+ * - IPv4-mapped IPv6 (`::ffff:a.b.c.d`, also in hex): the IPv4 address;
+ * - '' for none: the unspecified `0.0.0.0` (what a stream opened for no request in particular
+ *   carries, e.g. a connection pool reconnecting for a queued request; no public client has it)
+ *   and an IPv6 address it cannot parse; such streams count against the session's cap only.
+ * IPv4, the common case, costs one slice.
+ */
+export function clientShareKey(clientAddr: string): string {
+  let host: string;
+  if (clientAddr.charCodeAt(0) === 91 /* [ */) {
+    const end = clientAddr.indexOf(']');
+    host = end > 0 ? clientAddr.slice(1, end) : '';
+  } else {
+    const colon = clientAddr.lastIndexOf(':');
+    host = colon >= 0 ? clientAddr.slice(0, colon) : clientAddr;
+  }
+  if (host.indexOf(':') < 0) return host === '0.0.0.0' ? '' : host;
+  return ipv6ShareKey(host);
+}
+
+function ipv6ShareKey(addr: string): string {
+  const pct = addr.indexOf('%');
+  let a = (pct >= 0 ? addr.slice(0, pct) : addr).toLowerCase();
+  // An embedded dotted quad (`::ffff:1.2.3.4`) as its two hextets.
+  const dot = a.indexOf('.');
+  if (dot >= 0) {
+    const start = a.lastIndexOf(':') + 1;
+    const q = a.slice(start).split('.');
+    if (q.length !== 4 || !q.every((p) => /^\d{1,3}$/.test(p) && Number(p) <= 255)) return '';
+    const [b0, b1, b2, b3] = q.map(Number) as [number, number, number, number];
+    a = `${a.slice(0, start)}${((b0 << 8) | b1).toString(16)}:${((b2 << 8) | b3).toString(16)}`;
+  }
+  const halves = a.split('::');
+  if (halves.length > 2) return '';
+  const head = halves[0] ? halves[0].split(':') : [];
+  const tail = halves.length === 2 && halves[1] ? halves[1].split(':') : [];
+  const missing = 8 - head.length - tail.length;
+  if (halves.length === 2 ? missing < 1 : missing !== 0) return '';
+  const groups: number[] = [];
+  for (const g of head) groups.push(hextet(g));
+  for (let i = 0; i < missing; i++) groups.push(0);
+  for (const g of tail) groups.push(hextet(g));
+  if (groups.some((g) => g < 0)) return '';
+  const [g0, g1, g2, g3, g4, g5, g6, g7] = groups as [number, number, number, number, number, number, number, number];
+  if (g0 === 0 && g1 === 0 && g2 === 0 && g3 === 0 && g4 === 0 && g5 === 0xffff) {
+    const v4 = `${g6 >> 8}.${g6 & 255}.${g7 >> 8}.${g7 & 255}`;
+    return v4 === '0.0.0.0' ? '' : v4;
+  }
+  if (groups.every((g) => g === 0)) return '';
+  return `${g0.toString(16)}:${g1.toString(16)}:${g2.toString(16)}:${g3.toString(16)}::/64`;
+}
+
+/** A hextet's value, or -1. */
+function hextet(g: string): number {
+  return /^[0-9a-f]{1,4}$/.test(g) ? parseInt(g, 16) : -1;
 }
 
 function describeClose(info: MuxCloseInfo): string {

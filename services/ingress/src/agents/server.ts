@@ -5,7 +5,7 @@ import tls from 'node:tls';
 import type { Logger } from 'pino';
 import { createLogger, type DpAgentSession, type DpTunnel } from '@warren/shared';
 import { MAX_FULL_SYNC_BYTES, sessionReportBytes, tunnelReportBytes } from '../config/control-plane-client.js';
-import { AgentConnection, MAX_SAFE_STREAMS, TokenBucket, type ConnectionHost, type LocalTunnelImpl } from './agent-connection.js';
+import { AgentConnection, DEFAULT_MAX_STREAMS_PER_CLIENT, MAX_SAFE_STREAMS, TokenBucket, type ConnectionHost, type LocalTunnelImpl } from './agent-connection.js';
 import { ResumeTokens } from './resume-tokens.js';
 import { remoteIp } from '../http/client-address.js';
 
@@ -40,8 +40,9 @@ export interface LocalTunnel extends Omit<DpTunnel, 'nodeId' | 'nodeAddress'> {
   /**
    * Opens a server-initiated proxy stream (type 3 + int64 LE length + ProxyHeader JSON with
    * Id/ClientAddr/Proto/EdgeType/PassthroughTLS). Rejects with a {@link TunnelStreamError} whose
-   * `code` is 'STREAM_CAP' when the session is at its cap, 'SESSION_CLOSED' when the session or
-   * the tunnel is gone.
+   * `code` is 'STREAM_CAP' when the session is at its cap, 'CLIENT_STREAM_CAP' when the client
+   * address of `h.clientAddr` holds its share of the session's slots (maxStreamsPerClient),
+   * 'SESSION_CLOSED' when the session or the tunnel is gone.
    *
    * The stream behaves like a `net.Socket`: for `http`/`https` it ends its write side once the
    * agent's FIN has been read (what an HTTP client expects of keep-alive sockets); for
@@ -84,6 +85,15 @@ export interface AgentServerOptions {
   publicUrl?(proto: string, hostname: string): string;
   /** Default 500; at most 505 (the SDK's session dies past 512 streams, its own included). */
   maxStreamsPerSession?: number;
+  /**
+   * Slots of a session's stream cap one public client address (IPv4, or IPv6 /64) may hold at
+   * once. Default: `maxStreamsPerSession` (no share of its own); the ingress sets
+   * MAX_STREAMS_PER_CLIENT, default {@link DEFAULT_MAX_STREAMS_PER_CLIENT} (80). Past it, `openStream` fails with 'CLIENT_STREAM_CAP' (429 ERR_WARREN_7014)
+   * while other addresses still get streams. A slot counts until it is free again (finished and
+   * lingering, drained after an abort, held after a reset), as for the session's cap. Per
+   * session: a client of two sessions holds up to this on each.
+   */
+  maxStreamsPerClient?: number;
   /** Tunnels one agent session may have at once (default 256); StartTunnelWithLabel and Bind beyond it are refused (ERR_WARREN_1110). */
   maxTunnelsPerSession?: number;
   /** Tunnels of all sessions on this node at once (default 10,000); beyond it, refused (ERR_WARREN_1110). */
@@ -138,7 +148,7 @@ export interface AgentServerOptions {
 /** Why `openStream` failed. */
 export class TunnelStreamError extends Error {
   constructor(
-    readonly code: 'STREAM_CAP' | 'SESSION_CLOSED',
+    readonly code: 'STREAM_CAP' | 'CLIENT_STREAM_CAP' | 'SESSION_CLOSED',
     message: string,
   ) {
     super(message);
@@ -160,6 +170,7 @@ export const DEFAULT_MAX_REPORT_BYTES = 32 * 1024 * 1024;
 export const DEFAULT_MAX_SESSIONS_PER_CREDENTIAL = 100;
 export const DEFAULT_MAX_TUNNELS_PER_CREDENTIAL = 500;
 export const DEFAULT_TUNNEL_STARTS_PER_SECOND = 20;
+export { DEFAULT_MAX_STREAMS_PER_CLIENT };
 
 /**
  * Connections that have not authenticated yet (each may take 15 s to), in all and from one
@@ -229,6 +240,10 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
     if (!Number.isInteger(maxStreams) || maxStreams < 1 || maxStreams > MAX_SAFE_STREAMS) {
       throw new Error(`AgentServer: maxStreamsPerSession must be an integer from 1 to ${MAX_SAFE_STREAMS}`);
     }
+    const maxStreamsPerClient = opts.maxStreamsPerClient ?? maxStreams;
+    if (!Number.isInteger(maxStreamsPerClient) || maxStreamsPerClient < 1 || maxStreamsPerClient > MAX_SAFE_STREAMS) {
+      throw new Error(`AgentServer: maxStreamsPerClient must be an integer from 1 to ${MAX_SAFE_STREAMS}`);
+    }
     const maxTunnelsPerSession = opts.maxTunnelsPerSession ?? DEFAULT_MAX_TUNNELS_PER_SESSION;
     const maxTunnelsPerNode = opts.maxTunnelsPerNode ?? DEFAULT_MAX_TUNNELS_PER_NODE;
     const maxReportBytes = opts.maxReportBytes ?? DEFAULT_MAX_REPORT_BYTES;
@@ -264,7 +279,7 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
       nodeId: opts.nodeId,
       log: this.log,
       tokens,
-      settings: { defaultDomain, maxStreams, maxTunnelsPerSession, tunnelStartsPerSecond, tunnelStartBurst, heartbeatIntervalMs: opts.heartbeatIntervalMs, heartbeatToleranceMs: opts.heartbeatToleranceMs },
+      settings: { defaultDomain, maxStreams, maxStreamsPerClient, maxTunnelsPerSession, tunnelStartsPerSecond, tunnelStartBurst, heartbeatIntervalMs: opts.heartbeatIntervalMs, heartbeatToleranceMs: opts.heartbeatToleranceMs },
       authenticate: (token) => opts.authenticate(token),
       checkBind: (req) => checkBind(req),
       publicUrl: (proto, hostname) => publicUrl(proto, hostname),

@@ -6,6 +6,12 @@ function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
 
+/** Codes whose answer says when to try again, whichever path answers them. */
+const RETRY_AFTER: Partial<Record<ErrorCode, string>> = {
+  // The client holds its share of the tunnel's session (MAX_STREAMS_PER_CLIENT): slots come back as its requests finish.
+  7014: '1',
+};
+
 /** The body and head of the ingress's own answer: HTML for browsers, JSON for everything else; never cached. */
 export function errorAnswer(accept: string | undefined, code: ErrorCode, detail?: string, headers?: Record<string, string>): { status: number; headers: Record<string, string>; body: string } {
   const { status, msg } = ERRORS[code];
@@ -15,7 +21,10 @@ export function errorAnswer(accept: string | undefined, code: ErrorCode, detail?
   const body = html
     ? `<!doctype html><html><head><meta charset="utf-8"><title>${status} ${name}</title></head><body><h1>${status}</h1><p>${escapeHtml(message)}</p><p><code>${name}</code></p></body></html>\n`
     : `${JSON.stringify({ error_code: name, status_code: status, msg: message })}\n`;
-  return { status, headers: { 'content-type': html ? 'text/html; charset=utf-8' : 'application/json', 'cache-control': 'no-store', 'warren-error-code': name, ...headers }, body };
+  const retryAfter = RETRY_AFTER[code];
+  const base: Record<string, string> = { 'content-type': html ? 'text/html; charset=utf-8' : 'application/json', 'cache-control': 'no-store', 'warren-error-code': name };
+  if (retryAfter !== undefined) base['retry-after'] = retryAfter;
+  return { status, headers: { ...base, ...headers }, body };
 }
 
 /**

@@ -188,6 +188,17 @@ const DEFAULT_STREAM_HEADER: ProxyHeaderInit = { clientAddr: '0.0.0.0:0', proto:
  * header is only built when a stream is opened, not per request.
  */
 let dispatchingInfo: RequestInfo | null = null;
+/**
+ * The same for a request with a body: undici starts it (and opens its stream) a microtask later,
+ * in case the body ends in the same tick. Each such dispatch appends its info and queues
+ * {@link dispatchedWithBody} after undici's microtask, so that microtask finds its own request's
+ * info at the head (a stream's client address counts against its share of the session's slots,
+ * MAX_STREAMS_PER_CLIENT, and must not be another request's, nor none).
+ */
+const deferredInfos: RequestInfo[] = [];
+function dispatchedWithBody(): void {
+  deferredInfos.shift();
+}
 
 interface TunnelPool {
   pool: Pool;
@@ -259,7 +270,7 @@ export class Forwarder {
           let stream: TunnelStream;
           try {
             if (!tunnel.openStreamSync) throw new Error('the tunnel cannot open streams synchronously');
-            const info = dispatchingInfo;
+            const info = dispatchingInfo ?? deferredInfos[0];
             stream = tunnel.openStreamSync(info ? { clientAddr: info.clientAddr, proto: info.scheme, edgeType: info.edgeType } : DEFAULT_STREAM_HEADER);
           } catch (err) {
             // No stream: nothing of the request was sent, so it may go to another tunnel whatever it is.
@@ -378,6 +389,10 @@ export class Forwarder {
         x.onError(err as Error);
       } finally {
         dispatchingInfo = null;
+        if (body !== null && info !== null) {
+          deferredInfos.push(info);
+          queueMicrotask(dispatchedWithBody);
+        }
       }
     });
   }
@@ -406,7 +421,8 @@ export class Forwarder {
         upstream.write(requestHead(req.method ?? 'GET', requestTarget, hopHeaders), 'latin1');
       }
     } catch (err) {
-      sendUpgradeError(socket, (err as { code?: string }).code === 'STREAM_CAP' ? 7006 : 7004, (err as Error).message);
+      const code = (err as { code?: string }).code;
+      sendUpgradeError(socket, code === 'STREAM_CAP' ? 7006 : code === 'CLIENT_STREAM_CAP' ? 7014 : 7004, (err as Error).message);
       return;
     }
     // The two sides are joined only once the upstream has switched protocols. An upstream that
@@ -550,6 +566,10 @@ export function forwardErrorOf(err: Error & { code?: string }, hop: boolean, log
     // stream the request was written on (it may have reached the upstream).
     case 'STREAM_CAP':
       return new ForwardError(7006, 'the agent session has no free stream', 'any');
+    // The client's address holds its share of the session's slots (MAX_STREAMS_PER_CLIENT): 429,
+    // Retry-After. Nothing was sent, so another tunnel (another session, another share) may take it.
+    case 'CLIENT_STREAM_CAP':
+      return new ForwardError(7014, err.message, 'any');
     case 'SESSION_CLOSED':
       return new ForwardError(7004, 'the agent session closed', 'idempotent');
     // The pool was closed under a queued request (its tunnel went away): nothing was sent.
