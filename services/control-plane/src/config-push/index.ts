@@ -143,6 +143,9 @@ export async function startConfigPush(opts: ConfigPushOptions): Promise<ConfigPu
       );
     },
   });
+  // Before the streams' resyncs (registered earlier), so that none of them is served from an
+  // entry of the sequence that went back.
+  feed.prependListener('reset', () => snapshots.invalidate());
   const deps = {
     db: opts.db,
     feed,

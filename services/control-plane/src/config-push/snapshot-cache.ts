@@ -109,6 +109,15 @@ export class SnapshotCache {
     return this.entries.map((e) => ({ version: e.snapshot?.version ?? null, refs: e.refs }));
   }
 
+  /**
+   * No entry is handed out again (the version sequence went back: a restored database keeps its
+   * epoch, so an entry of a higher version would pass for newer than the head and hide the writes
+   * that reuse its version numbers). Streams still sending from one keep it until they release it.
+   */
+  invalidate(): void {
+    for (const e of [...this.entries]) this.drop(e);
+  }
+
   /** Drops every entry no stream needs (e.g. on shutdown). */
   clear(): void {
     for (const e of [...this.entries]) if (e.refs === 0) this.drop(e);
