@@ -10,6 +10,18 @@ import type { Metric, Registry } from 'prom-client';
 
 type Labels = Record<string, string>;
 
+/** The children map's key for label values given in `names` order (checked to be complete). */
+function childKey(metric: string, names: readonly string[], values: readonly string[]): string {
+  if (values.length !== names.length) throw new TypeError(`${metric}: ${names.length} label values expected, got ${values.length}`);
+  return values.join('\u0000');
+}
+
+function labelsOf(names: readonly string[], values: readonly string[]): Labels {
+  const labels: Labels = {};
+  names.forEach((n, i) => (labels[n] = values[i]!));
+  return labels;
+}
+
 /** A counter with a fixed list of label names; a labelled child's series appears once it is incremented. */
 export class LeanCounter {
   readonly type = 'counter';
@@ -27,13 +39,10 @@ export class LeanCounter {
 
   /** The child for these label values (in `labelNames` order); keep it, its `inc` is the lean part. */
   child(...values: string[]): { inc(n?: number): void } {
-    if (values.length !== this.labelNames.length) throw new TypeError(`${this.name}: ${this.labelNames.length} label values expected, got ${values.length}`);
-    const key = values.join('\u0000');
+    const key = childKey(this.name, this.labelNames, values);
     let c = this.children.get(key);
     if (c === undefined) {
-      const labels: Labels = {};
-      this.labelNames.forEach((n, i) => (labels[n] = values[i]!));
-      c = { labels, value: 0, seen: false };
+      c = { labels: labelsOf(this.labelNames, values), value: 0, seen: false };
       this.children.set(key, c);
     }
     const entry = c;
@@ -95,13 +104,10 @@ export class LeanHistogram {
 
   /** The child for these label values (in `labelNames` order); keep it, its `observe` is the lean part. */
   child(...values: string[]): { observe(v: number): void } {
-    if (values.length !== this.labelNames.length) throw new TypeError(`${this.name}: ${this.labelNames.length} label values expected, got ${values.length}`);
-    const key = values.join('\u0000');
+    const key = childKey(this.name, this.labelNames, values);
     let c = this.children.get(key);
     if (c === undefined) {
-      const labels: Labels = {};
-      this.labelNames.forEach((n, i) => (labels[n] = values[i]!));
-      c = { labels, counts: new Float64Array(this.buckets.length + 1), sum: 0, count: 0, seen: this.labelNames.length === 0 };
+      c = { labels: labelsOf(this.labelNames, values), counts: new Float64Array(this.buckets.length + 1), sum: 0, count: 0, seen: this.labelNames.length === 0 };
       this.children.set(key, c);
     }
     const entry = c;

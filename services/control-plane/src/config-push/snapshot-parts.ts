@@ -1,4 +1,4 @@
-import type { Resources, Snapshot, Tunnel } from '../../../shared/src/proto/index.js';
+import { lenField, type Resources, type Snapshot, type Tunnel } from '../../../shared/src/proto/index.js';
 
 /**
  * Snapshots in parts (`Snapshot.part`/`more`, to nodes whose hello had `parts`): each part holds
@@ -15,17 +15,6 @@ export const DEFAULT_MAX_FULL_SYNC_BYTES = 256 * 1024 * 1024;
 const RESOURCE_KINDS = ['edges', 'routes', 'backends', 'ipPolicies', 'certificateAuthorities', 'credentials', 'eventSubscriptions'] as const;
 type ResourceKind = (typeof RESOURCE_KINDS)[number];
 
-function varintBytes(n: number): number {
-  let len = 1;
-  while (n >= 0x80) {
-    n = Math.floor(n / 128);
-    len++;
-  }
-  return len;
-}
-
-/** A length-delimited field of `n` bytes: one tag byte (every field number here is < 16), its length, the bytes. */
-const lenField = (n: number) => 1 + varintBytes(n) + n;
 
 /**
  * An upper bound of the encoded size of a message given as the object the serializer takes

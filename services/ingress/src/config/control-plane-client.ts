@@ -17,6 +17,7 @@ import {
   type Snapshot__Output,
   type Tunnel__Output,
   type TunnelPresence__Output,
+  lenField,
 } from '../../../shared/src/proto/index.js';
 import { Backoff } from '@warren/shared';
 import { applyDelta, buildConfig, checkConfig } from './config-state.js';
@@ -150,20 +151,6 @@ interface PartialSnapshot {
  * part is about DEFAULT_FULL_SYNC_PART_BYTES). It also caps the agent server's report budget.
  */
 export const MAX_FULL_SYNC_BYTES = 60 * 1024 * 1024;
-
-function varintBytes(n: number): number {
-  let len = 1;
-  while (n >= 0x80) {
-    n = Math.floor(n / 128);
-    len++;
-  }
-  return len;
-}
-
-/** A length-delimited field (string or embedded message) of `n` bytes with a one-byte tag, empty ones included. */
-function lenField(n: number): number {
-  return 1 + varintBytes(n) + n;
-}
 
 const strField = (s: string) => lenField(Buffer.byteLength(s));
 

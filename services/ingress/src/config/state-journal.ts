@@ -229,3 +229,15 @@ export async function writeEntitiesFile(file: string, head: Omit<StoredConfig, '
   }
   return bytes;
 }
+
+/** fsyncs a directory (a file created or renamed in it is then on disk). */
+export async function syncDir(dir: string): Promise<void> {
+  const d = await open(dir, 'r');
+  try {
+    await d.sync();
+  } catch {
+    // Some file systems refuse fsync on a directory; the rename is still atomic.
+  } finally {
+    await d.close();
+  }
+}

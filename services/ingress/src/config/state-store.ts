@@ -6,7 +6,7 @@ import { Worker } from 'node:worker_threads';
 import type { DataPlaneConfig, DpTunnel } from '@warren/shared';
 import type { DpDeletedIds, DpEntityLists } from '../../../shared/src/proto/index.js';
 import { toLists } from './config-state.js';
-import { ENTITY_KINDS, loadState, storedOf, type StoredConfig } from './state-journal.js';
+import { ENTITY_KINDS, loadState, storedOf, syncDir, type StoredConfig } from './state-journal.js';
 import type { StoreReply, StoreRequest, StoreWorkerData } from './state-store.worker.js';
 
 export { CONFIG_FILE, CONFIG_FORMAT, JOURNAL_PREFIX, type StoredConfig } from './state-journal.js';
@@ -40,14 +40,7 @@ export async function writeFileAtomic(file: string, data: string): Promise<void>
     await unlink(tmp).catch(() => {});
     throw err;
   }
-  const d = await open(dir, 'r');
-  try {
-    await d.sync();
-  } catch {
-    // Some file systems refuse fsync on a directory; the rename is still atomic.
-  } finally {
-    await d.close();
-  }
+  await syncDir(dir);
 }
 
 /**

@@ -5,7 +5,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import type { DataPlaneConfig } from '@warren/shared';
 import type { DpDeletedIds, DpEntityLists } from '../../../shared/src/proto/index.js';
 import { applyDelta, buildConfig } from './config-state.js';
-import { CONFIG_FILE, CONFIG_FORMAT, ENTITY_KINDS, encodeEntry, listSegments, loadState, segmentFile, writeEntitiesFile } from './state-journal.js';
+import { CONFIG_FILE, CONFIG_FORMAT, ENTITY_KINDS, encodeEntry, listSegments, loadState, segmentFile, syncDir, writeEntitiesFile } from './state-journal.js';
 
 /**
  * Worker thread of `StateStore` (state-store.ts): it keeps its own copy of the node's config,
@@ -312,16 +312,6 @@ class StoreWorker {
   }
 }
 
-async function syncDir(dir: string): Promise<void> {
-  const d = await open(dir, 'r');
-  try {
-    await d.sync();
-  } catch {
-    // Some file systems refuse fsync on a directory; the rename is still atomic.
-  } finally {
-    await d.close();
-  }
-}
 
 if (parentPort) {
   const port = parentPort;

@@ -5,6 +5,7 @@
  */
 export { configStreamCodec, loadConfigProto, PROTO_DIR, PROTO_LOADER_OPTIONS, type ConfigV1 } from './load.js';
 export * from './codec.js';
+export { lenField, varintBytes } from './wire-size.js';
 export type { ProtoGrpcType } from './generated/config.js';
 export type { ConfigServiceClient, ConfigServiceHandlers, ConfigServiceDefinition } from './generated/warren/config/v1/ConfigService.js';
 export type { NodeMessage, NodeMessage__Output } from './generated/warren/config/v1/NodeMessage.js';
