@@ -5,6 +5,7 @@ import { createDb, createPool } from './db/pool.js';
 import { migrate } from './db/migrate.js';
 import { createAccountWithKey, createApiKeyFor, listAccounts, setAccountDisabled } from './modules/accounts/accounts.service.js';
 import { resolveDatabaseUrl } from './dev/database-url.js';
+import { newConfigEpoch } from './config-push/config-reader.js';
 
 const USAGE = `usage: npm run admin -- <command> [options]
 
@@ -14,6 +15,8 @@ commands:
   disable-account --account ac_...    every key of the account then answers 403
   enable-account --account ac_...
   list-accounts
+  new-config-epoch                    after restoring the database in place from a backup: every
+                                      ingress node then takes a whole snapshot
 
 DATABASE_URL selects the database (default: the one npm start uses).`;
 
@@ -53,6 +56,11 @@ async function main(): Promise<number> {
         if (!values.account) return usageError('--account is required');
         if (!(await setAccountDisabled(db, values.account, cmd === 'disable-account'))) return usageError(`no account ${values.account}`);
         console.log(`${cmd === 'disable-account' ? 'disabled' : 'enabled'} ${values.account}`);
+        return 0;
+      }
+      case 'new-config-epoch': {
+        const r = await newConfigEpoch(pool);
+        console.log(`config epoch ${r.epoch} at version ${r.version}: every ingress node takes a whole snapshot`);
         return 0;
       }
       case 'list-accounts':

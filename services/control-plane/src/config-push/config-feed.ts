@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import type pg from 'pg';
 import type { Logger } from '@warren/shared';
 import { deletesToProto, resourcesToProto, type ControlMessage } from '../../../shared/src/proto/index.js';
-import { CONFIG_CHANNEL } from '../events/outbox.js';
+import { CONFIG_CHANNEL, EPOCH_NOTICE } from '../events/outbox.js';
 import { readDelta, readHead, type DeltaData } from './config-reader.js';
 import type { PgListener } from './listener.js';
 import { Backoff } from '@warren/shared';
@@ -59,6 +59,8 @@ export class ConfigFeed extends EventEmitter<FeedEvents> {
     opts.listener.on('connected', () => this.schedule());
     opts.listener.on('notification', (channel, payload) => {
       if (channel !== CONFIG_CHANNEL) return;
+      // A new epoch (newConfigEpoch) comes at a version already handled: always read it.
+      if (payload.startsWith(EPOCH_NOTICE)) return this.schedule();
       const v = Number(payload);
       if (Number.isFinite(v) && v > this.headVersion) this.headVersion = v;
       if (!(v <= this.lastVersion)) this.schedule();
@@ -111,6 +113,16 @@ export class ConfigFeed extends EventEmitter<FeedEvents> {
           this.headVersion = head.version;
           this.epoch = head.epoch;
           this.emit('reset', head.version);
+          continue;
+        }
+        if (delta.epoch !== this.epoch && this.epoch !== '') {
+          // A new epoch (npm run admin -- new-config-epoch, after a restore in place): versions of
+          // the old one mean nothing now; every node takes a snapshot.
+          this.opts.log.warn({ epoch: delta.epoch, head: delta.version }, 'config feed: a new epoch of the version sequence; every node resyncs');
+          this.lastVersion = delta.version;
+          this.headVersion = delta.version;
+          this.epoch = delta.epoch;
+          this.emit('reset', delta.version);
           continue;
         }
         if (delta.version <= this.lastVersion) continue;

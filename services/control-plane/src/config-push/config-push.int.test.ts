@@ -8,6 +8,7 @@ import { createCa, createIpPolicy } from '../modules/https-edges/testing.js';
 import { RATE_LIMIT_POLICY } from '../modules/https-edge-routes/fixtures.js';
 import { cleanupNodes, metricValue, newNode, startTestPush, tempDir, type TestNode } from './testing.js';
 import type { ConfigPush } from './index.js';
+import { newConfigEpoch } from './config-reader.js';
 
 let api: TestApi;
 let push: ConfigPush & { registry: import('prom-client').Registry };
@@ -391,5 +392,28 @@ describe('outages', () => {
     await patch(`/edges/https/${edge.id}`, { hostports: ['listen2.example.com:443'] });
     await until(node, (c) => c.edges.get(edge.id)?.hostports[0] === 'listen2.example.com:443');
     expect(await metricValue(push.registry, 'warren_control_plane_config_listener_reconnects_total')).toBeGreaterThanOrEqual(1);
+  });
+
+  it('a database restored in place (same epoch, lower version) diverges nodes until new-config-epoch, which resyncs them whole', async () => {
+    const node = await started();
+    const lost = await post('/credentials', { acl: [] });
+    const lostAt = await headVersion();
+    await until(node, (c) => c.credentials.has(lost.id));
+    // "Restore a backup from before `lost`": its row, its outbox row and the version go back
+    // (the epoch row comes back as it was in the backup: unchanged).
+    await api.db.query(`DELETE FROM credentials WHERE id = $1`, [lost.id]);
+    await api.db.query(`DELETE FROM outbox WHERE version >= $1`, [lostAt]);
+    await api.db.query(`UPDATE config_state SET version = $1`, [lostAt - 1]);
+    // A write after the restore reuses the version number the node already applied.
+    const fresh = await post('/credentials', { acl: [] });
+    expect(await headVersion()).toBe(lostAt);
+    await new Promise((r) => setTimeout(r, 300));
+    const before = node.client.config!;
+    // What versions alone cannot tell apart: the node holds the lost credential and not the new one.
+    expect([before.version, before.credentials.has(lost.id), before.credentials.has(fresh.id)]).toEqual([lostAt, true, false]);
+    const r = await newConfigEpoch(api.db.pool);
+    const after = await until(node, (c) => c.credentials.has(fresh.id) && !c.credentials.has(lost.id));
+    expect(after.version).toBe(lostAt);
+    expect((node.client as unknown as { epoch: string }).epoch).toBe(r.epoch);
   });
 });

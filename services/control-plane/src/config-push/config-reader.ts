@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { DpDeletedIds, DpEntityLists } from '../../../shared/src/proto/index.js';
+import { CONFIG_CHANNEL, EPOCH_NOTICE } from '../events/outbox.js';
 import { dataplaneRepo as repo } from './dataplane.repo.js';
 import { changedIds, toDpBackend, toDpCertificateAuthority, toDpCredential, toDpEdge, toDpEventSubscription, toDpIpPolicy, toDpRoute } from './dataplane.js';
 
@@ -57,6 +58,29 @@ async function atOneVersion<T>(pool: pg.Pool, fn: (q: pg.PoolClient) => Promise<
 export async function readHead(pool: pg.Pool): Promise<VersionInfo> {
   const h = await repo.head(pool);
   return { version: h.version, epoch: h.epoch, committedAtMs: h.committed_at.getTime() };
+}
+
+/**
+ * Starts a new epoch of the config version sequence (what `npm run admin -- new-config-epoch`
+ * does), and wakes every control-plane replica: every ingress node then takes a whole snapshot,
+ * whatever version it holds. For a database restored in place from a backup: it brings back its
+ * old epoch with a lower version, and the writes after the restore reuse version numbers that
+ * nodes have already applied (with other content), which versions alone cannot tell apart.
+ */
+export async function newConfigEpoch(pool: pg.Pool): Promise<{ epoch: string; version: number }> {
+  const c = await pool.connect();
+  try {
+    await c.query('BEGIN');
+    const { rows } = await c.query<{ epoch: string; version: string }>(`UPDATE config_state SET epoch = md5(random()::text || clock_timestamp()::text) RETURNING epoch, version`);
+    await c.query(`SELECT pg_notify('${CONFIG_CHANNEL}', $1)`, [`${EPOCH_NOTICE}${rows[0]!.epoch}`]);
+    await c.query('COMMIT');
+    return { epoch: rows[0]!.epoch, version: Number(rows[0]!.version) };
+  } catch (err) {
+    await c.query('ROLLBACK').catch(() => {});
+    throw err;
+  } finally {
+    c.release();
+  }
 }
 
 /** The whole configuration at the current head. */

@@ -17,6 +17,8 @@ export interface OutboxChange {
 
 /** NOTIFY channel of committed config versions (payload: the version, a hint only). */
 export const CONFIG_CHANNEL = 'warren_config';
+/** Payload prefix, on CONFIG_CHANNEL, of a new epoch of the version sequence (`epoch:<epoch>`; config-reader.ts newConfigEpoch). */
+export const EPOCH_NOTICE = 'epoch:';
 
 /** One outbox row, with its full event type (`writeOutbox` builds it from a stem and a kind). */
 export interface OutboxEvent {
