@@ -109,6 +109,8 @@ async function main(): Promise<void> {
     status: () => ({
       node_id: nodeId,
       config_version: cp?.config?.version ?? null,
+      config_persisted_version: cp?.persisted.version ?? null,
+      config_persist_error: cp?.persisted.error ?? null,
       control_plane_connected: cp?.connected ?? false,
       agent_sessions: agentServer.sessions().length,
       local_tunnels: registry.localCount,

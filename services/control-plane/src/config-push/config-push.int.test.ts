@@ -416,4 +416,19 @@ describe('outages', () => {
     expect(after.version).toBe(lostAt);
     expect((node.client as unknown as { epoch: string }).epoch).toBe(r.epoch);
   });
+
+  it("a node that cannot save its config serves and ACKs it, and says so (persisted version and error)", async () => {
+    // STATE_DIR under a regular file: every save fails (ENOTDIR).
+    const file = path.join(await tempDir(), 'not-a-dir');
+    await writeFile(file, 'x');
+    const node = await started([target], { stateDir: path.join(file, 'state') });
+    const cred = await post('/credentials', { acl: [] });
+    await until(node, (c) => c.credentials.has(cred.id));
+    await expect.poll(() => node.client.persisted.error, { timeout: 5_000 }).toMatch(/ENOTDIR|not a directory/);
+    expect(node.client.persisted.version).toBe(0);
+    // A node that can save: the version it serves, no error.
+    const good = await started();
+    await until(good, (c) => c.credentials.has(cred.id));
+    await expect.poll(() => good.client.persisted).toEqual({ version: await headVersion(), error: null });
+  });
 });

@@ -227,6 +227,9 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
   private peerTakesParts = false;
   /** The full sync did not fit in one part: it goes out on the welcome, in parts if the control plane takes them. */
   private fullSyncOnWelcome = false;
+  /** The version last saved to disk, and the last save's error (see `persisted`). */
+  private persistedVersion = 0;
+  private persistError: string | null = null;
   /** A snapshot arriving in parts (the config served stays the previous one until its last part). */
   private partial: PartialSnapshot | null = null;
 
@@ -260,6 +263,16 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
 
   get connected(): boolean {
     return this.isConnected;
+  }
+
+  /**
+   * What the node's last save of its config came to: the version written to disk (0 before any)
+   * and the error of the last save when it failed (null once one succeeds again). A node whose
+   * saves fail still serves and ACKs what it applied; this says it would not survive a restart
+   * during a control-plane outage with that config (internal /status).
+   */
+  get persisted(): { version: number; error: string | null } {
+    return { version: this.persistedVersion, error: this.persistError };
   }
 
   /** Remote tunnels (other nodes), by id. */
@@ -747,10 +760,13 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
     const saved = d ? this.store.saveDelta(next, epoch, d.prevVersion, d.upserts, d.deletes) : this.store.saveConfig(next, epoch);
     saved.then(
       () => {
+        this.persistedVersion = version; // saves settle in the order they were made
+        this.persistError = null;
         if (this.call === call) this.write({ ack: { version } });
       },
       (err: unknown) => {
         // Served, but not persisted: still ACK (it is what this node enforces), and say so.
+        this.persistError = (err as Error)?.message || String(err);
         this.metrics.persistErrors.inc();
         this.log.error({ err, version }, 'could not persist the config');
         if (this.call === call) this.write({ ack: { version } });
