@@ -94,7 +94,7 @@ async function listedTunnels(): Promise<Array<{ id: string; metadata?: string }>
 
 describe('agent limits through real processes', () => {
   it('per credential: a third session and a fourth tunnel of one authtoken are refused; its account\'s other authtoken is not held back', async () => {
-    const cred = await c.apiExpecting(201, 'POST', '/credentials', {});
+    const cred = await c.credential();
     const one = await connected(cred.token);
     const two = client(cred.token);
     await two.connect();
@@ -109,7 +109,7 @@ describe('agent limits through real processes', () => {
     await expect(one.bind({ domain: 'cred4.limits.e2e.test', forwardsTo: LOCAL })).rejects.toThrow(/MAX_TUNNELS_PER_CREDENTIAL.*ERR_WARREN_1110/);
 
     // Another authtoken of the same account starts tunnels, through the SDK.
-    const other = await c.apiExpecting(201, 'POST', '/credentials', {});
+    const other = await c.credential();
     await (await connected(other.token)).close();
     const session = await sdkConnect(sdk(other.token));
     const upstream = `http://127.0.0.1:${(c.upstream.address() as { port: number }).port}`;
@@ -133,7 +133,7 @@ describe('agent limits through real processes', () => {
   }, 60_000);
 
   it('oversized metadata is refused naming the field and the limit; metadata at the limit reaches the control plane whole', async () => {
-    const cred = await c.apiExpecting(201, 'POST', '/credentials', {});
+    const cred = await c.credential();
     await expect(client(cred.token, 'a', { metadata: 's'.repeat(4097) }).connect()).rejects.toThrow(/session metadata \(Auth Extra\.Metadata\) is 4097 bytes, over the limit of 4096 bytes.*ERR_WARREN_5001/);
     expect((await failure(sdk(cred.token).metadata('é'.repeat(2049)).connect()))?.message).toMatch(/session metadata \(Auth Extra\.Metadata\) is 4098 bytes, over the limit of 4096 bytes.*ERR_WARREN_5001/);
 
@@ -154,7 +154,7 @@ describe('agent limits through real processes', () => {
   }, 60_000);
 
   it('tunnel starts per session are rate limited (ERR_WARREN_8001, retry later); the session and the node carry on', async () => {
-    const cred = await c.apiExpecting(201, 'POST', '/credentials', {});
+    const cred = await c.credential();
     const churn = await connected(cred.token, 'b');
     // Start and stop in a tight loop: the burst goes through, then the rate holds.
     for (let i = 0; i < START_BURST; i++) {

@@ -49,7 +49,7 @@ async function status(url: string): Promise<Record<string, unknown>> {
 
 describe('tunnel caps through real processes', () => {
   it('refuses tunnels past the per-session and per-node caps; the node stays connected and serving', async () => {
-    const cred = await c.apiExpecting(201, 'POST', '/credentials', {});
+    const cred = await c.credential();
     const one = await flooder(cred.token);
     for (let i = 0; i < PER_SESSION; i++) await one.startLabeledTunnel(labels(i), 'http://127.0.0.1:9', { metadata });
     // Past the session's cap: the protocol's error answer, for labeled tunnels and Bind alike.
@@ -88,7 +88,7 @@ describe('tunnel caps through real processes', () => {
   }, 90_000);
 
   it('the official SDK gets the refusal as an error and its session carries on', async () => {
-    const cred = await c.apiExpecting(201, 'POST', '/credentials', {});
+    const cred = await c.credential();
     const session = await new ngrok.SessionBuilder().serverAddr(`localhost:${c.a.agent}`).caCert(Buffer.from(c.tls.caPem!)).authtoken(cred.token).metadata(metadata).connect();
     sdkSessions.push(session);
     const upstream = `http://127.0.0.1:${(c.upstream.address() as { port: number }).port}`;

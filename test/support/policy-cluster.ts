@@ -1,4 +1,5 @@
 import http from 'node:http';
+import pg from 'pg';
 import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import { startControlPlane, type ControlPlaneProcess } from './processes.js';
@@ -87,6 +88,11 @@ export interface PolicyCluster {
   route(match: string, fields: Record<string, unknown>): Promise<any>;
   /** {@link route} with `traffic_policy` (a string as is, anything else as JSON) and any modules; returns the route's id. */
   policyRoute(match: string, policy: unknown, modules?: Record<string, unknown>): Promise<string>;
+  /**
+   * Creates an agent credential (`body` as the API takes it) and waits until every node has applied
+   * the change, so that an agent may authenticate with its token on any node at once. Returns it.
+   */
+  credential(body?: Record<string, unknown>): Promise<any>;
   /** Tries to create a route (`/bad-<random>`) with `policy`, for a test that expects a refusal: the API's answer. */
   tryPolicy(policy: unknown): Promise<{ status: number; body: any }>;
   /** Stops the agent, nodes and control plane, closes the upstream, drops the database. */
@@ -104,6 +110,17 @@ export const echoUrlAndHeaders: http.RequestListener = (req, res) => {
     res.end(JSON.stringify({ url: req.url, headers: req.headers }));
   });
 };
+
+/** The database's config head version (what every node has once it has caught up). */
+async function headVersion(url: string): Promise<number> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return Number((await client.query<{ version: string }>('SELECT version FROM config_state')).rows[0]!.version);
+  } finally {
+    await client.end();
+  }
+}
 
 export async function startPolicyCluster(o: PolicyClusterOptions): Promise<PolicyCluster> {
   const c: Partial<PolicyCluster> & { db?: FreshDatabase; started?: (IngressProcess | undefined)[] } = {};
@@ -162,18 +179,27 @@ async function start(o: PolicyClusterOptions, c: Partial<PolicyCluster> & { db?:
   /** The config version a node has applied (its internal /status). */
   const appliedVersion = async (n: IngressProcess): Promise<number> => ((await (await fetch(`${n.internalUrl}/status`)).json()) as { config_version: number | null }).config_version ?? 0;
   const route = async (match: string, fields: Record<string, unknown>) => {
-    // Versions before the change: a probe alone cannot tell the new route from an older route
-    // whose prefix its match extends (`/no-ua` answers `/no-ua-ok/…` until `/no-ua-ok` applies).
-    const before = await Promise.all(nodes.map(appliedVersion));
     const r = await api('POST', `/edges/https/${edgeId}/routes`, routeBody(match, fields));
     if (r.status !== 201) throw new Error(`route ${match}: ${r.status} ${JSON.stringify(r.body)}`);
-    for (const [i, n] of nodes.entries()) {
-      await waitFor(`${n.nodeId} applies the version with ${match}`, async () => (await appliedVersion(n)) > before[i]!);
+    // The version first: a probe alone cannot tell the new route from an older route whose prefix
+    // its match extends (`/no-ua` answers `/no-ua-ok/…` until `/no-ua-ok` applies).
+    await applied(`the version with ${match}`);
+    for (const n of nodes) {
       await waitFor(`${n.nodeId} applies ${match}`, async () => (await request(`${match}/probe-${hex(2)}`, { port: n.http, headers: { 'user-agent': 'probe' } })).headers['warren-error-code'] !== 'ERR_WARREN_7001');
     }
     return r.body;
   };
+  /** Waits until every node has applied the database's head version (read now, after the change). */
+  const applied = async (what: string) => {
+    const head = await headVersion(db.url);
+    for (const n of nodes) await waitFor(`${n.nodeId} applies ${what} (version ${head})`, async () => (await appliedVersion(n)) >= head);
+  };
+  const credential = async (body: Record<string, unknown> = {}) => {
+    const r = await apiExpecting(201, 'POST', '/credentials', body);
+    await applied(`credential ${r.id as string}`);
+    return r;
+  };
   const policyRoute = async (match: string, policy: unknown, modules: Record<string, unknown> = {}) => (await route(match, { traffic_policy: policyValue(policy), ...modules })).id as string;
   const tryPolicy = (policy: unknown) => api('POST', `/edges/https/${edgeId}/routes`, routeBody(`/bad-${hex(3)}`, { traffic_policy: policyValue(policy) }));
-  return { host: o.host, tls, cp, nodes, a, upstream, agent, edgeId, backendId, databaseUrl: db.url, api, apiExpecting, request, routeBody, route, policyRoute, tryPolicy, stop };
+  return { host: o.host, tls, cp, nodes, a, upstream, agent, edgeId, backendId, databaseUrl: db.url, api, apiExpecting, request, routeBody, route, credential, policyRoute, tryPolicy, stop };
 }
