@@ -110,6 +110,11 @@ beforeAll(async () => {
   upstreamUrl = `http://127.0.0.1:${port}`;
 
   const authtoken = (await callApi(cp.baseUrl, apiKey, 'POST', '/credentials', { description: 'share' })).body.token;
+  // The SDK does not retry a refused Auth: node A must have the credential first.
+  const headPool = createPool(db.url, 1);
+  const head = Number((await headPool.query<{ version: string }>('SELECT version FROM config_state')).rows[0]!.version);
+  await headPool.end();
+  await waitFor('node A has the credential', async () => (((await (await fetch(`${a.internalUrl}/status`)).json()) as { config_version: number | null }).config_version ?? 0) >= head, 10_000);
   session = await new ngrok.SessionBuilder().serverAddr(`localhost:${a.agent}`).caCert(Buffer.from(tls.caPem!)).authtoken(authtoken).connect();
   await session.httpEndpoint().domain(HOST).listenAndForward(upstreamUrl);
   for (const n of [a, b]) await waitFor(`${n.nodeId} serves the endpoint`, async () => (await request(n.http, '/ready', '127.0.0.1')).status === 200, 15_000);
