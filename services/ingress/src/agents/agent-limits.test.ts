@@ -1,13 +1,12 @@
 import { once } from 'node:events';
-import tls from 'node:tls';
 import ngrok from '@ngrok/ngrok';
-import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createLogger, MuxSession, rpcCall, StreamType, type MuxStream } from '@warren/shared';
-import { AgentClient, type ClientTunnel } from '../../../agent/src/client.js';
+import { describe, expect, it } from 'vitest';
+import { MuxSession, rpcCall, StreamType, type MuxStream } from '@warren/shared';
+import type { AgentClient, ClientTunnel } from '../../../agent/src/client.js';
 import { TokenBucket, type LocalTunnelImpl } from './agent-connection.js';
 import { FIELD_LIMITS } from './requests.js';
-import { AgentServer, DEFAULT_MAX_SESSIONS_PER_CREDENTIAL, DEFAULT_MAX_TUNNELS_PER_ACCOUNT, DEFAULT_MAX_TUNNELS_PER_CREDENTIAL, DEFAULT_MAX_TUNNELS_PER_SESSION, DEFAULT_TUNNEL_STARTS_PER_SECOND, type AgentServerOptions } from './server.js';
-import { createTestPki, startUpstream, tokenAuthenticator, type TestPki } from './testing.js';
+import { AgentServer, DEFAULT_MAX_SESSIONS_PER_CREDENTIAL, DEFAULT_MAX_TUNNELS_PER_ACCOUNT, DEFAULT_MAX_TUNNELS_PER_CREDENTIAL, DEFAULT_MAX_TUNNELS_PER_SESSION, DEFAULT_TUNNEL_STARTS_PER_SECOND } from './server.js';
+import { agentServerHarness, startUpstream } from './testing.js';
 import { until } from '../../../../test/support/until.js';
 
 /**
@@ -24,46 +23,19 @@ const TOKEN = 'wrn_agt_limits_token_1';
 const SIBLING_TOKEN = 'wrn_agt_limits_token_3';
 /** Another account's credential. */
 const OTHER_TOKEN = 'wrn_agt_limits_token_2';
-let pki: TestPki;
-const cleanups: Array<() => unknown> = [];
-
-beforeAll(async () => {
-  pki = await createTestPki();
+const h = agentServerHarness({
+  nodeId: 'node-limits',
+  tokens: [
+    { token: TOKEN, identity: { credentialId: 'cr_1', accountId: 'ac_1', acl: [] } },
+    { token: SIBLING_TOKEN, identity: { credentialId: 'cr_3', accountId: 'ac_1', acl: [] } },
+    { token: OTHER_TOKEN, identity: { credentialId: 'cr_2', accountId: 'ac_2', acl: [] } },
+  ],
 });
-
-afterEach(async () => {
-  while (cleanups.length) await cleanups.pop()!();
-});
-
-async function startServer(overrides: Partial<AgentServerOptions> = {}) {
-  const server = new AgentServer({
-    nodeId: 'node-limits',
-    tls: { cert: pki.certPem, key: pki.keyPem },
-    authenticate: tokenAuthenticator([
-      { token: TOKEN, identity: { credentialId: 'cr_1', accountId: 'ac_1', acl: [] } },
-      { token: SIBLING_TOKEN, identity: { credentialId: 'cr_3', accountId: 'ac_1', acl: [] } },
-      { token: OTHER_TOKEN, identity: { credentialId: 'cr_2', accountId: 'ac_2', acl: [] } },
-    ]),
-    log: createLogger('test', 'silent'),
-    ...overrides,
-  });
-  const port = await server.listen(0, '127.0.0.1');
-  cleanups.push(() => server.close());
-  return { server, port };
-}
-
-function startClient(port: number, authtoken = TOKEN, overrides: Partial<ConstructorParameters<typeof AgentClient>[0]> = {}) {
-  const client = new AgentClient({ serverAddr: `localhost:${port}`, authtoken, ca: pki.caPem, backoff: { initialMs: 20, maxMs: 200 }, ...overrides });
-  cleanups.push(() => client.close());
-  return client;
-}
+const { cleanups, startServer, startClient } = h;
 
 /** A bare muxado client (to send Auth as we please and watch the connection). */
 async function rawSession(port: number): Promise<MuxSession> {
-  const sock = tls.connect({ host: '127.0.0.1', port, ca: pki.caPem });
-  await once(sock, 'secureConnect');
-  cleanups.push(() => sock.destroy());
-  const mux = new MuxSession(sock, { client: true });
+  const mux = new MuxSession(await h.tlsTo(port), { client: true });
   mux.on('stream', (st: MuxStream) => st.resume());
   return mux;
 }
@@ -242,7 +214,7 @@ describe('oversized agent fields are refused, not cut', () => {
 
   it('the official SDK gets the refusal as an error, for session and tunnel metadata', async () => {
     const { server, port } = await startServer();
-    const sdk = () => new ngrok.SessionBuilder().serverAddr(`localhost:${port}`).caCert(Buffer.from(pki.caPem)).authtoken(TOKEN);
+    const sdk = () => new ngrok.SessionBuilder().serverAddr(`localhost:${port}`).caCert(Buffer.from(h.pki.caPem)).authtoken(TOKEN);
     const err = await sdk()
       .metadata('s'.repeat(4097))
       .connect()
@@ -370,7 +342,7 @@ describe('tunnel start rate per session', () => {
     const { server, port } = await startServer();
     const up = await startUpstream();
     cleanups.push(() => up.close());
-    const session = await new ngrok.SessionBuilder().serverAddr(`localhost:${port}`).caCert(Buffer.from(pki.caPem)).authtoken(TOKEN).connect();
+    const session = await new ngrok.SessionBuilder().serverAddr(`localhost:${port}`).caCert(Buffer.from(h.pki.caPem)).authtoken(TOKEN).connect();
     cleanups.push(() => session.close().catch(() => {}));
     // More than a second's worth at the default rate, opened as fast as the SDK can.
     const n = 3 * DEFAULT_TUNNEL_STARTS_PER_SECOND;

@@ -1,12 +1,9 @@
-import { once } from 'node:events';
-import tls from 'node:tls';
-import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createLogger, MuxSession, readStreamType, rpcCall, StreamType, type MuxStream } from '@warren/shared';
-import { AgentClient } from '../../../agent/src/client.js';
+import { describe, expect, it } from 'vitest';
+import { MuxSession, readStreamType, rpcCall, StreamType, type MuxStream } from '@warren/shared';
 import { clientShareKey, STREAM_LINGER_MS, type LocalTunnelImpl } from './agent-connection.js';
-import { AgentServer, DEFAULT_MAX_STREAMS_PER_CLIENT, TunnelStreamError, type AgentServerOptions, type TunnelStream } from './server.js';
+import { AgentServer, DEFAULT_MAX_STREAMS_PER_CLIENT, TunnelStreamError, type TunnelStream } from './server.js';
 import { loadIngressEnv } from '../env.js';
-import { createTestPki, httpRequest, startUpstream, tokenAuthenticator, type TestPki } from './testing.js';
+import { agentServerHarness, httpRequest, startUpstream } from './testing.js';
 import { until } from '../../../../test/support/until.js';
 
 /**
@@ -18,36 +15,14 @@ import { until } from '../../../../test/support/until.js';
  */
 
 const TOKEN = 'wrn_agt_share_token_1';
-let pki: TestPki;
-const cleanups: Array<() => unknown> = [];
-
-beforeAll(async () => {
-  pki = await createTestPki();
-});
-
-afterEach(async () => {
-  while (cleanups.length) await cleanups.pop()!();
-});
-
-async function startServer(overrides: Partial<AgentServerOptions> = {}) {
-  const server = new AgentServer({
-    nodeId: 'node-share',
-    tls: { cert: pki.certPem, key: pki.keyPem },
-    authenticate: tokenAuthenticator([{ token: TOKEN, identity: { credentialId: 'cr_1', accountId: 'ac_1', acl: [] } }]),
-    log: createLogger('test', 'silent'),
-    ...overrides,
-  });
-  const port = await server.listen(0, '127.0.0.1');
-  cleanups.push(() => server.close());
-  return { server, port };
-}
+const h = agentServerHarness({ nodeId: 'node-share', tokens: [{ token: TOKEN, identity: { credentialId: 'cr_1', accountId: 'ac_1', acl: [] } }] });
+const { cleanups, startServer, startClient } = h;
 
 /** A session of our AgentClient with one labeled tunnel to a local upstream. */
 async function agentTunnel(server: AgentServer, port: number): Promise<LocalTunnelImpl> {
   const up = await startUpstream();
   cleanups.push(() => up.close());
-  const client = new AgentClient({ serverAddr: `localhost:${port}`, authtoken: TOKEN, ca: pki.caPem, backoff: { initialMs: 20, maxMs: 200 } });
-  cleanups.push(() => client.close());
+  const client = startClient(port);
   await client.connect();
   return server.getTunnel((await client.startLabeledTunnel({ app: 'share' }, up.url)).id)! as LocalTunnelImpl;
 }
@@ -57,10 +32,7 @@ async function agentTunnel(server: AgentServer, port: number): Promise<LocalTunn
  * reads proxy streams and FINs one only when told (`proxies[i].st.end()`).
  */
 async function rawAgent(server: AgentServer, port: number, domain: string) {
-  const sock = tls.connect({ host: '127.0.0.1', port, ca: pki.caPem });
-  await once(sock, 'secureConnect');
-  cleanups.push(() => sock.destroy());
-  const mux = new MuxSession(sock, { client: true });
+  const mux = new MuxSession(await h.tlsTo(port), { client: true });
   const state = {
     holdEchoes: false,
     held: [] as Buffer[],
@@ -138,7 +110,7 @@ describe('a client address\'s share of a session\'s stream slots', () => {
     expect(loadIngressEnv({ MAX_STREAMS_PER_CLIENT: '5' }).MAX_STREAMS_PER_CLIENT).toBe(5);
     expect(() => loadIngressEnv({ MAX_STREAMS_PER_CLIENT: '0' })).toThrow(/MAX_STREAMS_PER_CLIENT/);
     expect(() => loadIngressEnv({ MAX_STREAMS_PER_CLIENT: '501' })).toThrow(/MAX_STREAMS_PER_CLIENT/);
-    expect(() => new AgentServer({ nodeId: 'n', tls: { cert: pki.certPem, key: pki.keyPem }, authenticate: () => null, maxStreamsPerClient: 0 })).toThrow(/maxStreamsPerClient/);
+    expect(() => new AgentServer({ nodeId: 'n', tls: { cert: h.pki.certPem, key: h.pki.keyPem }, authenticate: () => null, maxStreamsPerClient: 0 })).toThrow(/maxStreamsPerClient/);
   });
 
   it('refuses one address past its share (CLIENT_STREAM_CAP) while another still gets streams; freed slots come back after finish and linger', async () => {

@@ -3,8 +3,11 @@ import { once } from 'node:events';
 import http from 'node:http';
 import type net from 'node:net';
 import type { Duplex } from 'node:stream';
-import { createCertificate } from '@warren/shared';
-import type { AgentIdentity } from './server.js';
+import tls from 'node:tls';
+import { afterEach, beforeAll } from 'vitest';
+import { createCertificate, createLogger } from '@warren/shared';
+import { AgentClient } from '../../../agent/src/client.js';
+import { AgentServer, type AgentIdentity, type AgentServerOptions } from './server.js';
 
 /**
  * Fixtures for agent-link tests (server.test.ts, test/compat/ngrok-sdk.compat.test.ts). Pure
@@ -136,4 +139,53 @@ export function httpRequest(
     req.on('error', reject);
     req.end(opts.body);
   });
+}
+
+/**
+ * The set-up agent-link tests share: a test PKI (made in `beforeAll`), an AgentServer on port 0
+ * authenticating `tokens` (options overridable per test), our AgentClient with fast backoff, and
+ * clean-ups run after each test (newest first). Call it at the top level of a test file.
+ */
+export function agentServerHarness(o: { nodeId: string; tokens: Array<{ token: string; identity: AgentIdentity }> }) {
+  let pki: TestPki | undefined;
+  const cleanups: Array<() => unknown> = [];
+  beforeAll(async () => {
+    pki = await createTestPki();
+  });
+  afterEach(async () => {
+    while (cleanups.length) await cleanups.pop()!();
+  });
+  const h = {
+    cleanups,
+    get pki(): TestPki {
+      if (!pki) throw new Error('agentServerHarness: the PKI is made in beforeAll');
+      return pki;
+    },
+    async startServer(overrides: Partial<AgentServerOptions> = {}) {
+      const server = new AgentServer({
+        nodeId: o.nodeId,
+        tls: { cert: h.pki.certPem, key: h.pki.keyPem },
+        authenticate: tokenAuthenticator(o.tokens),
+        log: createLogger('test', 'silent'),
+        ...overrides,
+      });
+      const port = await server.listen(0, '127.0.0.1');
+      cleanups.push(() => server.close());
+      return { server, port };
+    },
+    /** Our agent (not connected yet), authenticating with `authtoken` (default: the first token). */
+    startClient(port: number, authtoken = o.tokens[0]!.token, overrides: Partial<ConstructorParameters<typeof AgentClient>[0]> = {}) {
+      const client = new AgentClient({ serverAddr: `localhost:${port}`, authtoken, ca: h.pki.caPem, backoff: { initialMs: 20, maxMs: 200 }, ...overrides });
+      cleanups.push(() => client.close());
+      return client;
+    },
+    /** The TLS connection a hand-made agent speaks muxado on. */
+    async tlsTo(port: number): Promise<tls.TLSSocket> {
+      const sock = tls.connect({ host: '127.0.0.1', port, ca: h.pki.caPem });
+      await once(sock, 'secureConnect');
+      cleanups.push(() => sock.destroy());
+      return sock;
+    },
+  };
+  return h;
 }

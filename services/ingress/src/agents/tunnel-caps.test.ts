@@ -2,13 +2,13 @@ import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createLogger, type DpAgentSession } from '@warren/shared';
 import { configStreamCodec, sessionToProto, tunnelToProto } from '../../../shared/src/proto/index.js';
-import { AgentClient, type ClientTunnel } from '../../../agent/src/client.js';
+import type { ClientTunnel } from '../../../agent/src/client.js';
 import { ControlPlaneClient, MAX_FULL_SYNC_BYTES, sessionReportBytes, tunnelReportBytes, type ReportedTunnel } from '../config/control-plane-client.js';
-import { AgentServer, DEFAULT_MAX_REPORT_BYTES, DEFAULT_MAX_TUNNELS_PER_NODE, type AgentServerOptions } from './server.js';
-import { createTestPki, tokenAuthenticator, type TestPki } from './testing.js';
+import { AgentServer, DEFAULT_MAX_REPORT_BYTES, DEFAULT_MAX_TUNNELS_PER_NODE } from './server.js';
+import { agentServerHarness } from './testing.js';
 import { until } from '../../../../test/support/until.js';
 
 /**
@@ -20,38 +20,14 @@ import { until } from '../../../../test/support/until.js';
 
 const TOKEN = 'wrn_agt_caps_token_1';
 const OTHER_TOKEN = 'wrn_agt_caps_token_2';
-let pki: TestPki;
-const cleanups: Array<() => unknown> = [];
-
-beforeAll(async () => {
-  pki = await createTestPki();
+const h = agentServerHarness({
+  nodeId: 'node-caps',
+  tokens: [
+    { token: TOKEN, identity: { credentialId: 'cr_1', accountId: 'ac_1', acl: [] } },
+    { token: OTHER_TOKEN, identity: { credentialId: 'cr_2', accountId: 'ac_2', acl: [] } },
+  ],
 });
-
-afterEach(async () => {
-  while (cleanups.length) await cleanups.pop()!();
-});
-
-async function startServer(overrides: Partial<AgentServerOptions> = {}) {
-  const server = new AgentServer({
-    nodeId: 'node-caps',
-    tls: { cert: pki.certPem, key: pki.keyPem },
-    authenticate: tokenAuthenticator([
-      { token: TOKEN, identity: { credentialId: 'cr_1', accountId: 'ac_1', acl: [] } },
-      { token: OTHER_TOKEN, identity: { credentialId: 'cr_2', accountId: 'ac_2', acl: [] } },
-    ]),
-    log: createLogger('test', 'silent'),
-    ...overrides,
-  });
-  const port = await server.listen(0, '127.0.0.1');
-  cleanups.push(() => server.close());
-  return { server, port };
-}
-
-function startClient(port: number, authtoken = TOKEN, overrides: Partial<ConstructorParameters<typeof AgentClient>[0]> = {}) {
-  const client = new AgentClient({ serverAddr: `localhost:${port}`, authtoken, ca: pki.caPem, backoff: { initialMs: 20, maxMs: 200 }, ...overrides });
-  cleanups.push(() => client.close());
-  return client;
-}
+const { cleanups, startServer, startClient } = h;
 
 const LOCAL = 'http://127.0.0.1:9';
 
@@ -163,7 +139,7 @@ describe('tunnel caps', () => {
   });
 
   it('rejects caps it cannot honour', () => {
-    const base = { nodeId: 'n', tls: { cert: pki.certPem, key: pki.keyPem }, authenticate: () => null };
+    const base = { nodeId: 'n', tls: { cert: h.pki.certPem, key: h.pki.keyPem }, authenticate: () => null };
     expect(() => new AgentServer({ ...base, maxTunnelsPerSession: 0 })).toThrow(/maxTunnelsPerSession/);
     expect(() => new AgentServer({ ...base, maxReportBytes: MAX_FULL_SYNC_BYTES + 1 })).toThrow(/maxReportBytes/);
   });
