@@ -22,7 +22,7 @@ function parseIPv4(s: string): number[] | null {
 }
 
 /** 16 bytes of an IPv6 address, or null. Zone ids (`%eth0`) are refused. */
-function parseIPv6(s: string): number[] | null {
+export function parseIPv6(s: string): number[] | null {
   if (s.includes('%') || !isIPv6(s)) return null;
   let text = s;
   const tail: number[] = [];

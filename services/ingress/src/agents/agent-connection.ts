@@ -1,6 +1,7 @@
 import type tls from 'node:tls';
 import type { Logger } from 'pino';
 import {
+  parseIPv6,
   answerHeartbeats,
   encodeProxyPrelude,
   HeartbeatSender,
@@ -810,41 +811,17 @@ export function clientShareKey(clientAddr: string): string {
   return ipv6ShareKey(host);
 }
 
+/** An IPv6 client's key: its /64 (`2001:db8:0:1::/64`), or the IPv4 address it maps; '' when none. */
 function ipv6ShareKey(addr: string): string {
   const pct = addr.indexOf('%');
-  let a = (pct >= 0 ? addr.slice(0, pct) : addr).toLowerCase();
-  // An embedded dotted quad (`::ffff:1.2.3.4`) as its two hextets.
-  const dot = a.indexOf('.');
-  if (dot >= 0) {
-    const start = a.lastIndexOf(':') + 1;
-    const q = a.slice(start).split('.');
-    if (q.length !== 4 || !q.every((p) => /^\d{1,3}$/.test(p) && Number(p) <= 255)) return '';
-    const [b0, b1, b2, b3] = q.map(Number) as [number, number, number, number];
-    a = `${a.slice(0, start)}${((b0 << 8) | b1).toString(16)}:${((b2 << 8) | b3).toString(16)}`;
-  }
-  const halves = a.split('::');
-  if (halves.length > 2) return '';
-  const head = halves[0] ? halves[0].split(':') : [];
-  const tail = halves.length === 2 && halves[1] ? halves[1].split(':') : [];
-  const missing = 8 - head.length - tail.length;
-  if (halves.length === 2 ? missing < 1 : missing !== 0) return '';
-  const groups: number[] = [];
-  for (const g of head) groups.push(hextet(g));
-  for (let i = 0; i < missing; i++) groups.push(0);
-  for (const g of tail) groups.push(hextet(g));
-  if (groups.some((g) => g < 0)) return '';
-  const [g0, g1, g2, g3, g4, g5, g6, g7] = groups as [number, number, number, number, number, number, number, number];
-  if (g0 === 0 && g1 === 0 && g2 === 0 && g3 === 0 && g4 === 0 && g5 === 0xffff) {
-    const v4 = `${g6 >> 8}.${g6 & 255}.${g7 >> 8}.${g7 & 255}`;
+  const b = parseIPv6(pct >= 0 ? addr.slice(0, pct) : addr);
+  if (!b || b.every((x) => x === 0)) return '';
+  if (b.slice(0, 10).every((x) => x === 0) && b[10] === 0xff && b[11] === 0xff) {
+    const v4 = b.slice(12).join('.');
     return v4 === '0.0.0.0' ? '' : v4;
   }
-  if (groups.every((g) => g === 0)) return '';
-  return `${g0.toString(16)}:${g1.toString(16)}:${g2.toString(16)}:${g3.toString(16)}::/64`;
-}
-
-/** A hextet's value, or -1. */
-function hextet(g: string): number {
-  return /^[0-9a-f]{1,4}$/.test(g) ? parseInt(g, 16) : -1;
+  const hextet = (i: number) => ((b[i]! << 8) | b[i + 1]!).toString(16);
+  return `${hextet(0)}:${hextet(2)}:${hextet(4)}:${hextet(6)}::/64`;
 }
 
 function describeClose(info: MuxCloseInfo): string {
