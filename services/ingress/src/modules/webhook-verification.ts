@@ -65,10 +65,14 @@ function matches(expected: Buffer, given: string, encoding: 'hex' | 'base64'): b
   return g !== null && safeEqual(expected, g);
 }
 
-/** Unix-seconds timestamp within tolerance: null, or the reason. */
+/**
+ * Unix-seconds timestamp within tolerance: null, or the reason. Whole seconds on both sides, as
+ * the providers' SDKs compare (`floor(now) - t`: stripe-node, svix, Slack's): the signer floored
+ * its clock, so comparing with milliseconds would age a message by up to a second more.
+ */
 function checkUnixSeconds(ts: string | undefined, nowMs: number, toleranceMs = TIMESTAMP_TOLERANCE_MS): string | null {
   if (!ts || !/^\d{1,12}$/.test(ts)) return 'missing or malformed timestamp';
-  return checkMs(Number(ts) * 1000, nowMs, toleranceMs);
+  return checkMs(Number(ts) * 1000, Math.floor(nowMs / 1000) * 1000, toleranceMs);
 }
 
 /** A timestamp (ms since the epoch) within tolerance: null, or the reason. */
