@@ -46,16 +46,27 @@ describe('jwt-validation config', () => {
     });
   });
 
-  it('accepts keys and sources as lists, identification by kid, inline keys, no audience', () => {
+  it('requires audience when a policy is saved (as ngrok does); a policy stored without one still runs', () => {
     const c = base();
     delete c.audience;
+    expect(refused(c)).toMatch(/^inbound\[0\]\.actions\[0\]\.config\.audience: is required/);
+    c.audience = null;
+    expect(refused(c)).toMatch(/config\.audience: is required/);
+    // The ingress re-validates stored policies: one saved before audience was required keeps running (no aud check).
+    delete c.audience;
+    const stored = validateTrafficPolicy(doc(c)).inbound[0]!.actions[0] as JwtValidationAction;
+    expect(stored.config.audiences).toBeNull();
+  });
+
+  it('accepts keys and sources as lists, identification by kid, inline keys', () => {
+    const c = base();
     const key = { ...ec(), kid: 'k1', use: 'sig', alg: 'ES256' };
     c.jws = {
       allowed_algorithms: ['ES256', 'EdDSA'],
       keys: [{ identification: [{ token_claims: ['kid'] }], sources: [{ additional_jkus: ['https://a.example/jwks'] }, { inline_keys: [key, ed()] }] }],
     };
     const out = parsed(c);
-    expect(out.audiences).toBeNull();
+    expect(out.audiences).toEqual(['urn:api']);
     expect(out.requireKid).toBe(true);
     expect(out.jkus).toEqual(['https://a.example/jwks']);
     expect(out.inlineKeys).toHaveLength(2);

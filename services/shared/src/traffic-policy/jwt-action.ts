@@ -4,7 +4,10 @@
  * https://ngrok.com/docs/traffic-policy/actions/jwt-validation
  *
  *   issuer.allow_list[].value      required, 1–16 issuers, each a URL; `iss` must equal one exactly
- *   audience.allow_list[].value    optional (left out: no `aud` check); 1–16 values when given
+ *   audience.allow_list[].value    required when a policy is saved, as ngrok requires it (a token
+ *                                  the same issuer minted for another API must not pass); 1–16
+ *                                  values. A policy stored before this was required still runs at
+ *                                  the ingress without an `aud` check
  *   http.tokens[]                  required, 1–4; {type, method, name, prefix?}; all must be present;
  *                                  method `header` (the default when left out) or `body` (a field
  *                                  of a form or JSON body), unique by method and name (any case)
@@ -470,8 +473,9 @@ function parseKeys(v: unknown, path: string, algorithms: string[], checkHosts: b
 
 /**
  * `jwt-validation` config (see the top of this file). `saving`: the policy is being saved (the
- * control plane), so literal private JKU hosts are refused unless `WARREN_JWKS_ALLOW_PRIVATE=1`;
- * the ingress, re-validating a stored policy, leaves that check to its fetcher.
+ * control plane), so literal private JKU hosts are refused unless `WARREN_JWKS_ALLOW_PRIVATE=1`
+ * and `audience` is required; the ingress, re-validating a stored policy, leaves the first check
+ * to its fetcher and runs a stored policy without `audience` as it was saved.
  */
 export function parseJwtValidationConfig(raw: unknown, path: string, direction: PolicyDirection, saving: boolean): JwtValidationConfig {
   if (direction !== 'inbound') {
@@ -482,6 +486,9 @@ export function parseJwtValidationConfig(raw: unknown, path: string, direction: 
   noUnknownKeys(c, path, ['issuer', 'audience', 'http', 'jws']);
   for (const k of ['issuer', 'http', 'jws']) if (c[k] === undefined || c[k] === null) throw new TrafficPolicyError(at(path, k), 'is required');
   const issuers = parseAllowList(c.issuer, at(path, 'issuer'), 'issuer');
+  if (saving && (c.audience === undefined || c.audience === null)) {
+    throw new TrafficPolicyError(at(path, 'audience'), "is required (the `aud` values a token must carry: {allow_list: [{value: '<audience>'}]}); without it a token the same issuer minted for another API would pass");
+  }
   const audiences = c.audience === undefined || c.audience === null ? null : parseAllowList(c.audience, at(path, 'audience'), 'audience');
   const http = expectObj(c.http, at(path, 'http'), 'http');
   noUnknownKeys(http, at(path, 'http'), ['tokens']);
