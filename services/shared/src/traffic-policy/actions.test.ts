@@ -76,7 +76,7 @@ outbound:
     expect(path({ type: 'add-headers', config: { headers: { 'bad name': 'x' } } })).toBe('config.headers.bad name');
     expect(path({ type: 'add-headers', config: { headers: { 'X-A': 'a', 'x-a': 'b' } } })).toBe('config.headers.x-a');
     expect(path({ type: 'add-headers', config: { headers: { 'Content-Length': '1' } } })).toBe('config.headers.Content-Length');
-    expect(path({ type: 'add-headers', config: { headers: { 'X-A': 1 } } })).toBe('config.headers.X-A');
+    expect(path({ type: 'add-headers', config: { headers: { 'X-A': ['1'] } } })).toBe('config.headers.X-A');
     expect(path({ type: 'add-headers', config: { headers: { 'X-A': 'v ${' } } })).toBe('config.headers.X-A');
     expect(path({ type: 'add-headers', config: { headers: Object.fromEntries(Array.from({ length: 33 }, (_, i) => [`X-${i}`, 'v'])) } })).toBe('config.headers');
     expect(path({ type: 'remove-headers', config: { headers: [] } })).toBe('config.headers');

@@ -169,6 +169,20 @@ describe('add-headers Host values', () => {
   });
 });
 
+describe('header values written as YAML scalars', () => {
+  it("takes booleans and numbers as their text (ngrok's redirect example writes `x-redirected: true`); refuses other types", () => {
+    const p = parseTrafficPolicy('on_http_request:\n  - actions:\n      - type: add-headers\n        config: {headers: {x-redirected: true, x-version: 2, x-ratio: 0.5}}\n      - type: custom-response\n        config: {status_code: 200, headers: {x-n: 7}}\n');
+    expect((p.inbound[0]!.actions[0] as { config: { headers: Record<string, string> } }).config.headers).toEqual({ 'x-redirected': 'true', 'x-version': '2', 'x-ratio': '0.5' });
+    expect((p.inbound[0]!.actions[1] as { config: { headers: Record<string, string> } }).config.headers).toEqual({ 'x-n': '7' });
+    for (const bad of [[], {}]) {
+      const e = refusal({ inbound: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-a': bad } } }] }] }, true);
+      expect([e.path, e.reason]).toEqual(['inbound[0].actions[0].config.headers.x-a', `must be a string, got ${Array.isArray(bad) ? 'list' : 'mapping'}`]);
+    }
+    // A missing value (`x-a:`) is a YAML null, not a text.
+    expect(refusal({ inbound: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-a': null } } }] }] }, true).path).toBe('inbound[0].actions[0].config.headers.x-a');
+  });
+});
+
 describe("ngrok's phase names: on_http_request / on_http_response", () => {
   /** One document of each style: several actions, both phases, expressions and interpolation. */
   const doc = (req: string, res: string) => `

@@ -228,7 +228,10 @@ function checkHeaderName(name: string, path: string): string {
 }
 
 
-function checkHeaderValue(value: unknown, path: string): string {
+function checkHeaderValue(raw: unknown, path: string): string {
+  // A YAML scalar such as `x-redirected: true` or `x-version: 2` (ngrok's own redirect example)
+  // is the header's text, as Go's YAML decoder reads it into a string field.
+  const value = typeof raw === 'boolean' || (typeof raw === 'number' && Number.isFinite(raw)) ? String(raw) : raw;
   if (typeof value !== 'string') throw new TrafficPolicyError(path, `must be a string, got ${typeName(value)}`);
   if (Buffer.byteLength(value, 'utf8') > HEADER_ACTION_LIMITS.valueBytes) throw new TrafficPolicyError(path, `header value is over ${HEADER_ACTION_LIMITS.valueBytes} bytes`);
   if (!HEADER_VALUE_RE.test(value)) throw new TrafficPolicyError(path, 'header value has a character not allowed in a header (control character or beyond U+00FF)');
