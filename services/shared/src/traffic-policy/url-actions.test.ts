@@ -207,6 +207,17 @@ describe('url-rewrite / redirect validation', () => {
     for (const [doc, re] of cases) expect(refused(doc).message).toMatch(re);
   });
 
+  it('refuses, on save, a from anchored where a URL never starts (a path, or the anchored form of ngrok\'s url-rewrite page); a stored one still loads', () => {
+    for (const from of ['^/old', '^${req.url.authority}/products', '^${ req.host }/a', '^${req.url.path}']) {
+      expect(refused(rewrite({ from, to: '/new' })).message, from).toMatch(/config\.from: can never match: it is searched in the full URL/);
+      expect(refused(redirect({ from, to: '/new' })).message, from).toMatch(/config\.from: can never match/);
+      expect(() => validateTrafficPolicy(rewrite({ from, to: '/new' })), from).not.toThrow();
+    }
+    for (const from of ['^https?://[^/]+/old', '^${req.url.scheme}://${req.url.authority}/old', '/old', '${req.url.authority}/products', '^(https?)://x/']) {
+      expect(() => parseTrafficPolicy(JSON.stringify(rewrite({ from, to: '/new' }))), from).not.toThrow();
+    }
+  });
+
   it("charges from to the policy's regexp budget", () => {
     const big = '[a-z]{1,1000}x'; // ~2000 instructions
     const doc = { inbound: Array.from({ length: 6 }, () => ({ actions: [{ type: 'url-rewrite', config: { from: big, to: '/' } }] })) };

@@ -81,6 +81,19 @@ export interface UrlActionWork {
 interface Gather {
   programs: { path: string; program: CelProgram; interpolation: boolean }[];
   work: UrlActionWork[];
+  /** The policy is being saved: checks that only help a new document (see {@link neverMatches}) run. */
+  saving?: boolean;
+}
+
+/**
+ * A `from` anchored where a URL can never start: `from` is searched in the full URL
+ * (`scheme://host[:port]/path?query`), so `^/old` (a path) or `^${req.url.authority}/…` (the
+ * anchored form ngrok's own url-rewrite page recommends) never matches and the action silently
+ * does nothing. Refused when a policy is saved (a stored one keeps running as it was).
+ */
+const NEVER_MATCHES_RE = /^\^(?:\/|\$\{\s*req\.(?:url\.authority|url\.host|host|url\.path|path)\s*\})/;
+function neverMatches(from: string): boolean {
+  return NEVER_MATCHES_RE.test(from);
 }
 
 /** A compiled `from`. */
@@ -454,6 +467,9 @@ function parseFromTo(c: Record<string, unknown>, path: string, direction: Policy
   if (to === undefined) throw new TrafficPolicyError(at(path, 'to'), 'is required');
   if (from === '') throw new TrafficPolicyError(at(path, 'from'), 'must not be empty (omit it to replace the whole URL)');
   if (from === undefined && to === '') throw new TrafficPolicyError(at(path, 'to'), 'must not be empty when from is omitted (it replaces the whole URL)');
+  if (g.saving && from !== undefined && neverMatches(from)) {
+    throw new TrafficPolicyError(at(path, 'from'), "can never match: it is searched in the full URL (scheme://host[:port]/path?query), which starts with its scheme; anchor with ^${req.url.scheme}://${req.url.authority}/… or drop the ^");
+  }
   let t: UrlTemplate;
   try {
     t = compileUrlTemplate(direction, from, to);
