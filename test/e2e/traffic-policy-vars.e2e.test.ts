@@ -126,3 +126,83 @@ describe('set-vars and log on live traffic', () => {
     expect(byPath['/vars/a'].warren).toMatchObject({ edge_id: edgeId, rate_limit: null });
   });
 });
+
+describe("ngrok's macros and the normalized req.url on live traffic", () => {
+  it('req.url is the normalized URL: the spelling of Host cannot pass a deny on req.url', async () => {
+    await c.policyRoute(
+      '/norm',
+      `
+inbound:
+  - expressions: ["req.url.startsWith('http://${HOST}/norm/admin')"]
+    actions: [{type: deny, config: {status_code: 403}}]
+  - actions:
+      - type: add-headers
+        config: {headers: {x-url: "\${req.url}", x-authority: "\${req.url.authority}", x-url-host: "\${req.url.host}"}}
+`,
+    );
+    // Every spelling routes to the edge (the ingress lower-cases Host, drops a trailing dot and
+    // falls back from an unknown port); each must see the same URL.
+    for (const host of [HOST, HOST.toUpperCase(), `${HOST}:80`, `${HOST.toUpperCase()}:80`, `${HOST}.`, `Vars.E2E.test:0080`]) {
+      const denied = await c.request('/norm/admin/panel', { headers: { host } });
+      expect(denied.status, host).toBe(403);
+      const seen = (await c.request('/norm/public?a=1', { headers: { host } })).json().headers;
+      expect([seen['x-url'], seen['x-authority'], seen['x-url-host']], host).toEqual([`http://${HOST}/norm/public?a=1`, HOST, HOST]);
+    }
+    // A port that is not the scheme's default stays in the URL (the route still serves it).
+    const other = (await c.request('/norm/public', { headers: { host: `${HOST.toUpperCase()}:8080` } })).json().headers;
+    expect([other['x-url'], other['x-authority'], other['x-url-host']]).toEqual([`http://${HOST}:8080/norm/public`, `${HOST}:8080`, HOST]);
+  });
+
+  it('hasReqHeader, hasQueryParam, getReqCookie, hasReqCookie, inCidrRange(s), hasResHeader, getResCookie and hasResCookie', async () => {
+    await c.policyRoute(
+      '/mac-in',
+      `
+inbound:
+  - expressions: ["!hasReqHeader('X-Api-Key')"]
+    actions: [{type: deny, config: {status_code: 401}}]
+  - expressions: ["!inCidrRanges(conn.client_ip, ['10.0.0.0/8', '127.0.0.0/8', '::1/128'])"]
+    actions: [{type: deny, config: {status_code: 403}}]
+  - expressions: ["inCidrRange(conn.client_ip, '127.0.0.1/32')", "hasReqCookie('session')", "hasQueryParam('debug')"]
+    actions:
+      - type: custom-response
+        config: {status_code: 200, body: "session=\${getReqCookie('session').value} theme=[\${getReqCookie('theme').value}]"}
+`,
+    );
+    expect((await c.request('/mac-in/x')).status).toBe(401);
+    const r = await c.request('/mac-in/x?debug', { headers: { 'x-api-key': 'k', cookie: 'theme=dark; session="s-1"; session=s-2' } });
+    expect([r.status, r.body]).toEqual([200, 'session=s-1 theme=[dark]']);
+    // Without the query parameter (or the cookie) the rule does not apply: the upstream answers.
+    const plain = await c.request('/mac-in/x?other=1', { headers: { 'x-api-key': 'k', cookie: 'session=s-1' } });
+    expect(plain.status).toBe(200);
+    expect(plain.json().url).toBe('/mac-in/x?other=1');
+    const noCookie = await c.request('/mac-in/x?debug', { headers: { 'x-api-key': 'k', cookie: 'sessions=1; theme=dark' } });
+    expect(noCookie.json().url).toBe('/mac-in/x?debug');
+
+    // The response's cookies: one set by the policy itself (later outbound rules see it).
+    await c.policyRoute(
+      '/mac-out',
+      `
+outbound:
+  - actions:
+      - type: add-headers
+        config: {headers: {set-cookie: "sid=abc123; Path=/app; Secure; HttpOnly; SameSite=Strict"}}
+  - expressions: ["hasResHeader('Content-Type')", "hasResCookie('sid') && getResCookie('sid').secure", "!hasResCookie('nope')"]
+    actions:
+      - type: add-headers
+        config: {headers: {x-res-cookie: "\${getResCookie('sid').value + ' ' + getResCookie('sid').path + ' ' + getResCookie('sid').same_site + ' ' + string(getResCookie('sid').http_only)}"}}
+`,
+    );
+    const out = await c.request('/mac-out/x');
+    expect(out.status).toBe(200);
+    expect(out.headers['x-res-cookie']).toBe('abc123 /app Strict true');
+    expect(out.headers['set-cookie']).toEqual(['sid=abc123; Path=/app; Secure; HttpOnly; SameSite=Strict']);
+
+    // A literal invalid CIDR is a 400 naming the expression; so is a response macro in an inbound rule.
+    const bad = await c.tryPolicy(`inbound:\n  - expressions: ["inCidrRanges(conn.client_ip, ['10.0.0.0/8', '10.0.0.0/33'])"]\n    actions: [{type: deny}]\n`);
+    expect(bad.status).toBe(400);
+    expect(bad.body.msg).toMatch(/inbound\[0\]\.expressions\[0\]: does not compile: inCidrRanges\(\): the prefix length of "10\.0\.0\.0\/33" is over 32/);
+    const outOnly = await c.tryPolicy(`inbound:\n  - expressions: ["hasResCookie('sid')"]\n    actions: [{type: deny}]\n`);
+    expect(outOnly.status).toBe(400);
+    expect(outOnly.body.msg).toMatch(/inbound\[0\]\.expressions\[0\]: does not compile: found no matching overload for 'hasResCookie\(string\)'/);
+  });
+});

@@ -8,7 +8,8 @@ import { isIPv4, isIPv6 } from 'node:net';
  */
 export type CidrResult = { ok: true; canonical: string; family: 4 | 6 } | { ok: false; message: string };
 
-function parseIPv4(s: string): number[] | null {
+/** 4 bytes of a dotted-quad IPv4 address (no leading zeros), or null. */
+export function parseIPv4(s: string): number[] | null {
   const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(s);
   if (!m) return null;
   const out: number[] = [];

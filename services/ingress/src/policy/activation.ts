@@ -82,6 +82,8 @@ function requestView(s: RequestState): CelRequest {
   const target = s.target;
   const url = target ?? s.req.url ?? '/';
   const q = url.indexOf('?');
+  // `Host` as sent: `req.url` shows it normalised (lower-case, no trailing dot, no default port;
+  // `normalizeAuthority`), so its spelling cannot pass a rule on `req.url`. Done only if read.
   const authority = s.req.headers.host ?? s.host;
   return new CelRequest({
     method: s.req.method ?? 'GET',

@@ -4,6 +4,7 @@ import { CelJwtValidation } from './jwt-action-vars.js';
 import { CelCompress, CelVerifyWebhook } from './body-action-vars.js';
 import { CEL_NO_GEO, type CelGeo } from './geo-vars.js';
 import { CelOAuth, CelOidc } from './auth-action-vars.js';
+import { requestCookie, responseCookie, type CelCookie } from './cookie-vars.js';
 
 /**
  * The values traffic-policy expressions read, as lazy views: each field is computed on first
@@ -60,6 +61,15 @@ export function headerValues(pairs: readonly string[], lowerName: string): strin
   return out;
 }
 
+/** Whether raw pairs hold the header `lowerName` (already lower-case), even with an empty value. */
+export function hasHeaderIn(pairs: readonly string[], lowerName: string): boolean {
+  for (let i = 0; i + 1 < pairs.length; i += 2) {
+    const n = pairs[i]!;
+    if (n.length === lowerName.length && n.toLowerCase() === lowerName) return true;
+  }
+  return false;
+}
+
 function queryParams(rawQuery: string): Map<string, string[]> {
   const m = new Map<string, string[]>();
   for (const [k, v] of new URLSearchParams(rawQuery)) {
@@ -72,19 +82,22 @@ function queryParams(rawQuery: string): Map<string, string[]> {
 
 /**
  * `req.url`: compares and concatenates as the full URL string (`req.url == 'https://…'`,
- * `req.url.startsWith(…)`), and has parts `req.url.path`, `.query`, … like ngrok's.
+ * `req.url.startsWith(…)`), and has parts `req.url.path`, `.query`, … like ngrok's. It is ngrok's
+ * "normalized full URL": the authority is normalised (`normalizeAuthority`), so
+ * `Host: ADMIN.example.com:443` gives `https://admin.example.com/…` and a rule on
+ * `req.url.startsWith('https://admin.example.com/')` cannot be passed by the spelling of `Host`.
  */
 export class CelUrl {
   private full?: string;
   private params?: Map<string, string[]>;
   constructor(
     readonly scheme: string,
-    /** Host as the client wrote it, with a port when one was given. */
+    /** The normalised authority: lower-case host (IPv6 in brackets), and the port unless it is the scheme's default. */
     readonly authority: string,
     readonly path: string,
     readonly raw_query: string,
   ) {}
-  /** Host without port, lower-case. */
+  /** Host without port, lower-case (an IPv6 address keeps its brackets). */
   get host(): string {
     return hostOnly(this.authority);
   }
@@ -109,12 +122,46 @@ function hostOnly(authority: string): string {
   return colon >= 0 ? a.slice(0, colon) : a;
 }
 
+/** An authority that `normalizeAuthority` may change: an upper-case letter, a port (or IPv6), a trailing dot. */
+const MAY_NEED_NORMALISING = /[A-Z:]|\.$/;
+const PORT_RE = /^\d{1,5}$/;
+
+/**
+ * `Host` as `req.url` shows it: the host lower-case and without a trailing dot (as the ingress
+ * routes it: `Admin.Example.com.` reaches the same edge as `admin.example.com`), an IPv6 address
+ * in brackets, and the port only when it is not the scheme's default (80 for http, 443 for
+ * https; `:0443` is 443), written without leading zeros. Per request, only when `req.url` is
+ * read; a lower-case host without a port (the usual `Host`) is returned as is after one regexp
+ * test.
+ */
+export function normalizeAuthority(scheme: string, authority: string): string {
+  if (!MAY_NEED_NORMALISING.test(authority)) return authority;
+  const a = authority.toLowerCase();
+  const close = a.charCodeAt(0) === 0x5b /* [ */ ? a.indexOf(']') : -1;
+  const colon = a.lastIndexOf(':');
+  let host = a;
+  let port = '';
+  if (colon > close && (close >= 0 || a.indexOf(':') === colon)) {
+    host = a.slice(0, colon);
+    port = a.slice(colon + 1);
+  }
+  if (close < 0 && host.length > 1 && host.endsWith('.')) host = host.slice(0, -1);
+  if (PORT_RE.test(port)) {
+    const n = Number(port);
+    port = n === (scheme === 'https' ? 443 : scheme === 'http' ? 80 : -1) ? '' : String(n);
+  }
+  return port === '' ? host : `${host}:${port}`;
+}
+
 export interface CelRequestInit {
   method: string;
   scheme: 'http' | 'https';
   /** Lower-case host without port. */
   host: string;
-  /** The Host header as sent (may carry a port); `host` when absent. */
+  /**
+   * The Host header as sent (may carry a port); `host` when absent. `req.url` shows it
+   * normalised (`normalizeAuthority`), when it is read.
+   */
   authority: string;
   path: string;
   /** The query without `?`, `""` when none. */
@@ -127,6 +174,7 @@ export interface CelRequestInit {
 export class CelRequest {
   private h?: Map<string, string[]>;
   private u?: CelUrl;
+  private ck?: Map<string, CelCookie>;
   constructor(private readonly init: CelRequestInit) {}
   get method(): string {
     return this.init.method;
@@ -141,7 +189,7 @@ export class CelRequest {
     return this.init.rawQuery;
   }
   get url(): CelUrl {
-    return (this.u ??= new CelUrl(this.init.scheme, this.init.authority, this.init.path, this.init.rawQuery));
+    return (this.u ??= new CelUrl(this.init.scheme, normalizeAuthority(this.init.scheme, this.init.authority), this.init.path, this.init.rawQuery));
   }
   get headers(): Map<string, string[]> {
     return (this.h ??= headerMap(this.init.headers()));
@@ -154,9 +202,25 @@ export class CelRequest {
     const lower = name.toLowerCase();
     return this.h ? (this.h.get(lower) ?? []) : headerValues(this.init.headers(), lower);
   }
+  /** Whether the request has the header, case-insensitive (`hasReqHeader`). */
+  hasHeader(name: string): boolean {
+    const lower = name.toLowerCase();
+    return this.h ? this.h.has(lower) : hasHeaderIn(this.init.headers(), lower);
+  }
+  /**
+   * The first cookie `name` the request sent (`getReqCookie`, `hasReqCookie`; `cookie-vars.ts`),
+   * `CEL_NO_COOKIE` when none; each name is looked up once per request (until a header edit).
+   */
+  cookie(name: string): CelCookie {
+    const ck = (this.ck ??= new Map());
+    let c = ck.get(name);
+    if (!c) ck.set(name, (c = requestCookie(this.header('cookie'), name)));
+    return c;
+  }
   /** Call after editing the request headers so later expressions see the edit. */
   headersChanged(): void {
     this.h = undefined;
+    this.ck = undefined;
   }
 }
 
@@ -434,6 +498,7 @@ export interface CelResponseInit {
 /** `res` (outbound rules only). */
 export class CelResponse {
   private h?: Map<string, string[]>;
+  private ck?: Map<string, CelCookie>;
   constructor(private readonly init: CelResponseInit) {}
   get status_code(): bigint {
     return BigInt(this.init.status());
@@ -445,8 +510,24 @@ export class CelResponse {
     const lower = name.toLowerCase();
     return this.h ? (this.h.get(lower) ?? []) : headerValues(this.init.headers(), lower);
   }
+  /** Whether the response has the header, case-insensitive (`hasResHeader`). */
+  hasHeader(name: string): boolean {
+    const lower = name.toLowerCase();
+    return this.h ? this.h.has(lower) : hasHeaderIn(this.init.headers(), lower);
+  }
+  /**
+   * The response's cookie `name` (`getResCookie`, `hasResCookie`; the longest path of several),
+   * `CEL_NO_COOKIE` when none; each name is read once per response (until a header edit).
+   */
+  cookie(name: string): CelCookie {
+    const ck = (this.ck ??= new Map());
+    let c = ck.get(name);
+    if (!c) ck.set(name, (c = responseCookie(this.header('set-cookie'), name)));
+    return c;
+  }
   headersChanged(): void {
     this.h = undefined;
+    this.ck = undefined;
   }
 }
 

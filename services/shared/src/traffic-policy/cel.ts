@@ -36,8 +36,16 @@
  * - `time.now` (timestamp).
  * - `vars.<name>`: what `set-vars` actions of the same direction set before (a map of `dyn`;
  *   see `var-actions.ts`).
- * Macros: `getReqHeader(name)`, `getResHeader(name)` (outbound) → list of values,
- * case-insensitive, `[]` when absent; `getQueryParam(name)` → list of values.
+ * Macros (ngrok's, https://ngrok.com/docs/traffic-policy/macros/): `getReqHeader(name)`,
+ * `getResHeader(name)` (outbound) → list of values, case-insensitive, `[]` when absent;
+ * `hasReqHeader(name)`, `hasResHeader(name)` (outbound) → bool, case-insensitive;
+ * `getQueryParam(name)` → list of values, `hasQueryParam(name)` → bool (names exact);
+ * `getReqCookie(name)`, `getResCookie(name)` (outbound) → a `Cookie` (`name`, `value`, `path`,
+ * `domain`, `expires`, `max_age`, `secure`, `http_only`, `same_site`, `unparsed_attributes`;
+ * an empty one when absent), `hasReqCookie(name)`, `hasResCookie(name)` (outbound) → bool
+ * (cookie names exact; see `cookie-vars.ts`); `inCidrRange(ip, cidr)`, `inCidrRanges(ip,
+ * [cidrs])` → bool, IPv4 and IPv6, an IPv4-mapped address as IPv4 (see `cidr-macros.ts`; a
+ * literal invalid CIDR does not compile).
  * `s.matches(re)` / `matches(s, re)` (strings, and `req.url` and certificate names as their
  * strings) run RE2, not the library's backtracking JavaScript `RegExp`: see `matchesMacro`; a
  * string over `MAX_MATCH_INPUT` characters is not searched (an evaluation error).
@@ -76,6 +84,8 @@ import { CelJwtToken, CelJwtValidation, CelJwtValidationError } from './jwt-acti
 import { CelCompress, CelVerifyWebhook, CelVerifyWebhookError } from './body-action-vars.js';
 import { CelGeo } from './geo-vars.js';
 import { CelAuthError, CelOAuth, CelOAuthIdentity, CelOidc, CelOidcIdentity } from './auth-action-vars.js';
+import { CEL_NO_COOKIE, CelCookie } from './cookie-vars.js';
+import { cidrProblem, inCidr, matchAddress, parseMatchCidr, type MatchCidr } from './cidr-macros.js';
 import type { RE2JS } from 're2js';
 
 /** A compiled expression: call with an activation (`{req, conn, actions, time[, res]}`). */
@@ -89,10 +99,16 @@ export class CelCompileError extends Error {
   }
 }
 
+/** A type as the checker gives it (`list<string>`: kind `list`, `valueType` string). */
+interface CheckedType {
+  name: string;
+  kind: string;
+  valueType?: CheckedType;
+}
 /** Minimal view of the checker/evaluator objects a macro hook receives. */
 interface MacroChecker {
-  check(node: unknown, ctx: unknown): { name: string; kind: string };
-  registry: { getListType(t: unknown): unknown };
+  check(node: unknown, ctx: unknown): CheckedType;
+  registry: { getListType(t: unknown): unknown; getType(name: string): unknown };
   stringType: unknown;
   boolType: unknown;
   createError(code: string, message: string, node: unknown): Error;
@@ -111,20 +127,111 @@ interface MacroCtx {
   getValue(name: string): unknown;
 }
 
-/** A `name(string): list<string>` macro that reads `header(name)`-style lookups off a variable. */
-function lookupMacro(fn: string, read: (ctx: MacroCtx, key: string) => string[]) {
+/**
+ * A `fn(name)` macro that reads a lookup off a variable (`req.header(name)`, …): `type` is its
+ * result type, `absent` its result for a name that is not a string (a `dyn` at evaluation).
+ */
+function nameMacro<T>(fn: string, type: (checker: MacroChecker) => unknown, read: (ctx: MacroCtx, key: string) => T, absent: () => T) {
   return ({ args }: { args: unknown[] }) => ({
     arg: args[0],
     typeCheck(checker: MacroChecker, macro: { arg: unknown }, ctx: unknown) {
       const t = checker.check(macro.arg, ctx);
       if (t.name !== 'string' && t.kind !== 'dyn') throw checker.createError('invalid_argument', `${fn}() takes a string, got ${t.name}`, macro.arg);
-      return checker.registry.getListType(checker.stringType);
+      return type(checker);
     },
     evaluate(ev: MacroEvaluator, macro: { arg: unknown }, ctx: MacroCtx) {
       const key = ev.run(macro.arg, ctx);
-      return typeof key === 'string' ? read(ctx, key) : [];
+      return typeof key === 'string' ? read(ctx, key) : absent();
     },
   });
+}
+
+/** A `name(string): list<string>` macro (`getReqHeader`, …): `[]` when absent. */
+function lookupMacro(fn: string, read: (ctx: MacroCtx, key: string) => string[]) {
+  return nameMacro(fn, (c) => c.registry.getListType(c.stringType), read, () => []);
+}
+
+/** A `name(string): bool` macro (`hasReqHeader`, …). */
+function presenceMacro(fn: string, test: (ctx: MacroCtx, key: string) => boolean) {
+  return nameMacro(fn, (c) => c.boolType, test, () => false);
+}
+
+/** A `name(string): Cookie` macro (`getReqCookie`, `getResCookie`): an empty cookie when absent. */
+function cookieMacro(fn: string, read: (ctx: MacroCtx, key: string) => CelCookie) {
+  return nameMacro(fn, (c) => c.registry.getType('Cookie'), read, () => CEL_NO_COOKIE);
+}
+
+const reqOf = (ctx: MacroCtx) => ctx.getValue('req') as CelRequest | undefined;
+const resOf = (ctx: MacroCtx) => ctx.getValue('res') as CelResponse | undefined;
+
+/** A parsed call argument (cel-js AST node). */
+interface ArgNode {
+  op: string;
+  args: unknown;
+}
+const stringLiteral = (n: ArgNode): string | undefined => (n.op === 'value' && typeof n.args === 'string' ? n.args : undefined);
+const isStringType = (t: CheckedType | undefined) => t !== undefined && (t.kind === 'dyn' || t.name === 'string');
+
+/**
+ * `inCidrRange(ip, cidr)` (`many` false) and `inCidrRanges(ip, [cidr, …])` (`many`): see
+ * `cidr-macros.ts`. Literal CIDRs (a string, or a list literal of strings only) are parsed once
+ * per parse (a policy), and an invalid one does not compile (a 400 when the policy is saved);
+ * computed ones are parsed at each evaluation, and an invalid one is false / skipped, as ngrok
+ * documents. The cost estimate (`cost.ts`) reads `literalCidrs`.
+ */
+function cidrMacro(many: boolean) {
+  const fn = many ? 'inCidrRanges' : 'inCidrRange';
+  return ({ ast, args }: MacroCall) => {
+    const ipArg = args[0]!;
+    const cidrArg = args[1]!;
+    const nodes = many ? (cidrArg.op === 'list' ? (cidrArg.args as ArgNode[]) : undefined) : [cidrArg];
+    let literal: MatchCidr[] | undefined;
+    let literalError: string | undefined;
+    if (nodes && nodes.every((n) => stringLiteral(n) !== undefined)) {
+      literal = [];
+      for (const n of nodes) {
+        const text = n.args as string;
+        const c = parseMatchCidr(text);
+        if (c) literal.push(c);
+        else literalError ??= `${fn}(): ${cidrProblem(text)}`;
+      }
+    }
+    const matchComputed = (addr: number[], v: unknown, ev: MacroEvaluator): boolean => {
+      if (!many) {
+        if (typeof v !== 'string') throw ev.createError('no_matching_overload', `${fn}() needs a string CIDR, got ${v === null ? 'null' : typeof v}`, cidrArg);
+        const c = parseMatchCidr(v);
+        return c !== null && inCidr(addr, c);
+      }
+      if (!Array.isArray(v)) throw ev.createError('no_matching_overload', `${fn}() needs a list of CIDRs, got ${v === null ? 'null' : typeof v}`, cidrArg);
+      for (const e of v as unknown[]) {
+        if (typeof e !== 'string') throw ev.createError('no_matching_overload', `${fn}() needs a list of string CIDRs, got an element of type ${e === null ? 'null' : typeof e}`, cidrArg);
+        const c = parseMatchCidr(e);
+        if (c && inCidr(addr, c)) return true;
+      }
+      return false;
+    };
+    return {
+      literalCidrs: literal?.length,
+      typeCheck(checker: MacroChecker, _macro: unknown, ctx: unknown) {
+        const it = checker.check(ipArg, ctx);
+        const ct = checker.check(cidrArg, ctx);
+        const cidrOk = many ? ct.kind === 'dyn' || (ct.kind === 'list' && (isStringType(ct.valueType) || ct.valueType?.kind === 'param')) : isStringType(ct);
+        if (!isStringType(it) || !cidrOk) throw checker.createError('no_matching_overload', `found no matching overload for '${fn}(${it.name}, ${ct.name})'`, ast);
+        if (literalError) throw checker.createError('invalid_argument', literalError, cidrArg);
+        return checker.boolType;
+      },
+      evaluate(ev: MacroEvaluator, _macro: unknown, ctx: unknown): boolean {
+        const ip = ev.run(ipArg, ctx);
+        if (typeof ip !== 'string') throw ev.createError('no_matching_overload', `${fn}() needs a string address, got ${ip === null ? 'null' : typeof ip}`, ipArg);
+        const computed = literal ? undefined : ev.run(cidrArg, ctx);
+        const addr = matchAddress(ip);
+        if (!addr) return false;
+        if (!literal) return matchComputed(addr, computed, ev);
+        for (const c of literal) if (inCidr(addr, c)) return true;
+        return false;
+      },
+    };
+  };
 }
 
 /**
@@ -298,6 +405,21 @@ function baseEnvironment(): Environment {
       ctor: CelTls,
       fields: { version: str, cipher_suite: str, sni: str, negotiated_alpn: str, session_resumed: 'bool', client: 'ClientCertificate', server: 'Certificate' },
     })
+    .registerType('Cookie', {
+      ctor: CelCookie,
+      fields: {
+        name: str,
+        value: str,
+        path: str,
+        domain: str,
+        expires: 'google.protobuf.Timestamp',
+        max_age: 'google.protobuf.Duration',
+        secure: 'bool',
+        http_only: 'bool',
+        same_site: str,
+        unparsed_attributes: 'map<string, string>',
+      },
+    })
     .registerType('Geo', {
       ctor: CelGeo,
       fields: { city: str, country: str, country_code: str, latitude: str, longitude: str, radius: str, subdivision: str },
@@ -350,14 +472,15 @@ function baseEnvironment(): Environment {
       .registerFunction(`${t}.contains(string): bool`, (a: object, b: string) => a.toString().includes(b))
       .registerFunction(`${t}.size(): int`, (a: object) => BigInt(a.toString().length));
   }
-  env.registerFunction(
-    'getReqHeader(ast): list<string>',
-    lookupMacro('getReqHeader', (ctx, k) => (ctx.getValue('req') as CelRequest | undefined)?.header(k) ?? []),
-  );
-  env.registerFunction(
-    'getQueryParam(ast): list<string>',
-    lookupMacro('getQueryParam', (ctx, k) => (ctx.getValue('req') as CelRequest | undefined)?.url.query_params.get(k) ?? []),
-  );
+  env.registerFunction('getReqHeader(ast): list<string>', lookupMacro('getReqHeader', (ctx, k) => reqOf(ctx)?.header(k) ?? []));
+  env.registerFunction('hasReqHeader(ast): bool', presenceMacro('hasReqHeader', (ctx, k) => reqOf(ctx)?.hasHeader(k) ?? false));
+  env.registerFunction('getQueryParam(ast): list<string>', lookupMacro('getQueryParam', (ctx, k) => reqOf(ctx)?.url.query_params.get(k) ?? []));
+  env.registerFunction('hasQueryParam(ast): bool', presenceMacro('hasQueryParam', (ctx, k) => reqOf(ctx)?.url.query_params.has(k) ?? false));
+  // ngrok: the request's cookies are available to inbound and outbound rules.
+  env.registerFunction('getReqCookie(ast): Cookie', cookieMacro('getReqCookie', (ctx, k) => reqOf(ctx)?.cookie(k) ?? CEL_NO_COOKIE));
+  env.registerFunction('hasReqCookie(ast): bool', presenceMacro('hasReqCookie', (ctx, k) => (reqOf(ctx)?.cookie(k) ?? CEL_NO_COOKIE) !== CEL_NO_COOKIE));
+  env.registerFunction('inCidrRange(ast, ast): bool', cidrMacro(false));
+  env.registerFunction('inCidrRanges(ast, ast): bool', cidrMacro(true));
   env.registerFunction('URL.matches(ast): bool', matchesMacro(true));
   env.registerFunction('matches(ast, ast): bool', matchesMacro(false));
   return env;
@@ -370,10 +493,10 @@ function buildEnvironments(): Record<PolicyDirection, Environment> {
     .clone()
     .registerType('Response', { ctor: CelResponse, fields: { status_code: 'int', headers: 'map<string, list<string>>' } })
     .registerVariable('res', 'Response');
-  outbound.registerFunction(
-    'getResHeader(ast): list<string>',
-    lookupMacro('getResHeader', (ctx, k) => (ctx.getValue('res') as CelResponse | undefined)?.header(k) ?? []),
-  );
+  outbound.registerFunction('getResHeader(ast): list<string>', lookupMacro('getResHeader', (ctx, k) => resOf(ctx)?.header(k) ?? []));
+  outbound.registerFunction('hasResHeader(ast): bool', presenceMacro('hasResHeader', (ctx, k) => resOf(ctx)?.hasHeader(k) ?? false));
+  outbound.registerFunction('getResCookie(ast): Cookie', cookieMacro('getResCookie', (ctx, k) => resOf(ctx)?.cookie(k) ?? CEL_NO_COOKIE));
+  outbound.registerFunction('hasResCookie(ast): bool', presenceMacro('hasResCookie', (ctx, k) => (resOf(ctx)?.cookie(k) ?? CEL_NO_COOKIE) !== CEL_NO_COOKIE));
   assertRe2Matches(inbound);
   assertRe2Matches(outbound);
   return { inbound, outbound };

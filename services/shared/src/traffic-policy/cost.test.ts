@@ -212,6 +212,11 @@ describe('traffic policy cost limits: common policies', () => {
       [`conn.tls.client.subject.organizational_unit.exists(u, u == 'ops') && conn.tls.client.issuer.common_name == 'Corp CA'`],
       [`conn.tls.client.san.dns_names.exists(d, d.endsWith('.corp.example'))`],
       [`conn.tls.client.validity.not_after < time.now + duration('720h')`],
+      [`hasReqHeader('authorization') && !hasQueryParam('debug')`],
+      [`!hasReqCookie('session') || getReqCookie('session').value == ''`],
+      [`inCidrRanges(conn.client_ip, ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', 'fc00::/7'])`],
+      [`inCidrRange(conn.client_ip, '66.249.66.1/24')`],
+      [`hasResHeader('set-cookie') && hasResCookie('sid') && !getResCookie('sid').secure`, 'outbound'],
     ];
     for (const [expr, direction] of common) {
       const c = cost(expr, direction);
@@ -343,5 +348,63 @@ describe('traffic policy cost limits: the most expensive accepted shapes, measur
     report.push(`whole policy of ${rules.length} rules: estimated ${formatCost(total)}, measured ${t.median.toFixed(3)} ms (first ${t.first.toFixed(3)} ms, slowest ${t.worst.toFixed(3)} ms)`);
     expect(t.median).toBeLessThan(50);
     console.log(`traffic policy cost limits (expression ${formatCost(MAX_EXPRESSION_COST)}, policy ${formatCost(MAX_POLICY_COST)}):\n  ${report.join('\n  ')}`);
+  });
+});
+
+describe('traffic policy cost limits: the macros besides getReqHeader', () => {
+  it('charges a cookie once per expression however often its name is asked for', () => {
+    const one = cost(`getReqCookie('s').value == 'x'`);
+    expect(cost(`hasReqCookie('s') && getReqCookie('s').value == 'x' && !getReqCookie('s').secure`)).toBeLessThan(one + 1000);
+    expect(cost(`hasReqCookie('s') && hasReqCookie('t')`)).toBeGreaterThan(2 * one - 2000);
+    const res = cost(`getResCookie('s').secure`, 'outbound');
+    expect(cost(`hasResCookie('s') && getResCookie('s').secure && getResCookie('s').http_only`, 'outbound')).toBeLessThan(res + 1000);
+    // A computed name is read on each call.
+    expect(cost(`getReqCookie(req.path).value == getReqCookie(req.path).value`)).toBeGreaterThan(2 * one);
+  });
+
+  it('counts the parse of the query for getQueryParam and hasQueryParam, as for req.url.query_params', () => {
+    const q = cost(`'debug' in req.url.query_params`);
+    expect(cost(`hasQueryParam('debug')`)).toBeGreaterThanOrEqual(q - 100);
+    expect(cost(`getQueryParam('debug').size() > 0`)).toBeGreaterThanOrEqual(q - 100);
+    // Parsed once per expression, like the map.
+    expect(cost(`hasQueryParam('a') && hasQueryParam('b') && 'c' in req.url.query_params`)).toBeLessThan(q + 1000);
+  });
+
+  it('refuses inCidrRanges over a computed list as large as request data, accepts literal lists', () => {
+    expect(refused(policy(`inCidrRanges(conn.client_ip, getReqHeader('x-allowed'))`)).reason).toMatch(/^too expensive to evaluate/);
+    const literal = `inCidrRanges(conn.client_ip, [${Array.from({ length: 1000 }, (_, i) => `'10.${i >> 8}.${i & 255}.0/24'`).join(', ')}])`;
+    expect(cost(literal)).toBeLessThan(MAX_EXPRESSION_COST / 4);
+    expect(() => parseTrafficPolicy(policy(literal))).not.toThrow();
+  });
+
+  it('the most expensive accepted shapes, measured', () => {
+    const head = REQUEST_LIMITS.headBytes;
+    const report: string[] = [];
+    const check = (name: string, expr: string, make: () => object, direction: PolicyDirection = 'inbound') => {
+      const program = compileExpression(direction, expr);
+      const est = estimateCost(program);
+      expect(est, name).toBeLessThanOrEqual(MAX_EXPRESSION_COST);
+      const t = timings(program, make);
+      report.push(`${name}: estimated ${formatCost(est)}, measured ${t.median.toFixed(3)} ms (first ${t.first.toFixed(3)} ms, slowest ${t.worst.toFixed(3)} ms)`);
+      expect(t.median, name).toBeLessThan(50);
+    };
+    // A Cookie header of invalid pairs of the name (each occurrence read), and of other names.
+    check(`getReqCookie() over ${head} bytes of invalid 'a=\\x01' pairs`, `getReqCookie('a').value == 'x'`, () => activation({ headers: ['cookie', 'a=\x01;'.repeat(head / 4 - 20)] }));
+    check(`hasReqCookie() over ${head} bytes of 'ba;' parts`, `hasReqCookie('a')`, () => activation({ headers: ['cookie', 'ba;'.repeat(head / 3 - 20)] }));
+    check(`hasReqCookie() of an 8 KB name in ${head} bytes of 'a'`, `hasReqCookie(getReqHeader('x-name')[0])`, () => activation({ headers: ['x-name', 'a'.repeat(head / 2 - 100), 'cookie', 'a'.repeat(head / 2 - 100)] }));
+    // Set-Cookie lines of the name: one with every attribute it can hold, or as many as fit.
+    check(`getResCookie() on one line of ${head} bytes of attributes`, `getResCookie('a').secure`, () => activation({ resHeaders: ['set-cookie', 'a=1' + '; x=y'.repeat(head / 5 - 10)] }), 'outbound');
+    check(`getResCookie() on one line of ${head} bytes of Expires`, `getResCookie('a').secure`, () => activation({ resHeaders: ['set-cookie', 'a=1' + '; Expires=Wed, 21 Oct 2015 07:28:00 GMT'.repeat(head / 40 - 1)] }), 'outbound');
+    check(`getResCookie() over ${Math.floor(head / 16)} Set-Cookie lines`, `getResCookie('a').secure`, () => activation({ resHeaders: manyHeaders('set-cookie', 'a=1', Math.floor(head / 16)) }), 'outbound');
+    check(`unparsed_attributes.exists() over ${head / 2} attributes`, `getResCookie('a').unparsed_attributes.exists(k, k == 'zz')`, () => activation({ resHeaders: ['set-cookie', 'a=1' + ';x'.repeat(head / 2 - 10)] }), 'outbound');
+    // Addresses and CIDRs.
+    check('inCidrRange() of an IPv4-mapped client', `inCidrRange(conn.client_ip, '203.0.113.0/24')`, () => activation({ ip: '::ffff:203.0.113.7' }));
+    check('inCidrRanges() over 1000 literal CIDRs, no match', `inCidrRanges(conn.client_ip, [${Array.from({ length: 1000 }, (_, i) => `'2001:db8:${i.toString(16)}::/48'`).join(', ')}])`, () => activation({ ip: '2001:db9::1' }));
+    check('inCidrRange() on a computed IPv6 CIDR and address', `inCidrRange(getReqHeader('x-ip')[0], getReqHeader('x-cidr')[0])`, () => activation({ headers: ['x-ip', 'fe80:0000:0000:0000:0204:61ff:fe9d:f156', 'x-cidr', '::ffff:203.0.113.0/120'] }));
+    check(`inCidrRange() on a ${head / 2}-character address`, `inCidrRange(getReqHeader('x-ip')[0], '10.0.0.0/8')`, () => activation({ headers: ['x-ip', '1:'.repeat(head / 4)] }));
+    // hasReqHeader over 2000 headers; hasQueryParam over 8000 parameters.
+    check('hasReqHeader() over 2,000 headers', `hasReqHeader('x-absent')`, () => activation({ headers: manyHeaders('x-h', 'v', 2000) }));
+    check('hasQueryParam() over 8,000 parameters', `hasQueryParam('zz')`, () => activation({ query: 'a&'.repeat(head / 2 - 10) }));
+    console.log(`traffic policy cost limits, macros:\n  ${report.join('\n  ')}`);
   });
 });
