@@ -11,7 +11,8 @@ import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluste
  * listening on `::` (clients reach them as 127.0.0.1, seen as ::ffff:127.0.0.1, and as ::1), our
  * agent and an upstream echoing the headers it got. Node a reads a test GeoIP database
  * (`WARREN_GEOIP_DB`, written by the test MMDB writer) that puts loopback in the test country
- * "XX"; node b has none, so its `conn.geo` fields are all "". Policies are saved through the API.
+ * "XX"; node b has none, so reading `conn.geo` there is an evaluation error: a deny rule on it
+ * denies (fails closed), any other rule on it is skipped. Policies are saved through the API.
  */
 
 const HOST = 'geo.e2e.test';
@@ -64,13 +65,31 @@ describe('conn.geo on live traffic', () => {
     expect(v4.status, v4.body).toBe(451);
     const v6 = await c.request('/geo-deny/x', { port: a.http, from: '::1' });
     expect(v6.status, v6.body).toBe(451);
-    // Without a database (node b, hopping to the agent's node a): nothing matches, the request passes.
+    // Without a database (node b, which hops to the agent's node a): conn.geo cannot be read, the deny fails closed.
     const noDb = await c.request('/geo-deny/x', { port: b.http });
-    expect(noDb.status, noDb.body).toBe(200);
-    expect((await c.request('/geo-deny/x', { port: b.http, from: '::1' })).status).toBe(200);
+    expect(noDb.status, noDb.body).toBe(451);
+    expect((await c.request('/geo-deny/x', { port: b.http, from: '::1' })).status).toBe(451);
   });
 
-  it('shows every field (names in English, the first subdivision); all "" without a database', async () => {
+  it('a deny-list rule: passes an unlisted country with a database, denies everyone without one (counted, logged)', async () => {
+    await c.policyRoute('/geo-list', { on_http_request: [{ expressions: ["conn.geo.country_code in ['RU', 'CN']"], actions: [{ type: 'deny' }] }] });
+    const errors = async () => {
+      const text = await (await fetch(`${b.internalUrl}/metrics`)).text();
+      return Number(/^warren_traffic_policy_expression_errors_total\{[^}]*direction="inbound"[^}]*\} (\d+)/m.exec(text)?.[1] ?? 0);
+    };
+    const before = await errors();
+    for (const from of ['127.0.0.1', '::1'] as const) {
+      const listed = await c.request('/geo-list/x', { port: a.http, from });
+      expect([listed.status, listed.json().url], from).toEqual([200, '/geo-list/x']); // XX is not listed: reaches the upstream
+      const noDb = await c.request('/geo-list/x', { port: b.http, from });
+      expect(noDb.status, from).toBe(403);
+    }
+    expect((await errors()) - before).toBeGreaterThanOrEqual(2);
+    expect(b.output()).toContain('no GeoIP database is configured on this node (WARREN_GEOIP_DB)');
+    expect(b.output()).toContain('the rule has a deny action, so it applies (fails closed)');
+  });
+
+  it('shows every field (names in English, the first subdivision); without a database the rules on it are skipped and the header left out', async () => {
     await c.policyRoute('/geo-show', {
       inbound: [
         { actions: [{ type: 'add-headers', config: { headers: { 'x-geo': FIELDS } } }] },
@@ -82,15 +101,16 @@ describe('conn.geo on live traffic', () => {
     expect(withDb['x-geo']).toBe('Loopback|Testland|XX|Localshire|51.5|-0.125|5');
     expect([withDb['x-us'], withDb['x-north']]).toEqual([undefined, 'yes']);
     expect((await c.request('/geo-show/x', { port: a.http, from: '::1' })).json().headers['x-geo']).toBe('Loopback|Testland|XX|Localshire|51.5|-0.125|5');
-    const without = (await c.request('/geo-show/x', { port: b.http })).json().headers;
-    expect(without['x-geo']).toBe('||||||');
-    expect([without['x-us'], without['x-north']]).toEqual([undefined, undefined]);
+    const noDb = await c.request('/geo-show/x', { port: b.http });
+    expect(noDb.status, noDb.body).toBe(200);
+    const without = noDb.json().headers;
+    expect([without['x-geo'], without['x-us'], without['x-north']]).toEqual([undefined, undefined, undefined]);
   });
 
   it('says at start whether conn.geo is on', () => {
     expect(a.output()).toContain('GeoIP database loaded: conn.geo.* traffic-policy variables are on');
     expect(a.output()).toContain('"database_type":"GeoLite2-City"');
-    expect(b.output()).toContain('WARREN_GEOIP_DB is not set: conn.geo.* traffic-policy variables are empty strings');
+    expect(b.output()).toContain('WARREN_GEOIP_DB is not set: reading conn.geo.* in a traffic policy is an evaluation error (no GeoIP database is configured on this node (WARREN_GEOIP_DB)): a rule with a deny action applies, any other is skipped');
   });
 
   it('an unreadable database stops the ingress at start with one line', async () => {

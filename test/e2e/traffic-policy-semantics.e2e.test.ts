@@ -10,7 +10,8 @@ import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluste
  * Where the traffic policy follows ngrok's documented semantics, on live traffic (a control plane,
  * one ingress node with Redis, our agent, an upstream): custom-response status codes, defaults,
  * `content` and interpolation; add-headers appending (Host replaced); rate-limit buckets of
- * same-named actions; `req.headers` read in any case.
+ * same-named actions; `req.headers` read in any case; a deny whose expression fails to evaluate
+ * denies.
  */
 
 const HOST = 'semantics.e2e.test';
@@ -121,6 +122,30 @@ describe('req.headers in any case', () => {
     expect([r.status, r.body]).toEqual([299, 'upper']);
     const other = await c.request('/case/x', { headers: { 'X-User': 'bob' } });
     expect([other.status, other.body]).toEqual([298, 'absent']);
+  });
+});
+
+describe('an expression that fails to evaluate', () => {
+  it('in a rule with a deny action denies (fails closed); in any other rule, the rule is skipped', async () => {
+    // The audit's policy (H1): a request without the header used to reach the upstream.
+    for (const [match, expr] of [
+      ['/key-index', "req.headers['x-api-key'][0] != 'secret'"],
+      ['/key-fn', "getReqHeader('x-api-key')[0] != 'secret'"],
+    ] as const) {
+      await c.policyRoute(match, {
+        on_http_request: [
+          { expressions: ["req.headers['x-tag'][0] == 'a'"], actions: [{ type: 'add-headers', config: { headers: { 'x-tagged': 'yes' } } }] },
+          { expressions: [expr], actions: [{ type: 'deny' }] },
+        ],
+      });
+      const none = await c.request(`${match}/x`);
+      expect([none.status, none.body], expr).toEqual([403, '']);
+      expect((await c.request(`${match}/x`, { headers: { 'x-api-key': 'wrong' } })).status, expr).toBe(403);
+      const ok = await c.request(`${match}/x`, { headers: { 'x-api-key': 'secret' } });
+      expect([ok.status, ok.json().url], expr).toEqual([200, `${match}/x`]);
+      // The add-headers rule whose expression failed (no x-tag) was skipped, not applied.
+      expect(values(rawHeaders(ok), 'x-tagged'), expr).toEqual([]);
+    }
   });
 });
 

@@ -65,7 +65,7 @@ inbound:
             n: \${size(vars.user)}
             limits: \${vars.limits}
   - expressions: ["vars.never_set == 'x'"]
-    actions: [{type: deny}]
+    actions: [{type: custom-response, config: {status_code: 403}}]
 outbound:
   - expressions: ["!has(vars.user)"]
     actions:
@@ -107,7 +107,7 @@ describe('set-vars and log on live traffic', () => {
     expect(alice.headers['x-out-status']).toBe('200');
 
     const bob = await request('/vars/b', { 'x-user': 'bob' });
-    expect(bob.status).toBe(200); // the rule reading an unset variable is skipped, not a deny
+    expect(bob.status).toBe(200); // the rule reading an unset variable is skipped (it has no deny action, which would fail closed)
     expect(JSON.parse(bob.body).headers['x-tier']).toBeUndefined();
 
     const events = await waitFor('both events', async () => {

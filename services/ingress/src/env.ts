@@ -106,7 +106,7 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
       /**
        * A MaxMind DB file (GeoLite2-City / GeoIP2-City `.mmdb`) for the `conn.geo.*` policy
        * variables; read at start (unreadable: the ingress does not start) and again when it
-       * changes. Unset: every `conn.geo` field is an empty string.
+       * changes. Unset: reading any `conn.geo` field is an evaluation error (a deny rule on it denies).
        */
       WARREN_GEOIP_DB: z.string().optional(),
       /** Drain limit on SIGTERM (ms). */

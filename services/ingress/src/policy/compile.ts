@@ -62,6 +62,12 @@ export interface CompiledRule {
   where: string;
   conditions: { where: string; program: CelProgram }[];
   actions: CompiledAction[];
+  /**
+   * The rule has a `deny` action: an expression that fails to evaluate (an error, or not a bool)
+   * makes it apply rather than be skipped, so a deny that cannot be decided denies (fails closed).
+   * Any other rule is skipped on such an error. Either way the error is counted and logged.
+   */
+  failClosed: boolean;
 }
 
 export interface CompiledPolicy {
@@ -165,6 +171,7 @@ function compileRules(rules: PolicyRule[], routeId: string, direction: PolicyDir
         if (a.type === 'rate-limit') seen.add(a.config.name);
         return compileAction(a, routeId, direction, `${where}.actions[${j}]`, nameTaken, ipPolicyRules);
       }),
+      failClosed: rule.actions.some((a) => a.type === 'deny'),
     };
   });
 }

@@ -2,9 +2,9 @@ import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import tls, { type TLSSocket } from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { createCertificate, type DpEdge } from '@warren/shared';
+import { createCertificate, validateTrafficPolicy, type DpEdge } from '@warren/shared';
 import type { Outcome, RequestState, RouteStage } from '../pipeline/types.js';
-import { trafficPolicyStage } from './index.js';
+import { compilePolicy, trafficPolicyStage } from './index.js';
 import { CONFIG, deps, EDGE, FakeLimiter, request, route } from './testing.js';
 
 const rl = (over: Record<string, unknown> = {}) => ({ type: 'rate-limit', config: { name: 'rl', algorithm: 'sliding_window', capacity: 2, rate: '60s', bucket_key: ['conn.client_ip'], ...over } });
@@ -230,15 +230,17 @@ describe('trafficPolicyStage', () => {
     expect(limiter.calls.map((c) => c.key)).toEqual(['tp:["rt_1","outbound","rl"]["203.0.113.7"]', 'tp:["rt_1","outbound","rl"]["203.0.113.7"]']);
   });
 
-  it('treats an evaluation error as a rule that does not apply, never a throw', async () => {
+  it('treats an evaluation error as a rule that does not apply (no deny action), never a throw', async () => {
     const reg = deps();
     const s = trafficPolicyStage(route({ inbound: [
-      { expressions: ["req.headers['x-missing'][0] == 'a'"], actions: [{ type: 'deny' }] },
-      { expressions: ["int(req.query) > 1"], actions: [{ type: 'deny' }] },
+      { expressions: ["req.headers['x-missing'][0] == 'a'"], actions: [{ type: 'add-headers', config: { headers: { 'X-Applied': '1' } } }] },
+      // Not a deny action: a custom-response (even a 403) is skipped on an error, as before.
+      { expressions: ["int(req.query) > 1"], actions: [{ type: 'custom-response', config: { status_code: 403, body: 'applied' } }] },
       { actions: [{ type: 'add-headers', config: { headers: { 'X-Bad': '${req.headers["nope"][0]}', 'X-Good': 'g' } } }] },
     ] }), EDGE, CONFIG, reg)!;
     const r = request();
     expect(await s.onRequest!(r)).toBeNull();
+    expect(header(r.headers, 'x-applied')).toEqual([]);
     expect(header(r.headers, 'x-bad')).toEqual([]);
     expect(header(r.headers, 'x-good')).toEqual(['g']);
     await s.onRequest!(request());
@@ -246,10 +248,80 @@ describe('trafficPolicyStage', () => {
     expect(m).toContain('direction="inbound"} 6');
   });
 
+  it('fails closed for deny: a rule with a deny action whose expression fails to evaluate applies (counted, logged once)', async () => {
+    for (const expr of ["req.headers['x-api-key'][0] != 'secret'", "getReqHeader('x-api-key')[0] != 'secret'"]) {
+      const reg = deps();
+      const warn = vi.spyOn(reg.log, 'warn');
+      // The audit's policy (H1), in ngrok's phase names.
+      const s = trafficPolicyStage(route({ on_http_request: [{ expressions: [expr], actions: [{ type: 'deny' }] }] }), EDGE, CONFIG, reg)!;
+      // Without the header: indexing the missing key is an error; the deny denies anyway.
+      expect(await s.onRequest!(request()), expr).toMatchObject({ status: 403 });
+      expect(await s.onRequest!(request({ headers: ['Host', 'app.example.com', 'X-Api-Key', 'wrong'] })), expr).toMatchObject({ status: 403 });
+      expect(await s.onRequest!(request({ headers: ['Host', 'app.example.com', 'X-Api-Key', 'secret'] })), expr).toBeNull();
+      expect(await s.onRequest!(request()), expr).toMatchObject({ status: 403 });
+      // Each failure counted; logged once for the expression, saying the rule applied.
+      expect(await reg.registry.getSingleMetricAsString('warren_traffic_policy_expression_errors_total'), expr).toContain('direction="inbound"} 2');
+      const logged = warn.mock.calls.filter((c) => JSON.stringify(c).includes('inbound[0].expressions[0]'));
+      expect(logged, expr).toHaveLength(1);
+      expect(JSON.stringify(logged[0]), expr).toContain('fails closed');
+    }
+  });
+
+  it('fails closed for deny whatever the order of the expressions: a failed one counts as true, a false one elsewhere still decides', async () => {
+    const key = "req.headers['x-api-key'][0] != 'secret'";
+    const admin = "req.url.path.startsWith('/admin')";
+    for (const expressions of [[key, admin], [admin, key]]) {
+      const s = trafficPolicyStage(route({ on_http_request: [{ expressions, actions: [{ type: 'deny' }] }] }), EDGE, CONFIG, deps())!;
+      expect(await s.onRequest!(request({ url: '/public' })), expressions.join(' && ')).toBeNull();
+      expect(await s.onRequest!(request({ url: '/admin/x' })), expressions.join(' && ')).toMatchObject({ status: 403 });
+      expect(await s.onRequest!(request({ url: '/admin/x', headers: ['Host', 'app.example.com', 'X-Api-Key', 'secret'] })), expressions.join(' && ')).toBeNull();
+    }
+  });
+
+  it('fails closed for deny on a non-bool result and on responses; other rules are skipped', async () => {
+    const reg = deps();
+    const setFlag = { type: 'set-vars', config: { vars: [{ flag: 'yes' }] } };
+    const s = trafficPolicyStage(route({
+      inbound: [
+        { actions: [setFlag] },
+        // `vars.flag` is a string here, not a bool: an add-headers rule is skipped, a deny rule denies.
+        { expressions: ['vars.flag'], actions: [{ type: 'add-headers', config: { headers: { 'X-Flag': 'set' } } }] },
+        { expressions: ["req.path == '/deny'", 'vars.flag'], actions: [{ type: 'add-headers', config: { headers: { 'X-Before': 'b' } } }, { type: 'deny', config: { status_code: 451 } }] },
+      ],
+      outbound: [{ expressions: ["res.headers['x-internal'][0] != 'ok'"], actions: [{ type: 'deny', config: { status_code: 502 } }] }],
+    }), EDGE, CONFIG, reg)!;
+    const pass = request({ url: '/pass' });
+    expect(await s.onRequest!(pass)).toBeNull();
+    expect(header(pass.headers, 'x-flag')).toEqual([]);
+    const denied = request({ url: '/deny' });
+    expect(await s.onRequest!(denied)).toMatchObject({ status: 451 });
+    // The rule applied: its actions ran in order.
+    expect(header(denied.headers, 'x-before')).toEqual(['b']);
+    expect(await s.onResponse!(request(), { status: 200, headers: [] })).toMatchObject({ status: 502 });
+    expect(await s.onResponse!(request(), { status: 200, headers: ['X-Internal', 'ok'] })).toBeNull();
+    const m = await reg.registry.getSingleMetricAsString('warren_traffic_policy_expression_errors_total');
+    expect(m).toContain('direction="inbound"} 3');
+    expect(m).toContain('direction="outbound"} 1');
+  });
+
+  it('decides fail-closed once, at compile time: only rules with a deny action', () => {
+    const p = compilePolicy(validateTrafficPolicy({
+      inbound: [
+        { actions: [{ type: 'deny' }] },
+        { expressions: ['true'], actions: [{ type: 'add-headers', config: { headers: { a: 'b' } } }, { type: 'deny', config: { status_code: 401 } }] },
+        { actions: [{ type: 'custom-response', config: { status_code: 403 } }] },
+        { actions: [{ type: 'add-headers', config: { headers: { a: 'b' } } }] },
+      ],
+      outbound: [{ actions: [{ type: 'deny' }] }],
+    }), 'rt_1');
+    expect(p.inbound.map((r) => r.failClosed)).toEqual([true, true, false, false]);
+    expect(p.outbound.map((r) => r.failClosed)).toEqual([true]);
+  });
+
   it('exposes request variables', async () => {
     const exprs = [
       "req.method == 'GET'", "req.host == 'app.example.com'", "req.path == '/api/items'", "req.query == 'x=1'",
-      "req.url == 'https://App.example.com:8443/api/items?x=1'", "req.url.host == 'app.example.com'", "req.url.query_params['x'] == ['1']",
+      "req.url == 'https://app.example.com:8443/api/items?x=1'", "req.url.host == 'app.example.com'", "req.url.query_params['x'] == ['1']",
       "getQueryParam('x') == ['1']", "conn.client_ip == '203.0.113.7'", 'conn.server_port == 8443', "req.headers['user-agent'] == ['curl/8']",
       "req.user_agent == 'curl/8'", "time.now > timestamp('2024-01-01T00:00:00Z')", '!actions.ngrok.rate_limit.limited',
     ];

@@ -39,7 +39,7 @@ function errorCounter(registry: Registry): Counter<'direction'> {
   if (existing) return existing as Counter<'direction'>;
   return new Counter({
     name,
-    help: 'Traffic policy expressions or header interpolations that failed to evaluate (the rule did not apply / the header was not set)',
+    help: 'Traffic policy expressions or header interpolations that failed to evaluate (the rule did not apply, or applied if it has a deny action / the header was not set)',
     labelNames: ['direction'],
     registers: [registry],
   });
@@ -57,7 +57,9 @@ interface Run {
 /**
  * The `traffic_policy` stage: inbound rules on the request, outbound rules on the response head.
  * Rules run in order; a rule applies when all its expressions are true; its actions run in
- * order. Runs synchronously until a rate-limit action has to ask the limiter.
+ * order. An expression that fails to evaluate (an error, or not a bool) skips its rule, except
+ * in a rule with a deny action, where it counts as true (`CompiledRule.failClosed`): a deny that
+ * cannot be decided denies. Runs synchronously until a rate-limit action has to ask the limiter.
  */
 export class TrafficPolicyStage implements RouteStage {
   readonly name = 'traffic_policy';
@@ -226,33 +228,50 @@ export class TrafficPolicyStage implements RouteStage {
     return null;
   }
 
+  /**
+   * All the rule's expressions are true. One that fails to evaluate (counted and logged) skips the
+   * rule, unless the rule fails closed (it has a deny action): then it counts as true, so the
+   * rule's other expressions still decide whatever their order (a false one elsewhere keeps the
+   * rule from applying).
+   */
   private matches(run: Run, rule: CompiledRule): boolean {
     for (const c of rule.conditions) {
       let v: unknown;
       try {
         v = c.program(run.act);
       } catch (err) {
-        this.failed(run, c.where, err);
-        return false;
+        this.failed(run, c.where, err, rule.failClosed);
+        if (!rule.failClosed) return false;
+        continue; // counts as true: a later false expression still decides
       }
       if (v !== true) {
-        if (typeof v !== 'boolean') this.failed(run, c.where, new Error(`evaluated to ${typeof v}, not a bool`));
+        if (typeof v !== 'boolean') {
+          this.failed(run, c.where, new Error(`evaluated to ${typeof v}, not a bool`), rule.failClosed);
+          if (!rule.failClosed) return false;
+          continue;
+        }
         return false;
       }
     }
     return true;
   }
 
-  private failed(run: Run, where: string, err: unknown): void {
-    this.failedIn(run.act.r ? 'outbound' : 'inbound', where, err);
+  /** `failClosed`: an expression of a rule with a deny action failed, so the rule applies (the log says so). */
+  private failed(run: Run, where: string, err: unknown, failClosed = false): void {
+    this.failedIn(run.act.r ? 'outbound' : 'inbound', where, err, failClosed);
   }
 
-  private failedIn(direction: PolicyDirection, where: string, err: unknown): void {
+  private failedIn(direction: PolicyDirection, where: string, err: unknown, failClosed = false): void {
     this.errors.inc({ direction });
     if (this.logged.has(where) || this.logged.size > 1000) return;
     this.logged.add(where);
     const msg = err instanceof Error ? ((err as { summary?: string }).summary ?? err.message.split('\n')[0]) : String(err);
-    this.deps.log.warn({ routeId: this.routeId, where, err: msg }, 'traffic policy: evaluation failed (rule skipped / header not set); logged once per policy');
+    this.deps.log.warn(
+      { routeId: this.routeId, where, err: msg },
+      failClosed
+        ? 'traffic policy: evaluation failed; the rule has a deny action, so it applies (fails closed); logged once per policy'
+        : 'traffic policy: evaluation failed (rule skipped / header not set); logged once per policy',
+    );
   }
 
   /**

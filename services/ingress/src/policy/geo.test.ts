@@ -7,7 +7,7 @@ import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { CEL_NO_GEO, CelGeo, EnvError, GEO_LIMITS, GEO_LOOKUP_COST } from '@warren/shared';
 import { cityRecord, MmdbWriter, uint16 } from '../../../../test/support/mmdb-writer.js';
 import type { RequestState, RouteStage } from '../pipeline/types.js';
-import { GeoDatabase, GeoDatabaseError, geoOfRecord, lookupAddress, requestGeo, setGeoDatabase, startGeo } from './geo.js';
+import { GeoDatabase, GeoDatabaseError, geoLookupOf, geoOfRecord, lookupAddress, NO_GEO_DATABASE, requestGeo, setGeoDatabase, startGeo } from './geo.js';
 import { trafficPolicyStage } from './index.js';
 import { CONFIG, deps, EDGE, request, route } from './testing.js';
 
@@ -163,6 +163,8 @@ describe('conn.geo in traffic policies', () => {
   const stage = (policy: unknown): RouteStage => trafficPolicyStage(route(policy), EDGE, CONFIG, deps())!;
   const header = (r: RequestState, name: string) => r.headers.filter((_, i) => i % 2 === 1 && r.headers[i - 1]!.toLowerCase() === name)[0];
   const DENY_XX = { inbound: [{ expressions: ["conn.geo.country_code == 'XX'"], actions: [{ type: 'deny', config: { status_code: 451 } }] }] };
+  const DENY_LIST = { inbound: [{ expressions: ["conn.geo.country_code in ['XX', 'GB']"], actions: [{ type: 'deny' }] }] };
+  const ALLOW_LIST = { inbound: [{ expressions: ["!(conn.geo.country_code in ['US'])"], actions: [{ type: 'deny' }] }] };
   const SHOW = {
     inbound: [
       {
@@ -192,13 +194,50 @@ describe('conn.geo in traffic policies', () => {
     expect(header(miss, 'x-geo')).toBe('||||||');
   });
 
-  it('without a database: every field "", nothing denied', async () => {
+  it('without a database: reading conn.geo is an evaluation error, so a deny rule on it denies everyone and other rules are skipped', async () => {
     setGeoDatabase(null);
-    expect(await stage(DENY_XX).onRequest!(request({ ip: '127.0.0.1' }))).toBeNull();
-    const r = request({ ip: '127.0.0.1' });
-    await stage(SHOW).onRequest!(r);
-    expect(header(r, 'x-geo')).toBe('||||||');
-    expect(requestGeo(r)).toBe(CEL_NO_GEO);
+    const d = deps();
+    const warn = vi.spyOn(d.log, 'warn');
+    const s = trafficPolicyStage(route({
+      inbound: [
+        { expressions: ["conn.geo.country_code == 'US'"], actions: [{ type: 'add-headers', config: { headers: { 'x-us': 'yes' } } }] },
+        ...SHOW.inbound,
+        { actions: [{ type: 'add-headers', config: { headers: { 'x-after': 'a' } } }] },
+      ],
+    }), EDGE, CONFIG, d)!;
+    for (const ip of ['127.0.0.1', '203.0.113.7', '10.9.9.9']) {
+      // The deny-list form (H3 of the audit) denies, as the allow-list form does.
+      expect(await stage(DENY_LIST).onRequest!(request({ ip })), ip).toMatchObject({ status: 403 });
+      expect(await stage(ALLOW_LIST).onRequest!(request({ ip })), ip).toMatchObject({ status: 403 });
+      expect(await stage(DENY_XX).onRequest!(request({ ip })), ip).toMatchObject({ status: 451 });
+      // Not a deny: the rule is skipped and the interpolated header left out, the rest goes on.
+      const r = request({ ip });
+      expect(await s.onRequest!(r)).toBeNull();
+      expect([header(r, 'x-us'), header(r, 'x-geo'), header(r, 'x-after')]).toEqual([undefined, undefined, 'a']);
+      expect(() => requestGeo(r)).toThrow(NO_GEO_DATABASE);
+    }
+    // Counted (expression and interpolation, per request), logged once each, naming the cause.
+    expect(await d.registry.getSingleMetricAsString('warren_traffic_policy_expression_errors_total')).toContain('direction="inbound"} 6');
+    expect(warn.mock.calls.map((c) => JSON.stringify(c[0]))).toEqual([
+      expect.stringContaining('"where":"inbound[0].expressions[0]","err":"no GeoIP database is configured on this node (WARREN_GEOIP_DB)'),
+      expect.stringContaining('"where":"add-headers x-geo","err":"no GeoIP database is configured on this node (WARREN_GEOIP_DB)'),
+    ]);
+    // A policy that does not read conn.geo is unaffected; the lookup without a database allocates nothing per request.
+    expect(await stage({ inbound: [{ expressions: ["conn.client_ip == '1.2.3.4'"], actions: [{ type: 'deny' }] }] }).onRequest!(request())).toBeNull();
+    expect(geoLookupOf(request())).toBe(geoLookupOf(request()));
+  });
+
+  it('with a database: a deny-list rule denies the listed countries only; an address not in the database reads "" (not an error)', async () => {
+    setGeoDatabase(new GeoDatabase(dbFile('deny-list.mmdb')));
+    const d = deps();
+    const deny = trafficPolicyStage(route(DENY_LIST), EDGE, CONFIG, d)!;
+    expect(await deny.onRequest!(request({ ip: '127.0.0.1' }))).toMatchObject({ status: 403 }); // XX
+    expect(await deny.onRequest!(request({ ip: '198.51.100.7' }))).toMatchObject({ status: 403 }); // GB
+    expect(await deny.onRequest!(request({ ip: '203.0.113.7' }))).toBeNull(); // US
+    expect(await deny.onRequest!(request({ ip: '10.9.9.9' }))).toBeNull(); // not in the database
+    expect(await deny.onRequest!(request({ ip: '2001:db9::1' }))).toBeNull();
+    expect(requestGeo(request({ ip: '10.9.9.9' }))).toBe(CEL_NO_GEO);
+    expect(await d.registry.getSingleMetricAsString('warren_traffic_policy_expression_errors_total')).not.toContain('direction="inbound"} ');
   });
 
   it('looks up only when an expression reads conn.geo, once per request (inbound and outbound)', async () => {

@@ -11,7 +11,12 @@ import type { RequestState } from '../pipeline/types.js';
  * `.mmdb` with their record layout; a Country database fills the country fields only) that the
  * operator names with `WARREN_GEOIP_DB`. The file is read once at start (an unreadable one stops
  * the ingress with one line naming it) and again when it changes (a broken new file is logged
- * and the previous one kept). Without it every `conn.geo` field is `""`.
+ * and the previous one kept). Without it, reading any `conn.geo` field is an evaluation error
+ * (`NO_GEO_DATABASE`), never `""`: a rule on it is skipped and counted as any failing expression
+ * is, and a rule with a deny action applies (`engine.ts`), so a deny-list such as
+ * `conn.geo.country_code in ['RU', 'CN']` denies everyone on such a node rather than no one, as
+ * the allow-list form `!(conn.geo.country_code in ['US'])` always did. A `${conn.geo…}`
+ * interpolation fails as any failing one does (the header is left out).
  *
  * The lookup is lazy: nothing here runs unless an expression reads `conn.geo`, and then once per
  * request (inbound and outbound rules share it). Fields, from the record:
@@ -21,8 +26,17 @@ import type { RequestState } from '../pipeline/types.js';
  *   (ngrok's example is a state; MaxMind lists subdivisions from largest to smallest);
  * - `latitude`, `longitude`, `radius`: `location.latitude`, `.longitude`, `.accuracy_radius`
  *   (kilometres) as decimal strings, e.g. `37.751`, `-97.822`, `1000`.
- * A missing value is `""`. The physical `country` is used, never `registered_country`.
+ * A missing value is `""` (an address the database does not hold has every field `""`): not an
+ * error. The physical `country` is used, never `registered_country`.
  */
+
+/** The evaluation error of reading `conn.geo` on a node without a database. */
+export const NO_GEO_DATABASE = 'no GeoIP database is configured on this node (WARREN_GEOIP_DB)';
+
+/** `conn.geo` without a database: no value to give, an evaluation error (see above). */
+function noGeoDatabase(): never {
+  throw new Error(NO_GEO_DATABASE);
+}
 
 /** How many decoded values the reader keeps at most (maxmind's own default for `open()`). */
 const READER_CACHE = 10_000;
@@ -214,7 +228,7 @@ let database: GeoDatabase | null = null;
  */
 const REQUEST_GEO = Symbol('conn.geo');
 
-/** The database `conn.geo` reads (null: none, every field `""`); set at start, and by tests. */
+/** The database `conn.geo` reads (null: none, reading it is an error); set at start, and by tests. */
 export function setGeoDatabase(db: GeoDatabase | null): void {
   database = db;
 }
@@ -223,28 +237,32 @@ export function geoDatabase(): GeoDatabase | null {
   return database;
 }
 
-/** `s`'s `conn.geo`, looked up on the first call for the request. */
+/** `s`'s `conn.geo`, looked up on the first call for the request; throws `NO_GEO_DATABASE` without a database. */
 export function requestGeo(s: RequestState): CelGeo {
   const db = database;
-  if (!db) return CEL_NO_GEO;
+  if (!db) return noGeoDatabase();
   const v = s.vars as Record<symbol, CelGeo | undefined>;
   return (v[REQUEST_GEO] ??= db.lookup(s.clientIp));
 }
 
-/** What `CelConn` calls if an expression reads `conn.geo`; null (no call at all) without a database. */
-export function geoLookupOf(s: RequestState): (() => CelGeo) | null {
-  return database ? () => requestGeo(s) : null;
+/**
+ * What `CelConn` calls if an expression reads `conn.geo`. Without a database, one that throws
+ * `NO_GEO_DATABASE` (never null: `CelConn` would read that as every field `""`, which lets a
+ * deny-list rule deny no one).
+ */
+export function geoLookupOf(s: RequestState): () => CelGeo {
+  return database ? () => requestGeo(s) : noGeoDatabase;
 }
 
 /**
- * At start: opens `path` (WARREN_GEOIP_DB) and watches it, or says in one line that `conn.geo`
- * is empty. Throws `GeoDatabaseError` (an `EnvError`: the ingress prints one line and exits)
+ * At start: opens `path` (WARREN_GEOIP_DB) and watches it, or says in one line that reading
+ * `conn.geo` is an evaluation error. Throws `GeoDatabaseError` (an `EnvError`: the ingress prints one line and exits)
  * when the file cannot be used.
  */
 export function startGeo(path: string | undefined, log: Logger): GeoDatabase | null {
   if (!path) {
     setGeoDatabase(null);
-    log.info('WARREN_GEOIP_DB is not set: conn.geo.* traffic-policy variables are empty strings');
+    log.info(`WARREN_GEOIP_DB is not set: reading conn.geo.* in a traffic policy is an evaluation error (${NO_GEO_DATABASE}): a rule with a deny action applies, any other is skipped`);
     return null;
   }
   // The path must name a file (a directory reads as EISDIR, but say it plainly).

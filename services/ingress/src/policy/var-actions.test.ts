@@ -82,7 +82,8 @@ describe('set-vars', () => {
     const d = deps();
     const s = stage({
       inbound: [
-        { expressions: ["vars.role == 'admin'"], actions: [{ type: 'deny', config: { status_code: 401 } }] },
+        // Not a deny action: skipped (a deny would fail closed and apply, `engine.ts`).
+        { expressions: ["vars.role == 'admin'"], actions: [{ type: 'custom-response', config: { status_code: 401 } }] },
         { actions: [addHeaders({ 'X-Role': '${vars.role}', 'X-Ok': 'yes' })] },
         { expressions: ['!has(vars.role)'], actions: [setVars({ role: 'guest' })] },
         { expressions: ["vars.role == 'guest'"], actions: [{ type: 'custom-response', config: { status_code: 200, body: 'guest' } }] },

@@ -466,7 +466,8 @@ export const CEL_NO_TLS = new CelTls(null, false);
 /**
  * `conn`. `tls`: the connection's TLS socket (null over plain HTTP), read only if an expression
  * reads `conn.tls`. `geo`: looks the client up (see `geo-vars.ts`), called only if an expression
- * reads `conn.geo`, at most once per view; null: no geolocation (every `conn.geo` field `""`).
+ * reads `conn.geo`, at most once per view; null: no geolocation (every `conn.geo` field `""`; the
+ * ingress never passes null: without a database its lookup throws, so reading is an evaluation error).
  */
 export class CelConn {
   private t?: CelTls;

@@ -9,7 +9,8 @@
  *   `.host`, `.authority`, `.path`, `.query`, `.raw_query`, `.query_params` (map → list).
  * - `conn.client_ip`, `conn.server_port` (int).
  * - `conn.geo.{city, country, country_code, latitude, longitude, radius, subdivision}`, all
- *   strings as ngrok's (`""` without a GeoIP database or a match; see `geo-vars.ts`).
+ *   strings as ngrok's (`""` for an address the GeoIP database does not hold; an evaluation
+ *   error on an ingress without a database; see `geo-vars.ts` and the ingress's `geo.ts`).
  * - `conn.tls.{version, cipher_suite, sni, negotiated_alpn, session_resumed}` and the client
  *   and server certificates `conn.tls.client.*` / `conn.tls.server.*` (ngrok's names):
  *   `issuer` / `subject` (as strings, RFC 2253-like, with `.common_name`, `.country`, …),

@@ -6,9 +6,12 @@
  *
  * The ingress looks the client address up in a MaxMind-format database (`WARREN_GEOIP_DB`) the
  * first time an expression reads `conn.geo` in a request, once per request. Every field is `""`
- * when the ingress has no database, when the address is not in it, or when the database has no
- * value for the field (so `conn.geo.country_code == 'US'` is then false, and
- * `double(conn.geo.latitude)` an evaluation error: test `conn.geo.latitude != ''` first).
+ * when the address is not in it, or when the database has no value for the field (so
+ * `conn.geo.country_code == 'US'` is then false, and `double(conn.geo.latitude)` an evaluation
+ * error: test `conn.geo.latitude != ''` first). An ingress without a database has no answer:
+ * reading `conn.geo` there is an evaluation error (its lookup throws; `services/ingress/src/policy/geo.ts`),
+ * so a deny rule on it applies and any other rule is skipped, never a silent `""` that a
+ * deny-list (`conn.geo.country_code in ['RU', 'CN']`) would let everyone through with.
  */
 
 /** Longest value of each field: longer values in a database are cut (so the cost estimate can bound them). */
@@ -44,5 +47,5 @@ export class CelGeo {
   ) {}
 }
 
-/** `conn.geo` without a database, or for an address it does not know: every field `""`. */
+/** `conn.geo` of an address the database does not know (or of a view given no lookup at all): every field `""`. */
 export const CEL_NO_GEO = new CelGeo();

@@ -58,6 +58,22 @@ describe('conn.geo', () => {
     expect(run("conn.geo.latitude != '' && double(conn.geo.latitude) > 0.0", act)).toBe(false);
   });
 
+  it('a lookup that throws (the ingress without a database) makes reading any field an evaluation error, never ""', () => {
+    const lookup = vi.fn((): CelGeo => {
+      throw new Error('no GeoIP database is configured on this node (WARREN_GEOIP_DB)');
+    });
+    const act = activation(lookup);
+    for (const field of ['city', 'country', 'country_code', 'latitude', 'longitude', 'radius', 'subdivision']) {
+      expect(() => run(`conn.geo.${field} == ''`, act), field).toThrow(/no GeoIP database is configured/);
+    }
+    expect(() => run("conn.geo.country_code in ['RU', 'CN']", act)).toThrow(/no GeoIP database/);
+    expect(() => run("!(conn.geo.country_code in ['US'])", act)).toThrow(/no GeoIP database/);
+    // CEL's own error rules: `||` / `&&` decided by their other side still are.
+    expect(run("conn.geo.country_code == 'US' || conn.client_ip == '203.0.113.7'", act)).toBe(true);
+    expect(run("conn.geo.country_code == 'US' && conn.client_ip == '10.0.0.1'", act)).toBe(false);
+    expect(run("conn.client_ip == '203.0.113.7'", act)).toBe(true);
+  });
+
   it('looks up lazily: not for other conn fields, once however often read', () => {
     const lookup = vi.fn(() => SF);
     const act = activation(lookup);
