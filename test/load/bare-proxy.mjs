@@ -16,7 +16,14 @@ const server = http.createServer((req, res) => {
   pool.dispatch(
     { path: req.url, method: req.method, headers: req.rawHeaders, body: req.method === 'GET' || req.method === 'HEAD' ? null : req },
     {
-      onConnect() {},
+      onConnect(abort) {
+        // A client that goes away mid-response (wrk stopping) must free the upstream connection:
+        // a paused request (res.write returned false) would otherwise wait for a 'drain' that
+        // never comes, and after a few runs every pooled connection was stuck that way.
+        res.once('close', () => {
+          if (!res.writableFinished) abort(new Error('client closed'));
+        });
+      },
       onError(err) {
         if (res.headersSent) res.destroy();
         else {

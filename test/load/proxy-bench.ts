@@ -12,6 +12,8 @@
  *   a    direct: wrk → upstream
  *   b0   nginx reverse proxy (1 worker, upstream keepalive 64) → upstream
  *   b    b0 with limit_req at a huge limit keyed by host + header (the check runs, nothing refused)
+ *   h    the ceiling: a Node.js `http` hello world on core 1 (answers "ok" itself, proxies nothing);
+ *        no Node.js server can proxy faster than this, so h/b bounds c/b on the box at hand
  *   n    the yardstick: a bare Node.js proxy (node:http + one undici Pool, test/load/bare-proxy.mjs)
  *        on core 1 → upstream; no routing, agent link, policy or metrics: what Node costs by itself
  *   c0   Warren: wrk → ingress A → our agent (muxado stream) → upstream
@@ -192,10 +194,18 @@ async function main(): Promise<void> {
     const bare = spawn('taskset', ['-c', '1', process.execPath, fileURLToPath(new URL('./bare-proxy.mjs', import.meta.url)), String(upstream.port), String(bareProxyPort)], { stdio: ['ignore', 'ignore', 'pipe'] });
     let bareErr = '';
     bare.stderr!.on('data', (c: Buffer) => { bareErr = (bareErr + c.toString('utf8')).slice(-4000); });
-    bare.once('exit', (code, signal) => { if (code !== null && code !== 0) log(`the bare Node proxy exited (code ${code}, signal ${signal}): ${bareErr}`); });
+    bare.once('exit', (code, signal) => { if (code !== 0) log(`the bare Node proxy exited (code ${code}, signal ${signal}): ${bareErr}`); });
     children.push(bare);
     await waitFor('bare Node proxy', () => new Promise<boolean>((resolve) => {
       http.get({ host: '127.0.0.1', port: bareProxyPort, path: '/', headers: { host: HOST } }, (res) => { res.resume(); resolve(res.statusCode === 200); }).on('error', () => resolve(false));
+    }), 10_000);
+
+    // (h): a Node.js hello world, pinned as the ingress is, run by node itself.
+    const helloPort = await freePort();
+    const hello = spawn('taskset', ['-c', '1', process.execPath, '-e', `require('node:http').createServer((q, s) => s.end('ok')).listen(${helloPort}, '127.0.0.1')`], { stdio: 'ignore' });
+    children.push(hello);
+    await waitFor('Node hello world', () => new Promise<boolean>((resolve) => {
+      http.get({ host: '127.0.0.1', port: helloPort, path: '/' }, (res) => { res.resume(); resolve(res.statusCode === 200); }).on('error', () => resolve(false));
     }), 10_000);
 
     const tls = await ensureLocalTls(path.join(dir, 'tls'));
@@ -265,6 +275,7 @@ async function main(): Promise<void> {
       { name: 'a', port: upstream.port, cpuPids: () => ({}) },
       { name: 'b0', port: proxy.port, cpuPids: () => ({ nginx: proxy.workerPid() }) },
       { name: 'b', port: limited.port, cpuPids: () => ({ nginx: limited.workerPid() }) },
+      { name: 'h', port: helloPort, cpuPids: () => ({ node: hello.pid! }) },
       { name: 'n', port: bareProxyPort, cpuPids: () => ({ node: bare.pid! }) },
       { name: 'c0', port: a.http, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid }) },
       { name: 'c', port: a.http, host: RL_HOST, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid, ...(redisPid ? { redis: redisPid } : {}) }) },
@@ -312,6 +323,8 @@ async function main(): Promise<void> {
     if (perRoundCb.length) log(`c/b per round: ${perRoundCb.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundCb), 2)}`);
     const perRoundNb = runs.n && runs.b ? runs.n.map((r, i) => r.rps / runs.b![i]!.rps) : [];
     if (perRoundNb.length) log(`n/b per round (bare Node proxy ÷ nginx + limit_req): ${perRoundNb.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundNb), 2)}`);
+    const perRoundHb = runs.h && runs.b ? runs.h.map((r, i) => r.rps / runs.b![i]!.rps) : [];
+    if (perRoundHb.length) log(`h/b per round (Node hello world ÷ nginx + limit_req: the ceiling of c/b here): ${perRoundHb.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundHb), 2)}`);
     const perRoundC0n = runs.c0 && runs.n ? runs.c0.map((r, i) => r.rps / runs.n![i]!.rps) : [];
     if (perRoundC0n.length) log(`c0/n per round (ingress ÷ bare Node proxy): ${perRoundC0n.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundC0n), 2)}`);
 
@@ -369,7 +382,7 @@ async function main(): Promise<void> {
       machine: machine(),
       method: { rounds: ROUNDS, warmup_s: WARMUP, duration_s: DURATION, connections: CONNECTIONS, generator: 'wrk -t1 (core 0)', upstream: 'nginx return 200 "ok" (core 0)', sut_core: 1, agent_core: 0 },
       summary,
-      ratios: { 'c/c0 per-round median': perRound.length ? median(perRound) : NaN, 'c/b per-round median': perRoundCb.length ? median(perRoundCb) : NaN, 'n/b per-round median': perRoundNb.length ? median(perRoundNb) : NaN, 'c0/n per-round median': perRoundC0n.length ? median(perRoundC0n) : NaN, 'c/n': ratio('c', 'n'), 'c0/a': ratio('c0', 'a'), 'c0/b0': ratio('c0', 'b0'), 'b0/a': ratio('b0', 'a'), 'c/c0': ratio('c', 'c0'), 'c/b0': ratio('c', 'b0'), 'c/b': ratio('c', 'b'), 'b/b0': ratio('b', 'b0'), 'c10k/c0': ratio('c10k', 'c0'), 'hop/c0': ratio('hop', 'c0') },
+      ratios: { 'c/c0 per-round median': perRound.length ? median(perRound) : NaN, 'c/b per-round median': perRoundCb.length ? median(perRoundCb) : NaN, 'n/b per-round median': perRoundNb.length ? median(perRoundNb) : NaN, 'h/b per-round median': perRoundHb.length ? median(perRoundHb) : NaN, 'c0/n per-round median': perRoundC0n.length ? median(perRoundC0n) : NaN, 'c/n': ratio('c', 'n'), 'c0/a': ratio('c0', 'a'), 'c0/b0': ratio('c0', 'b0'), 'b0/a': ratio('b0', 'a'), 'c/c0': ratio('c', 'c0'), 'c/b0': ratio('c', 'b0'), 'c/b': ratio('c', 'b'), 'b/b0': ratio('b', 'b0'), 'c10k/c0': ratio('c10k', 'c0'), 'hop/c0': ratio('hop', 'c0') },
       open_loop: openLoopResults,
       runs,
     };
