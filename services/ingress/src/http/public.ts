@@ -121,6 +121,8 @@ interface Resolved {
   /** Picks another target, for a retry; null when there is none. */
   next: (exclude: ReadonlySet<string>) => TunnelTarget | null;
   edgeType: '0' | '3';
+  /** The request target as sent, when `resolve` changed `req.url` (a route with a pipeline only). */
+  rawTarget?: string;
 }
 
 const NONE = () => null;
@@ -274,6 +276,7 @@ export class PublicHandler {
       body: null,
       vars: {},
       startedAt: started,
+      rawTarget: r.rawTarget,
     };
     if (track) track.state = state;
     if (pipeline.needsBody) {
@@ -343,7 +346,7 @@ export class PublicHandler {
     const clientIp = remoteIp(req.socket);
     const state: RequestState = {
       req, scheme, clientIp, host: r.host!, path: r.path!, edge: cr.edge, route: cr.route,
-      headers: publicRequestHeaders(req.rawHeaders, clientIp, scheme, true), body: null, vars: {}, startedAt: performance.now(),
+      headers: publicRequestHeaders(req.rawHeaders, clientIp, scheme, true), body: null, vars: {}, startedAt: performance.now(), rawTarget: r.rawTarget,
     };
     const out = await cr.pipeline!.onRequest(state);
     // An Upgrade has no result a circuit breaker counts: one that let it through as its probe frees the place.
@@ -447,7 +450,7 @@ export class PublicHandler {
       if (!cr) return { target: null, error: 7001, edge, route: '', account, next: NONE, edgeType: '3' };
       const route = cr.route.id;
       const backend = cr.backend;
-      if (cr.pipeline) return { target: null, error: null, cr, host: hp.host, path, edge, route, account, next: backend ? (x) => registry.pickForBackend(backend.id, backend.accountId, backend.labels, x) : NONE, edgeType: '3' };
+      if (cr.pipeline) return { target: null, error: null, cr, host: hp.host, path, edge, route, account, next: backend ? (x) => registry.pickForBackend(backend.id, backend.accountId, backend.labels, x) : NONE, edgeType: '3', rawTarget: req.url !== url ? url : undefined };
       if (!backend) return { target: null, error: 7002, edge, route, account, path, next: NONE, edgeType: '3' };
       const next = (exclude: ReadonlySet<string>) => registry.pickForBackend(backend.id, backend.accountId, backend.labels, exclude);
       const target = next(EMPTY_SET);

@@ -27,6 +27,12 @@ export interface RequestState {
    * this one.
    */
   target?: string;
+  /**
+   * The request target exactly as the client sent it, when the ingress changed `req.url` (an
+   * absolute-form target made origin-form, a path normalised; see `resolve` in `public.ts`);
+   * absent when `req.url` is it. Only `req.url.raw` / `.raw_path` read it.
+   */
+  readonly rawTarget?: string;
   readonly edge: DpEdge;
   readonly route: DpRoute;
   /** Request headers that will be sent on to the agent, raw `[name, value, …]` pairs; stages may edit them. */

@@ -58,3 +58,60 @@ describe('the activation of a request', () => {
     expect(await s.onResponse!(admin('admin.example.com'), { status: 200, headers: [] })).toBeFalsy();
   });
 });
+
+describe('the ngrok variables of a live request state', () => {
+  /** A request state as the public server builds it: Node's message, its socket, when its head arrived. */
+  const live = (o: { rawTarget?: string; url?: string; headers?: Record<string, string>; raw?: string[] } = {}) => {
+    const base = request({ host: 'app.example.com', url: o.url ?? '/upload?x=1', headers: ['Host', 'App.Example.com', ...(o.raw ?? [])] });
+    const req = Object.assign(base.req, {
+      httpVersion: '1.1',
+      headers: { host: 'App.Example.com', ...o.headers },
+      socket: { remotePort: 40123, localAddress: '::ffff:192.0.2.10' },
+    });
+    return { ...base, req, rawTarget: o.rawTarget, startedAt: performance.now() - 250 };
+  };
+
+  it('fills req.version, req.content_length, req.url.raw, req.ts.header_received, conn.client_port and conn.server_ip', () => {
+    const act = new Activation(live({ headers: { 'content-length': '42' }, rawTarget: '/x/../upload?x=1' }), null);
+    expect(act.req.version).toBe('HTTP/1.1');
+    expect(act.req.content_length).toBe(42n);
+    expect(act.req.url.toString()).toBe('https://app.example.com/upload?x=1');
+    expect(act.req.url.raw).toBe('https://App.Example.com/x/../upload?x=1');
+    expect(act.req.url.raw_path).toBe('/x/../upload');
+    expect(act.req.url.port).toBe(443n);
+    expect(Math.abs(act.req.ts.header_received.getTime() - (Date.now() - 250))).toBeLessThan(1000);
+    expect(act.conn.client_port).toBe(40123n);
+    expect(act.conn.server_ip).toBe('192.0.2.10');
+    // A target the ingress did not change is its own raw form; a chunked body has no length.
+    const plain = new Activation(live({ headers: { 'transfer-encoding': 'chunked' } }), null);
+    expect(plain.req.url.raw).toBe('https://App.Example.com/upload?x=1');
+    expect(plain.req.content_length).toBe(-1n);
+  });
+
+  it('a deny on req.content_length, headers interpolating the new variables', async () => {
+    const s = stage({
+      inbound: [
+        { expressions: ['req.content_length > 10'], actions: [{ type: 'deny', config: { status_code: 413 } }] },
+        {
+          actions: [
+            {
+              type: 'add-headers',
+              config: { headers: { 'x-client-port': '${conn.client_port}', 'x-version': '${req.version}', 'x-type': '${req.content_type}', 'x-cookie': "${req.cookies['a'][0].value}" } },
+            },
+          ],
+        },
+      ],
+    });
+    expect(await s.onRequest!(live({ headers: { 'content-length': '11' } }))).toMatchObject({ status: 413 });
+    const ok = live({ headers: { 'content-length': '10' }, raw: ['Content-Type', 'Text/Plain; charset=utf-8', 'Cookie', 'a=1; a=2'] });
+    expect(await s.onRequest!(ok)).toBeNull();
+    const added = Object.fromEntries(ok.headers.flatMap((v, i) => (i % 2 === 0 && v.startsWith('x-') ? [[v, ok.headers[i + 1]]] : [])));
+    expect(added).toMatchObject({ 'x-client-port': '40123', 'x-version': 'HTTP/1.1', 'x-type': 'text/plain', 'x-cookie': '1' });
+  });
+
+  it('outbound: res.content_length and res.content_type', async () => {
+    const s = stage({ outbound: [{ expressions: ["res.content_type == 'application/json' && res.content_length > 100"], actions: [{ type: 'custom-response', config: { status_code: 502, body: 'too big' } }] }] });
+    expect(await s.onResponse!(live(), { status: 200, headers: ['Content-Type', 'application/json', 'Content-Length', '101'] })).toMatchObject({ status: 502 });
+    expect(await s.onResponse!(live(), { status: 200, headers: ['Content-Type', 'application/json', 'Content-Length', '100'] })).toBeFalsy();
+  });
+});

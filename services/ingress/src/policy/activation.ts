@@ -28,9 +28,10 @@ export class Activation {
     // certificate is shown only on an edge whose `mutual_tls` verified it (that stage runs
     // before the policy and refuses a request without a valid one); elsewhere the ingress asks
     // for a certificate without checking it, so it is not trusted. `conn.geo` is looked up only
-    // when read, once per request (`geo.ts`).
+    // when read, once per request (`geo.ts`). `conn.client_port` and `conn.server_ip` read the
+    // socket when read.
     const s = this.s;
-    return (this.connView ??= new CelConn(s.clientIp, serverPort(s), tlsSocket(s), s.edge.mutualTls?.enabled === true, geoLookupOf(s)));
+    return (this.connView ??= new CelConn(s.clientIp, serverPort(s), tlsSocket(s), s.edge.mutualTls?.enabled === true, geoLookupOf(s), s.req.socket ?? null));
   }
 
   get res(): CelResponse | undefined {
@@ -93,6 +94,12 @@ function requestView(s: RequestState): CelRequest {
     path: target === undefined ? s.path : q >= 0 ? target.slice(0, q) : target,
     rawQuery: q >= 0 ? url.slice(q + 1) : '',
     headers: () => s.headers,
+    // Read only by `req.version`, `req.content_length`, `req.url.raw` / `.raw_path` and
+    // `req.ts.header_received`: the target as the client sent it is `req.url` unless the ingress
+    // normalised it (then kept in `s.rawTarget`).
+    message: s.req,
+    rawTarget: s.rawTarget ?? s.req.url,
+    receivedAt: s.startedAt,
   });
 }
 

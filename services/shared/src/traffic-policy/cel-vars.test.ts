@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { CEL_TIME, CelActions, CelConn, CelRequest, normalizeAuthority } from './cel-vars.js';
-import { compileExpression } from './cel.js';
+import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse, MAX_CONTENT_TYPE_PARSED, MAX_REQUEST_COOKIES, normalizeAuthority } from './cel-vars.js';
+import { CelCompileError, compileExpression } from './cel.js';
 
 /**
  * `req.url` is ngrok's "normalized full URL": the authority as the client spelled it in `Host`
@@ -78,5 +78,248 @@ describe('req.url is the normalized URL', () => {
   it('leaves the path and query as they are', () => {
     const req = request('https', 'ADMIN.example.com', 'admin.example.com', '/Panel/X', 'Q=A');
     expect(req.url.toString()).toBe('https://admin.example.com/Panel/X?Q=A');
+  });
+});
+
+/**
+ * The ngrok variables read off the request, the connection and the response
+ * (https://ngrok.com/docs/traffic-policy/variables/req/, …/conn/, …/res/): their CEL types (a
+ * wrong use does not compile), values, and what they read when the thing is absent.
+ */
+interface ReqOpts {
+  headers?: string[];
+  message?: { httpVersion: string; headers: Record<string, string | string[] | undefined> };
+  rawTarget?: string;
+  receivedAt?: number;
+  scheme?: 'http' | 'https';
+  authority?: string;
+  path?: string;
+  rawQuery?: string;
+}
+function req(o: ReqOpts = {}) {
+  const headers = o.headers ?? [];
+  return new CelRequest({
+    method: 'POST',
+    scheme: o.scheme ?? 'https',
+    host: 'app.example.com',
+    authority: o.authority ?? 'app.example.com',
+    path: o.path ?? '/api',
+    rawQuery: o.rawQuery ?? '',
+    headers: () => headers,
+    message: o.message,
+    rawTarget: o.rawTarget,
+    receivedAt: o.receivedAt,
+  });
+}
+const act = (r: CelRequest, conn = new CelConn('203.0.113.7', 443), res?: CelResponse) => ({ req: r, conn, res, actions: new CelActions(), time: CEL_TIME });
+const on = (expr: string, r: CelRequest, conn?: CelConn): unknown => compileExpression('inbound', expr, false)(act(r, conn));
+const out = (expr: string, res: CelResponse): unknown => compileExpression('outbound', expr, false)(act(req(), undefined, res));
+const response = (status: number, headers: string[]) => new CelResponse({ status: () => status, headers: () => headers });
+function notCompiling(expr: string, direction: 'inbound' | 'outbound' = 'inbound'): string {
+  try {
+    compileExpression(direction, expr);
+  } catch (err) {
+    expect(err).toBeInstanceOf(CelCompileError);
+    return (err as Error).message;
+  }
+  throw new Error(`expected ${expr} not to compile`);
+}
+
+describe('req.version', () => {
+  it('is the HTTP version as Go writes it (HTTP/1.1), a string', () => {
+    expect(on('req.version', req({ message: { httpVersion: '1.1', headers: {} } }))).toBe('HTTP/1.1');
+    expect(on("req.version == 'HTTP/1.0'", req({ message: { httpVersion: '1.0', headers: {} } }))).toBe(true);
+    expect(on('req.version.startsWith("HTTP/")', req({ message: { httpVersion: '2.0', headers: {} } }))).toBe(true);
+    expect(on('req.version', req())).toBe('');
+    expect(notCompiling('req.version > 1')).toMatch(/does not compile/);
+  });
+});
+
+describe('req.content_length', () => {
+  const msg = (headers: Record<string, string>) => ({ httpVersion: '1.1', headers });
+  it('is Content-Length as received, an int', () => {
+    expect(on('req.content_length', req({ message: msg({ 'content-length': '5001' }) }))).toBe(5001n);
+    expect(on('req.content_length > 5000', req({ message: msg({ 'content-length': '5001' }) }))).toBe(true);
+    expect(on('req.content_length + 1', req({ message: msg({ 'content-length': '0' }) }))).toBe(1n);
+    expect(notCompiling("req.content_length == '5'")).toMatch(/does not compile/);
+  });
+
+  it('is -1 for a body of unknown length (chunked) and 0 without a body, so `> n` holds for neither', () => {
+    const chunked = req({ message: msg({ 'transfer-encoding': 'chunked' }) });
+    expect(on('req.content_length', chunked)).toBe(-1n);
+    expect(on('req.content_length > 10', chunked)).toBe(false);
+    expect(on('req.content_length', req({ message: msg({}) }))).toBe(0n);
+    expect(on('has(req.content_length)', req({ message: msg({}) }))).toBe(true);
+  });
+
+  it('reads the headers of the message, not the headers a policy edited', () => {
+    expect(on('req.content_length', req({ headers: ['Content-Length', '99'], message: msg({ 'content-length': '12' }) }))).toBe(12n);
+    // Without the message (a view built from headers alone), the headers.
+    expect(on('req.content_length', req({ headers: ['Content-Length', '99'] }))).toBe(99n);
+    expect(on('req.content_length', req({ headers: ['Transfer-Encoding', 'chunked'] }))).toBe(-1n);
+    expect(on('req.content_length', req())).toBe(0n);
+  });
+
+  it('a length past CEL ints reads as the largest int', () => {
+    expect(on('req.content_length', req({ message: msg({ 'content-length': '99999999999999999999' }) }))).toBe((1n << 63n) - 1n);
+  });
+});
+
+describe('req.content_type / res.content_type', () => {
+  it('is the media type, lower-case, and compares, concatenates and matches as a string', () => {
+    const r = req({ headers: ['Content-Type', 'Application/JSON; charset=UTF-8'] });
+    expect(on("req.content_type == 'application/json'", r)).toBe(true);
+    expect(on("'application/json' == req.content_type && req.content_type != 'text/html'", r)).toBe(true);
+    expect(on("req.content_type in ['text/plain', 'application/json']", r)).toBe(true);
+    expect(on("req.content_type.startsWith('application/') && req.content_type.matches('json$')", r)).toBe(true);
+    expect(on("'type: ' + req.content_type", r)).toBe('type: application/json');
+    expect(on('string(req.content_type)', r)).toBe('application/json');
+    expect(on('size(req.content_type) == 16 && req.content_type.size() == 16', r)).toBe(true);
+  });
+
+  it('has ngrok raw (the header as sent) and parameters (lower-case names, quotes removed)', () => {
+    const r = req({ headers: ['content-type', 'multipart/form-data; Boundary="a \\"b\\""; charset=utf-8'] });
+    expect(on('req.content_type.raw', r)).toBe('multipart/form-data; Boundary="a \\"b\\""; charset=utf-8');
+    expect(on("req.content_type.parameters['boundary']", r)).toBe('a "b"');
+    expect(on("req.content_type.parameters['charset'] == 'utf-8' && size(req.content_type.parameters) == 2", r)).toBe(true);
+    expect(on('req.content_type.parameters.size()', req({ headers: ['content-type', 'text/plain;;  '] }))).toBe(0n);
+  });
+
+  it("reads as Go's mime.ParseMediaType: a bad media type is '', bad or repeated parameters leave none", () => {
+    expect(String(on('req.content_type', req({ headers: ['content-type', 'text'] })))).toBe('text');
+    expect(on('req.content_type == ""', req({ headers: ['content-type', 'text/html/x'] }))).toBe(true);
+    expect(on('req.content_type == "" && req.content_type.raw == "a b"', req({ headers: ['content-type', 'a b'] }))).toBe(true);
+    expect(on('req.content_type == "text/html" && size(req.content_type.parameters) == 0', req({ headers: ['content-type', 'text/html; charset'] }))).toBe(true);
+    expect(on('size(req.content_type.parameters)', req({ headers: ['content-type', 'text/html; a=1; A=2'] }))).toBe(0n);
+  });
+
+  it(`does not read the parameters of a Content-Type over ${MAX_CONTENT_TYPE_PARSED} characters (an evaluation error); its media type it does`, () => {
+    const long = req({ headers: ['content-type', `text/html; x=${'y'.repeat(MAX_CONTENT_TYPE_PARSED)}`] });
+    expect(() => on("req.content_type.parameters['x'] == ''", long)).toThrow(/too long to read/);
+    expect(on("req.content_type == 'text/html'", long)).toBe(true);
+    const most = `text/html; x=${'y'.repeat(MAX_CONTENT_TYPE_PARSED - 13)}`;
+    expect(on("size(req.content_type.parameters['x'])", req({ headers: ['content-type', most] }))).toBe(BigInt(MAX_CONTENT_TYPE_PARSED - 13));
+  });
+
+  it("without the header: '' and no parameters; the first header when several; sees header edits", () => {
+    expect(on("req.content_type == '' && req.content_type.raw == '' && size(req.content_type.parameters) == 0", req())).toBe(true);
+    expect(String(on('req.content_type', req({ headers: ['content-type', 'text/html', 'content-type', 'text/plain'] })))).toBe('text/html');
+    const headers = ['content-type', 'text/html'];
+    const r = new CelRequest({ method: 'GET', scheme: 'https', host: 'h', authority: 'h', path: '/', rawQuery: '', headers: () => headers });
+    expect(String(r.content_type)).toBe('text/html');
+    headers[1] = 'image/png';
+    r.headersChanged();
+    expect(String(r.content_type)).toBe('image/png');
+  });
+
+  it('res.content_type reads the response (outbound only)', () => {
+    expect(out("res.content_type == 'text/html' && res.content_type.parameters['charset'] == 'utf-8'", response(200, ['Content-Type', 'text/html; charset=utf-8']))).toBe(true);
+    expect(notCompiling("res.content_type == 'text/html'")).toMatch(/Unknown variable: res/);
+  });
+});
+
+describe('res.content_length', () => {
+  it('is Content-Length; 0 for a status without a body; else -1 (not known)', () => {
+    expect(out('res.content_length', response(200, ['Content-Length', '1234']))).toBe(1234n);
+    expect(out('res.content_length != 0', response(200, ['Content-Length', '1234']))).toBe(true);
+    expect(out('res.content_length', response(204, []))).toBe(0n);
+    expect(out('res.content_length', response(304, []))).toBe(0n);
+    expect(out('res.content_length', response(200, []))).toBe(-1n);
+    expect(notCompiling("res.content_length == 'x'", 'outbound')).toMatch(/does not compile/);
+  });
+});
+
+describe('req.url.port, req.url.raw, req.url.raw_path', () => {
+  it("port: the URL's, else the scheme's default, whatever the spelling of Host (an int)", () => {
+    expect(on('req.url.port', req({ authority: 'app.example.com' }))).toBe(443n);
+    expect(on('req.url.port', req({ authority: 'App.example.com:443' }))).toBe(443n);
+    expect(on('req.url.port', req({ authority: 'app.example.com:8443' }))).toBe(8443n);
+    expect(on('req.url.port', req({ scheme: 'http', authority: 'app.example.com' }))).toBe(80n);
+    expect(on('req.url.port == 8080', req({ scheme: 'http', authority: '[2001:db8::1]:8080' }))).toBe(true);
+    expect(on('req.url.port', req({ authority: '[2001:db8::1]' }))).toBe(443n);
+    expect(notCompiling("req.url.port == '443'")).toMatch(/does not compile/);
+  });
+
+  it('raw and raw_path: the URL and path as the client sent them, un-normalized', () => {
+    const r = req({ authority: 'APP.example.com:443', path: '/admin', rawQuery: 'a=1', rawTarget: '/x/../%61dmin?a=1' });
+    expect(on('req.url.raw', r)).toBe('https://APP.example.com:443/x/../%61dmin?a=1');
+    expect(on('req.url.raw_path', r)).toBe('/x/../%61dmin');
+    expect(String(on('req.url', r))).toBe('https://app.example.com/admin?a=1');
+    // An absolute-form target is the raw URL as it is.
+    const abs = req({ scheme: 'http', path: '/a', rawTarget: 'http://app.example.com/a/./b?q' });
+    expect(on('req.url.raw', abs)).toBe('http://app.example.com/a/./b?q');
+    expect(on('req.url.raw_path', abs)).toBe('/a/./b');
+    expect(on('req.url.raw_path', req({ rawTarget: 'http://app.example.com?q' }))).toBe('/');
+    // Without a raw target: the path and query.
+    expect(on('req.url.raw + " " + req.url.raw_path', req({ path: '/p', rawQuery: 'x' }))).toBe('https://app.example.com/p?x /p');
+  });
+});
+
+describe('req.cookies', () => {
+  it('is a map of name to the cookies of that name, in the order sent', () => {
+    const r = req({ headers: ['Cookie', 'a=1; b=2; a="3"', 'cookie', 'c; a=4'] });
+    expect(on("req.cookies['a'].map(c, c.value)", r)).toEqual(['1', '3', '4']);
+    expect(on("req.cookies['sessionId'][0].name", req({ headers: ['cookie', 'sessionId=x'] }))).toBe('sessionId');
+    expect(on("size(req.cookies) == 3 && req.cookies['c'][0].value == '' && 'b' in req.cookies", r)).toBe(true);
+    expect(on("req.cookies['a'][0].path == '' && !req.cookies['a'][0].secure", r)).toBe(true);
+    expect(on('size(req.cookies)', req())).toBe(0n);
+  });
+
+  it('reads what getReqCookie reads: the same first cookie of each name, the same pairs skipped', () => {
+    const lines = [
+      ' a=1 ;b = 2;  c="q";d=x y; e=\\; f="; g=a"b; =nameless; h i=1; j=ok; k;;; ü=1; l=é',
+      'a=late; m=1=2; n="unterminated; o= spaced ',
+    ];
+    const r = req({ headers: lines.flatMap((l) => ['Cookie', l]) });
+    const names = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'h i', 'i', 'j', 'k', 'l', 'm', 'n', 'o', 'ü', ''];
+    for (const n of names) {
+      const q = JSON.stringify(n);
+      expect(on(`(${q} in req.cookies) == hasReqCookie(${q})`, r), n).toBe(true);
+      expect(on(`!(${q} in req.cookies) || req.cookies[${q}][0].value == getReqCookie(${q}).value`, r), n).toBe(true);
+    }
+    expect(on("req.cookies['m'][0].value + '|' + req.cookies['o'][0].value", r)).toBe('1=2| spaced');
+  });
+
+  it(`is an evaluation error past ${MAX_REQUEST_COOKIES} cookies; sees header edits`, () => {
+    expect(() => on('size(req.cookies) > 0', req({ headers: ['cookie', 'a;'.repeat(MAX_REQUEST_COOKIES + 1)] }))).toThrow(/more than 1000 cookies/);
+    expect(on('size(req.cookies)', req({ headers: ['cookie', 'a;'.repeat(MAX_REQUEST_COOKIES)] }))).toBe(1n);
+    const headers = ['cookie', 'a=1'];
+    const r = new CelRequest({ method: 'GET', scheme: 'https', host: 'h', authority: 'h', path: '/', rawQuery: '', headers: () => headers });
+    expect(r.cookies.get('a')?.[0]?.value).toBe('1');
+    headers[1] = 'b=2';
+    r.headersChanged();
+    expect([...r.cookies.keys()]).toEqual(['b']);
+  });
+});
+
+describe('req.ts.header_received', () => {
+  it('is when the head was received, as a timestamp', () => {
+    const at = performance.now() - 1500;
+    const r = req({ receivedAt: at });
+    const t = on('req.ts.header_received', r) as Date;
+    expect(t).toBeInstanceOf(Date);
+    expect(Math.abs(t.getTime() - (Date.now() - 1500))).toBeLessThan(1000);
+    expect(on("req.ts.header_received < time.now && req.ts.header_received > timestamp('2023-12-31T00:00:00Z')", r)).toBe(true);
+    expect(on("time.now - req.ts.header_received > duration('1s')", r)).toBe(true);
+    expect(notCompiling("req.ts.header_received == 'x'")).toMatch(/does not compile/);
+  });
+
+  it('unknown (a view without it): reading it is an evaluation error', () => {
+    expect(() => on('req.ts.header_received < time.now', req())).toThrow(/not known/);
+  });
+});
+
+describe('conn.client_port, conn.server_ip', () => {
+  it("read the connection's socket: the client's port (an int), the ingress address (IPv4-mapped as IPv4)", () => {
+    const conn = new CelConn('203.0.113.7', 443, null, false, null, { remotePort: 51234, localAddress: '::ffff:10.0.0.5' });
+    expect(on('conn.client_port', req(), conn)).toBe(51234n);
+    expect(on("conn.server_ip == '10.0.0.5' && conn.client_port > 1024", req(), conn)).toBe(true);
+    expect(on('conn.server_ip', req(), new CelConn('2001:db8::7', 443, null, false, null, { remotePort: 1, localAddress: '2001:db8::1' }))).toBe('2001:db8::1');
+    expect(notCompiling("conn.client_port == '1'")).toMatch(/does not compile/);
+  });
+
+  it("without a socket (or once it is closed): 0 and ''", () => {
+    expect(on("conn.client_port == 0 && conn.server_ip == ''", req())).toBe(true);
+    expect(on("conn.client_port == 0 && conn.server_ip == ''", req(), new CelConn('203.0.113.7', 443, null, false, null, {}))).toBe(true);
   });
 });

@@ -4,7 +4,7 @@ import { CelJwtValidation } from './jwt-action-vars.js';
 import { CelCompress, CelVerifyWebhook } from './body-action-vars.js';
 import { CEL_NO_GEO, type CelGeo } from './geo-vars.js';
 import { CelOAuth, CelOidc } from './auth-action-vars.js';
-import { requestCookie, responseCookie, type CelCookie } from './cookie-vars.js';
+import { CelCookie, requestCookie, responseCookie } from './cookie-vars.js';
 
 /**
  * The values traffic-policy expressions read, as lazy views: each field is computed on first
@@ -96,6 +96,14 @@ export class CelUrl {
     readonly authority: string,
     readonly path: string,
     readonly raw_query: string,
+    /** `Host` as the client sent it (`req.url.raw`); the normalised authority when not given. */
+    private readonly rawAuthority: string = authority,
+    /**
+     * The request target as the client sent it, before the ingress normalised it (`req.url.raw`,
+     * `.raw_path`): origin-form (`/a/../b?q`) or absolute-form (`http://host/a`). When not
+     * given, the path and query.
+     */
+    private readonly rawTarget?: string,
   ) {}
   /** Host without port, lower-case (an IPv6 address keeps its brackets). */
   get host(): string {
@@ -106,6 +114,46 @@ export class CelUrl {
   }
   get query_params(): Map<string, string[]> {
     return (this.params ??= queryParams(this.raw_query));
+  }
+  /**
+   * ngrok's `req.url.port` (an int): the port the URL names, the scheme's default (443, 80)
+   * when `Host` names none, so `Host: x` and `Host: x:443` give the same 443.
+   */
+  get port(): bigint {
+    const a = this.authority;
+    const colon = a.lastIndexOf(':');
+    if (colon > a.lastIndexOf(']')) {
+      const p = Number(a.slice(colon + 1));
+      if (Number.isInteger(p)) return BigInt(p);
+    }
+    return this.scheme === 'https' ? 443n : this.scheme === 'http' ? 80n : 0n;
+  }
+  /**
+   * ngrok's `req.url.raw`, "the un-normalized full URL": the scheme, `Host` as sent and the
+   * request target as sent (an absolute-form target as it is). Not for access rules: its
+   * spelling is the client's (`/%61dmin`, `/x/../admin`, `ADMIN.example.com`); `req.url` is
+   * what routing and the upstream see.
+   */
+  get raw(): string {
+    const t = this.rawTarget;
+    if (t === undefined) return `${this.scheme}://${this.rawAuthority}${this.path}${this.raw_query ? `?${this.raw_query}` : ''}`;
+    return t.charCodeAt(0) === 0x2f /* / */ || t === '*' ? `${this.scheme}://${this.rawAuthority}${t}` : t;
+  }
+  /** ngrok's `req.url.raw_path`: the path of the request target as sent (no query), with its leading `/`. */
+  get raw_path(): string {
+    const t = this.rawTarget;
+    if (t === undefined) return this.path;
+    let from = 0;
+    if (t.charCodeAt(0) !== 0x2f && t !== '*') {
+      // Absolute-form: the path after `scheme://authority`.
+      const slashes = t.indexOf('//');
+      const start = slashes < 0 ? -1 : t.indexOf('/', slashes + 2);
+      const q = t.indexOf('?');
+      if (start < 0 || (q >= 0 && q < start)) return '/';
+      from = start;
+    }
+    const q = t.indexOf('?', from);
+    return q < 0 ? (from === 0 ? t : t.slice(from)) : t.slice(from, q);
   }
   toString(): string {
     return (this.full ??= `${this.scheme}://${this.authority}${this.path}${this.raw_query ? `?${this.raw_query}` : ''}`);
@@ -168,6 +216,202 @@ export interface CelRequestInit {
   rawQuery: string;
   /** The current request headers, raw pairs (read again after `headersChanged()`). */
   headers: () => readonly string[];
+  /**
+   * The request as received (the ingress passes Node's `IncomingMessage`): `req.version` and
+   * `req.content_length` read it, only when an expression reads them. Without it, `req.version`
+   * is `""` and `req.content_length` is read from `headers`.
+   */
+  message?: CelRequestMessage;
+  /**
+   * The request target exactly as the client sent it (`req.url.raw`, `.raw_path`), before the
+   * ingress normalised it; the path and query when not given.
+   */
+  rawTarget?: string;
+  /**
+   * When the request head was received, in `performance.now()` milliseconds
+   * (`req.ts.header_received`); without it, reading that is an evaluation error.
+   */
+  receivedAt?: number;
+}
+
+/** What `req` reads off the request as received; Node's `http.IncomingMessage` is one. */
+export interface CelRequestMessage {
+  readonly httpVersion: string;
+  readonly headers: { readonly [name: string]: string | string[] | undefined };
+}
+
+/** CEL's largest int (int64): a length beyond it reads as this. */
+const MAX_INT64 = (1n << 63n) - 1n;
+const DIGITS_RE = /^\d+$/;
+
+/**
+ * A body length from `Content-Length` (`cl`): its value when it is one (Node's parser has
+ * checked a request's); else -1 when there is a body of unknown length (`unknown`: sent chunked,
+ * or a response read to its end), as Go's `ContentLength` says it, and 0 when there is none.
+ */
+function contentLength(cl: string | undefined, unknown: boolean): bigint {
+  const v = cl?.trim();
+  if (v && DIGITS_RE.test(v)) {
+    const n = BigInt(v);
+    return n > MAX_INT64 ? MAX_INT64 : n;
+  }
+  return unknown ? -1n : 0n;
+}
+
+/**
+ * Longest `Content-Type` whose parameters are read (`parameters` of a longer one is an evaluation
+ * error), which bounds what reading them costs (`cost.ts`). Real ones are under a few hundred
+ * characters (a multipart boundary is at most 70).
+ */
+export const MAX_CONTENT_TYPE_PARSED = 4096;
+
+/**
+ * `req.content_type` / `res.content_type`: compares and concatenates as the media type of the
+ * `Content-Type` header (`application/json` for `Application/JSON; charset=utf-8`), with ngrok's
+ * fields `raw` (the header as sent) and `parameters` (lower-case name → value, quotes removed).
+ * Read as Go's `mime.ParseMediaType` reads it: a media type that is not `type/subtype` (tokens)
+ * or a bare token is `""`; parameters that do not parse (or a repeated name) leave `parameters`
+ * empty. `""` and no parameters without the header (the first one counts when several were sent).
+ */
+export class CelContentType {
+  private media?: string;
+  private params?: Map<string, string>;
+  constructor(readonly raw: string) {}
+  get parameters(): Map<string, string> {
+    if (!this.params) {
+      if (this.raw.length > MAX_CONTENT_TYPE_PARSED) throw new Error(`content_type.parameters: the Content-Type is too long to read (${this.raw.length} characters, at most ${MAX_CONTENT_TYPE_PARSED})`);
+      this.parse();
+    }
+    return this.params!;
+  }
+  toString(): string {
+    if (this.media === undefined) {
+      const semi = this.raw.indexOf(';');
+      const base = (semi < 0 ? this.raw : this.raw.slice(0, semi)).trim().toLowerCase();
+      this.media = MEDIA_TYPE_RE.test(base) ? base : '';
+    }
+    return this.media;
+  }
+  private parse(): void {
+    const m = new Map<string, string>();
+    this.params = m;
+    if (this.toString() === '') return;
+    const v = this.raw;
+    let i = v.indexOf(';');
+    if (i < 0) return;
+    while (i < v.length) {
+      PARAM_RE.lastIndex = i;
+      const p = PARAM_RE.exec(v);
+      if (!p) {
+        // Trailing `;` and spaces are allowed; anything else voids the parameters.
+        if (!/^[\s;]*$/.test(v.slice(i))) m.clear();
+        return;
+      }
+      const name = p[1]!.toLowerCase();
+      if (m.has(name)) {
+        m.clear();
+        return;
+      }
+      m.set(name, p[2] !== undefined ? p[2].replace(/\\(.)/g, '$1') : p[3]!);
+      i = PARAM_RE.lastIndex;
+    }
+  }
+}
+
+const TOKEN = "[!#$%&'*+\\-.^_`|~0-9A-Za-z]+";
+const MEDIA_TYPE_RE = new RegExp(`^${TOKEN}(?:/${TOKEN})?$`);
+/** `; name=value` (a token, or a quoted string with `\` escapes), after any spaces. */
+const PARAM_RE = new RegExp(`\\s*;\\s*(${TOKEN})\\s*=\\s*(?:"((?:[^"\\\\]|\\\\.)*)"|(${TOKEN}))`, 'y');
+
+/** A `Content-Type` view over no header. */
+const NO_CONTENT_TYPE = new CelContentType('');
+
+/** `req.ts`: ngrok's request timestamps (only `header_received` is known here). */
+export class CelRequestTimestamps {
+  constructor(private readonly receivedAt: number | undefined) {}
+  /** When the ingress had the request's head (Node's parser finished it), as a wall-clock time. */
+  get header_received(): Date {
+    if (this.receivedAt === undefined) throw new Error('req.ts.header_received is not known for this request');
+    return new Date(performance.timeOrigin + this.receivedAt);
+  }
+}
+
+/** `tchar` (RFC 9110): the characters of an HTTP token, which a cookie name must be. */
+const TCHAR = new Uint8Array(128);
+for (const c of "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") TCHAR[c.charCodeAt(0)] = 1;
+const isOws = (c: number) => c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d;
+
+/**
+ * Most cookies `req.cookies` holds: a request that sends more is not read (reading `req.cookies`
+ * is an evaluation error), which bounds what building the map costs (`cost.ts`). Browsers send
+ * at most a few hundred (Chrome keeps 180 per domain).
+ */
+export const MAX_REQUEST_COOKIES = 1000;
+
+/**
+ * `req.cookies`: every cookie of the `Cookie` headers (in order), name → the cookies of that name
+ * in the order sent, read as `getReqCookie` reads one (Go's `http.Request.Cookies`,
+ * `cookie-vars.ts`): each `;`-separated part trimmed, its name (before the first `=`, trimmed) an
+ * HTTP token and its value (after it; `""` without one) of the characters a cookie value may
+ * hold, without its double quotes; other parts are skipped. Each cookie has only its name and
+ * value, as ngrok's request cookies do. Throws past `MAX_REQUEST_COOKIES`.
+ */
+export function requestCookies(lines: readonly string[]): Map<string, CelCookie[]> {
+  const out = new Map<string, CelCookie[]>();
+  let count = 0;
+  for (const line of lines) {
+    const n = line.length;
+    let i = 0;
+    while (i < n) {
+      let j = line.indexOf(';', i);
+      if (j < 0) j = n;
+      let a = i;
+      let b = j;
+      i = j + 1;
+      while (a < b && isOws(line.charCodeAt(a))) a++;
+      while (b > a && isOws(line.charCodeAt(b - 1))) b--;
+      if (a === b) continue;
+      let eq = a;
+      while (eq < b && line.charCodeAt(eq) !== 0x3d /* = */) eq++;
+      let ne = eq;
+      while (ne > a && isOws(line.charCodeAt(ne - 1))) ne--;
+      if (!isToken(line, a, ne)) continue;
+      let v0 = eq + 1;
+      let v1 = b;
+      if (v1 - v0 > 1 && line.charCodeAt(v0) === 0x22 && line.charCodeAt(v1 - 1) === 0x22) {
+        v0++;
+        v1--;
+      }
+      if (eq < b && !isCookieValue(line, v0, v1)) continue;
+      if (++count > MAX_REQUEST_COOKIES) throw new Error(`req.cookies: the request has more than ${MAX_REQUEST_COOKIES} cookies`);
+      const name = line.slice(a, ne);
+      const c = new CelCookie();
+      c.name = name;
+      c.value = eq < b ? line.slice(v0, v1) : '';
+      const list = out.get(name);
+      if (list) list.push(c);
+      else out.set(name, [c]);
+    }
+  }
+  return out;
+}
+
+function isToken(s: string, from: number, to: number): boolean {
+  if (from >= to) return false;
+  for (let i = from; i < to; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 128 || TCHAR[c] === 0) return false;
+  }
+  return true;
+}
+
+/** The characters a cookie value may hold, as Go allows them: `%x20-7E` but `"`, `;` and `\`. */
+function isCookieValue(s: string, from: number, to: number): boolean {
+  for (let i = from; i < to; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x20 || c >= 0x7f || c === 0x22 || c === 0x3b || c === 0x5c) return false;
+  }
+  return true;
 }
 
 /** `req`. */
@@ -175,6 +419,9 @@ export class CelRequest {
   private h?: Map<string, string[]>;
   private u?: CelUrl;
   private ck?: Map<string, CelCookie>;
+  private cks?: Map<string, CelCookie[]>;
+  private ct?: CelContentType;
+  private t?: CelRequestTimestamps;
   constructor(private readonly init: CelRequestInit) {}
   get method(): string {
     return this.init.method;
@@ -189,7 +436,38 @@ export class CelRequest {
     return this.init.rawQuery;
   }
   get url(): CelUrl {
-    return (this.u ??= new CelUrl(this.init.scheme, normalizeAuthority(this.init.scheme, this.init.authority), this.init.path, this.init.rawQuery));
+    const i = this.init;
+    return (this.u ??= new CelUrl(i.scheme, normalizeAuthority(i.scheme, i.authority), i.path, i.rawQuery, i.authority, i.rawTarget));
+  }
+  /** `HTTP/1.1`, `HTTP/1.0` (Go's `Proto`); `""` when the request is not known. */
+  get version(): string {
+    const v = this.init.message?.httpVersion;
+    return v ? `HTTP/${v}` : '';
+  }
+  /**
+   * The body's length: `Content-Length` as received; -1 when the body has no stated length
+   * (`Transfer-Encoding: chunked`: the length is not known before it has all arrived, as Go's
+   * `ContentLength` says it); 0 without a body.
+   */
+  get content_length(): bigint {
+    const m = this.init.message;
+    if (m) {
+      const cl = m.headers['content-length'];
+      return contentLength(typeof cl === 'string' ? cl : undefined, m.headers['transfer-encoding'] !== undefined);
+    }
+    return contentLength(this.header('content-length')[0], this.hasHeader('transfer-encoding'));
+  }
+  get content_type(): CelContentType {
+    if (this.ct) return this.ct;
+    const v = this.header('content-type')[0];
+    return (this.ct = v === undefined ? NO_CONTENT_TYPE : new CelContentType(v));
+  }
+  /** Name → the cookies of that name, in the order sent (see `requestCookies`). */
+  get cookies(): Map<string, CelCookie[]> {
+    return (this.cks ??= requestCookies(this.header('cookie')));
+  }
+  get ts(): CelRequestTimestamps {
+    return (this.t ??= new CelRequestTimestamps(this.init.receivedAt));
   }
   get headers(): Map<string, string[]> {
     return (this.h ??= headerMap(this.init.headers()));
@@ -221,6 +499,8 @@ export class CelRequest {
   headersChanged(): void {
     this.h = undefined;
     this.ck = undefined;
+    this.cks = undefined;
+    this.ct = undefined;
   }
 }
 
@@ -460,6 +740,17 @@ export class CelTls {
   }
 }
 
+/** What `conn.client_port` and `conn.server_ip` read off the connection; node:net `Socket` is one. */
+export interface CelConnSocket {
+  readonly remotePort?: number;
+  readonly localAddress?: string;
+}
+
+/** `::ffff:a.b.c.d` (a dual-stack listener's IPv4 peer) → `a.b.c.d`. */
+function unmappedIp(a: string): string {
+  return a.length > 7 && a.charCodeAt(0) === 0x3a /* : */ && /^::ffff:\d+\.\d+\.\d+\.\d+$/i.test(a) ? a.slice(7) : a;
+}
+
 /** `conn.tls` of a plain-HTTP request. */
 export const CEL_NO_TLS = new CelTls(null, false);
 
@@ -479,9 +770,19 @@ export class CelConn {
     /** The client certificate was verified (the edge's `mutual_tls`): `conn.tls.client` shows it. */
     private readonly verifiedClientCertificate = false,
     private readonly geoLookup: (() => CelGeo) | null = null,
+    /** The connection's socket, for `conn.client_port` and `conn.server_ip` (read when used). */
+    private readonly socket: CelConnSocket | null = null,
   ) {}
   get server_port(): bigint {
     return BigInt(this.port);
+  }
+  /** The client's source port (0 once the socket is closed, or without one). */
+  get client_port(): bigint {
+    return BigInt(this.socket?.remotePort ?? 0);
+  }
+  /** The ingress address the client connected to, an IPv4-mapped IPv6 one as IPv4 (as `client_ip`); `""` once closed. */
+  get server_ip(): string {
+    return unmappedIp(this.socket?.localAddress ?? '');
   }
   get tls(): CelTls {
     return (this.t ??= this.tlsSocket ? new CelTls(this.tlsSocket, this.verifiedClientCertificate) : CEL_NO_TLS);
@@ -500,9 +801,24 @@ export interface CelResponseInit {
 export class CelResponse {
   private h?: Map<string, string[]>;
   private ck?: Map<string, CelCookie>;
+  private ct?: CelContentType;
   constructor(private readonly init: CelResponseInit) {}
   get status_code(): bigint {
     return BigInt(this.init.status());
+  }
+  /**
+   * The body's length as the response states it (`Content-Length`, as it stands when read); 0
+   * for a status without a body (1xx, 204, 304); else -1: not known (sent chunked, or until the
+   * connection closes), as Go's `ContentLength` says it.
+   */
+  get content_length(): bigint {
+    const status = this.init.status();
+    return contentLength(this.header('content-length')[0], !(status < 200 || status === 204 || status === 304));
+  }
+  get content_type(): CelContentType {
+    if (this.ct) return this.ct;
+    const v = this.header('content-type')[0];
+    return (this.ct = v === undefined ? NO_CONTENT_TYPE : new CelContentType(v));
   }
   get headers(): Map<string, string[]> {
     return (this.h ??= headerMap(this.init.headers()));
@@ -529,6 +845,7 @@ export class CelResponse {
   headersChanged(): void {
     this.h = undefined;
     this.ck = undefined;
+    this.ct = undefined;
   }
 }
 

@@ -6,8 +6,14 @@
  * - `req.method`, `req.host` (lower-case, no port), `req.path`, `req.query` (raw, without `?`),
  *   `req.user_agent`, `req.headers` (map: lower-case name → list of values),
  *   `req.url` (the full URL; compares and concatenates as a string) with `req.url.scheme`,
- *   `.host`, `.authority`, `.path`, `.query`, `.raw_query`, `.query_params` (map → list).
- * - `conn.client_ip`, `conn.server_port` (int).
+ *   `.host`, `.authority`, `.path`, `.query`, `.raw_query`, `.query_params` (map → list),
+ *   `.port` (int: the URL's, else the scheme's default), `.raw` and `.raw_path` (as the client
+ *   sent them, un-normalized).
+ * - `req.version` (`HTTP/1.1`), `req.content_length` (int: `Content-Length`; -1 for a body of
+ *   unknown length, chunked; 0 without a body), `req.content_type` (the media type; compares and
+ *   concatenates as a string) with `.raw` and `.parameters` (map), `req.cookies` (map: name →
+ *   list of `Cookie`), `req.ts.header_received` (timestamp). See `CelRequest`.
+ * - `conn.client_ip`, `conn.client_port` (int), `conn.server_ip`, `conn.server_port` (int).
  * - `conn.geo.{city, country, country_code, latitude, longitude, radius, subdivision}`, all
  *   strings as ngrok's (`""` for an address the GeoIP database does not hold; an evaluation
  *   error on an ingress without a database; see `geo-vars.ts` and the ingress's `geo.ts`).
@@ -17,7 +23,10 @@
  *   `san` (as a string, with `.dns_names`, `.email_addresses`, `.ip_addresses`, `.uris`),
  *   `serial_number`, `signature_algorithm`, `validity.{not_before, not_after}`,
  *   `extensions[i].{id, critical, value}`, and `conn.tls.client.pem`. See `CelTls`.
- * - `res.status_code` (int), `res.headers` — outbound rules only.
+ * - `res.status_code` (int), `res.headers`, `res.content_length` (int; -1 when not known),
+ *   `res.content_type` (as `req.content_type`) — outbound rules only.
+ * - Other ngrok variables and macros (`endpoint.*`, `conn.ts.*`, `base64.*`, `string.format()`,
+ *   …) do not compile, and the message names them (`unsupportedNgrokName`).
  * - `actions.ngrok.rate_limit.{bucket_key, limited, error.code, error.message}` and the same
  *   under `actions.service.rate_limit` — the last rate-limit action's result.
  * - `actions.ngrok.restrict_ips.{action, matched_cidr, error.code, error.message}` and
@@ -65,10 +74,12 @@ import {
   CelCertificateValidity,
   CelClientCertificate,
   CelConn,
+  CelContentType,
   CelDistinguishedName,
   CelRateLimit,
   CelRateLimitError,
   CelRequest,
+  CelRequestTimestamps,
   CelResponse,
   CelRestrictIps,
   CelRestrictIpsError,
@@ -237,14 +248,14 @@ function cidrMacro(many: boolean) {
 
 /**
  * Object types that stand for a string where one is expected (`==`, `+`, `string()`,
- * `startsWith`, `endsWith`, `contains`, `size()`, `matches()`) and also have fields:
- * `req.url`, and a certificate's `issuer` / `subject` and `san`, which ngrok types as strings
- * with fields.
+ * `startsWith`, `endsWith`, `contains`, `size()`, `in [list]`, `matches()`) and also have
+ * fields: `req.url`, a certificate's `issuer` / `subject` and `san`, and `req.content_type` /
+ * `res.content_type`, which ngrok types as strings with fields.
  */
-const STRING_LIKE = ['URL', 'DistinguishedName', 'SubjectAltNames'] as const;
+const STRING_LIKE = ['URL', 'DistinguishedName', 'SubjectAltNames', 'ContentType'] as const;
 
 function stringLikeText(v: unknown): string | undefined {
-  return v instanceof CelUrl || v instanceof CelDistinguishedName || v instanceof CelSubjectAltNames ? v.toString() : undefined;
+  return v instanceof CelUrl || v instanceof CelDistinguishedName || v instanceof CelSubjectAltNames || v instanceof CelContentType ? v.toString() : undefined;
 }
 
 /** The error code a refused `matches()` pattern carries (compile and evaluation time). */
@@ -378,12 +389,10 @@ function baseEnvironment(): Environment {
   const env = new Environment({ homogeneousAggregateLiterals: false, limits: { maxAstNodes: 4096 } })
     .registerType('URL', {
       ctor: CelUrl,
-      fields: { scheme: str, host: str, authority: str, path: str, query: str, raw_query: str, query_params: 'map<string, list<string>>' },
+      fields: { scheme: str, host: str, authority: str, path: str, query: str, raw_query: str, query_params: 'map<string, list<string>>', port: 'int', raw: str, raw_path: str },
     })
-    .registerType('Request', {
-      ctor: CelRequest,
-      fields: { method: str, host: str, path: str, query: str, user_agent: str, url: 'URL', headers: 'map<string, list<string>>' },
-    })
+    .registerType('ContentType', { ctor: CelContentType, fields: { raw: str, parameters: 'map<string, string>' } })
+    .registerType('RequestTimestamps', { ctor: CelRequestTimestamps, fields: { header_received: 'google.protobuf.Timestamp' } })
     .registerType('DistinguishedName', {
       ctor: CelDistinguishedName,
       fields: {
@@ -421,11 +430,28 @@ function baseEnvironment(): Environment {
         unparsed_attributes: 'map<string, string>',
       },
     })
+    .registerType('Request', {
+      ctor: CelRequest,
+      fields: {
+        method: str,
+        host: str,
+        path: str,
+        query: str,
+        user_agent: str,
+        url: 'URL',
+        headers: 'map<string, list<string>>',
+        version: str,
+        content_length: 'int',
+        content_type: 'ContentType',
+        cookies: 'map<string, list<Cookie>>',
+        ts: 'RequestTimestamps',
+      },
+    })
     .registerType('Geo', {
       ctor: CelGeo,
       fields: { city: str, country: str, country_code: str, latitude: str, longitude: str, radius: str, subdivision: str },
     })
-    .registerType('Connection', { ctor: CelConn, fields: { client_ip: str, server_port: 'int', tls: 'TLS', geo: 'Geo' } })
+    .registerType('Connection', { ctor: CelConn, fields: { client_ip: str, client_port: 'int', server_ip: str, server_port: 'int', tls: 'TLS', geo: 'Geo' } })
     .registerType('RateLimitError', { ctor: CelRateLimitError, fields: { code: str, message: str } })
     .registerType('RateLimitResult', { ctor: CelRateLimit, fields: { bucket_key: str, limited: 'bool', error: 'RateLimitError' } })
     .registerType('RestrictIpsError', { ctor: CelRestrictIpsError, fields: { code: str, message: str } })
@@ -471,7 +497,9 @@ function baseEnvironment(): Environment {
       .registerFunction(`${t}.startsWith(string): bool`, (a: object, b: string) => a.toString().startsWith(b))
       .registerFunction(`${t}.endsWith(string): bool`, (a: object, b: string) => a.toString().endsWith(b))
       .registerFunction(`${t}.contains(string): bool`, (a: object, b: string) => a.toString().includes(b))
-      .registerFunction(`${t}.size(): int`, (a: object) => BigInt(a.toString().length));
+      .registerFunction(`${t}.size(): int`, (a: object) => BigInt(a.toString().length))
+      .registerFunction(`size(${t}): int`, (a: object) => BigInt(a.toString().length))
+      .registerOperator(`${t} in list<string>`, (a: object, l: readonly string[]) => l.includes(a.toString()));
   }
   env.registerFunction('getReqHeader(ast): list<string>', lookupMacro('getReqHeader', (ctx, k) => reqOf(ctx)?.header(k) ?? []));
   env.registerFunction('hasReqHeader(ast): bool', presenceMacro('hasReqHeader', (ctx, k) => reqOf(ctx)?.hasHeader(k) ?? false));
@@ -492,7 +520,7 @@ function buildEnvironments(): Record<PolicyDirection, Environment> {
   const inbound = base.clone();
   const outbound = base
     .clone()
-    .registerType('Response', { ctor: CelResponse, fields: { status_code: 'int', headers: 'map<string, list<string>>' } })
+    .registerType('Response', { ctor: CelResponse, fields: { status_code: 'int', headers: 'map<string, list<string>>', content_length: 'int', content_type: 'ContentType' } })
     .registerVariable('res', 'Response');
   outbound.registerFunction('getResHeader(ast): list<string>', lookupMacro('getResHeader', (ctx, k) => resOf(ctx)?.header(k) ?? []));
   outbound.registerFunction('hasResHeader(ast): bool', presenceMacro('hasResHeader', (ctx, k) => resOf(ctx)?.hasHeader(k) ?? false));
@@ -508,6 +536,174 @@ let environments: Record<PolicyDirection, Environment> | undefined;
 /** Creating environments is the expensive part: once per process. */
 function env(direction: PolicyDirection): Environment {
   return (environments ??= buildEnvironments())[direction];
+}
+
+/**
+ * ngrok's variables Warren does not have (https://ngrok.com/docs/traffic-policy/variables/, the
+ * pages req, res, conn, conn.tls, IP intelligence, endpoint, action): an expression naming one
+ * does not compile, and says so (`unsupportedNgrokName`). A name stands for itself and anything
+ * under it; one ending in `.*` is a namespace, reported as written (`endpoint.id`).
+ */
+const NGROK_VARIABLES_NOT_SUPPORTED: readonly string[] = [
+  // There is no ngrok endpoint: a policy belongs to a route of an HTTPS edge, which has several
+  // hostports; the request's are `req.url.host` / `req.url.port`.
+  'endpoint.*',
+  'req.content_encoding',
+  'req.location',
+  'req.trailers',
+  'req.ts.body_received',
+  'req.url.uri',
+  'req.url.user_password',
+  ...['name', 'version', 'os', 'os_version', 'device', 'is_mobile', 'is_tablet', 'is_desktop', 'is_bot', 'url'].map((f) => `req.user_agent.${f}`),
+  'res.content_encoding',
+  'res.cookies',
+  'res.location',
+  'res.trailers',
+  'conn.bytes_in',
+  'conn.bytes_out',
+  'conn.server_region',
+  'conn.ts.*',
+  'conn.k8s.*',
+  'conn.tls.ja4_fingerprint',
+  'conn.client_ip.categories',
+  'conn.client_ip.as.*',
+  'conn.client_ip.geo.*',
+  'conn.server_ip.categories',
+  'conn.server_ip.as.*',
+  'conn.server_ip.geo.*',
+  ...['add_headers', 'ai_gateway', 'http_request', 'log', 'remove_headers'].flatMap((a) => [`actions.ngrok.${a}`, `actions.service.${a}`]),
+];
+
+/** ngrok's namespaced macros (https://ngrok.com/docs/traffic-policy/macros/) Warren does not have. */
+const NGROK_FUNCTIONS_NOT_SUPPORTED: Readonly<Record<string, readonly string[]>> = {
+  base64: ['decode', 'encode'],
+  basic_auth: ['encode'],
+  hash: ['crc32', 'crc64', 'md5', 'sha1', 'sha256', 'sha512', 'xxhash64'],
+  json: ['decode', 'encode'],
+  lists: ['range'],
+  queryString: ['decode', 'encode'],
+  rand: ['double', 'int'],
+  secrets: ['get'],
+  strings: ['quote'],
+  url: ['escape', 'parse', 'unescape'],
+};
+
+/**
+ * ngrok's methods (the same page: string, list and map extensions) that Warren has in no form,
+ * with the type ngrok documents them on. Those it has (`split`, `join`, `indexOf`, `substring`,
+ * `trim`, `lowerAscii`, the timestamp getters, …) are not listed: a call of one that does not
+ * compile keeps the library's message (a wrong argument, say).
+ */
+const NGROK_METHODS_NOT_SUPPORTED: Readonly<Record<string, string>> = {
+  ...Object.fromEntries(
+    [
+      'charAt',
+      'format',
+      'replace',
+      'reverse',
+      'decodeBase64',
+      'decodeJson',
+      'decodeQueryString',
+      'encodeBase64',
+      'escapeUrl',
+      'isJson',
+      'isPrivateIp',
+      'isQueryString',
+      'isURL',
+      'lower',
+      'upper',
+      'parseUrl',
+      'unescapeUrl',
+      'md5',
+      'sha1',
+      'sha256',
+      'sha512',
+      'crc32',
+      'crc64',
+      'xxhash64',
+    ].map((m) => [m, 'string']),
+  ),
+  ...Object.fromEntries(['slice', 'flatten', 'sort', 'sortBy', 'distinct'].map((m) => [m, 'list'])),
+  encodeQueryString: 'map',
+  // On lists and maps alike.
+  encodeJson: '',
+};
+
+/** A cel-js AST node (`op`, `args`, `start`; see `cost.ts`). */
+interface AstNode {
+  op: string;
+  args: unknown;
+  start?: number;
+}
+
+/** `a.b.c` for a chain of field selections from an identifier, else undefined. */
+function selectionPath(n: AstNode): string | undefined {
+  const parts: string[] = [];
+  let cur = n;
+  while (cur.op === '.') {
+    const [target, field] = cur.args as [AstNode, string];
+    parts.push(field);
+    cur = target;
+  }
+  if (cur.op !== 'id' || typeof cur.args !== 'string') return undefined;
+  parts.push(cur.args);
+  return parts.reverse().join('.');
+}
+
+/** What ngrok name (not supported here) the node is, if any: `endpoint.id`, `base64.decode()`, `string.format()`. */
+function ngrokNameOf(n: AstNode): string | undefined {
+  if (n.op === '.' || n.op === 'id') {
+    const path = selectionPath(n);
+    if (path === undefined) return undefined;
+    for (const name of NGROK_VARIABLES_NOT_SUPPORTED) {
+      const ns = name.endsWith('.*') ? name.slice(0, -2) : undefined;
+      const stem = ns ?? name;
+      if (path === stem || path.startsWith(`${stem}.`)) return ns !== undefined ? path : name;
+    }
+    return undefined;
+  }
+  if (n.op === 'rcall') {
+    const [fn, receiver] = n.args as [string, AstNode];
+    if (receiver.op === 'id' && typeof receiver.args === 'string' && NGROK_FUNCTIONS_NOT_SUPPORTED[receiver.args]?.includes(fn)) return `${receiver.args}.${fn}()`;
+    const on = Object.hasOwn(NGROK_METHODS_NOT_SUPPORTED, fn) ? NGROK_METHODS_NOT_SUPPORTED[fn] : undefined;
+    if (on !== undefined) return on ? `${on}.${fn}()` : `${fn}()`;
+  }
+  return undefined;
+}
+
+/**
+ * The first ngrok variable or macro Warren does not support that `ast` names (in source order),
+ * as `ngrok's X is not supported by Warren (at column N)`; undefined when none. Looked for only
+ * when an expression does not compile, so the user reads why instead of the library's
+ * "Unknown variable: endpoint" / "No such key: port" / "found no matching overload".
+ */
+function unsupportedNgrokName(ast: unknown): string | undefined {
+  let best: { name: string; start: number } | undefined;
+  const stack: unknown[] = [ast];
+  while (stack.length > 0) {
+    const x = stack.pop();
+    if (!x || typeof x !== 'object') continue;
+    if (Array.isArray(x)) {
+      for (let i = x.length - 1; i >= 0; i--) stack.push(x[i]);
+      continue;
+    }
+    const n = x as AstNode;
+    if (typeof n.op !== 'string') {
+      // A comprehension's parts (`iterable`, `step`, …).
+      if (Object.getPrototypeOf(x) === Object.prototype) stack.push(...Object.values(x).reverse());
+      continue;
+    }
+    if (n.op === 'value') continue;
+    const name = ngrokNameOf(n);
+    const start = n.start ?? 0;
+    if (name !== undefined) {
+      if (!best || start < best.start) best = { name, start };
+      // Its parts name nothing more useful (`endpoint` in `endpoint.id`).
+      if (n.op === '.' || n.op === 'id') continue;
+    }
+    stack.push(n.args);
+  }
+  return best && `ngrok's ${best.name} is not supported by Warren (at column ${best.start + 1})`;
 }
 
 function describe(err: unknown): string {
@@ -575,7 +771,9 @@ function compileExpressionUncached(direction: PolicyDirection, source: string, w
   if (!checked.valid) {
     // A refused matches() pattern says so itself ("matches(): invalid RE2 pattern: …").
     if ((checked.error as { code?: string } | undefined)?.code === REGEX_ERROR) throw new CelCompileError(describe(checked.error));
-    throw new CelCompileError(`does not compile: ${describe(checked.error)}`);
+    // An ngrok name Warren does not have says so.
+    const ngrok = unsupportedNgrokName((program as unknown as { ast: unknown }).ast);
+    throw new CelCompileError(`does not compile: ${ngrok ?? describe(checked.error)}`);
   }
   if (wantBool && checked.type !== 'bool' && checked.type !== 'dyn') throw new CelCompileError(`must evaluate to a bool, but its type is ${checked.type}`);
   return program;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse, type CelTlsSocket } from './cel-vars.js';
+import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse, MAX_CONTENT_TYPE_PARSED, MAX_REQUEST_COOKIES, type CelTlsSocket } from './cel-vars.js';
 import { compileExpression } from './cel.js';
 import { estimateCost, formatCost, MAX_COMPREHENSION_NESTING, MAX_EXPRESSION_COST, MAX_POLICY_COST, REQUEST_LIMITS } from './cost.js';
 import { parseTrafficPolicy, TrafficPolicyError, validateTrafficPolicy } from './parse.js';
@@ -406,5 +406,76 @@ describe('traffic policy cost limits: the macros besides getReqHeader', () => {
     check('hasReqHeader() over 2,000 headers', `hasReqHeader('x-absent')`, () => activation({ headers: manyHeaders('x-h', 'v', 2000) }));
     check('hasQueryParam() over 8,000 parameters', `hasQueryParam('zz')`, () => activation({ query: 'a&'.repeat(head / 2 - 10) }));
     console.log(`traffic policy cost limits, macros:\n  ${report.join('\n  ')}`);
+  });
+});
+
+describe('traffic policy cost limits: the ngrok variables of the request, connection and response', () => {
+  it('costs every new variable, and accepts common uses of each in a policy', () => {
+    const inbound = [
+      'req.content_length > 5000',
+      "req.content_type == 'application/json'",
+      "req.content_type.parameters['charset'] == 'utf-8'",
+      "req.content_type.raw.contains('json')",
+      "req.version == 'HTTP/1.1'",
+      'req.url.port == 443',
+      "req.url.raw.contains('/foo') && req.url.raw_path.startsWith('/foo')",
+      "size(req.cookies) > 0 && req.cookies['sessionId'][0].value != ''",
+      "req.ts.header_received > timestamp('2023-12-31T00:00:00Z')",
+      "conn.client_port > 1024 && conn.server_ip != ''",
+    ];
+    for (const e of inbound) {
+      expect(cost(e), e).toBeLessThan(MAX_EXPRESSION_COST);
+      expect(() => parseTrafficPolicy(policy(e)), e).not.toThrow();
+    }
+    for (const e of ['res.content_length != 0', "res.content_type == 'text/html' && res.content_type.parameters['charset'] == 'utf-8'"]) {
+      expect(cost(e, 'outbound'), e).toBeLessThan(MAX_EXPRESSION_COST);
+      expect(() => parseTrafficPolicy(JSON.stringify({ outbound: [{ expressions: [e], actions: [{ type: 'deny' }] }] })), e).not.toThrow();
+    }
+    // What is built on first read is charged once per expression, however often it is read.
+    const cookies = cost("'a' in req.cookies");
+    expect(cookies).toBeGreaterThan(cost("hasReqCookie('a')"));
+    expect(cost("'a' in req.cookies && size(req.cookies) > 1 && req.cookies['a'][0].value == 'x'")).toBeLessThan(cookies + 2000);
+    const ct = cost("req.content_type.parameters['x'] == 'y'");
+    expect(cost("req.content_type == 'a/b' || req.content_type.parameters['x'] == 'y' || req.content_type.parameters['z'] == 'y' || req.content_type.raw == ''")).toBeLessThan(ct + 2000);
+    // The request's and the response's parameters are two parses.
+    expect(cost("req.content_type.parameters['x'] == res.content_type.parameters['x']", 'outbound')).toBeGreaterThan(2 * ct - 100_000);
+    // Reading the parameters costs the same whatever headers the policy adds (only so much is read).
+    const adding = (n: number) => JSON.stringify({ inbound: [{ actions: [{ type: 'add-headers', config: { headers: Object.fromEntries(Array.from({ length: n }, (_, i) => [`x-${i}`, '${req.path}'])) } }] }, { expressions: ["req.content_type.parameters['charset'] == 'utf-8'"], actions: [{ type: 'deny' }] }] });
+    expect(() => parseTrafficPolicy(adding(20))).not.toThrow();
+    // A comprehension over the cookies is charged per cookie.
+    expect(cost("req.cookies.exists(n, req.cookies[n].exists(c, c.value == 'x'))")).toBeGreaterThan(cookies);
+  });
+
+  it('the most expensive accepted shapes, measured', () => {
+    const head = REQUEST_LIMITS.headBytes;
+    const report: string[] = [];
+    const check = (name: string, expr: string, make: () => object, direction: PolicyDirection = 'inbound') => {
+      const program = compileExpression(direction, expr);
+      const est = estimateCost(program);
+      expect(est, name).toBeLessThanOrEqual(MAX_EXPRESSION_COST);
+      const t = timings(program, make);
+      report.push(`${name}: estimated ${formatCost(est)}, measured ${t.median.toFixed(3)} ms (first ${t.first.toFixed(3)} ms, slowest ${t.worst.toFixed(3)} ms)`);
+      expect(t.median, name).toBeLessThan(50);
+    };
+    // req.cookies: the most cookies it holds, then the rest of the head in parts it skips; past
+    // MAX_REQUEST_COOKIES an error (the parse stops there).
+    const most = 'a;'.repeat(MAX_REQUEST_COOKIES - 1) + '@;'.repeat(head / 2 - MAX_REQUEST_COOKIES - 50);
+    check(`req.cookies: ${MAX_REQUEST_COOKIES - 1} cookies and ${head} bytes of skipped parts`, `size(req.cookies) > 0`, () => activation({ headers: ['cookie', most] }));
+    const distinct = Array.from({ length: MAX_REQUEST_COOKIES - 1 }, (_, i) => `c${i}=v`).join(';');
+    check(`req.cookies: ${MAX_REQUEST_COOKIES - 1} distinct names, each looked at`, `req.cookies.exists(n, req.cookies[n][0].value == 'x')`, () => activation({ headers: ['cookie', distinct] }));
+    check(`req.cookies over ${head} bytes of 'a;'`, `size(req.cookies) > 0`, () => activation({ headers: ['cookie', 'a;'.repeat(head / 2 - 50)] }));
+    check(`req.cookies over ${head} bytes of invalid values`, `size(req.cookies) > 0`, () => activation({ headers: ['cookie', 'a=\x01;'.repeat(head / 4 - 20)] }));
+    // Content-Type: as many parameters as are read, or one long quoted value full of escapes;
+    // a longer one is not read (an evaluation error); its media type on a whole head.
+    const max = MAX_CONTENT_TYPE_PARSED;
+    const params = ('a/b' + Array.from({ length: max / 4 }, (_, i) => `;p${i}=v`).join('')).slice(0, max);
+    check(`req.content_type.parameters over ${max} bytes of parameters`, `req.content_type.parameters['zz'] == 'x'`, () => activation({ headers: ['content-type', params] }));
+    check(`req.content_type.parameters of a ${max}-byte quoted value`, `req.content_type.parameters['x'] == 'y'`, () => activation({ headers: ['content-type', ('a/b; x="' + '\\a'.repeat(max / 2)).slice(0, max - 1) + '"'] }));
+    check(`req.content_type.parameters of a ${head}-byte Content-Type (refused)`, `req.content_type.parameters['x'] == 'y'`, () => activation({ headers: ['content-type', 'a/b; x=' + 'y'.repeat(head - 100)] }));
+    check(`req.content_type of a ${head}-byte Content-Type`, `req.content_type == 'a/b'`, () => activation({ headers: ['content-type', 'A'.repeat(head - 100)] }));
+    check(`req.content_type behind 2,000 headers`, `req.content_type == 'a/b'`, () => activation({ headers: manyHeaders('x-h', 'v', 2000).concat('content-type', 'a/b') }));
+    check(`res.content_type.parameters over ${max} bytes of parameters`, `res.content_type.parameters['zz'] == 'x'`, () => activation({ resHeaders: ['content-type', params] }), 'outbound');
+    check(`res.content_length behind 4,000 headers`, `res.content_length > 0`, () => activation({ resHeaders: manyHeaders('x', '', 4000) }), 'outbound');
+    console.log(`traffic policy cost limits, ngrok variables:\n  ${report.join('\n  ')}`);
   });
 });

@@ -22,6 +22,7 @@ import { MAX_MATCH_INPUT, MAX_REGEX_PROGRAM_SIZE, type DfaExploreBudget, type Re
 import { MAX_CERTIFICATE_BYTES } from './x509.js';
 import { JWT_MAX_TOKENS } from './jwt-action-vars.js';
 import { GEO_LIMITS, GEO_LOOKUP_COST } from './geo-vars.js';
+import { MAX_CONTENT_TYPE_PARSED, MAX_REQUEST_COOKIES } from './cel-vars.js';
 
 /** Largest estimated cost of one expression (or one `${…}` of a header value): about 2 ms. */
 export const MAX_EXPRESSION_COST = 2_000_000;
@@ -179,6 +180,17 @@ const C = {
   /** Per `Set-Cookie` line of the cookie's name (a cookie built, its attributes read): ~150–250 ns. */
   cookieLine: 300,
   /**
+   * Per cookie `req.cookies` holds (`requestCookies`: a cookie built and filed under its name),
+   * on top of `reqCookieChar` per character of the `Cookie` values: ~200–280 ns under load.
+   */
+  cookieEntry: 300,
+  /**
+   * Per character of a `Content-Type` whose parameters are read (`content_type.parameters`, at
+   * most `MAX_CONTENT_TYPE_PARSED` characters): 10–100 ns under load, the most for many short
+   * parameters (`;p1=v;p2=v…`, each a regexp step and a map entry).
+   */
+  contentTypeChar: 100,
+  /**
    * Reading an address for `inCidrRange` / `inCidrRanges` (`cidr-macros.ts`, the shared IPv4 /
    * IPv6 parsers): ~1 µs for IPv4, 3–9 µs for IPv6 and IPv4-mapped IPv6 under load.
    */
@@ -321,6 +333,18 @@ interface Bounds {
   resHeaders: Shape;
 }
 
+/** Finding one header in the raw pairs (a name compared per pair), when the map was not built. */
+const headerScan = (headers: Shape) => headers.n * C.node + headers.w * C.scanChar;
+
+/**
+ * A `Content-Type` value (`ContentType`, `cel-vars.ts`) of at most `chars` characters: as a
+ * string it is its media type. `obj` tells the request's from the response's (each parses its
+ * parameters once).
+ */
+const contentTypeShape = (chars: number, obj: 'ReqContentType' | 'ResContentType'): Shape => ({ n: 0, w: chars, obj });
+/** `content_type.parameters`: parameters of at least 4 characters each (`;a=b`), from a header read only up to `MAX_CONTENT_TYPE_PARSED`. */
+const CONTENT_TYPE_PARAMETERS: Shape = { n: MAX_CONTENT_TYPE_PARSED / 4, w: MAX_CONTENT_TYPE_PARSED, o: 3, key: str(MAX_CONTENT_TYPE_PARSED), elem: str(MAX_CONTENT_TYPE_PARSED) };
+
 function bounds(growth: PolicyHeaderGrowth): Bounds {
   const head = REQUEST_LIMITS.headBytes;
   const reqString = head + INGRESS_ADDED_BYTES + growth.bytes;
@@ -362,6 +386,50 @@ function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cos
       return { shape: { n: 0, w: b.reqString + 16, obj: 'URL' }, cost: 0 };
     case 'URL.scheme':
       return s(5);
+    // `raw` is the scheme, `Host` and the target as sent: two parts of one head.
+    case 'URL.raw':
+      return s(b.reqString + 16);
+    case 'URL.raw_path':
+      return s(b.reqString);
+    case 'URL.port':
+      return { shape: SCALAR, cost: 0 };
+    case 'Request.version':
+      return s(16); // `HTTP/1.1`
+    case 'Request.content_length':
+      // Node's parsed headers of the request (one property read), or one header scan.
+      return { shape: SCALAR, cost: 0, once: headerScan(b.reqHeaders) };
+    case 'Request.content_type':
+      // Found on first read (a header scan, none once the header map is built); its media type
+      // cut and lower-cased when compared, its parameters parsed when read.
+      return { shape: contentTypeShape(b.reqString, 'ReqContentType'), cost: 0, once: headerScan(b.reqHeaders) + b.reqString * C.scanChar };
+    case 'Response.content_type':
+      return { shape: contentTypeShape(b.resString, 'ResContentType'), cost: 0, once: headerScan(b.resHeaders) + b.resString * C.scanChar };
+    case 'Response.content_length':
+      return { shape: SCALAR, cost: 0, once: headerScan(b.resHeaders) };
+    case 'ReqContentType.raw':
+      return s(b.reqString);
+    case 'ResContentType.raw':
+      return s(b.resString);
+    case 'ReqContentType.parameters':
+    case 'ResContentType.parameters':
+      return { shape: CONTENT_TYPE_PARAMETERS, cost: 0, once: MAX_CONTENT_TYPE_PARSED * C.contentTypeChar };
+    case 'Request.cookies': {
+      // Every `Cookie` value read once (on first use, kept for the request): each character,
+      // and each cookie kept (at most MAX_REQUEST_COOKIES; more is an evaluation error).
+      const values = b.reqHeaders.elem!;
+      const cookie: Shape = { n: 0, w: b.reqString, obj: 'Cookie' };
+      const list: Shape = { n: MAX_REQUEST_COOKIES, w: values.w, o: 1, elem: cookie };
+      const shape: Shape = { n: MAX_REQUEST_COOKIES, w: values.w, o: 1, key: str(b.reqString), elem: list };
+      return { shape, cost: 0, once: headerScan(b.reqHeaders) + values.w * C.reqCookieChar + MAX_REQUEST_COOKIES * C.cookieEntry };
+    }
+    case 'Request.ts':
+      return { shape: { n: 0, w: 0, obj: 'RequestTimestamps' }, cost: 0 };
+    case 'RequestTimestamps.header_received':
+      return { shape: SCALAR, cost: 0 };
+    case 'Connection.client_port':
+      return { shape: SCALAR, cost: 0 };
+    case 'Connection.server_ip':
+      return s(64);
     // A cookie (`getReqCookie` / `getResCookie`, `cookie-vars.ts`): its strings are parts of one
     // header value, `unparsed_attributes` one entry per other attribute of a `Set-Cookie` line.
     case 'Cookie.name':

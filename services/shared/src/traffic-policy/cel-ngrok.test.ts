@@ -1,0 +1,131 @@
+import { describe, expect, it } from 'vitest';
+import { CelCompileError, compileExpression } from './cel.js';
+import { parseTrafficPolicy, TrafficPolicyError } from './parse.js';
+import type { PolicyDirection } from './types.js';
+
+/**
+ * An expression copied from ngrok's documentation that names one of ngrok's variables or macros
+ * Warren does not have is refused saying so (`ngrok's endpoint.id is not supported by Warren`)
+ * rather than with the CEL library's "Unknown variable: endpoint" / "No such key: port" /
+ * "found no matching overload for 'string.format(…)'". Names from
+ * https://ngrok.com/docs/traffic-policy/variables/ and https://ngrok.com/docs/traffic-policy/macros/.
+ */
+
+function message(expr: string, direction: PolicyDirection = 'inbound'): string {
+  try {
+    compileExpression(direction, expr);
+  } catch (err) {
+    expect(err).toBeInstanceOf(CelCompileError);
+    return (err as Error).message;
+  }
+  throw new Error(`expected ${expr} not to compile`);
+}
+const unsupported = (name: string) => new RegExp(`^does not compile: ngrok's ${name.replace(/[.()*]/g, '\\$&')} is not supported by Warren \\(at column \\d+\\)$`);
+
+describe("ngrok's variables Warren does not have", () => {
+  it('endpoint.*: named as written', () => {
+    for (const f of ['addr', 'host', 'id', 'port', 'protocol', 'url', 'region']) expect(message(`endpoint.${f} == 'x'`), f).toMatch(unsupported(`endpoint.${f}`));
+    expect(message("'${endpoint.id}' == 'x' || endpoint == 'x'")).toMatch(unsupported('endpoint'));
+    // The column of the name, not of the expression.
+    expect(message("req.method == 'GET' && endpoint.region == 'eu'")).toBe("does not compile: ngrok's endpoint.region is not supported by Warren (at column 24)");
+  });
+
+  it('req, res, conn and action variables', () => {
+    const cases: [string, string, PolicyDirection?][] = [
+      ["req.content_encoding[0] == 'br'", 'req.content_encoding'],
+      ["req.location == '/'", 'req.location'],
+      ["'Fizz' in req.trailers['baz']", 'req.trailers'],
+      ["req.ts.body_received > timestamp('2023-12-31T00:00:00Z')", 'req.ts.body_received'],
+      ["req.url.uri.contains('/api')", 'req.url.uri'],
+      ["req.url.user_password == 'a:b'", 'req.url.user_password'],
+      ["req.user_agent.name == 'Safari'", 'req.user_agent.name'],
+      ['req.user_agent.is_bot', 'req.user_agent.is_bot'],
+      ["res.content_encoding[0] == 'br'", 'res.content_encoding', 'outbound'],
+      ["res.cookies['sessionId'][0].secure", 'res.cookies', 'outbound'],
+      ['size(res.cookies) > 0', 'res.cookies'],
+      ["res.location == '/index.html'", 'res.location', 'outbound'],
+      ["'fizz' in res.trailers['baz']", 'res.trailers', 'outbound'],
+      ['conn.bytes_in > 1000', 'conn.bytes_in'],
+      ['conn.bytes_out > 1000', 'conn.bytes_out'],
+      ["conn.server_region == 'eu'", 'conn.server_region'],
+      ["conn.ts.start > timestamp('2023-12-31T00:00:00Z')", 'conn.ts.start'],
+      ['conn.ts.end < time.now', 'conn.ts.end'],
+      ["conn.k8s.pod.metadata.namespace != 'payments'", 'conn.k8s.pod.metadata.namespace'],
+      ["conn.tls.ja4_fingerprint == 't13d'", 'conn.tls.ja4_fingerprint'],
+      ["'proxy.anonymous.tor' in conn.client_ip.categories", 'conn.client_ip.categories'],
+      ['conn.client_ip.as.number == 12345', 'conn.client_ip.as.number'],
+      ["conn.client_ip.geo.location.country_code != 'US'", 'conn.client_ip.geo.location.country_code'],
+      ["'hosting' in conn.server_ip.categories", 'conn.server_ip.categories'],
+      ['actions.ngrok.http_request.res.status_code == 200', 'actions.ngrok.http_request'],
+      ["actions.service.log.error.code == ''", 'actions.service.log'],
+    ];
+    for (const [expr, name, direction] of cases) expect(message(expr, direction), expr).toMatch(unsupported(name));
+  });
+
+  it("names the first one in the expression; other errors keep the library's message", () => {
+    expect(message('conn.bytes_out > 1 && endpoint.id == "x"')).toMatch(unsupported('conn.bytes_out'));
+    expect(message("req.nope == 'x'")).toBe('does not compile: No such key: nope (at column 5)');
+    expect(message("nope.x == 'x'")).toBe('does not compile: Unknown variable: nope (at column 1)');
+    expect(message('foo(1)')).toBe("does not compile: found no matching overload for 'foo(int)' (at column 1)");
+    // A variable Warren has, used where it does not exist: the library's message.
+    expect(message("res.content_type == 'x'")).toMatch(/Unknown variable: res/);
+    // What Warren has is not reported as missing.
+    expect(message("req.content_length > 1 && req.cookies['a'][0].value == 1")).not.toMatch(/ngrok's/);
+  });
+});
+
+describe("ngrok's macros Warren does not have", () => {
+  it('namespaced functions', () => {
+    const cases: [string, string][] = [
+      ["base64.decode('aGVsbG8=') == b'hello'", 'base64.decode()'],
+      ["base64.encode(b'hello') == 'aGVsbG8='", 'base64.encode()'],
+      ["basic_auth.encode('u', 'p') == getReqHeader('authorization')[0]", 'basic_auth.encode()'],
+      ...['crc32', 'crc64', 'md5', 'sha1', 'sha256', 'sha512', 'xxhash64'].map((h): [string, string] => [`hash.${h}(req.path) == 'x'`, `hash.${h}()`]),
+      ["json.decode(getReqHeader('x-json')[0])[0] == 'first entry'", 'json.decode()'],
+      ['json.encode([1]) == "[1]"', 'json.encode()'],
+      ['lists.range(5).size() == 5', 'lists.range()'],
+      ["queryString.decode(req.url.query)['q'] == 'hello'", 'queryString.decode()'],
+      ["queryString.encode({'q': 'policy'}) == req.url.query", 'queryString.encode()'],
+      ['rand.double() >= 0.5', 'rand.double()'],
+      ['rand.int(0, 10) >= 5', 'rand.int()'],
+      ["getReqHeader('x-key')[0] == secrets.get('vault', 'key')", 'secrets.get()'],
+      ["strings.quote(req.path) == ''", 'strings.quote()'],
+      ["url.escape(req.path) == '%2Ffoo'", 'url.escape()'],
+      ["url.parse(req.url).host == 'ngrok.com'", 'url.parse()'],
+      ["url.unescape('%2Ffoo') == '/foo'", 'url.unescape()'],
+    ];
+    for (const [expr, name] of cases) expect(message(expr), expr).toMatch(unsupported(name));
+  });
+
+  it('string, list and map methods', () => {
+    const strings = ['charAt(1)', 'format([1])', "replace('a', 'b')", "replace('a', 'b', 1)", 'reverse()', 'decodeBase64()', 'decodeJson()', 'decodeQueryString()', 'encodeBase64()', 'escapeUrl()', 'isJson()', 'isPrivateIp()', 'isQueryString()', 'isURL()', 'lower()', 'upper()', 'parseUrl()', 'unescapeUrl()', 'md5()', "sha1('hex')", 'sha256()', "sha512('base64')", 'crc32()', 'crc64()', 'xxhash64()'];
+    for (const m of strings) expect(message(`req.path.${m} == 'x'`), m).toMatch(unsupported(`string.${m.slice(0, m.indexOf('('))}()`));
+    for (const m of ['slice(1, 3)', 'flatten()', 'sort()', 'sortBy(x, x)', 'distinct()']) expect(message(`[3, 1].${m}.size() > 0`), m).toMatch(unsupported(`list.${m.slice(0, m.indexOf('('))}()`));
+    expect(message("{'a': 'b'}.encodeQueryString() == 'a=b'")).toMatch(unsupported('map.encodeQueryString()'));
+    expect(message("['a'].encodeJson() == ''")).toMatch(unsupported('encodeJson()'));
+    expect(message("{'a': 'b'}.encodeJson() == ''")).toMatch(unsupported('encodeJson()'));
+    // Inside a macro's body.
+    expect(message("req.headers.exists(k, k.lower() == 'x-id')")).toMatch(unsupported('string.lower()'));
+  });
+
+  it('those Warren has, called in a way it does not take, keep the library message', () => {
+    expect(message("req.path.split() == ['a']")).toMatch(/found no matching overload for 'string\.split\(\)'/);
+    expect(message('req.path.substring() == ""')).toMatch(/found no matching overload/);
+  });
+});
+
+describe('through a policy: the 400 names the rule', () => {
+  it('says which ngrok name is not supported, at the expression or interpolation', () => {
+    const fails = (doc: unknown) => {
+      try {
+        parseTrafficPolicy(JSON.stringify(doc));
+      } catch (err) {
+        expect(err).toBeInstanceOf(TrafficPolicyError);
+        return (err as Error).message;
+      }
+      throw new Error('expected the policy to be refused');
+    };
+    expect(fails({ on_http_request: [{ expressions: ["endpoint.protocol == 'https'"], actions: [{ type: 'deny' }] }] })).toMatch(/expressions\[0\]: does not compile: ngrok's endpoint\.protocol is not supported by Warren \(at column 1\)/);
+    expect(fails({ on_http_request: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-conn-start': '${conn.ts.start}' } } }] }] })).toMatch(/\$\{…\} does not compile: ngrok's conn\.ts\.start is not supported by Warren/);
+  });
+});
