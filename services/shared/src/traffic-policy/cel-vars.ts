@@ -4,7 +4,8 @@ import { CelJwtValidation } from './jwt-action-vars.js';
 import { CelCompress, CelVerifyWebhook } from './body-action-vars.js';
 import { CEL_NO_GEO, type CelGeo } from './geo-vars.js';
 import { CelOAuth, CelOidc } from './auth-action-vars.js';
-import { CelCookie, requestCookie, responseCookie } from './cookie-vars.js';
+import { CelCookie, requestCookie, requestCookies, responseCookie } from './cookie-vars.js';
+export { MAX_REQUEST_COOKIES } from './cookie-vars.js';
 
 /**
  * The values traffic-policy expressions read, as lazy views: each field is computed on first
@@ -337,83 +338,6 @@ export class CelRequestTimestamps {
 }
 
 /** `tchar` (RFC 9110): the characters of an HTTP token, which a cookie name must be. */
-const TCHAR = new Uint8Array(128);
-for (const c of "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") TCHAR[c.charCodeAt(0)] = 1;
-const isOws = (c: number) => c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d;
-
-/**
- * Most cookies `req.cookies` holds: a request that sends more is not read (reading `req.cookies`
- * is an evaluation error), which bounds what building the map costs (`cost.ts`). Browsers send
- * at most a few hundred (Chrome keeps 180 per domain).
- */
-export const MAX_REQUEST_COOKIES = 1000;
-
-/**
- * `req.cookies`: every cookie of the `Cookie` headers (in order), name → the cookies of that name
- * in the order sent, read as `getReqCookie` reads one (Go's `http.Request.Cookies`,
- * `cookie-vars.ts`): each `;`-separated part trimmed, its name (before the first `=`, trimmed) an
- * HTTP token and its value (after it; `""` without one) of the characters a cookie value may
- * hold, without its double quotes; other parts are skipped. Each cookie has only its name and
- * value, as ngrok's request cookies do. Throws past `MAX_REQUEST_COOKIES`.
- */
-export function requestCookies(lines: readonly string[]): Map<string, CelCookie[]> {
-  const out = new Map<string, CelCookie[]>();
-  let count = 0;
-  for (const line of lines) {
-    const n = line.length;
-    let i = 0;
-    while (i < n) {
-      let j = line.indexOf(';', i);
-      if (j < 0) j = n;
-      let a = i;
-      let b = j;
-      i = j + 1;
-      while (a < b && isOws(line.charCodeAt(a))) a++;
-      while (b > a && isOws(line.charCodeAt(b - 1))) b--;
-      if (a === b) continue;
-      let eq = a;
-      while (eq < b && line.charCodeAt(eq) !== 0x3d /* = */) eq++;
-      let ne = eq;
-      while (ne > a && isOws(line.charCodeAt(ne - 1))) ne--;
-      if (!isToken(line, a, ne)) continue;
-      let v0 = eq + 1;
-      let v1 = b;
-      if (v1 - v0 > 1 && line.charCodeAt(v0) === 0x22 && line.charCodeAt(v1 - 1) === 0x22) {
-        v0++;
-        v1--;
-      }
-      if (eq < b && !isCookieValue(line, v0, v1)) continue;
-      if (++count > MAX_REQUEST_COOKIES) throw new Error(`req.cookies: the request has more than ${MAX_REQUEST_COOKIES} cookies`);
-      const name = line.slice(a, ne);
-      const c = new CelCookie();
-      c.name = name;
-      c.value = eq < b ? line.slice(v0, v1) : '';
-      const list = out.get(name);
-      if (list) list.push(c);
-      else out.set(name, [c]);
-    }
-  }
-  return out;
-}
-
-function isToken(s: string, from: number, to: number): boolean {
-  if (from >= to) return false;
-  for (let i = from; i < to; i++) {
-    const c = s.charCodeAt(i);
-    if (c >= 128 || TCHAR[c] === 0) return false;
-  }
-  return true;
-}
-
-/** The characters a cookie value may hold, as Go allows them: `%x20-7E` but `"`, `;` and `\`. */
-function isCookieValue(s: string, from: number, to: number): boolean {
-  for (let i = from; i < to; i++) {
-    const c = s.charCodeAt(i);
-    if (c < 0x20 || c >= 0x7f || c === 0x22 || c === 0x3b || c === 0x5c) return false;
-  }
-  return true;
-}
-
 /** `req`. */
 export class CelRequest {
   private h?: Map<string, string[]>;

@@ -175,8 +175,12 @@ function isAscii(line: string, from: number, to: number): boolean {
  * that Go does not know, or a Max-Age or Expires it cannot read) kept in `unparsed_attributes`.
  * One pass, slicing only the parts it keeps.
  */
-function readAttributes(c: CelCookie, line: string, from: number): void {
-  let unparsed: Map<string, string> | undefined;
+/**
+ * Calls `part(a, eq, b)` for each `;`-separated part of `line` from `from`, trimmed of spaces,
+ * tabs, CRs and LFs (`[a, b)`), empty ones skipped; `eq` is the index of its first `=`, or `b`
+ * without one. `part` returns false to stop.
+ */
+function eachPart(line: string, from: number, part: (a: number, eq: number, b: number) => boolean | void): void {
   let i = from;
   const n = line.length;
   while (i < n) {
@@ -190,46 +194,90 @@ function readAttributes(c: CelCookie, line: string, from: number): void {
     if (a === b) continue;
     let eq = a;
     while (eq < b && line.charCodeAt(eq) !== 0x3d /* = */) eq++;
-    if (!isAscii(line, a, eq)) continue;
+    if (part(a, eq, b) === false) return;
+  }
+}
+
+/**
+ * Most cookies `req.cookies` holds: a request that sends more is not read (reading `req.cookies`
+ * is an evaluation error), which bounds what building the map costs (`cost.ts`). Browsers send
+ * at most a few hundred (Chrome keeps 180 per domain).
+ */
+export const MAX_REQUEST_COOKIES = 1000;
+
+/**
+ * `req.cookies`: every cookie of the `Cookie` headers (in order), name → the cookies of that name
+ * in the order sent, read as `getReqCookie` reads one (Go's `http.Request.Cookies`): each part's
+ * name (before its first `=`, trimmed) an HTTP token and its value (after it; `""` without one)
+ * as `cookieValue` takes it; other parts are skipped. Each cookie has only its name and value, as
+ * ngrok's request cookies do. Throws past `MAX_REQUEST_COOKIES`.
+ */
+export function requestCookies(lines: readonly string[]): Map<string, CelCookie[]> {
+  const out = new Map<string, CelCookie[]>();
+  let count = 0;
+  for (const line of lines) {
+    eachPart(line, 0, (a, eq, b) => {
+      let ne = eq;
+      while (ne > a && isOws(line.charCodeAt(ne - 1))) ne--;
+      const name = line.slice(a, ne);
+      if (!TOKEN_RE.test(name)) return;
+      const value = eq < b ? cookieValue(line.slice(eq + 1, b), true) : '';
+      if (value === null) return;
+      if (++count > MAX_REQUEST_COOKIES) throw new Error(`req.cookies: the request has more than ${MAX_REQUEST_COOKIES} cookies`);
+      const c = new CelCookie();
+      c.name = name;
+      c.value = value;
+      const list = out.get(name);
+      if (list) list.push(c);
+      else out.set(name, [c]);
+    });
+  }
+  return out;
+}
+
+function readAttributes(c: CelCookie, line: string, from: number): void {
+  let unparsed: Map<string, string> | undefined;
+  eachPart(line, from, (a, eq, b) => {
+    if (!isAscii(line, a, eq)) return;
     const len = eq - a;
     const val = cookieValue(eq < b ? line.slice(eq + 1, b) : '', false);
     if (val !== null) {
       if (len === 4 && attrIs(line, a, len, 'path')) {
         c.path = val;
-        continue;
+        return;
       }
       if (len === 6 && attrIs(line, a, len, 'domain')) {
         c.domain = val;
-        continue;
+        return;
       }
       if (len === 6 && attrIs(line, a, len, 'secure')) {
         c.secure = true;
-        continue;
+        return;
       }
       if (len === 8 && attrIs(line, a, len, 'httponly')) {
         c.http_only = true;
-        continue;
+        return;
       }
       if (len === 8 && attrIs(line, a, len, 'samesite')) {
         c.same_site = SAME_SITE[val.toLowerCase()] ?? '';
-        continue;
+        return;
       }
       if (len === 7 && attrIs(line, a, len, 'max-age')) {
         if (MAX_AGE_RE.test(val)) {
           const secs = BigInt(val);
           if (secs === 0n || val.charCodeAt(0) !== 0x30) {
             c.max_age = new DURATION_CTOR(secs <= 0n ? -1n : secs, 0);
-            continue;
+            return;
           }
         }
       } else if (len === 7 && attrIs(line, a, len, 'expires')) {
         const t = cookieDate(val);
         c.expires = t ?? ZERO_TIME;
-        if (t) continue;
+        if (t) return;
       }
     }
     (unparsed ??= new Map()).set(line.slice(a, eq), eq < b ? line.slice(eq + 1, b) : '');
-  }
+  });
   if (unparsed) c.unparsed_attributes = unparsed;
 }
 

@@ -22,7 +22,8 @@ import { MAX_MATCH_INPUT, MAX_REGEX_PROGRAM_SIZE, type DfaExploreBudget, type Re
 import { MAX_CERTIFICATE_BYTES } from './x509.js';
 import { JWT_MAX_TOKENS } from './jwt-action-vars.js';
 import { GEO_LIMITS, GEO_LOOKUP_COST } from './geo-vars.js';
-import { MAX_CONTENT_TYPE_PARSED, MAX_REQUEST_COOKIES } from './cel-vars.js';
+import { MAX_CONTENT_TYPE_PARSED } from './cel-vars.js';
+import { MAX_REQUEST_COOKIES } from './cookie-vars.js';
 
 /** Largest estimated cost of one expression (or one `${…}` of a header value): about 2 ms. */
 export const MAX_EXPRESSION_COST = 2_000_000;
