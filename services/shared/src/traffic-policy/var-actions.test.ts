@@ -197,8 +197,10 @@ describe('vars in CEL and in the cost estimate', () => {
       const est = estimateCost(program);
       report.push(`${expr}: estimated ${(est / 1e3).toFixed(0)} µs, measured ${(ns[4]! / 1e3).toFixed(0)} µs`);
       // Timings on a shared machine vary: this catches an estimate off by an order of magnitude,
-      // on the fastest run (another process on the core only ever adds time).
-      expect(ns[0]!, expr).toBeLessThan(3 * est);
+      // on the fastest run (another process on the core only ever adds time). 4×, not less: the
+      // estimates are calibrated on a faster machine than some CI boxes (the filter ran at 1.3×
+      // its estimate on one, and its fastest run passed 3× once under a concurrent test run).
+      expect(ns[0]!, expr).toBeLessThan(4 * est);
     }
     console.log(report.join('\n'));
   });
