@@ -65,7 +65,7 @@ describe('custom-response', () => {
     expect([bad.status, bad.body.msg]).toEqual([400, expect.stringContaining('inbound[0].actions[0].config.body: ${…} does not compile')]);
   });
 
-  it("follows ngrok: status 200 by default, content as the body, ${…} in the body and header values, no content-type added", async () => {
+  it("follows ngrok: status 200 by default, content as the body, ${…} in the body and header values, a content-type inferred when none is given", async () => {
     await c.policyRoute('/cr', {
       inbound: [
         { expressions: ["req.url.path == '/cr/content'"], actions: [{ type: 'custom-response', config: { content: 'legacy ${req.method}' } }] },
@@ -73,7 +73,7 @@ describe('custom-response', () => {
       ],
     });
     const legacy = await c.request('/cr/content');
-    expect([legacy.status, legacy.body, legacy.headers['content-type']]).toEqual([200, 'legacy GET', undefined]);
+    expect([legacy.status, legacy.body, legacy.headers['content-type']]).toEqual([200, 'legacy GET', 'text/plain; charset=utf-8']);
     const r = await c.request('/cr/x', { headers: { 'user-agent': 'probe-ua', 'x-probe': 'p1' } });
     expect([r.status, r.headers['content-type'], r.headers['x-seen']]).toEqual([202, 'application/json', 'p1']);
     expect(r.json()).toEqual({ host: HOST, ua: 'probe-ua', path: '/cr/x' });

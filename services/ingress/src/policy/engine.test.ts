@@ -6,6 +6,7 @@ import { createCertificate, validateTrafficPolicy, type DpEdge } from '@warren/s
 import type { Outcome, RequestState, RouteStage } from '../pipeline/types.js';
 import { compilePolicy, trafficPolicyStage } from './index.js';
 import { CONFIG, deps, EDGE, FakeLimiter, request, route } from './testing.js';
+import { inferContentType } from './engine.js';
 
 const rl = (over: Record<string, unknown> = {}) => ({ type: 'rate-limit', config: { name: 'rl', algorithm: 'sliding_window', capacity: 2, rate: '60s', bucket_key: ['conn.client_ip'], ...over } });
 function stage(policy: unknown, limiter = new FakeLimiter()): RouteStage {
@@ -36,7 +37,7 @@ describe('trafficPolicyStage', () => {
     });
     expect(await s.onRequest!(request({ method: 'POST' }))).toMatchObject({ status: 405 });
     const r = request();
-    expect(await s.onRequest!(r)).toEqual({ status: 200, body: 'hi', headers: { 'X-B': '2' } });
+    expect(await s.onRequest!(r)).toEqual({ status: 200, body: 'hi', headers: { 'X-B': '2', 'Content-Type': 'text/plain; charset=utf-8' } });
     expect(header(r.headers, 'x-a')).toEqual(['1']);
     expect(await s.onRequest!(request({ url: '/other' }))).toMatchObject({ status: 418, body: '' });
   });
@@ -168,16 +169,38 @@ describe('trafficPolicyStage', () => {
       { expressions: ["req.path == '/bad'"], actions: [{ type: 'custom-response', config: { status_code: 418, body: 'a${req.headers["nope"][0]}b ${req.method}', headers: { 'X-Bad': '${req.headers["nope"][0]}', 'X-Ok': 'ok' } } }] },
       { actions: [{ type: 'custom-response', config: { status_code: 201, body: '{"host":"${req.host}","ua":${req.headers["User-Agent"]},"n":${size(req.headers)}}', headers: { 'Content-Type': 'application/json', 'X-Path': '${req.path}' } } }] },
     ] }), EDGE, CONFIG, reg)!;
-    expect(await s.onRequest!(request({ url: '/plain' }))).toEqual({ status: 200, headers: {}, body: 'hi' });
+    expect(await s.onRequest!(request({ url: '/plain' }))).toEqual({ status: 200, headers: { 'Content-Type': 'text/plain; charset=utf-8' }, body: 'hi' });
     expect(await s.onRequest!(request({ url: '/x' }))).toEqual({ status: 201, headers: { 'Content-Type': 'application/json', 'X-Path': '/x' }, body: '{"host":"app.example.com","ua":curl/8,"n":2}' });
     // a failing part is left empty in the body, a failing header left out; both counted
-    expect(await s.onRequest!(request({ url: '/bad' }))).toEqual({ status: 418, headers: { 'X-Ok': 'ok' }, body: 'ab GET' });
+    expect(await s.onRequest!(request({ url: '/bad' }))).toEqual({ status: 418, headers: { 'X-Ok': 'ok', 'Content-Type': 'text/plain; charset=utf-8' }, body: 'ab GET' });
     expect(await reg.registry.getSingleMetricAsString('warren_traffic_policy_expression_errors_total')).toContain('direction="inbound"} 2');
+  });
+
+  it('custom-response without a Content-Type gets one inferred (JSON, HTML and XML by their start, else plain text); a given one, in any case, is kept', async () => {
+    expect(inferContentType(' {"a": [1, 2]}')).toBe('application/json');
+    expect(inferContentType('[1, 2]')).toBe('application/json');
+    expect(inferContentType('{not json')).toBe('text/plain; charset=utf-8');
+    expect(inferContentType('<!DOCTYPE html><p>x')).toBe('text/html; charset=utf-8');
+    expect(inferContentType('\n<HTML>')).toBe('text/html; charset=utf-8');
+    expect(inferContentType('<?xml version="1.0"?><a/>')).toBe('text/xml; charset=utf-8');
+    expect(inferContentType('<b>bold')).toBe('text/html; charset=utf-8');
+    expect(inferContentType('<bogus>')).toBe('text/plain; charset=utf-8');
+    expect(inferContentType('hello ${x}')).toBe('text/plain; charset=utf-8');
+    const s = stage({ inbound: [
+      { expressions: ["req.path == '/given'"], actions: [{ type: 'custom-response', config: { status_code: 200, body: '{}', headers: { 'content-TYPE': 'text/x-custom' } } }] },
+      { expressions: ["req.path == '/empty'"], actions: [{ type: 'custom-response', config: { status_code: 200 } }] },
+      { expressions: ["req.path == '/json'"], actions: [{ type: 'custom-response', config: { status_code: 429, body: '{"error": "${req.method}"}' } }] },
+      { actions: [{ type: 'deny' }] },
+    ] });
+    expect(await s.onRequest!(request({ url: '/given' }))).toEqual({ status: 200, headers: { 'content-TYPE': 'text/x-custom' }, body: '{}' });
+    expect(await s.onRequest!(request({ url: '/empty' }))).toEqual({ status: 200, headers: {}, body: '' });
+    expect(await s.onRequest!(request({ url: '/json' }))).toEqual({ status: 429, headers: { 'Content-Type': 'application/json' }, body: '{"error": "GET"}' });
+    expect(await s.onRequest!(request({ url: '/deny' }))).toEqual({ status: 403, headers: {}, body: '' });
   });
 
   it('custom-response: a stored document whose ${…} does not compile keeps it as literal text', async () => {
     const s = stage({ inbound: [{ actions: [{ type: 'custom-response', config: { status_code: 200, body: '<script>const a = `${name}`;</script>', headers: { 'X-T': '${nope(}' } } }] }] });
-    expect(await s.onRequest!(request())).toEqual({ status: 200, headers: { 'X-T': '${nope(}' }, body: '<script>const a = `${name}`;</script>' });
+    expect(await s.onRequest!(request())).toEqual({ status: 200, headers: { 'X-T': '${nope(}', 'Content-Type': 'text/html; charset=utf-8' }, body: '<script>const a = `${name}`;</script>' });
   });
 
   it('rate-limit actions of one name (stored before that was refused) count in buckets of their own', async () => {

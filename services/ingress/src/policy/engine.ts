@@ -54,6 +54,40 @@ interface Run {
   setHeaders(h: string[]): void;
 }
 
+function hasContentType(headers: Record<string, string>): boolean {
+  for (const name in headers) if (name.length === 12 && name.toLowerCase() === 'content-type') return true;
+  return false;
+}
+
+/** HTML's opening tags that Go's `http.DetectContentType` recognises (followed by a space or `>`). */
+const HTML_START_RE = /^(?:<!doctype html|<html|<head|<script|<iframe|<h1|<div|<font|<table|<a|<style|<title|<b|<body|<br|<p|<!--)[ >]/i;
+
+/**
+ * The Content-Type of a custom-response body given none: JSON (an object or array that parses)
+ * `application/json`; HTML by Go's `http.DetectContentType` signatures (ngrok's agent and edge
+ * are Go) `text/html; charset=utf-8`; `<?xml` `text/xml; charset=utf-8`; anything else
+ * `text/plain; charset=utf-8` (the body is a string of text). Leading white space is skipped.
+ */
+export function inferContentType(body: string): string {
+  let i = 0;
+  while (i < body.length && (body.charCodeAt(i) <= 0x20)) i++;
+  const c = body.charCodeAt(i);
+  if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
+    try {
+      JSON.parse(body);
+      return 'application/json';
+    } catch {
+      return 'text/plain; charset=utf-8';
+    }
+  }
+  if (c === 0x3c /* < */) {
+    const head = body.slice(i, i + 16);
+    if (HTML_START_RE.test(head)) return 'text/html; charset=utf-8';
+    if (head.startsWith('<?xml')) return 'text/xml; charset=utf-8';
+  }
+  return 'text/plain; charset=utf-8';
+}
+
 /**
  * The `traffic_policy` stage: inbound rules on the request, outbound rules on the response head.
  * Rules run in order; a rule applies when all its expressions are true; its actions run in
@@ -353,6 +387,9 @@ export class TrafficPolicyStage implements RouteStage {
         body += part;
       }
     }
+    // custom-response without a Content-Type: infer one, as ngrok does, rather than leave the
+    // body to a browser's sniffing (a body that echoes request data could be read as HTML).
+    if (a.body !== undefined && body !== '' && a.status !== 204 && a.status !== 304 && !hasContentType(headers)) headers['Content-Type'] = inferContentType(body);
     return { status: a.status, headers, body };
   }
 
