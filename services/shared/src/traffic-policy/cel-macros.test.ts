@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import { celCompileError } from './testing.js';
 import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse } from './cel-vars.js';
-import { CelCompileError, compileExpression } from './cel.js';
+import { compileExpression } from './cel.js';
 import { inCidr, matchAddress, parseMatchCidr } from './cidr-macros.js';
 import { parseTrafficPolicy, TrafficPolicyError } from './parse.js';
 import type { PolicyDirection } from './types.js';
@@ -33,15 +34,7 @@ function activation(o: Opts = {}) {
 const run = (expr: string, o: Opts = {}, direction: PolicyDirection = 'inbound'): unknown => compileExpression(direction, expr, false)(activation(o));
 const out = (expr: string, o: Opts = {}): unknown => run(expr, o, 'outbound');
 
-function compileError(expr: string, direction: PolicyDirection = 'inbound'): string {
-  try {
-    compileExpression(direction, expr);
-  } catch (err) {
-    expect(err).toBeInstanceOf(CelCompileError);
-    return (err as Error).message;
-  }
-  throw new Error(`expected ${expr} not to compile`);
-}
+const compileError = celCompileError;
 
 describe('hasReqHeader / hasResHeader / hasQueryParam', () => {
   it('hasReqHeader: true when the header was sent (any case, even empty or repeated), false otherwise', () => {

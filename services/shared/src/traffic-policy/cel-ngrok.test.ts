@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { CelCompileError, compileExpression } from './cel.js';
+import { celCompileError } from './testing.js';
 import { parseTrafficPolicy, TrafficPolicyError } from './parse.js';
 import type { PolicyDirection } from './types.js';
 
@@ -11,15 +11,7 @@ import type { PolicyDirection } from './types.js';
  * https://ngrok.com/docs/traffic-policy/variables/ and https://ngrok.com/docs/traffic-policy/macros/.
  */
 
-function message(expr: string, direction: PolicyDirection = 'inbound'): string {
-  try {
-    compileExpression(direction, expr);
-  } catch (err) {
-    expect(err).toBeInstanceOf(CelCompileError);
-    return (err as Error).message;
-  }
-  throw new Error(`expected ${expr} not to compile`);
-}
+const message = celCompileError;
 const unsupported = (name: string) => new RegExp(`^does not compile: ngrok's ${name.replace(/[.()*]/g, '\\$&')} is not supported by Warren \\(at column \\d+\\)$`);
 
 describe("ngrok's variables Warren does not have", () => {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import { celCompileError } from './testing.js';
 import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse, MAX_CONTENT_TYPE_PARSED, MAX_REQUEST_COOKIES, normalizeAuthority } from './cel-vars.js';
-import { CelCompileError, compileExpression } from './cel.js';
+import { compileExpression } from './cel.js';
 
 /**
  * `req.url` is ngrok's "normalized full URL": the authority as the client spelled it in `Host`
@@ -115,15 +116,7 @@ const act = (r: CelRequest, conn = new CelConn('203.0.113.7', 443), res?: CelRes
 const on = (expr: string, r: CelRequest, conn?: CelConn): unknown => compileExpression('inbound', expr, false)(act(r, conn));
 const out = (expr: string, res: CelResponse): unknown => compileExpression('outbound', expr, false)(act(req(), undefined, res));
 const response = (status: number, headers: string[]) => new CelResponse({ status: () => status, headers: () => headers });
-function notCompiling(expr: string, direction: 'inbound' | 'outbound' = 'inbound'): string {
-  try {
-    compileExpression(direction, expr);
-  } catch (err) {
-    expect(err).toBeInstanceOf(CelCompileError);
-    return (err as Error).message;
-  }
-  throw new Error(`expected ${expr} not to compile`);
-}
+const notCompiling = celCompileError;
 
 describe('req.version', () => {
   it('is the HTTP version as Go writes it (HTTP/1.1), a string', () => {

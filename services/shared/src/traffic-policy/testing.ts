@@ -1,5 +1,7 @@
 import { X509Certificate } from 'node:crypto';
 import type { CelTlsSocket } from './cel-vars.js';
+import { CelCompileError, compileExpression } from './cel.js';
+import type { PolicyDirection } from './types.js';
 import { parseTrafficPolicy, TrafficPolicyError, validateTrafficPolicy } from './parse.js';
 import { MAX_CERTIFICATE_BYTES } from './x509.js';
 
@@ -195,6 +197,17 @@ export function refusal(doc: unknown, checkCost: boolean): TrafficPolicyError {
     throw err;
   }
   throw new Error('expected the document to be refused');
+}
+
+/** The message of the CelCompileError `expr` fails to compile with; throws when it compiles or fails some other way. */
+export function celCompileError(expr: string, direction: PolicyDirection = 'inbound'): string {
+  try {
+    compileExpression(direction, expr);
+  } catch (err) {
+    if (err instanceof CelCompileError) return err.message;
+    throw err;
+  }
+  throw new Error(`expected ${expr} not to compile`);
 }
 
 /** A policy of one rule (no expressions) with one action, in `dir`. */
