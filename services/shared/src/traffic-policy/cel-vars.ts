@@ -338,15 +338,62 @@ export class CelRequestTimestamps {
 }
 
 /** `tchar` (RFC 9110): the characters of an HTTP token, which a cookie name must be. */
-/** `req`. */
-export class CelRequest {
-  private h?: Map<string, string[]>;
-  private u?: CelUrl;
+/**
+ * The header and cookie lookups `req` and `res` share (the macros `get/hasReqHeader`,
+ * `get/hasResHeader`, `get/hasReqCookie`, `get/hasResCookie`): a header read from the raw pairs
+ * until the map is built, a cookie read once per name until the headers change. The CEL fields
+ * themselves stay on each class.
+ */
+abstract class CelHeaderView {
+  protected h?: Map<string, string[]>;
   private ck?: Map<string, CelCookie>;
+  /** The raw header pairs (name, value, …) as they stand. */
+  protected abstract pairs(): readonly string[];
+  /** The cookie `name` as this side reads it (`requestCookie` / `responseCookie`). */
+  protected abstract readCookie(name: string): CelCookie;
+  protected headersMap(): Map<string, string[]> {
+    return (this.h ??= headerMap(this.pairs()));
+  }
+  /** Values of one header, case-insensitive; `[]` when absent (for `get*Header`, bucket keys). */
+  header(name: string): string[] {
+    const lower = name.toLowerCase();
+    return this.h ? (this.h.get(lower) ?? []) : headerValues(this.pairs(), lower);
+  }
+  /** Whether the header is there, case-insensitive (`has*Header`). */
+  hasHeader(name: string): boolean {
+    const lower = name.toLowerCase();
+    return this.h ? this.h.has(lower) : hasHeaderIn(this.pairs(), lower);
+  }
+  /** The cookie `name` (`get*Cookie`, `has*Cookie`; `cookie-vars.ts`), `CEL_NO_COOKIE` when none. */
+  cookie(name: string): CelCookie {
+    const ck = (this.ck ??= new Map());
+    let c = ck.get(name);
+    if (!c) ck.set(name, (c = this.readCookie(name)));
+    return c;
+  }
+  /** Call after editing the headers so later expressions see the edit. */
+  headersChanged(): void {
+    this.h = undefined;
+    this.ck = undefined;
+  }
+}
+
+/** `req`. */
+export class CelRequest extends CelHeaderView {
+  private u?: CelUrl;
   private cks?: Map<string, CelCookie[]>;
   private ct?: CelContentType;
   private t?: CelRequestTimestamps;
-  constructor(private readonly init: CelRequestInit) {}
+  constructor(private readonly init: CelRequestInit) {
+    super();
+  }
+  protected pairs(): readonly string[] {
+    return this.init.headers();
+  }
+  /** The first cookie of that name the request sent. */
+  protected readCookie(name: string): CelCookie {
+    return requestCookie(this.header('cookie'), name);
+  }
   get method(): string {
     return this.init.method;
   }
@@ -394,35 +441,13 @@ export class CelRequest {
     return (this.t ??= new CelRequestTimestamps(this.init.receivedAt));
   }
   get headers(): Map<string, string[]> {
-    return (this.h ??= headerMap(this.init.headers()));
+    return this.headersMap();
   }
   get user_agent(): string {
     return this.headers.get('user-agent')?.[0] ?? '';
   }
-  /** Values of one header, case-insensitive; `[]` when absent (for `getReqHeader`, bucket keys). */
-  header(name: string): string[] {
-    const lower = name.toLowerCase();
-    return this.h ? (this.h.get(lower) ?? []) : headerValues(this.init.headers(), lower);
-  }
-  /** Whether the request has the header, case-insensitive (`hasReqHeader`). */
-  hasHeader(name: string): boolean {
-    const lower = name.toLowerCase();
-    return this.h ? this.h.has(lower) : hasHeaderIn(this.init.headers(), lower);
-  }
-  /**
-   * The first cookie `name` the request sent (`getReqCookie`, `hasReqCookie`; `cookie-vars.ts`),
-   * `CEL_NO_COOKIE` when none; each name is looked up once per request (until a header edit).
-   */
-  cookie(name: string): CelCookie {
-    const ck = (this.ck ??= new Map());
-    let c = ck.get(name);
-    if (!c) ck.set(name, (c = requestCookie(this.header('cookie'), name)));
-    return c;
-  }
-  /** Call after editing the request headers so later expressions see the edit. */
-  headersChanged(): void {
-    this.h = undefined;
-    this.ck = undefined;
+  override headersChanged(): void {
+    super.headersChanged();
     this.cks = undefined;
     this.ct = undefined;
   }
@@ -722,11 +747,18 @@ export interface CelResponseInit {
 }
 
 /** `res` (outbound rules only). */
-export class CelResponse {
-  private h?: Map<string, string[]>;
-  private ck?: Map<string, CelCookie>;
+export class CelResponse extends CelHeaderView {
   private ct?: CelContentType;
-  constructor(private readonly init: CelResponseInit) {}
+  constructor(private readonly init: CelResponseInit) {
+    super();
+  }
+  protected pairs(): readonly string[] {
+    return this.init.headers();
+  }
+  /** The response's cookie of that name (the longest path of several). */
+  protected readCookie(name: string): CelCookie {
+    return responseCookie(this.header('set-cookie'), name);
+  }
   get status_code(): bigint {
     return BigInt(this.init.status());
   }
@@ -745,30 +777,10 @@ export class CelResponse {
     return (this.ct = v === undefined ? NO_CONTENT_TYPE : new CelContentType(v));
   }
   get headers(): Map<string, string[]> {
-    return (this.h ??= headerMap(this.init.headers()));
+    return this.headersMap();
   }
-  header(name: string): string[] {
-    const lower = name.toLowerCase();
-    return this.h ? (this.h.get(lower) ?? []) : headerValues(this.init.headers(), lower);
-  }
-  /** Whether the response has the header, case-insensitive (`hasResHeader`). */
-  hasHeader(name: string): boolean {
-    const lower = name.toLowerCase();
-    return this.h ? this.h.has(lower) : hasHeaderIn(this.init.headers(), lower);
-  }
-  /**
-   * The response's cookie `name` (`getResCookie`, `hasResCookie`; the longest path of several),
-   * `CEL_NO_COOKIE` when none; each name is read once per response (until a header edit).
-   */
-  cookie(name: string): CelCookie {
-    const ck = (this.ck ??= new Map());
-    let c = ck.get(name);
-    if (!c) ck.set(name, (c = responseCookie(this.header('set-cookie'), name)));
-    return c;
-  }
-  headersChanged(): void {
-    this.h = undefined;
-    this.ck = undefined;
+  override headersChanged(): void {
+    super.headersChanged();
     this.ct = undefined;
   }
 }
