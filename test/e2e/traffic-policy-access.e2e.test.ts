@@ -90,7 +90,28 @@ describe('restrict-ips on live traffic', () => {
     expect(await refused(head('{deny: ["10.0.0.0/8", "::1"]}'))).toMatch(/^traffic_policy\.value: inbound\[0\]\.actions\[0\]\.config\.deny\[1\]: "::1" has no prefix length/);
     expect(await refused(head('{allow: []}'))).toContain('inbound[0].actions[0].config.allow: must have at least one CIDR');
     expect(await refused(head('{ip_policies: [ipp_123]}'))).toContain('inbound[0].actions[0].config.ip_policies[0]: "ipp_123" is not an IP policy id');
-    expect(await refused(`outbound:\n  - actions:\n      - type: restrict-ips\n        config: {deny: ["10.0.0.0/8"]}\n`)).toContain('outbound[0].actions[0].type: restrict-ips can only be used in inbound rules');
+    expect(await refused(`outbound:\n  - actions:\n      - type: basic-auth\n        config: {credentials: ["user:password1"]}\n`)).toContain('outbound[0].actions[0].type: basic-auth can only be used in inbound rules');
+  });
+
+  it('in the response phase (ngrok: on_http_response) replaces the upstream response with the 403, and records its result', async () => {
+    await route('/outips', `on_http_response:
+  - expressions: ["res.status_code == 200"]
+    actions:
+      - type: restrict-ips
+        config: {deny: ["::1/128"]}
+      - type: add-headers
+        config: {headers: {x-ips: "\${actions.ngrok.restrict_ips.action}"}}
+`);
+    const v4 = await request('/outips/x');
+    expect(v4.status, v4.raw.toString()).toBe(200);
+    expect(v4.headers['x-ips']).toBe('allow');
+    const v6 = await request('/outips/x', { from: '::1' });
+    expect(v6.status).toBe(403);
+    expect(v6.headers['warren-error-code']).toBe('ERR_WARREN_7120');
+    expect(v6.headers['x-ips']).toBeUndefined();
+    // The error page, not the upstream's body (its echo of the request).
+    expect(v6.json()).toMatchObject({ error_code: 'ERR_WARREN_7120', status_code: 403 });
+    expect(v6.json().headers).toBeUndefined();
   });
 });
 

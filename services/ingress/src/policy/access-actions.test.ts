@@ -187,6 +187,17 @@ describe('restrict-ips with ip_policies', () => {
     expect(await decision(s, '10.0.0.1')).toEqual([403, 'deny', '']);
   });
 
+  it('in the response phase: the policies resolve there too, and a refusal replaces the response', async () => {
+    const s = stage({ outbound: [{ actions: [{ type: 'restrict-ips', config: { ip_policies: [BLOCKED] } }] }] }, config());
+    const respond = async (ip: string) => {
+      const r = request({ ip });
+      const out = (await s.onResponse!(r, { status: 200, headers: ['content-type', 'text/plain'] })) as Exclude<Outcome, null> | null;
+      return [out?.status ?? 200, (r.vars.actions as { ngrok: { restrict_ips: { action: string } } }).ngrok.restrict_ips.action];
+    };
+    expect(await respond('198.51.100.9')).toEqual([403, 'deny']);
+    expect(await respond('203.0.113.7')).toEqual([200, 'allow']);
+  });
+
   it('with only deny rules everyone else passes; a policy with no rules adds nothing', async () => {
     const denyOnly = withPolicies(config(), { ip_policies: [BLOCKED] });
     expect(await decision(denyOnly, '198.51.100.77')).toEqual([403, 'deny', '198.51.100.0/24']);

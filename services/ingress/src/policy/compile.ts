@@ -181,5 +181,5 @@ function compileRules(rules: PolicyRule[], routeId: string, direction: PolicyDir
  * does not compile, and an Error if a restrict-ips IP policy is not found by `ipPolicyRules`.
  */
 export function compilePolicy(policy: TrafficPolicy, routeId: string, ipPolicyRules?: IpPolicyRules): CompiledPolicy {
-  return { inbound: compileRules(policy.inbound, routeId, 'inbound', ipPolicyRules), outbound: compileRules(policy.outbound, routeId, 'outbound') };
+  return { inbound: compileRules(policy.inbound, routeId, 'inbound', ipPolicyRules), outbound: compileRules(policy.outbound, routeId, 'outbound', ipPolicyRules) };
 }

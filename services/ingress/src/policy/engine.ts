@@ -188,7 +188,8 @@ export class TrafficPolicyStage implements RouteStage {
             break;
           }
           case 'restrict-ips': {
-            // Inbound only (validated): `run.act.s` is the request.
+            // Either phase: the client's address is the request's. In the response phase a refusal
+            // replaces the upstream's response (its body is dropped), as a custom-response there does.
             const out = restrictIps(a, run.act.s);
             if (out) return out;
             break;

@@ -61,7 +61,6 @@ inbound:
     [rip({ allow: ['::/0'], colour: 'red' }), `${P}.colour`, 'unknown field "colour"; supported: enforce, allow, deny, ip_policies'],
     [one({ type: 'restrict-ips' }), 'inbound[0].actions[0].config', 'is required'],
     [rip(['10.0.0.0/8']), P, 'config must be a mapping, got list'],
-    [one({ type: 'restrict-ips', config: { allow: ['::/0'] } }, 'outbound'), 'outbound[0].actions[0].type', 'restrict-ips can only be used in inbound rules'],
   ])('refuses %j at %s', (doc, path, msg) => {
     const e = fails(doc);
     expect(e.path).toBe(path);
@@ -92,6 +91,26 @@ inbound:
     // policy" 400 quotes them).
     const ngrok = parseTrafficPolicy(`on_http_request:\n  - actions:\n      - type: restrict-ips\n        config: {ip_policies: [${IPP_A}]}\n`);
     expect(restrictIpsPolicyRefs(ngrok)).toEqual([{ path: 'on_http_request[0].actions[0].config.ip_policies[0]', id: IPP_A }]);
+  });
+
+  it('is allowed in the response phase too (ngrok: on_http_request, on_http_response), whose IP policies count as references', () => {
+    const p = parseTrafficPolicy(`
+on_http_request:
+  - actions:
+      - type: restrict-ips
+        config: {ip_policies: [${IPP_A}]}
+on_http_response:
+  - actions:
+      - type: restrict-ips
+        config: {allow: [10.0.0.0/8], ip_policies: [${IPP_B}]}
+`);
+    expect(p.outbound[0]!.actions[0]).toEqual({ type: 'restrict-ips', config: { enforce: true, allow: ['10.0.0.0/8'], deny: [], ip_policies: [IPP_B] } });
+    expect(restrictIpsPolicyRefs(p)).toEqual([
+      { path: 'on_http_request[0].actions[0].config.ip_policies[0]', id: IPP_A },
+      { path: 'on_http_response[0].actions[0].config.ip_policies[0]', id: IPP_B },
+    ]);
+    // basic-auth stays request-only, as in ngrok.
+    expect(fails(one({ type: 'basic-auth', config: { credentials: ['user:password1'] } }, 'outbound')).message).toContain('basic-auth can only be used in inbound rules');
   });
 
   it('bounds the IP policies of an action, and charges each at its rule limit', () => {

@@ -60,13 +60,15 @@ export function restrictIpsMaxCidrs(c: RestrictIpsAction['config']): number {
  */
 export function restrictIpsPolicyRefs(policy: TrafficPolicy): { path: string; id: string }[] {
   const refs: { path: string; id: string }[] = [];
-  const phase = phaseKey(policy, 'inbound');
-  policy.inbound.forEach((rule, i) =>
-    rule.actions.forEach((a, j) => {
-      if (a.type !== 'restrict-ips') return;
-      a.config.ip_policies.forEach((id, k) => refs.push({ path: `${phase}[${i}].actions[${j}].config.ip_policies[${k}]`, id }));
-    }),
-  );
+  for (const dir of ['inbound', 'outbound'] as const) {
+    const phase = phaseKey(policy, dir);
+    policy[dir].forEach((rule, i) =>
+      rule.actions.forEach((a, j) => {
+        if (a.type !== 'restrict-ips') return;
+        a.config.ip_policies.forEach((id, k) => refs.push({ path: `${phase}[${i}].actions[${j}].config.ip_policies[${k}]`, id }));
+      }),
+    );
+  }
   return refs;
 }
 
@@ -154,8 +156,7 @@ function parseIpPolicyIds(v: unknown, path: string): string[] {
  * a prefix length and no host bits set, as for IP policy rules), `ip_policies` (IP policy ids,
  * whose allow and deny rules add to `allow` and `deny`). At least one CIDR or IP policy in all.
  */
-export function parseRestrictIpsConfig(raw: unknown, path: string, direction: PolicyDirection): RestrictIpsAction['config'] {
-  inboundOnly('restrict-ips', path, direction);
+export function parseRestrictIpsConfig(raw: unknown, path: string): RestrictIpsAction['config'] {
   const c = expectObj(raw, path, 'config');
   noUnknownKeys(c, path, ['enforce', 'allow', 'deny', 'ip_policies']);
   const enforce = parseEnforce(c.enforce, at(path, 'enforce'));

@@ -412,7 +412,7 @@ function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: strin
       return { type, config: { headers } };
     }
     case 'restrict-ips': {
-      const config = parseRestrictIpsConfig(raw, path, direction);
+      const config = parseRestrictIpsConfig(raw, path);
       const n = restrictIpsMaxCidrs(config);
       const ipp = config.ip_policies.length > 0 ? ` (${config.ip_policies.length} IP polic${config.ip_policies.length === 1 ? 'y' : 'ies'} counted at their limit of ${IP_POLICY_MAX_RULES} rules)` : '';
       g.work.push({ path, what: `restrict-ips: checking the client address against ${ipp ? 'up to ' : ''}${n} CIDR${n === 1 ? '' : 's'}${ipp} is`, cost: () => restrictIpsCost(config) });

@@ -69,7 +69,7 @@ export interface RemoveHeadersAction {
 }
 
 /**
- * `restrict-ips` (inbound only): admits the client address (`conn.client_ip`) when it is in no
+ * `restrict-ips` (either phase, as in ngrok): admits the client address (`conn.client_ip`) when it is in no
  * `deny` CIDR and, if there is any `allow` CIDR, in one of them; otherwise 403 unless `enforce` is
  * false. CIDRs are canonical (`parseCidr`). `ip_policies` are IP policy ids (`ipp_…`) of the
  * route's account whose rules add to `allow` and `deny` (resolved by the ingress from its config).
