@@ -24,10 +24,27 @@ describe('the activation of a request', () => {
       expect(act.req.url.toString(), h).toBe('https://admin.example.com/panel?x=1');
       expect([act.req.url.authority, act.req.url.host, act.req.host], h).toEqual(['admin.example.com', 'admin.example.com', 'admin.example.com']);
     }
-    // A port that is not the scheme's default stays (as ngrok shows an explicit port); conn.server_port is unchanged.
+    // A port the edge serves stays (as ngrok shows an explicit port), and is conn.server_port.
+    const app = new Activation(request({ host: 'app.example.com', url: '/x', headers: ['Host', 'App.example.com:8443'] }), null);
+    expect([app.req.url.toString(), app.req.url.port, app.conn.server_port]).toEqual(['https://app.example.com:8443/x', 8443n, 8443n]);
+    // One the client made up (routing falls back to the edge's :443) does not: req.url and
+    // conn.server_port show the port served; req.url.raw keeps what was sent.
     const act = new Activation(admin('Admin.example.com:8443'), null);
-    expect(act.req.url.toString()).toBe('https://admin.example.com:8443/panel?x=1');
-    expect(act.conn.server_port).toBe(8443n);
+    expect(act.req.url.toString()).toBe('https://admin.example.com/panel?x=1');
+    expect(act.conn.server_port).toBe(443n);
+    expect(act.req.url.raw).toBe('https://Admin.example.com:8443/panel?x=1');
+  });
+
+  it('a port the client made up in Host passes no deny on req.url or conn.server_port', async () => {
+    const s = stage({
+      inbound: [
+        { expressions: ["req.url.startsWith('https://admin.example.com/')"], actions: [{ type: 'deny', config: { status_code: 403 } }] },
+        { expressions: ['conn.server_port == 443'], actions: [{ type: 'deny', config: { status_code: 401 } }] },
+      ],
+    });
+    for (const port of ['8443', '9999', '1']) expect(await s.onRequest!(admin(`admin.example.com:${port}`)), port).toMatchObject({ status: 403 });
+    expect(await s.onRequest!(request({ host: 'app.example.com', headers: ['Host', 'app.example.com:9999'] }))).toMatchObject({ status: 401 });
+    expect(await s.onRequest!(request({ host: 'app.example.com', headers: ['Host', 'app.example.com:8443'] }))).toBeNull();
   });
 
   it('a deny on req.url.startsWith(…) cannot be passed by the spelling of Host', async () => {

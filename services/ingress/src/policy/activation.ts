@@ -31,7 +31,7 @@ export class Activation {
     // when read, once per request (`geo.ts`). `conn.client_port` and `conn.server_ip` read the
     // socket when read.
     const s = this.s;
-    return (this.connView ??= new CelConn(s.clientIp, serverPort(s), tlsSocket(s), s.edge.mutualTls?.enabled === true, geoLookupOf(s), s.req.socket ?? null));
+    return (this.connView ??= new CelConn(s.clientIp, servedPort(s), tlsSocket(s), s.edge.mutualTls?.enabled === true, geoLookupOf(s), s.req.socket ?? null));
   }
 
   get res(): CelResponse | undefined {
@@ -83,14 +83,16 @@ function requestView(s: RequestState): CelRequest {
   const target = s.target;
   const url = target ?? s.req.url ?? '/';
   const q = url.indexOf('?');
-  // `Host` as sent: `req.url` shows it normalised (lower-case, no trailing dot, no default port;
-  // `normalizeAuthority`), so its spelling cannot pass a rule on `req.url`. Done only if read.
+  // `Host` as sent, for `req.url.raw`. `req.url` shows the host as routed and the port as served
+  // (`servedAuthority`, computed only if read), so neither the spelling of Host nor a port the
+  // client made up can pass a rule on `req.url`.
   const authority = s.req.headers.host ?? s.host;
   return new CelRequest({
     method: s.req.method ?? 'GET',
     scheme: s.scheme,
     host: s.host,
     authority,
+    servedAuthority: () => servedAuthority(s),
     path: target === undefined ? s.path : q >= 0 ? target.slice(0, q) : target,
     rawQuery: q >= 0 ? url.slice(q + 1) : '',
     headers: () => s.headers,
@@ -110,13 +112,26 @@ function tlsSocket(s: RequestState): CelTlsSocket | null {
   return socket && typeof socket.getProtocol === 'function' && typeof socket.getPeerX509Certificate === 'function' ? (socket as TLSSocket) : null;
 }
 
-/** The port the client addressed: the Host header's, else the scheme's default. */
-function serverPort(s: RequestState): number {
+/**
+ * The port the request was served on (`conn.server_port`, and the port `req.url` shows): the
+ * Host header's port when the edge has that very hostport, else the scheme's default. Routing
+ * falls back from `host:<any port>` to the edge's `host:443`, so a port the client made up
+ * (`Host: admin.example.com:8443`) must not reach a rule as if the edge served it: a deny on
+ * `req.url.startsWith('https://admin.example.com/')` or on `conn.server_port` would be passed by it.
+ */
+function servedPort(s: RequestState): number {
+  const def = s.scheme === 'https' ? 443 : 80;
   const host = s.req.headers.host ?? '';
   const colon = host.lastIndexOf(':');
-  if (colon > 0 && colon > host.lastIndexOf(']')) {
-    const p = Number(host.slice(colon + 1));
-    if (Number.isInteger(p) && p > 0 && p < 65536) return p;
-  }
-  return s.scheme === 'https' ? 443 : 80;
+  if (colon <= 0 || colon < host.lastIndexOf(']')) return def;
+  const p = Number(host.slice(colon + 1));
+  if (!Number.isInteger(p) || p <= 0 || p >= 65536 || p === def) return def;
+  return s.edge.hostports?.includes(`${s.host}:${p}`) ? p : def;
+}
+
+/** `host[:port]` as served ({@link servedPort}), for `req.url`; an IPv6 literal in brackets. */
+function servedAuthority(s: RequestState): string {
+  const host = s.host.includes(':') && !s.host.startsWith('[') ? `[${s.host}]` : s.host;
+  const port = servedPort(s);
+  return port === (s.scheme === 'https' ? 443 : 80) ? host : `${host}:${port}`;
 }

@@ -28,7 +28,8 @@ export function route(value: unknown, enabled = true): DpRoute {
   return { id: 'rt_1', accountId: 'ac_1', edgeId: 'edghts_1', matchType: 'path_prefix', match: '/', modules: {}, backendId: null, ipPolicyIds: [], trafficPolicy: { enabled, value } } as DpRoute;
 }
 
-export const EDGE = { id: 'edghts_1' } as DpEdge;
+/** app.example.com is also served on 8443; admin.example.com on 443 only. */
+export const EDGE = { id: 'edghts_1', hostports: ['app.example.com:443', 'app.example.com:8443', 'admin.example.com:443'] } as DpEdge;
 export const CONFIG = {} as DataPlaneConfig;
 
 export function request(o: { method?: string; url?: string; host?: string; ip?: string; headers?: string[] } = {}): RequestState {

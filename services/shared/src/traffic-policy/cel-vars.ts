@@ -212,6 +212,12 @@ export interface CelRequestInit {
    * normalised (`normalizeAuthority`), when it is read.
    */
   authority: string;
+  /**
+   * The authority `req.url` shows, computed when it is first read: the ingress gives the host as
+   * routed and the port the edge served (not one the client made up); without it, `authority`
+   * normalised (`normalizeAuthority`).
+   */
+  servedAuthority?: () => string;
   path: string;
   /** The query without `?`, `""` when none. */
   rawQuery: string;
@@ -408,7 +414,7 @@ export class CelRequest extends CelHeaderView {
   }
   get url(): CelUrl {
     const i = this.init;
-    return (this.u ??= new CelUrl(i.scheme, normalizeAuthority(i.scheme, i.authority), i.path, i.rawQuery, i.authority, i.rawTarget));
+    return (this.u ??= new CelUrl(i.scheme, i.servedAuthority ? i.servedAuthority() : normalizeAuthority(i.scheme, i.authority), i.path, i.rawQuery, i.authority, i.rawTarget));
   }
   /** `HTTP/1.1`, `HTTP/1.0` (Go's `Proto`); `""` when the request is not known. */
   get version(): string {
