@@ -260,7 +260,7 @@ async function main(): Promise<void> {
     pin(cp.pid, 0);
     if (process.env.BENCH_HOLD === '1') {
       // Profiling aid: keep the set-up running (pinned as for the cases) until SIGINT or SIGTERM.
-      log(`holding: ingress A pid ${a.pid} http ${a.http} (hosts ${HOST}, ${RL_HOST}); agent pid ${agent.pid}; nginx proxy ${proxy.port}; upstream ${upstream.port}; redis ${redisCliArgs.join(' ')}`);
+      log(`holding: ingress A pid ${a.pid} http ${a.http} (hosts ${HOST}, ${RL_HOST}); agent pid ${agent.pid}; nginx proxy ${proxy.port}, with limit_req ${limited.port}; bare Node proxy ${bareProxyPort}; upstream ${upstream.port}; redis ${redisCliArgs.join(' ')}`);
       await new Promise<void>((resolve) => {
         // `on`, not `once`: tsx relays the signal to this process, and `pkill -f proxy-bench`
         // sends it again; a second signal without a handler would kill the process before the

@@ -157,7 +157,8 @@ describe('account rate limit across replicas (shared through Postgres)', () => {
       const t0 = performance.now();
       for (let i = 0; i < 5; i++) expect(attempt(a, 'x')).toBe(0);
       expect(attempt(a, 'x')).toBeGreaterThan(0);
-      expect(performance.now() - t0).toBeLessThan(50);
+      // Well under the 300 ms a sync may wait (a loaded CI box can stall any process for tens of ms).
+      expect(performance.now() - t0).toBeLessThan(200);
       const s0 = performance.now();
       await a.sync();
       expect(performance.now() - s0).toBeLessThan(2_000);

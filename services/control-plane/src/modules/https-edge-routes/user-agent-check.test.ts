@@ -68,9 +68,8 @@ describe('user_agent_filter cost check', () => {
     expect(expected.map((p) => p.list)).toEqual(['allow']);
     expect(await c.problems('ac_1', h.allow, h.deny)).toEqual(expected);
     expect(c.stats()).toMatchObject({ runs: 1, cacheHits: 0, workers: 1 });
-    const t0 = performance.now();
     expect(await c.problems('ac_1', h.allow, h.deny)).toEqual(expected);
-    expect(performance.now() - t0).toBeLessThan(50);
+    // The counters prove the cache answered (no second run); no wall-clock bound, which a loaded CI box can overrun.
     expect(c.stats()).toMatchObject({ runs: 1, cacheHits: 1 });
     // Another account's verdict is its own (a cached answer would tell it, by its speed, that
     // someone had saved the same lists).
