@@ -145,6 +145,34 @@ describe('response-body-find-replace on live traffic', () => {
     expect(big.body).toBe(BIG);
   });
 
+  it("the README's recipe for a redaction that must not leak: what the action could not rewrite is refused instead", async () => {
+    await route('/sure', `
+on_http_request:
+  - actions:
+      - type: remove-headers
+        config: {headers: [accept-encoding]}
+on_http_response:
+  - expressions: ["res.content_length < 0 || res.content_length > 4096 || hasResHeader('Content-Encoding')"]
+    actions:
+      - type: deny
+        config: {status_code: 502}
+  - actions:
+      - type: response-body-find-replace
+        config:
+          replacements:
+            - {from: "api_key=([A-Za-z0-9]+)", to: "api_key=REDACTED"}
+            - {from: '\\d{3}-\\d{2}-\\d{4}', to: XXX-XX-XXXX}
+`);
+    const ok = await request('/sure/length', { headers: { 'accept-encoding': 'gzip' } });
+    expect([ok.status, ok.body]).toEqual([200, REDACTED]);
+    // Over the bound, of unknown length (chunked) or encoded anyway: refused, never passed on unredacted.
+    for (const p of ['/sure/big', '/sure/chunked', '/sure/pregz']) {
+      const r = await request(p);
+      expect(r.status, p).toBe(502);
+      expect(r.body, p).not.toContain('SECRET');
+    }
+  });
+
   it('refuses a bad pattern or a policy over the cost bound when saved, naming the field', async () => {
     const r1 = await c.tryPolicy({ outbound: [{ actions: [{ type: 'response-body-find-replace', config: { replacements: [{ from: 'a', to: 'b' }, { from: '(?<=x)y' }] } }] }] });
     expect([r1.status, r1.body.error_code]).toEqual([400, 'ERR_WARREN_6900']);
