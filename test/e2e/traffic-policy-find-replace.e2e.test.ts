@@ -1,7 +1,9 @@
-import type http from 'node:http';
+import http from 'node:http';
 import zlib from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPolicyCluster, type PolicyCluster, type PolicyRequestOptions } from '../support/policy-cluster.js';
+import { waitFor } from '../support/cluster.js';
+import { metricValue } from '../support/events.js';
 
 /**
  * The traffic-policy actions `request-body-find-replace` and `response-body-find-replace` on live
@@ -25,6 +27,21 @@ const PAGE_REDACTED = PAGE.replace('api_key=SECRET', 'api_key=REDACTED');
 const LITERAL = [{ from: 'api_key=SECRET', to: 'api_key=REDACTED' }];
 
 const request = (p: string, opts?: PolicyRequestOptions) => c.request(p, opts);
+/** A GET whose response may break off: 'cut' when it does (after its head or before), 'complete' when it ends, 'hung' after 5 s of neither. */
+const cutShort = (p: string) =>
+  new Promise<'cut' | 'complete' | 'hung'>((resolve) => {
+    const req = http.get({ host: '127.0.0.1', port: c.a.http, path: p, agent: false, headers: { host: HOST, 'accept-encoding': 'gzip' } }, (res) => {
+      res.on('data', () => {});
+      res.on('end', () => resolve(res.complete ? 'complete' : 'cut'));
+      res.on('error', () => resolve('cut'));
+      res.on('aborted', () => resolve('cut'));
+    });
+    req.on('error', () => resolve('cut'));
+    req.setTimeout(5_000, () => {
+      resolve('hung');
+      req.destroy();
+    });
+  });
 const route = (match: string, policy: unknown, modules: Record<string, unknown> = {}): Promise<string> => c.policyRoute(match, policy, modules);
 const REPLACEMENTS = [
   { from: 'api_key=([A-Za-z0-9]+)', to: 'api_key=REDACTED' },
@@ -56,6 +73,11 @@ const upstream: http.RequestListener = (req, res) => {
     } else if (path.endsWith('/page')) {
       res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'content-length': Buffer.byteLength(PAGE) });
       res.end(PAGE);
+    } else if (path.endsWith('/abort')) {
+      // A head and part of the body, then the connection breaks.
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.write('api_key=SECRET '.repeat(100));
+      setTimeout(() => res.socket?.destroy(), 100);
     } else if (path.endsWith('/big')) {
       res.writeHead(200, { 'content-type': 'text/plain' });
       res.end(BIG);
@@ -107,12 +129,39 @@ describe('request-body-find-replace on live traffic', () => {
 });
 
 describe('response-body-find-replace on live traffic', () => {
-  it('rewrites a response with a Content-Length and a chunked one; sent chunked, ETag weakened', async () => {
+  it('rewrites a response with a Content-Length and a chunked one; sent with the new Content-Length (as ngrok), ETag weakened', async () => {
     await route('/res', { outbound: [{ actions: [{ type: 'response-body-find-replace', config: { replacements: REPLACEMENTS } }] }] });
     for (const p of ['/res/length', '/res/chunked']) {
       const r = await request(p);
-      expect([r.status, r.body, r.headers['content-length'], r.headers['transfer-encoding'], r.headers.etag]).toEqual([200, REDACTED, undefined, 'chunked', 'W/"doc-1"']);
+      expect([r.status, r.body, r.headers['content-length'], r.headers['transfer-encoding'], r.headers.etag]).toEqual([200, REDACTED, String(Buffer.byteLength(REDACTED)), undefined, 'W/"doc-1"']);
     }
+    // One it could not rewrite (over the regex bound) goes out as it comes: chunked.
+    const big = await request('/res/big');
+    expect([big.body === BIG, big.headers['content-length'], big.headers['transfer-encoding']]).toEqual([true, undefined, 'chunked']);
+  });
+
+  it('an upstream breaking off mid-body cuts that response only, on any route with response stages (it used to end the ingress process)', async () => {
+    await route('/ab-hdr', { outbound: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-seen': '1' } } }] }] });
+    await route('/ab-gz', {}, { compression: { enabled: true } });
+    await route('/ab-cb', {}, { circuit_breaker: { tripped_duration: 10, rolling_window: 10, num_buckets: 10, volume_threshold: 100, error_threshold_percentage: 0.5 } });
+    for (const p of ['/ab-hdr', '/ab-gz', '/ab-cb']) {
+      for (let i = 0; i < 2; i++) expect(await cutShort(`${p}/abort`), p).toBe('cut');
+      // The node is still up and serving.
+      expect((await request(`${p}/length`)).status, p).toBe(200);
+    }
+  });
+
+  it('gives back what it held when the upstream breaks off mid-body (the process-wide hold returns to 0)', async () => {
+    const held = async () => metricValue(await (await fetch(`${c.a.internalUrl}/metrics`)).text(), 'warren_traffic_policy_find_replace_held_bytes');
+    await route('/brk', { outbound: [{ actions: [{ type: 'response-body-find-replace', config: { replacements: LITERAL } }] }] });
+    for (let i = 0; i < 3; i++) {
+      const r = await request('/brk/abort').then(
+        (x) => x.status,
+        (err: Error) => err.message,
+      );
+      expect(r).not.toBe(200);
+    }
+    await waitFor('the held bytes given back', async () => (await held()) === 0, 5_000);
   });
 
   it('replaces before compress-response compresses, and rewrites an upstream-gzipped body keeping its coding', async () => {
@@ -131,7 +180,7 @@ describe('response-body-find-replace on live traffic', () => {
   it('a literal replacement rewrites a 200 KiB HTML page, also gzipped by compress-response', async () => {
     await route('/page', { outbound: [{ actions: [{ type: 'response-body-find-replace', config: { replacements: LITERAL } }, { type: 'compress-response' }] }] });
     const r = await request('/page/page');
-    expect([r.status, r.headers['content-length'], r.body.length]).toEqual([200, undefined, PAGE_REDACTED.length]);
+    expect([r.status, r.headers['content-length'], r.body.length]).toEqual([200, String(PAGE_REDACTED.length), PAGE_REDACTED.length]);
     expect(r.body === PAGE_REDACTED).toBe(true);
     const gz = await request('/page/page', { headers: { 'accept-encoding': 'gzip' } });
     expect(zlib.gunzipSync(gz.raw).toString() === PAGE_REDACTED).toBe(true);

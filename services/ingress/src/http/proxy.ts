@@ -8,7 +8,7 @@ import type { LocalTunnel, ProxyHeaderInit, TunnelStream } from '../agents/serve
 import type { TunnelRegistry, TunnelTarget } from '../tunnels/registry.js';
 import { sendError, sendUpgradeError } from './error-page.js';
 import { isOutcome, type RoutePipeline } from '../pipeline/runner.js';
-import type { RequestState } from '../pipeline/types.js';
+import { decidesLength, type RequestState } from '../pipeline/types.js';
 import { answerBody, answerHeaders, type Answer } from './answer.js';
 
 /** A route's pipeline and the request's state, for the response stages and the result. */
@@ -761,10 +761,20 @@ function deliver(req: http.IncomingMessage, res: http.ServerResponse, status: nu
     if (res.headersSent || res.destroyed) res.destroy();
     else sendError(req, res, 7004, `the response head cannot be sent: ${err.message}`);
   };
+  // A body that breaks off (the upstream went away mid-response: TunnelExchange.onError destroys
+  // it with the error) cuts the response. `pipe` does not listen for a source's errors, and
+  // without a listener the 'error' would end the whole process.
+  body.on('error', () => res.destroy());
   hooks.pipeline
     .onResponse(hooks.state, status, headers)
     .then(
       (d) => {
+        if (res.destroyed) {
+          // Gone meanwhile (the client, or the upstream's body): nothing to send.
+          if (d && !isOutcome(d)) for (const t of d.transforms) t.destroy();
+          body.destroy();
+          return;
+        }
         if (isOutcome(d)) {
           // A response stage's own answer (outbound deny / custom-response / redirect): final, sent as it is.
           body.resume();
@@ -774,15 +784,42 @@ function deliver(req: http.IncomingMessage, res: http.ServerResponse, status: nu
           return;
         }
         const decision = d!;
-        const err = writeHeadSafely(res, decision.status, decision.status === status ? statusMessage || undefined : undefined, decision.headers);
+        const reason = decision.status === status ? statusMessage || undefined : undefined;
+        const piped = (): Readable => {
+          let out: Readable = body;
+          for (const t of decision.transforms) out = out.pipe(t);
+          out.on('error', () => res.destroy());
+          // `pipe` passes neither a broken upstream body nor a client gone on to the transforms:
+          // once the response is over, each is destroyed, so what one holds (a find-replace's
+          // bytes, counted process-wide) is given back however it ended.
+          res.once('close', () => {
+            for (const t of decision.transforms) if (!t.destroyed) t.destroy();
+          });
+          return out;
+        };
+        const last = decision.transforms.at(-1);
+        if (last && decidesLength(last)) {
+          // It holds the body anyway (response-body-find-replace): the head waits for it, and
+          // carries the new Content-Length when the body was taken whole (chunked otherwise).
+          const out = piped();
+          void last.finalLength.then((length) => {
+            if (res.destroyed) return void out.destroy();
+            const headers = length === null ? decision.headers : [...decision.headers, 'content-length', String(length)];
+            const err = writeHeadSafely(res, decision.status, reason, headers);
+            if (err) {
+              out.destroy();
+              return unsendable(err);
+            }
+            out.pipe(res);
+          });
+          return;
+        }
+        const err = writeHeadSafely(res, decision.status, reason, decision.headers);
         if (err) {
           for (const t of decision.transforms) t.destroy();
           return unsendable(err);
         }
-        let out: Readable = body;
-        for (const t of decision.transforms) out = out.pipe(t);
-        out.on('error', () => res.destroy());
-        out.pipe(res);
+        piped().pipe(res);
       },
       (err: unknown) => {
         log.error({ err }, 'response stages failed');

@@ -116,3 +116,17 @@ export interface StageDeps {
 
 /** Compiles one route module or the traffic policy of a route; null when not configured or disabled. Throws on a config it cannot use. */
 export type StageFactory = (route: DpRoute, edge: DpEdge, config: DataPlaneConfig, deps: StageDeps) => RouteStage | null;
+
+/**
+ * A body transform that holds its whole output until it knows it (response-body-find-replace):
+ * `finalLength` settles before its first byte comes out, with the output's length when the body
+ * was taken whole (the head can then carry the new Content-Length), or null when it passes the
+ * body on as it comes (over its bound, or it failed): then the response goes out chunked.
+ */
+export interface LengthDecidingTransform extends Transform {
+  readonly finalLength: Promise<number | null>;
+}
+
+export function decidesLength(t: Transform): t is LengthDecidingTransform {
+  return (t as Partial<LengthDecidingTransform>).finalLength instanceof Promise;
+}

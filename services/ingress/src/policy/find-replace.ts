@@ -2,10 +2,10 @@ import { isUtf8 } from 'node:buffer';
 import * as stream from 'node:stream';
 import { Transform, type Duplex, type TransformCallback } from 'node:stream';
 import zlib from 'node:zlib';
-import { Counter, type Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from 'prom-client';
 import { applyFindReplace, compileFindReplace, FIND_REPLACE_LIMITS, UrlActionRuntimeError, type CelProgram, type FindReplaceConfig, type FindReplaceType, type PolicyDirection } from '@warren/shared';
 import { rawHeader, removeRawHeaders, setRawHeader } from '../modules/common.js';
-import type { RequestState, ResponseState } from '../pipeline/types.js';
+import type { LengthDecidingTransform, RequestState, ResponseState } from '../pipeline/types.js';
 import type { Activation } from './activation.js';
 import { compressionPending } from './body-actions.js';
 import { celToHeaderText } from './headers.js';
@@ -91,6 +91,17 @@ export function observeFindReplace(registry: Registry): void {
   skipped =
     (registry.getSingleMetric(name) as Counter<'direction' | 'reason'> | undefined) ??
     new Counter({ name, help: 'Bodies a request-/response-body-find-replace action passed on unchanged because it could not rewrite them (reason: type, charset, encoding, too_large, not_utf8, too_many_matches, partial, busy)', labelNames: ['direction', 'reason'], registers: [registry] });
+  const held = 'warren_traffic_policy_find_replace_held_bytes';
+  if (!registry.getSingleMetric(held)) {
+    new Gauge({
+      name: held,
+      help: 'Bytes response-body-find-replace actions hold in this process now (bodies being taken whole, their rewrites and re-encodings); at FIND_REPLACE_PROCESS_LIMITS.heldBytes further bodies pass unchanged (busy)',
+      registers: [registry],
+      collect() {
+        this.set(heldBytes);
+      },
+    });
+  }
 }
 
 function skip(direction: Direction, reason: SkipReason): null {
@@ -457,12 +468,15 @@ export function runResponseFindReplace(act: Activation, a: CompiledFindReplace, 
  * Buffers a response body up to the bound, then sends it rewritten; past the bound, sends what
  * it held and the rest unchanged.
  */
-class FindReplaceTransform extends Transform {
+class FindReplaceTransform extends Transform implements LengthDecidingTransform {
   private held: Buffer[] = [];
   private size = 0;
   private passing = false;
   /** What it holds, counted process-wide (`FIND_REPLACE_PROCESS_LIMITS.heldBytes`). */
   private readonly hold = new Hold();
+  /** See {@link LengthDecidingTransform}: settled before the first byte is pushed. */
+  readonly finalLength: Promise<number | null>;
+  private decide!: (length: number | null) => void;
 
   constructor(
     private readonly p: Pending,
@@ -470,6 +484,7 @@ class FindReplaceTransform extends Transform {
   ) {
     super();
     this.max = Math.min(MAX, boundOf(p.steps));
+    this.finalLength = new Promise((resolve) => (this.decide = resolve));
   }
 
   /** What it holds at most: the largest bound of its actions. */
@@ -482,6 +497,7 @@ class FindReplaceTransform extends Transform {
     if (over || !this.hold.take(chunk.length)) {
       skip('response', over ? 'too_large' : 'busy');
       this.passing = true;
+      this.decide(null);
       this.hold.release();
       for (const c of this.held) this.push(c);
       this.held = [];
@@ -492,13 +508,19 @@ class FindReplaceTransform extends Transform {
   }
 
   override _flush(done: TransformCallback): void {
-    if (this.passing || this.size === 0) return done();
+    if (this.passing) return done();
+    if (this.size === 0) {
+      this.decide(0);
+      return done();
+    }
     // The chunks, then one buffer of them: counted once (the chunks are dropped).
     const raw = Buffer.concat(this.held, this.size);
     this.held = [];
     const finish = (b: Buffer | null) => {
       this.hold.release();
-      done(null, b ?? raw);
+      const out = b ?? raw;
+      this.decide(out.length);
+      done(null, out);
     };
     let out: ReturnType<typeof rewrite>;
     try {
@@ -517,6 +539,7 @@ class FindReplaceTransform extends Transform {
   override _destroy(err: Error | null, done: (err: Error | null) => void): void {
     this.hold.release();
     this.held = [];
+    this.decide(null);
     done(err);
   }
 }
