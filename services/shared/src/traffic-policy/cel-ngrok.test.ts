@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { celCompileError } from './testing.js';
+import { compileExpression } from './cel.js';
 import { parseTrafficPolicy, TrafficPolicyError } from './parse.js';
 import type { PolicyDirection } from './types.js';
 
@@ -119,5 +120,17 @@ describe('through a policy: the 400 names the rule', () => {
     };
     expect(fails({ on_http_request: [{ expressions: ["endpoint.protocol == 'https'"], actions: [{ type: 'deny' }] }] })).toMatch(/expressions\[0\]: does not compile: ngrok's endpoint\.protocol is not supported by Warren \(at column 1\)/);
     expect(fails({ on_http_request: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-conn-start': '${conn.ts.start}' } } }] }] })).toMatch(/\$\{…\} does not compile: ngrok's conn\.ts\.start is not supported by Warren/);
+  });
+});
+
+describe('has() on a field that does not exist', () => {
+  it('is refused (the CEL library would make it false, so a typo would quietly disable a rule), as cel-go refuses it', () => {
+    expect(message('has(conn.geo.contry)')).toBe('does not compile: has(conn.geo.contry) names a field contry that does not exist there (at column 1)');
+    expect(message("req.method == 'GET' && !has(actions.ngrok.rate_limit.limitd)")).toBe('does not compile: has(actions.ngrok.rate_limit.limitd) names a field limitd that does not exist there (at column 25)');
+    expect(message('has(req.foo)')).toMatch(/^does not compile: has\(req\.foo\) names a field foo/);
+  });
+
+  it('fields that exist, and keys of maps, are fine', () => {
+    for (const e of ['has(conn.geo.country_code)', 'has(req.headers.x)', 'has(vars.x)', 'has(vars.a.b)', 'has(req.url.query_params.a)', '[1].exists(x, has(req.headers.y))', 'has(actions.ngrok.rate_limit.limited)']) expect(() => compileExpression('inbound', e), e).not.toThrow();
   });
 });

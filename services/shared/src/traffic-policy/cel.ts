@@ -776,7 +776,43 @@ function compileExpressionUncached(direction: PolicyDirection, source: string, w
     throw new CelCompileError(`does not compile: ${ngrok ?? describe(checked.error)}`);
   }
   if (wantBool && checked.type !== 'bool' && checked.type !== 'dyn') throw new CelCompileError(`must evaluate to a bool, but its type is ${checked.type}`);
+  const unknown = unknownHasField(direction, (program as unknown as { ast: unknown }).ast);
+  if (unknown) throw new CelCompileError(`does not compile: ${unknown}`);
   return program;
+}
+
+/**
+ * `has(a.b.f)` naming a field its message does not have (`has(conn.geo.contry)`): the CEL library
+ * compiles it as false, so a typo would quietly keep a rule from ever applying (or always apply
+ * its negation). As in cel-go, it is refused; the selection alone is checked, so fields of maps
+ * (`has(req.headers.x)`, `has(vars.x)`) are fine.
+ */
+function unknownHasField(direction: PolicyDirection, ast: unknown): string | undefined {
+  const stack: unknown[] = [ast];
+  while (stack.length > 0) {
+    const x = stack.pop();
+    if (!x || typeof x !== 'object') continue;
+    if (Array.isArray(x)) {
+      stack.push(...x);
+      continue;
+    }
+    const n = x as AstNode;
+    if (typeof n.op !== 'string') {
+      if (Object.getPrototypeOf(x) === Object.prototype) stack.push(...Object.values(x));
+      continue;
+    }
+    if (n.op === 'value') continue;
+    const args = n.args as unknown[];
+    if (n.op === 'call' && Array.isArray(args) && args[0] === 'has' && Array.isArray(args[1]) && args[1].length === 1) {
+      const inner = args[1][0] as AstNode;
+      const path = inner.op === '.' ? selectionPath(inner) : undefined;
+      if (path !== undefined) {
+        if (!env(direction).parse(path).check().valid) return `has(${path}) names a field ${path.slice(path.lastIndexOf('.') + 1)} that does not exist there (at column ${(n.start ?? 0) + 1})`;
+      }
+    }
+    stack.push(n.args);
+  }
+  return undefined;
 }
 
 /** A header value: literal text and `${expr}` parts, in order. */
