@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { celCompileError } from './testing.js';
-import { compileExpression } from './cel.js';
-import { parseTrafficPolicy, TrafficPolicyError } from './parse.js';
+import { parseTrafficPolicy, TrafficPolicyError, validateTrafficPolicy } from './parse.js';
 import type { PolicyDirection } from './types.js';
 
 /**
@@ -124,13 +123,21 @@ describe('through a policy: the 400 names the rule', () => {
 });
 
 describe('has() on a field that does not exist', () => {
-  it('is refused (the CEL library would make it false, so a typo would quietly disable a rule), as cel-go refuses it', () => {
-    expect(message('has(conn.geo.contry)')).toBe('does not compile: has(conn.geo.contry) names a field contry that does not exist there (at column 1)');
-    expect(message("req.method == 'GET' && !has(actions.ngrok.rate_limit.limitd)")).toBe('does not compile: has(actions.ngrok.rate_limit.limitd) names a field limitd that does not exist there (at column 25)');
-    expect(message('has(req.foo)')).toMatch(/^does not compile: has\(req\.foo\) names a field foo/);
+  const saving = (expr: string) => () => validateTrafficPolicy({ inbound: [{ expressions: [expr], actions: [{ type: 'deny' }] }] }, { checkCost: true });
+  it('is refused when a policy is saved (the CEL library would make it false, so a typo would quietly disable a rule), as cel-go refuses it', () => {
+    expect(saving('has(conn.geo.contry)')).toThrow('inbound[0].expressions[0]: does not compile: has(conn.geo.contry) names a field contry that does not exist there (at column 1)');
+    expect(saving("req.method == 'GET' && !has(actions.ngrok.rate_limit.limitd)")).toThrow('has(actions.ngrok.rate_limit.limitd) names a field limitd that does not exist there (at column 25)');
+    expect(saving('has(req.foo)')).toThrow(/has\(req\.foo\) names a field foo/);
+    // In an interpolation too.
+    expect(() => validateTrafficPolicy({ inbound: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-a': '${has(req.nope)}' } } }] }] }, { checkCost: true })).toThrow('inbound[0].actions[0].config.headers.x-a: ${…} does not compile: has(req.nope)');
+  });
+
+  it('a stored policy with one still runs as before (the ingress does not refuse it): the rule just never applies', () => {
+    expect(() => validateTrafficPolicy({ inbound: [{ expressions: ['has(conn.geo.contry)'], actions: [{ type: 'deny' }] }] })).not.toThrow();
   });
 
   it('fields that exist, and keys of maps, are fine', () => {
-    for (const e of ['has(conn.geo.country_code)', 'has(req.headers.x)', 'has(vars.x)', 'has(vars.a.b)', 'has(req.url.query_params.a)', '[1].exists(x, has(req.headers.y))', 'has(actions.ngrok.rate_limit.limited)']) expect(() => compileExpression('inbound', e), e).not.toThrow();
+    for (const e of ['has(conn.geo.country_code)', 'has(req.headers.x)', 'has(vars.x)', 'has(vars.a.b)', 'has(req.url.query_params.a)', '[1].exists(x, has(req.headers.y))', 'has(actions.ngrok.rate_limit.limited)']) expect(saving(e), e).not.toThrow();
+    expect(() => validateTrafficPolicy({ outbound: [{ expressions: ['has(res.headers.x)'], actions: [{ type: 'deny' }] }] }, { checkCost: true })).not.toThrow();
   });
 });

@@ -776,19 +776,19 @@ function compileExpressionUncached(direction: PolicyDirection, source: string, w
     throw new CelCompileError(`does not compile: ${ngrok ?? describe(checked.error)}`);
   }
   if (wantBool && checked.type !== 'bool' && checked.type !== 'dyn') throw new CelCompileError(`must evaluate to a bool, but its type is ${checked.type}`);
-  const unknown = unknownHasField(direction, (program as unknown as { ast: unknown }).ast);
-  if (unknown) throw new CelCompileError(`does not compile: ${unknown}`);
   return program;
 }
 
 /**
- * `has(a.b.f)` naming a field its message does not have (`has(conn.geo.contry)`): the CEL library
- * compiles it as false, so a typo would quietly keep a rule from ever applying (or always apply
- * its negation). As in cel-go, it is refused; the selection alone is checked, so fields of maps
- * (`has(req.headers.x)`, `has(vars.x)`) are fine.
+ * `has(a.b.f)` naming a field its message does not have (`has(conn.geo.contry)`), as a message,
+ * else undefined. The CEL library compiles it as false, so a typo would quietly keep a rule from
+ * ever applying (or always apply its negation); cel-go refuses it, and so does a policy being
+ * saved (`validateTrafficPolicy` with `checkCost`; a stored one keeps running as before). The
+ * selection alone is checked (in the response phase's environment, which has every variable),
+ * so fields of maps (`has(req.headers.x)`, `has(vars.x)`) are fine.
  */
-function unknownHasField(direction: PolicyDirection, ast: unknown): string | undefined {
-  const stack: unknown[] = [ast];
+export function unknownHasField(program: CelProgram): string | undefined {
+  const stack: unknown[] = [(program as unknown as { ast: unknown }).ast];
   while (stack.length > 0) {
     const x = stack.pop();
     if (!x || typeof x !== 'object') continue;
@@ -807,7 +807,7 @@ function unknownHasField(direction: PolicyDirection, ast: unknown): string | und
       const inner = args[1][0] as AstNode;
       const path = inner.op === '.' ? selectionPath(inner) : undefined;
       if (path !== undefined) {
-        if (!env(direction).parse(path).check().valid) return `has(${path}) names a field ${path.slice(path.lastIndexOf('.') + 1)} that does not exist there (at column ${(n.start ?? 0) + 1})`;
+        if (!env('outbound').parse(path).check().valid) return `has(${path}) names a field ${path.slice(path.lastIndexOf('.') + 1)} that does not exist there (at column ${(n.start ?? 0) + 1})`;
       }
     }
     stack.push(n.args);

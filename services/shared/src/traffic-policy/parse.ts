@@ -1,7 +1,7 @@
 import { isAlias, isMap, isScalar, isSeq, parseDocument, type Document, type YAMLMap } from 'yaml';
 import { HEADER_VALUE_RE, isValidHostValue } from '../http-headers.js';
 import { parseDurationNs } from './duration.js';
-import { CelCompileError, compileExpression, parseTemplate, withPolicyRegexBudget, type CelProgram } from './cel.js';
+import { CelCompileError, compileExpression, parseTemplate, unknownHasField, withPolicyRegexBudget, type CelProgram } from './cel.js';
 import { IP_POLICY_MAX_RULES, parseBasicAuthConfig, parseRestrictIpsConfig, restrictIpsCost, restrictIpsMaxCidrs } from './access-actions.js';
 import { checkVarNames, parseLogConfig, parseSetVarsConfig } from './var-actions.js';
 import { AUTH_ACTION_COST, checkAuthIds, parseOAuthConfig, parseOpenIdConnectConfig } from './auth-actions.js';
@@ -624,6 +624,10 @@ export function validateTrafficPolicy(doc: unknown, opts: ValidateOptions = {}):
     checkJwkSetUrls(policy);
     if (opts.checkCost) {
       checkRateLimitNames(policy);
+      for (const { path, program, interpolation } of g.programs) {
+        const unknown = unknownHasField(program);
+        if (unknown) throw new TrafficPolicyError(path, `${interpolation ? '${…} ' : ''}does not compile: ${unknown}`);
+      }
       checkCost(g);
     }
     return policy;
