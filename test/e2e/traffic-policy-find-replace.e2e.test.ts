@@ -73,6 +73,13 @@ const upstream: http.RequestListener = (req, res) => {
     } else if (path.endsWith('/page')) {
       res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'content-length': Buffer.byteLength(PAGE) });
       res.end(PAGE);
+    } else if (path.endsWith('/badreason')) {
+      // A reason phrase with a control character: undici takes it, Node's writeHead refuses it.
+      req.socket.write(`HTTP/1.1 200 OK\x01\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(DOC)}\r\n\r\n${DOC}`);
+    } else if (path.endsWith('/garbage')) {
+      // A head, then broken chunk framing in the same segment: the body fails before the response stages answer.
+      req.socket.write('HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n0123456789abcdef\r\nZZZ\r\n');
+      setTimeout(() => req.socket.destroy(), 50);
     } else if (path.endsWith('/abort')) {
       // A head and part of the body, then the connection breaks.
       res.writeHead(200, { 'content-type': 'text/plain' });
@@ -149,6 +156,15 @@ describe('response-body-find-replace on live traffic', () => {
       // The node is still up and serving.
       expect((await request(`${p}/length`)).status, p).toBe(200);
     }
+  });
+
+  it('with compress-response after it (a composed transform): a head Node refuses or a body broken at once cuts that response only (either used to end the process)', async () => {
+    await route('/crz', { outbound: [{ actions: [{ type: 'response-body-find-replace', config: { replacements: REPLACEMENTS } }, { type: 'compress-response' }] }] });
+    const bad = await request('/crz/badreason', { headers: { 'accept-encoding': 'gzip' } });
+    expect([bad.status, bad.headers['warren-error-code']]).toEqual([502, 'ERR_WARREN_7004']);
+    for (let i = 0; i < 2; i++) expect(await cutShort('/crz/garbage')).toBe('cut');
+    const ok = await request('/crz/length', { headers: { 'accept-encoding': 'gzip' } });
+    expect(zlib.gunzipSync(ok.raw).toString()).toBe(REDACTED);
   });
 
   it('gives back what it held when the upstream breaks off mid-body (the process-wide hold returns to 0)', async () => {

@@ -769,6 +769,10 @@ function deliver(req: http.IncomingMessage, res: http.ServerResponse, status: nu
     .onResponse(hooks.state, status, headers)
     .then(
       (d) => {
+        // Every transform gets an error listener before anything can destroy it: destroying a
+        // `stream.compose`d one (find-replace then compress-response) before it ended emits an
+        // AbortError, and any transform's error, unheard, would end the process. Each cuts the response.
+        if (d && !isOutcome(d)) for (const t of d.transforms) t.on('error', () => res.destroy());
         if (res.destroyed) {
           // Gone meanwhile (the client, or the upstream's body): nothing to send.
           if (d && !isOutcome(d)) for (const t of d.transforms) t.destroy();
@@ -788,7 +792,6 @@ function deliver(req: http.IncomingMessage, res: http.ServerResponse, status: nu
         const piped = (): Readable => {
           let out: Readable = body;
           for (const t of decision.transforms) out = out.pipe(t);
-          out.on('error', () => res.destroy());
           // `pipe` passes neither a broken upstream body nor a client gone on to the transforms:
           // once the response is over, each is destroyed, so what one holds (a find-replace's
           // bytes, counted process-wide) is given back however it ended.
