@@ -429,7 +429,16 @@ export class Forwarder {
     // answers the Upgrade as an ordinary request (any app without a WebSocket handler) keeps its
     // connection open for more requests: splicing then would let the client send requests
     // straight to it, past every route's checks. Until then the client's bytes stay unread.
+    // A client that goes away meanwhile takes the upstream down with it (splice is not there yet).
+    const clientGone = () => upstream.destroy();
+    socket.once('close', clientGone);
+    if (socket.destroyed) upstream.destroy();
     const answer = await readUpgradeAnswer(upstream, this.opts.upstreamTimeoutMs);
+    socket.off('close', clientGone);
+    if (socket.destroyed) {
+      upstream.destroy();
+      return;
+    }
     if (answer === null) {
       upstream.destroy();
       sendUpgradeError(socket, 7004, 'the upstream did not answer the upgrade');
@@ -942,11 +951,14 @@ const SPLICE_CLOSE_GRACE_MS = 10_000;
 
 /** Pipes two byte streams into each other until either side ends or fails. */
 export function splice(client: Duplex, upstream: Duplex, head?: Buffer): void {
-  if (head && head.length > 0) upstream.write(head);
   const destroyBoth = () => {
     client.destroy();
     upstream.destroy();
   };
+  // A side already gone (a client that reset while the upstream answered) emits no more 'close'
+  // for the listeners below: the other would stay open, holding its agent stream, for good.
+  if (client.destroyed || upstream.destroyed) return destroyBoth();
+  if (head && head.length > 0) upstream.write(head);
   client.on('error', destroyBoth);
   upstream.on('error', destroyBoth);
   // A side that ended cleanly has had its end passed on by pipe (the other side flushes what it

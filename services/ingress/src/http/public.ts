@@ -377,6 +377,11 @@ export class PublicHandler {
       // websocket_tcp_converter: the ingress accepts the WebSocket itself; the agent gets the
       // frames' payloads as a plain TCP stream.
       const upstream = await this.opts.forwarder.rawStream(target, { ...info, proto: 'tcp' });
+      if (socket.destroyed) {
+        // The client went away while the stream was opened.
+        upstream.destroy();
+        return;
+      }
       let ws: Duplex;
       try {
         ws = acceptWebSocketAsTcp(req, socket, head);
