@@ -1,4 +1,5 @@
 import http from 'node:http';
+import net from 'node:net';
 import zlib from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPolicyCluster, type PolicyCluster, type PolicyRequestOptions } from '../support/policy-cluster.js';
@@ -102,6 +103,21 @@ beforeAll(async () => {
 afterAll(() => c?.stop(), 60_000);
 
 describe('request-body-find-replace on live traffic', () => {
+  it('a client that resets while its body is read is not logged as an error (any client could write such lines at will)', async () => {
+    await route('/reqcut', { inbound: [{ actions: [{ type: 'request-body-find-replace', config: { replacements: LITERAL } }] }] });
+    const before = c.a.output().split('\n').filter((l) => l.includes('"level":50')).length;
+    for (let i = 0; i < 3; i++) {
+      await new Promise<void>((resolve) => {
+        const s = net.connect(c.a.http, '127.0.0.1', () => s.write(`POST /reqcut/echo HTTP/1.1\r\nHost: ${HOST}\r\nContent-Type: text/plain\r\nContent-Length: 1000\r\n\r\napi_key=SECRET`));
+        s.on('error', () => {});
+        s.on('close', () => resolve());
+        setTimeout(() => s.resetAndDestroy(), 100);
+      });
+    }
+    expect((await request('/reqcut/echo', { body: 'api_key=SECRET', headers: { 'content-type': 'text/plain' } })).json().body).toBe('api_key=REDACTED');
+    expect(c.a.output().split('\n').filter((l) => l.includes('"level":50')).slice(before)).toEqual([]);
+  });
+
   it('the upstream gets the rewritten body with a matching Content-Length (also for a gzipped request)', async () => {
     await route('/req', { inbound: [{ actions: [{ type: 'request-body-find-replace', config: { replacements: REPLACEMENTS } }] }] });
     const body = '{"prompt":"my api_key=abc123, my ssn 123-45-6789"}';

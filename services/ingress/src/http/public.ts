@@ -183,6 +183,13 @@ export class PublicHandler {
           done = Promise.reject(err as Error); // a stage that threw: the same 502 as one that rejected
         }
         done.then(record, (err: unknown) => {
+          if (req.destroyed || res.destroyed) {
+            // The client went away (its body cut short while a stage read it): not our failure,
+            // and not worth an error line any client could produce at will.
+            this.opts.log.debug({ err: (err as Error)?.message, route: r.route }, 'the client went away during the route stages');
+            record(499);
+            return;
+          }
           this.opts.log.error({ err, route: r.route }, 'route pipeline failed');
           sendError(req, res, 7004, 'the route failed to process the request');
           record(res.statusCode);
