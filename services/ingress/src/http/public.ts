@@ -183,7 +183,8 @@ export class PublicHandler {
           done = Promise.reject(err as Error); // a stage that threw: the same 502 as one that rejected
         }
         done.then(record, (err: unknown) => {
-          if (req.destroyed || res.destroyed) {
+          // (Not `req.destroyed`: a request read to its end is destroyed too.)
+          if (res.destroyed || req.socket.destroyed) {
             // The client went away (its body cut short while a stage read it): not our failure,
             // and not worth an error line any client could produce at will.
             this.opts.log.debug({ err: (err as Error)?.message, route: r.route }, 'the client went away during the route stages');
