@@ -165,10 +165,15 @@ describe('agent limits through real processes', () => {
     await expect(churn.bind({ domain: 'churn-over.limits.e2e.test', forwardsTo: LOCAL })).rejects.toThrow(/ERR_WARREN_8001/);
 
     // The official SDK gets the refusal as an error, and its session carries on.
+    // Twice the burst at once (one after another, a loaded box may take long enough per start for
+    // the bucket to refill in between): the burst goes through, some of the rest are refused.
     const session = await sdkConnect(sdk(cred.token, 'b'));
-    for (let i = 0; i < START_BURST; i++) await (await session.labeledListener().label('app', `sdk${i}`).listen()).close();
-    const err = await failure(session.labeledListener().label('app', 'sdk-over').listen());
-    expect(err?.message).toMatch(/TUNNEL_STARTS_PER_SECOND_PER_SESSION.*retry in \d+ ms.*ERR_WARREN_8001/);
+    const starts = await Promise.allSettled(Array.from({ length: 2 * START_BURST }, (_, i) => session.labeledListener().label('app', `sdk${i}`).listen()));
+    const refused = starts.flatMap((s) => (s.status === 'rejected' ? [s.reason as Error] : []));
+    expect(starts.length - refused.length).toBeGreaterThanOrEqual(START_BURST);
+    expect(refused.length).toBeGreaterThan(0);
+    for (const err of refused) expect(err.message).toMatch(/TUNNEL_STARTS_PER_SECOND_PER_SESSION.*retry in \d+ ms.*ERR_WARREN_8001/);
+    for (const s of starts) if (s.status === 'fulfilled') await s.value.close();
 
     // Once the bucket refills (a token every 500 ms), both sessions start tunnels again.
     await new Promise((r) => setTimeout(r, 1_100));

@@ -52,7 +52,9 @@ beforeAll(async () => {
   snapshotVersion = snap.version;
   snapshotBytes = configStreamCodec().encodeControl({ snapshot: { version: snap.version, epoch: snap.epoch, resources: resourcesToProto(snap.entities), remoteTunnels: [] } }).length;
   // Nodes here stay paused for a while on purpose: no stall timeout in the way (it has its own test).
-  push = await startTestPush(api.db, { snapshotPartBytes: PART_BYTES, maxConcurrentSyncs: 4, snapshotStallMs: 300_000, snapshotLingerMs: 300 });
+  // A lease of 10 s, not the tests' usual 1.5 s: the simulated nodes' keep-alives come from another
+  // process, which a loaded CI box can stall for longer than that (the stream then ended as silent).
+  push = await startTestPush(api.db, { snapshotPartBytes: PART_BYTES, maxConcurrentSyncs: 4, snapshotStallMs: 300_000, snapshotLingerMs: 300, leaseMs: 10_000 });
   target = `127.0.0.1:${push.port}`;
 }, 300_000);
 afterEach(() => {

@@ -107,8 +107,13 @@ describe('datadog', () => {
     const t = target(dd(), env);
     fake.fail({ kind: 'slow', ms: 1500 });
     const ac = new AbortController();
-    setTimeout(() => ac.abort(), 100);
-    expect(await t.send(records(1), ac.signal)).toMatchObject({ kind: 'retry', unknownOutcome: true, reason: expect.stringContaining('aborted') });
+    const before = fake.requests.length;
+    const sending = t.send(records(1), ac.signal);
+    // Aborted once the request has reached the intake (a fixed delay could fire before it is sent
+    // on a loaded box, and an abort before sending is rightly a known outcome).
+    for (let i = 0; i < 500 && fake.requests.length === before; i++) await new Promise((r) => setTimeout(r, 10));
+    ac.abort();
+    expect(await sending).toMatchObject({ kind: 'retry', unknownOutcome: true, reason: expect.stringContaining('aborted') });
   });
 });
 
