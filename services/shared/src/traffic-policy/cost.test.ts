@@ -76,6 +76,27 @@ function timings(run: (act: object) => unknown, make: () => object, runs = 9): {
   return { first, median: ms[runs >> 1]!, worst: ms[runs - 1]! };
 }
 
+/** One line of a cost report: the estimate and what was measured. */
+function timingLine(name: string, est: number, t: { first: number; median: number; worst: number }): string {
+  return `${name}: estimated ${formatCost(est)}, measured ${t.median.toFixed(3)} ms (first ${t.first.toFixed(3)} ms, slowest ${t.worst.toFixed(3)} ms)`;
+}
+
+/**
+ * Checks one expression at its worst accepted shape: estimated within MAX_EXPRESSION_COST and
+ * timed on activations from `make` (median under 50 ms: generous, a loaded CI machine must not
+ * fail it); its line goes to `report`.
+ */
+function shapeCheck(report: string[]) {
+  return (name: string, expr: string, make: () => object, direction: PolicyDirection = 'inbound'): void => {
+    const program = compileExpression(direction, expr);
+    const est = estimateCost(program);
+    expect(est, name).toBeLessThanOrEqual(MAX_EXPRESSION_COST);
+    const t = timings(program, make);
+    report.push(timingLine(name, est, t));
+    expect(t.median, name).toBeLessThan(50);
+  };
+}
+
 /** Largest `n` for which `shape(n)` is accepted (estimate within the expression budget). */
 function largestAccepted(shape: (n: number) => string, hi: number): number {
   let lo = 1;
@@ -249,14 +270,7 @@ outbound:
 describe('traffic policy cost limits: the most expensive accepted shapes, measured', () => {
   // Timings are printed; the assertions are generous (a loaded CI machine must not fail them).
   const report: string[] = [];
-  const check = (name: string, expr: string, make: () => object, direction: PolicyDirection = 'inbound') => {
-    const program = compileExpression(direction, expr);
-    const est = estimateCost(program);
-    expect(est, name).toBeLessThanOrEqual(MAX_EXPRESSION_COST);
-    const t = timings(program, make);
-    report.push(`${name}: estimated ${formatCost(est)}, measured ${t.median.toFixed(3)} ms (first ${t.first.toFixed(3)} ms, slowest ${t.worst.toFixed(3)} ms)`);
-    expect(t.median, name).toBeLessThan(50);
-  };
+  const check = shapeCheck(report);
 
   it('nested comprehensions over literal lists at the limit', () => {
     const two = (n: number) => `${ints(n)}.exists(x, ${ints(n)}.exists(y, x + y < 0))`;
@@ -345,7 +359,7 @@ describe('traffic policy cost limits: the most expensive accepted shapes, measur
       }
     };
     const t = timings(all, () => activation({ headers, path }));
-    report.push(`whole policy of ${rules.length} rules: estimated ${formatCost(total)}, measured ${t.median.toFixed(3)} ms (first ${t.first.toFixed(3)} ms, slowest ${t.worst.toFixed(3)} ms)`);
+    report.push(timingLine(`whole policy of ${rules.length} rules`, total, t));
     expect(t.median).toBeLessThan(50);
     console.log(`traffic policy cost limits (expression ${formatCost(MAX_EXPRESSION_COST)}, policy ${formatCost(MAX_POLICY_COST)}):\n  ${report.join('\n  ')}`);
   });
@@ -380,14 +394,7 @@ describe('traffic policy cost limits: the macros besides getReqHeader', () => {
   it('the most expensive accepted shapes, measured', () => {
     const head = REQUEST_LIMITS.headBytes;
     const report: string[] = [];
-    const check = (name: string, expr: string, make: () => object, direction: PolicyDirection = 'inbound') => {
-      const program = compileExpression(direction, expr);
-      const est = estimateCost(program);
-      expect(est, name).toBeLessThanOrEqual(MAX_EXPRESSION_COST);
-      const t = timings(program, make);
-      report.push(`${name}: estimated ${formatCost(est)}, measured ${t.median.toFixed(3)} ms (first ${t.first.toFixed(3)} ms, slowest ${t.worst.toFixed(3)} ms)`);
-      expect(t.median, name).toBeLessThan(50);
-    };
+    const check = shapeCheck(report);
     // A Cookie header of invalid pairs of the name (each occurrence read), and of other names.
     check(`getReqCookie() over ${head} bytes of invalid 'a=\\x01' pairs`, `getReqCookie('a').value == 'x'`, () => activation({ headers: ['cookie', 'a=\x01;'.repeat(head / 4 - 20)] }));
     check(`hasReqCookie() over ${head} bytes of 'ba;' parts`, `hasReqCookie('a')`, () => activation({ headers: ['cookie', 'ba;'.repeat(head / 3 - 20)] }));
@@ -449,14 +456,7 @@ describe('traffic policy cost limits: the ngrok variables of the request, connec
   it('the most expensive accepted shapes, measured', () => {
     const head = REQUEST_LIMITS.headBytes;
     const report: string[] = [];
-    const check = (name: string, expr: string, make: () => object, direction: PolicyDirection = 'inbound') => {
-      const program = compileExpression(direction, expr);
-      const est = estimateCost(program);
-      expect(est, name).toBeLessThanOrEqual(MAX_EXPRESSION_COST);
-      const t = timings(program, make);
-      report.push(`${name}: estimated ${formatCost(est)}, measured ${t.median.toFixed(3)} ms (first ${t.first.toFixed(3)} ms, slowest ${t.worst.toFixed(3)} ms)`);
-      expect(t.median, name).toBeLessThan(50);
-    };
+    const check = shapeCheck(report);
     // req.cookies: the most cookies it holds, then the rest of the head in parts it skips; past
     // MAX_REQUEST_COOKIES an error (the parse stops there).
     const most = 'a;'.repeat(MAX_REQUEST_COOKIES - 1) + '@;'.repeat(head / 2 - MAX_REQUEST_COOKIES - 50);
