@@ -234,6 +234,19 @@ describe('traffic events from the ingress', () => {
     expect(new Set([...rl, ...plain].map((e) => e.event_id)).size).toBe(7);
   });
 
+  it('records the port served as conn.server_port, not one the client made up in Host', async () => {
+    // Routing falls back from host:<any port> to the edge's host:443, so this is served; the
+    // edge has no hostport with 9999, and the event must not say that port was served (as the
+    // policy's conn.server_port does not). Both a route with a pipeline and one without.
+    expect((await request('/plain/made-up-port', `${HOST}:9999`)).status).toBe(200);
+    expect((await request('/rl/made-up-port', `${HOST}:9999`, { 'x-user': 'carol' })).status).toBe(200);
+    const evs = await waitFor('2 made-up-port events', async () => {
+      const e = [...(await httpEvents('/plain/made-up-port')), ...(await httpEvents('/rl/made-up-port'))];
+      return e.length >= 2 ? e : null;
+    });
+    for (const e of evs) expect(e.object.conn).toEqual({ client_ip: '127.0.0.1', server_name: HOST, server_port: 80 });
+  });
+
   it('writes tcp_connection_closed.v0 when a WebSocket carried as TCP closes', async () => {
     const { handshake, client } = await openWebSocket({ port: node.http, host: HOST, path: '/ws/chat' });
     expect(handshake.status, handshake.body).toBe(101);

@@ -8,7 +8,7 @@ import { deliverAnswer, ipOf, publicRequestHeaders, splice, type Forwarder, type
 import { answerBody, answerHeaders } from './answer.js';
 import { remoteIp } from './client-address.js';
 import { WebSocketHandshakeError, acceptWebSocketAsTcp, isWebSocketTcpConverter } from '../modules/index.js';
-import { RoutingTable, httpsEdgesOn, httpsLocation, tlsRank, tlsRefusal, type CompiledRoute, type HttpsEdgesOnHttp } from './routing.js';
+import { RoutingTable, httpsEdgesOn, servedPort, httpsLocation, tlsRank, tlsRefusal, type CompiledRoute, type HttpsEdgesOnHttp } from './routing.js';
 import { BODY_READ_TIMEOUT_MS, BodyBudget, MAX_BUFFERED_BODY, readBody } from '../pipeline/runner.js';
 import type { Outcome, RequestState } from '../pipeline/types.js';
 import { CLOSE_CONNECTION, closeConnection } from '../policy/flow-actions.js';
@@ -173,7 +173,7 @@ export class PublicHandler {
       const events = this.opts.events;
       if (events !== undefined && r.account !== '') {
         const dests = events.destinations(r.account, HTTP_REQUEST_COMPLETE);
-        if (dests.length > 0) track = this.trackHttp(events, dests, req, res, r, defaultPort, started);
+        if (dests.length > 0) track = this.trackHttp(events, dests, req, res, r, scheme, started);
       }
       if (r.cr) {
         let done: Promise<number>;
@@ -251,8 +251,11 @@ export class PublicHandler {
   }
 
   /** Starts observing a request for its `http_request_complete.v0` event (the account subscribes). */
-  private trackHttp(events: TrafficEvents, dests: readonly DestinationRef[], req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, defaultPort: number, started: number): HttpRequestTracker {
+  private trackHttp(events: TrafficEvents, dests: readonly DestinationRef[], req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, scheme: 'http' | 'https', started: number): HttpRequestTracker {
+    const defaultPort = scheme === 'https' ? 443 : 80;
     const hp = parseHost(req.headers.host, defaultPort);
+    // The port served, as the policy's conn.server_port shows it: never one made up in Host.
+    const hostports = hp && r.edgeType === '3' && r.edge !== '' ? this.table?.edgeFor(hp.host, hp.port, defaultPort)?.edge.hostports : undefined;
     return new HttpRequestTracker(events, req, res, started, {
       accountId: r.account,
       dests,
@@ -260,7 +263,7 @@ export class PublicHandler {
       routeId: r.route || null,
       clientIp: remoteIp(req.socket),
       serverName: hp?.host ?? '',
-      serverPort: hp?.port ?? defaultPort,
+      serverPort: hp ? servedPort(req.headers.host, hp.host, scheme, hostports) : defaultPort,
       path: r.path ?? pathOf(req.url),
     });
   }
@@ -412,7 +415,7 @@ export class PublicHandler {
             tunnelId: target.tunnel.id,
             clientIp,
             serverAddr: ipOf(req.socket.localAddress ?? ''),
-            serverPort: parseHost(req.headers.host, scheme === 'https' ? 443 : 80)?.port ?? (scheme === 'https' ? 443 : 80),
+            serverPort: servedPort(req.headers.host, r.host!, scheme, cr.edge.hostports),
             started: state.startedAt,
           });
         }

@@ -109,6 +109,25 @@ export function httpsLocation(host: string, target: string | undefined, httpsPor
   return `https://${host}${httpsPort === 443 ? '' : `:${httpsPort}`}${pathQuery}`;
 }
 
+/**
+ * The port a request was served on (`conn.server_port`, the port `req.url` shows, and the one its
+ * traffic event records): the Host header's port when the edge has that very hostport
+ * (`host:port` in `hostports`), else the scheme's default. Routing falls back from
+ * `host:<any port>` to the edge's `host:443`, so a port the client made up
+ * (`Host: admin.example.com:8443`) must not appear as one the edge served: a deny on
+ * `req.url.startsWith('https://admin.example.com/')` or on `conn.server_port` would be passed by
+ * it. A Bind endpoint (no hostports: it is found by hostname alone) always shows the default.
+ */
+export function servedPort(hostHeader: string | undefined, host: string, scheme: 'http' | 'https', hostports: readonly string[] | undefined): number {
+  const def = scheme === 'https' ? 443 : 80;
+  const value = hostHeader ?? '';
+  const colon = value.lastIndexOf(':');
+  if (colon <= 0 || colon < value.lastIndexOf(']')) return def;
+  const p = Number(value.slice(colon + 1));
+  if (!Number.isInteger(p) || p <= 0 || p >= 65536 || p === def) return def;
+  return hostports?.includes(`${host}:${p}`) ? p : def;
+}
+
 /** Splits a route `match` (`/path`, `host` or `host/path`) into host and path. */
 export function splitMatch(match: string): { host: string | null; path: string } {
   if (match.startsWith('/')) return { host: null, path: match };

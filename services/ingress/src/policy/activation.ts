@@ -2,6 +2,7 @@ import type { TLSSocket } from 'node:tls';
 import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse, type CelTime, type CelTlsSocket } from '@warren/shared';
 import type { RequestState, ResponseState } from '../pipeline/types.js';
 import { geoLookupOf } from './geo.js';
+import { servedPort as routingServedPort } from '../http/routing.js';
 
 /**
  * The CEL activation of one request (or response): every variable is built on first read, so
@@ -112,21 +113,9 @@ function tlsSocket(s: RequestState): CelTlsSocket | null {
   return socket && typeof socket.getProtocol === 'function' && typeof socket.getPeerX509Certificate === 'function' ? (socket as TLSSocket) : null;
 }
 
-/**
- * The port the request was served on (`conn.server_port`, and the port `req.url` shows): the
- * Host header's port when the edge has that very hostport, else the scheme's default. Routing
- * falls back from `host:<any port>` to the edge's `host:443`, so a port the client made up
- * (`Host: admin.example.com:8443`) must not reach a rule as if the edge served it: a deny on
- * `req.url.startsWith('https://admin.example.com/')` or on `conn.server_port` would be passed by it.
- */
+/** {@link routingServedPort} of a request on a route (the edge's hostports). */
 function servedPort(s: RequestState): number {
-  const def = s.scheme === 'https' ? 443 : 80;
-  const host = s.req.headers.host ?? '';
-  const colon = host.lastIndexOf(':');
-  if (colon <= 0 || colon < host.lastIndexOf(']')) return def;
-  const p = Number(host.slice(colon + 1));
-  if (!Number.isInteger(p) || p <= 0 || p >= 65536 || p === def) return def;
-  return s.edge.hostports?.includes(`${s.host}:${p}`) ? p : def;
+  return routingServedPort(s.req.headers.host, s.host, s.scheme, s.edge.hostports);
 }
 
 /** `host[:port]` as served ({@link servedPort}), for `req.url`; an IPv6 literal in brackets. */
