@@ -174,11 +174,23 @@ describe('response-body-find-replace on live traffic', () => {
     }
   });
 
-  it('with compress-response after it (a composed transform): a head Node refuses or a body broken at once cuts that response only (either used to end the process)', async () => {
+  it("a response stage's own answer is sent whole though the upstream's body it replaced breaks off", async () => {
+    await route('/ab-deny', { outbound: [{ expressions: ['res.status_code == 200'], actions: [{ type: 'custom-response', config: { status_code: 451, content: 'replaced' } }] }] });
+    for (let i = 0; i < 2; i++) {
+      const r = await request('/ab-deny/abort');
+      expect([r.status, r.body]).toEqual([451, 'replaced']);
+    }
+  });
+
+  it('with compress-response after it (a composed transform): a head Node refuses or a body broken at once answers 502 on that response only (either used to end the process)', async () => {
     await route('/crz', { outbound: [{ actions: [{ type: 'response-body-find-replace', config: { replacements: REPLACEMENTS } }, { type: 'compress-response' }] }] });
     const bad = await request('/crz/badreason', { headers: { 'accept-encoding': 'gzip' } });
     expect([bad.status, bad.headers['warren-error-code']]).toEqual([502, 'ERR_WARREN_7004']);
-    for (let i = 0; i < 2; i++) expect(await cutShort('/crz/garbage')).toBe('cut');
+    // The body breaks while find-replace holds it, so before any head went out: a 502, not a cut connection.
+    for (let i = 0; i < 2; i++) {
+      const broken = await request('/crz/garbage', { headers: { 'accept-encoding': 'gzip' } });
+      expect([broken.status, broken.headers['warren-error-code'], broken.headers['content-encoding']]).toEqual([502, 'ERR_WARREN_7004', undefined]);
+    }
     const ok = await request('/crz/length', { headers: { 'accept-encoding': 'gzip' } });
     expect(zlib.gunzipSync(ok.raw).toString()).toBe(REDACTED);
   });
@@ -187,12 +199,11 @@ describe('response-body-find-replace on live traffic', () => {
     const held = async () => metricValue(await (await fetch(`${c.a.internalUrl}/metrics`)).text(), 'warren_traffic_policy_find_replace_held_bytes');
     await route('/brk', { outbound: [{ actions: [{ type: 'response-body-find-replace', config: { replacements: LITERAL } }] }] });
     for (let i = 0; i < 3; i++) {
-      const r = await request('/brk/abort').then(
-        (x) => x.status,
-        (err: Error) => err.message,
-      );
-      expect(r).not.toBe(200);
+      // Held whole (the head waits for it), so the break comes before the head: a 502.
+      const r = await request('/brk/abort');
+      expect([r.status, r.headers['warren-error-code']]).toEqual([502, 'ERR_WARREN_7004']);
     }
+    expect((await request('/brk/page')).body).toBe(PAGE_REDACTED); // and the next one is served
     await waitFor('the held bytes given back', async () => (await held()) === 0, 5_000);
   });
 

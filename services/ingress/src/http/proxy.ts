@@ -722,8 +722,14 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
   onError(err: Error): void {
     if (this.settled) return;
     if (this.sent) {
+      if (this.body) {
+        // Through the response stages: `deliver` decides (a 502 while their head still waits,
+        // the connection cut once it went out, nothing when a stage's own answer replaced the
+        // response); the exchange ends when the client's response does (onClientClose).
+        this.body.destroy(err);
+        return;
+      }
       // The response broke off after it started: the client sees the connection cut.
-      this.body?.destroy(err);
       this.res.destroy();
       this.finish(499, null);
       return;
@@ -764,16 +770,27 @@ function writeHeadSafely(res: http.ServerResponse, status: number, reason: strin
  * rejection would end the process).
  */
 function deliver(req: http.IncomingMessage, res: http.ServerResponse, status: number, statusMessage: string | undefined, headers: string[], body: Readable, hooks: ForwardHooks, log: Logger): void {
+  // False once the upstream's body is no longer what the client gets (a stage's own answer, a 502).
+  let bodyMatters = true;
   const unsendable = (err: Error): void => {
     log.error({ err: err.message, status }, 'the response head cannot be sent; answering 502');
+    bodyMatters = false;
     body.resume();
     if (res.headersSent || res.destroyed) res.destroy();
     else sendError(req, res, 7004, `the response head cannot be sent: ${err.message}`);
   };
   // A body that breaks off (the upstream went away mid-response: TunnelExchange.onError destroys
-  // it with the error) cuts the response. `pipe` does not listen for a source's errors, and
-  // without a listener the 'error' would end the whole process.
-  body.on('error', () => res.destroy());
+  // it with the error) cuts the response once its head went out; before that (the stages still
+  // deciding, or a find-replace holding the body, whose head waits for it) the client is answered
+  // 502 instead. `pipe` does not listen for a source's errors, and without a listener the 'error'
+  // would end the whole process.
+  body.on('error', (err) => {
+    if (!bodyMatters || res.destroyed) return;
+    if (res.headersSent) return void res.destroy();
+    bodyMatters = false;
+    log.warn({ err: err.message, status }, 'the upstream response broke off before its head was sent on; answering 502');
+    sendError(req, res, 7004, 'the upstream response broke off before it could be sent on');
+  });
   hooks.pipeline
     .onResponse(hooks.state, status, headers)
     .then(
@@ -782,14 +799,15 @@ function deliver(req: http.IncomingMessage, res: http.ServerResponse, status: nu
         // `stream.compose`d one (find-replace then compress-response) before it ended emits an
         // AbortError, and any transform's error, unheard, would end the process. Each cuts the response.
         if (d && !isOutcome(d)) for (const t of d.transforms) t.on('error', () => res.destroy());
-        if (res.destroyed) {
-          // Gone meanwhile (the client, or the upstream's body): nothing to send.
+        if (res.destroyed || res.headersSent) {
+          // Gone meanwhile (the client), or answered 502 (the upstream's body broke off): nothing to send.
           if (d && !isOutcome(d)) for (const t of d.transforms) t.destroy();
           body.destroy();
           return;
         }
         if (isOutcome(d)) {
           // A response stage's own answer (outbound deny / custom-response / redirect): final, sent as it is.
+          bodyMatters = false;
           body.resume();
           const err = writeHeadSafely(res, d.status, undefined, answerHeaders(d));
           if (err) return unsendable(err);
@@ -815,7 +833,7 @@ function deliver(req: http.IncomingMessage, res: http.ServerResponse, status: nu
           // carries the new Content-Length when the body was taken whole (chunked otherwise).
           const out = piped();
           void last.finalLength.then((length) => {
-            if (res.destroyed) return void out.destroy();
+            if (res.destroyed || res.headersSent) return void out.destroy();
             const headers = length === null ? decision.headers : [...decision.headers, 'content-length', String(length)];
             const err = writeHeadSafely(res, decision.status, reason, headers);
             if (err) {
@@ -835,6 +853,7 @@ function deliver(req: http.IncomingMessage, res: http.ServerResponse, status: nu
       },
       (err: unknown) => {
         log.error({ err }, 'response stages failed');
+        bodyMatters = false;
         body.resume();
         res.destroy();
       },
@@ -842,6 +861,7 @@ function deliver(req: http.IncomingMessage, res: http.ServerResponse, status: nu
     .catch((err: unknown) => {
       // Last resort: whatever threw above ends this response, never the process.
       log.error({ err }, 'delivering the response failed');
+      bodyMatters = false;
       body.resume();
       res.destroy();
     });
