@@ -21,8 +21,15 @@ describe('parseCli', () => {
         server: 'localhost:4443',
         caFile: 'ca.pem',
         metadata: '',
+        trafficPolicyFile: null,
       },
     });
+  });
+
+  it('an endpoint traffic policy file; not with labels (a labeled tunnel has its edge route\'s)', () => {
+    expect(parseCli(['http', '8080', '--domain', 'app.test', '--traffic-policy-file', 'policy.yml'], env)).toMatchObject({ kind: 'run', config: { domain: 'app.test', trafficPolicyFile: 'policy.yml' } });
+    expect(parseCli(['http', '8080', '--label', 'a=b', '--traffic-policy-file', 'policy.yml'], env)).toMatchObject({ kind: 'error', message: /--traffic-policy-file apply to endpoint tunnels only/ });
+    expect(parseCli(['http', '8080', '--traffic-policy-file', ''], env)).toEqual({ kind: 'error', message: '--traffic-policy-file needs a file name' });
   });
 
   it('endpoint tunnel; authtoken, server and CA from the environment', () => {

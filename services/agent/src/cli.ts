@@ -6,13 +6,16 @@ import { parseForwardTarget } from './forward.js';
 export const USAGE = `Usage:
   warren-agent http <port|host:port|url> --label <key>=<value> [--label …]   labeled tunnel (routed by an HTTPS edge)
   warren-agent http <port|host:port|url> [--domain <host>] [--pooling] [--internal] [--scheme https|http]
-                                                                             endpoint tunnel
+                                         [--traffic-policy-file <file>]      endpoint tunnel
 
 Options:
   --authtoken <token>   agent authtoken (default: $WARREN_AUTHTOKEN)
   --server <host:port>  ingress agent listener (default: $WARREN_SERVER)
   --ca <file>           PEM of the CA that signed the server certificate (default: $WARREN_CA; else system CAs)
   --metadata <text>     opaque session metadata shown by the API
+  --traffic-policy-file <file>
+                        a traffic policy (YAML or JSON, as a route's traffic_policy) for the
+                        endpoint, run by the ingress on each of its requests
   -h, --help            this text`;
 
 export interface CliConfig {
@@ -30,6 +33,8 @@ export interface CliConfig {
   /** Path of a CA PEM file, or null for the system CAs. */
   caFile: string | null;
   metadata: string;
+  /** Path of the endpoint's traffic policy file (YAML or JSON), or null. */
+  trafficPolicyFile: string | null;
 }
 
 export type CliParse = { kind: 'run'; config: CliConfig } | { kind: 'help' } | { kind: 'error'; message: string };
@@ -51,6 +56,7 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
         server: { type: 'string' },
         ca: { type: 'string' },
         metadata: { type: 'string' },
+        'traffic-policy-file': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -81,9 +87,10 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
     if (key in labels) return { kind: 'error', message: `label ${JSON.stringify(key)} given twice` };
     labels[key] = raw.slice(eq + 1);
   }
-  if (labels && (v.domain !== undefined || v.pooling || v.internal || v.scheme !== undefined)) {
-    return { kind: 'error', message: '--label starts a labeled tunnel; --domain, --pooling, --internal and --scheme apply to endpoint tunnels only' };
+  if (labels && (v.domain !== undefined || v.pooling || v.internal || v.scheme !== undefined || v['traffic-policy-file'] !== undefined)) {
+    return { kind: 'error', message: "--label starts a labeled tunnel; --domain, --pooling, --internal, --scheme and --traffic-policy-file apply to endpoint tunnels only (a labeled tunnel's traffic policy is its edge route's)" };
   }
+  if (v['traffic-policy-file'] === '') return { kind: 'error', message: '--traffic-policy-file needs a file name' };
   const scheme = v.scheme ?? 'https';
   if (scheme !== 'http' && scheme !== 'https') return { kind: 'error', message: '--scheme must be http or https' };
 
@@ -107,6 +114,7 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
       server,
       caFile: v.ca ?? env.WARREN_CA ?? null,
       metadata: v.metadata ?? '',
+      trafficPolicyFile: v['traffic-policy-file'] ?? null,
     },
   };
 }

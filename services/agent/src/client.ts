@@ -72,6 +72,8 @@ export interface BindTunnelSpec {
   /** `['internal']` to serve inside ingress only; default public. */
   bindings?: string[];
   metadata?: string;
+  /** The endpoint's traffic policy document (YAML or JSON), run by the ingress; none when absent. */
+  trafficPolicy?: string;
 }
 
 export type TunnelSpec = LabeledTunnelSpec | BindTunnelSpec;
@@ -409,7 +411,8 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
       Proto: proto,
       ForwardsTo: target.url,
       ForwardsProto: '',
-      Opts: { Domain: spec.domain ?? '', Hostname: '', Auth: '', Subdomain: '', HostHeaderRewrite: false, LocalUrlScheme: null, ProxyProto: 0 },
+      // TrafficPolicy as the SDK sends it: the document as a string, null when none.
+      Opts: { Domain: spec.domain ?? '', Hostname: '', Auth: '', Subdomain: '', HostHeaderRewrite: false, LocalUrlScheme: null, ProxyProto: 0, TrafficPolicy: spec.trafficPolicy || null },
       Extra: { Token: prev?.token ?? '', IPPolicyRef: '', Metadata: spec.metadata ?? '', Bindings: spec.bindings ?? [], PoolingEnabled: spec.pooling === true },
     };
     const r = (await this.call(mux, StreamType.Bind, req)) as BindResponse;

@@ -35,6 +35,16 @@ async function main(): Promise<number> {
     }
   }
 
+  let trafficPolicy: string | undefined;
+  if (cfg.trafficPolicyFile) {
+    try {
+      trafficPolicy = readFileSync(cfg.trafficPolicyFile, 'utf8');
+    } catch (e) {
+      err(`cannot read the traffic policy file ${cfg.trafficPolicyFile}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+      return 2;
+    }
+  }
+
   const client = new AgentClient({
     serverAddr: cfg.server,
     authtoken: cfg.authtoken,
@@ -82,7 +92,7 @@ async function main(): Promise<number> {
 
   try {
     if (cfg.labels) await client.startLabeledTunnel(cfg.labels, cfg.target, { metadata: cfg.metadata });
-    else await client.bind({ proto: cfg.scheme, domain: cfg.domain ?? undefined, forwardsTo: cfg.target, pooling: cfg.pooling, bindings: cfg.internal ? ['internal'] : [], metadata: cfg.metadata });
+    else await client.bind({ proto: cfg.scheme, domain: cfg.domain ?? undefined, forwardsTo: cfg.target, pooling: cfg.pooling, bindings: cfg.internal ? ['internal'] : [], metadata: cfg.metadata, trafficPolicy });
   } catch (e) {
     if (stopping) return finished;
     err((e as Error).message);

@@ -22,6 +22,7 @@ import { createSecureContext, type SecureContext, type TLSSocket } from 'node:tl
 import { LocalSlidingWindowLimiter, RedisSlidingWindowLimiter } from './ratelimit/index.js';
 import { createTrafficEvents } from './events/index.js';
 import { startGeo } from './policy/geo.js';
+import { compileEndpointPolicy, recompileEndpointPolicies, type EndpointPolicy } from './policy/endpoint.js';
 
 const log = createLogger('ingress');
 
@@ -91,10 +92,8 @@ async function main(): Promise<void> {
     : new LocalSlidingWindowLimiter({});
   if (!env.RATE_LIMIT_REDIS_URL) log.warn('neither RATE_LIMIT_REDIS_URL nor REDIS_URL is set: rate limits are counted in memory by each process');
   // The edge's mutual TLS first, then the route's modules and policy in their one order.
-  const compilePipeline = createPipelineCompiler(
-    [(_route, edge, config) => mutualTlsStage(edge, config), ...pipelineStageFactories],
-    { limiter, log: log.child({ component: 'pipeline' }), registry: metrics.registry },
-  );
+  const stageDeps = { limiter, log: log.child({ component: 'pipeline' }), registry: metrics.registry };
+  const compilePipeline = createPipelineCompiler([(_route, edge, config) => mutualTlsStage(edge, config), ...pipelineStageFactories], stageDeps);
 
   const tls = await loadTls(env.TLS_CERT_FILE, env.TLS_KEY_FILE, env.STATE_DIR);
 
@@ -105,6 +104,8 @@ async function main(): Promise<void> {
     forwarder,
     registry: metrics.registry,
     hopToken: env.WARREN_NODE_TOKEN ?? '',
+    // Endpoint traffic policies run on the node holding the tunnel, hop requests included.
+    hopPolicy: { request: (req, res) => handler.serveHop(req, res), upgrade: (req, socket, head) => handler.upgradeHop(req, socket, head) },
     isReady: () => !stopping && handler.ready,
     status: () => ({
       node_id: nodeId,
@@ -197,6 +198,8 @@ async function main(): Promise<void> {
     authenticate,
     // The server enforces the credential's ACL itself; this adds the cluster-wide checks.
     checkBind,
+    // Bind endpoints' traffic policies, compiled against the applied config (policy/endpoint.ts).
+    endpointPolicy: (req) => compileEndpointPolicy(req, client.config, stageDeps),
     defaultDomain: env.DEFAULT_DOMAIN,
     publicUrl: (proto, host) => {
       const port = proto === 'http' ? httpPort : httpsPublicPort();
@@ -235,6 +238,10 @@ async function main(): Promise<void> {
     client.tunnelDown(id);
   });
 
+  function* endpointPolicies(): Generator<EndpointPolicy> {
+    for (const t of registry.localTunnels()) if (t.trafficPolicy) yield t.trafficPolicy;
+  }
+
   const remoteChanged = () => metrics.tunnels.set({ location: 'remote' }, registry.remoteCount);
   client.on('remoteTunnelUp', (t) => {
     registry.addRemote(t);
@@ -249,6 +256,8 @@ async function main(): Promise<void> {
     edgeTls = buildEdgeTls(cfg);
     for (const e of table.routeErrors) log.error({ route: e.routeId, err: e.message }, 'route configuration not applicable; the route answers 503 until it is fixed');
     handler.setTable(table);
+    // Endpoint policies naming IP policies follow the config's (a deleted one: 503, fail closed).
+    recompileEndpointPolicies(endpointPolicies(), cfg, stageDeps, log.child({ component: 'pipeline' }));
     events?.setConfig(cfg);
     metrics.retain(cfg);
     registry.setRemote(client.remoteTunnels.values());

@@ -12,8 +12,10 @@ import {
   MuxSession,
   muxErrorCodeName,
   newId,
+  MAX_TRAFFIC_POLICY_BYTES,
   readJsonValue,
   readStreamType,
+  StreamReadError,
   StreamType,
   writeRpcReply,
   type AuthResponse,
@@ -27,6 +29,7 @@ import {
 import { aclAllowsHostname, aclAllowsLabels } from './acl.js';
 import { parseAuth, parseBind, parseLabelTunnel } from './requests.js';
 import type { ResumeTokens } from './resume-tokens.js';
+import type { EndpointPolicy, EndpointPolicyRequest, EndpointPolicyResult } from '../policy/endpoint.js';
 import { remoteIp } from '../http/client-address.js';
 import { TunnelStreamError, type AgentIdentity, type BindRequest, type LocalTunnel, type ProxyHeaderInit, type TunnelStream } from './server.js';
 
@@ -87,6 +90,15 @@ const RPC_LINGER_MS = 30_000;
 const MAX_HEARTBEAT_STREAMS = 2;
 /** Concurrent agent-opened streams (heartbeat + sequential RPCs). */
 const MAX_INBOUND_STREAMS = 32;
+/** Largest RPC request read, in bytes of JSON. */
+const MAX_RPC_REQUEST_BYTES = 64 * 1024;
+/**
+ * Largest Bind request of an authenticated session: room for a traffic policy at the API's limit
+ * (`MAX_TRAFFIC_POLICY_BYTES`, 64 KiB), JSON-escaped (up to 6 bytes a byte), and the other fields.
+ */
+const MAX_BIND_REQUEST_BYTES = 64 * 1024 + 6 * MAX_TRAFFIC_POLICY_BYTES;
+/** Bind requests of one session read at {@link MAX_BIND_REQUEST_BYTES} at once; others get the usual limit. */
+const MAX_LARGE_RPC_READS = 2;
 const SERVER_VERSION = 'warren/0.1.0';
 
 const AUTH_FAILED = 'authentication failed: the agent authtoken is unknown or revoked (ERR_WARREN_1004)';
@@ -114,6 +126,8 @@ export interface ConnectionHost {
   };
   authenticate(token: string): AgentIdentity | null;
   checkBind(req: BindRequest): string | null;
+  /** Compiles a Bind endpoint's traffic policy (`policy/endpoint.ts`), or the refusal. */
+  endpointPolicy(req: EndpointPolicyRequest): EndpointPolicyResult;
   /**
    * Null when the node can take this session (`replacing`: the live one of the same id it
    * supersedes), else the refusal: its credential's session cap, or the node's report budget.
@@ -161,9 +175,10 @@ export class LocalTunnelImpl implements LocalTunnel {
   readonly startedAt: string;
   readonly #conn: AgentConnection;
   readonly #hostname: string;
+  readonly #trafficPolicy: EndpointPolicy | null;
   #closed = false;
 
-  constructor(conn: AgentConnection, fields: TunnelFields, hostname: string) {
+  constructor(conn: AgentConnection, fields: TunnelFields, hostname: string, trafficPolicy: EndpointPolicy | null = null) {
     this.id = fields.id;
     this.accountId = fields.accountId;
     this.sessionId = fields.sessionId;
@@ -177,6 +192,12 @@ export class LocalTunnelImpl implements LocalTunnel {
     this.startedAt = fields.startedAt;
     this.#conn = conn;
     this.#hostname = hostname;
+    this.#trafficPolicy = trafficPolicy;
+  }
+
+  /** Bind endpoints: the compiled traffic policy (`Opts.TrafficPolicy`), or null. Not part of the report. */
+  get trafficPolicy(): EndpointPolicy | null {
+    return this.#trafficPolicy;
   }
 
   /** Bind tunnels: the bound hostname; labeled: ''. */
@@ -291,6 +312,8 @@ export class AgentConnection {
   private readonly liveness: LivenessTimer;
   private heartbeat: HeartbeatSender | null = null;
   private heartbeatStreams = 0;
+  /** Bind requests being read at the larger limit (MAX_LARGE_RPC_READS). */
+  private largeReads = 0;
   /**
    * Proxy streams finished on our side whose slots are not free yet, oldest first from
    * `releasedHead` on: when they finished (performance.now()), and how many heartbeats we had
@@ -511,12 +534,24 @@ export class AgentConnection {
     // Reclaim RPC streams the agent never closes (it FINs when it drops them, §3).
     st.setTimeout(RPC_LINGER_MS, () => st.destroy());
     let body: unknown;
+    // A Bind may carry a traffic policy: read at a larger limit, once authenticated and a few at a time.
+    const large = type === StreamType.Bind && this.identity !== null && this.largeReads < MAX_LARGE_RPC_READS;
+    const maxBytes = large ? MAX_BIND_REQUEST_BYTES : MAX_RPC_REQUEST_BYTES;
+    if (large) this.largeReads++;
     try {
-      body = await readJsonValue(st, { timeoutMs: REQUEST_TIMEOUT_MS, maxBytes: 64 * 1024 });
+      body = await readJsonValue(st, { timeoutMs: REQUEST_TIMEOUT_MS, maxBytes });
     } catch (err) {
       this.log.debug({ err: (err as Error).message, type }, 'unreadable agent request');
+      if (type === StreamType.Bind && err instanceof StreamReadError && err.code === 'TOO_LARGE' && !st.destroyed) {
+        // Said, not just dropped: the SDK would show "failed to deserialize rpc response".
+        st.resume();
+        writeRpcReply(st, bindError(`the Bind request is over ${maxBytes} bytes; a traffic policy may have at most ${MAX_TRAFFIC_POLICY_BYTES} bytes (ERR_WARREN_5003)`));
+        return;
+      }
       st.destroy();
       return;
+    } finally {
+      if (large) this.largeReads--;
     }
     st.resume(); // whatever follows the request (a Go client's newline) is discarded
     let reply: unknown;
@@ -618,7 +653,23 @@ export class AgentConnection {
     };
   }
 
+  /**
+   * A Bind. One that carries a traffic policy costs the node a parse, a costing and a compile of
+   * up to 64 KiB of policy (tens of milliseconds of event loop): it is refused outright when the
+   * session (or its credential) has no tunnel start left, and one refused for any reason takes a
+   * start all the same, so an agent cannot make the node compile policies faster than it may start
+   * tunnels (TUNNEL_STARTS_PER_SECOND_PER_SESSION) by sending ones that fail.
+   */
   private onBind(body: unknown, session: DpAgentSession, identity: AgentIdentity): BindResponse {
+    if (!carriesTrafficPolicy(body)) return this.bind(body, session, identity);
+    const limited = this.startRateRefusal();
+    if (limited) return bindError(limited);
+    const reply = this.bind(body, session, identity);
+    if (reply.Error) this.takeStart();
+    return reply;
+  }
+
+  private bind(body: unknown, session: DpAgentSession, identity: AgentIdentity): BindResponse {
     const parsed = parseBind(body, this.host.settings.defaultDomain);
     if (!parsed.ok) return bindError(parsed.error);
     const req = parsed.value;
@@ -641,10 +692,18 @@ export class AgentConnection {
     };
     const full = this.admit(fields);
     if (full) return bindError(full);
+    // Once the caps admit the tunnel, before a live one of the same id is superseded: a policy
+    // that cannot run here refuses the Bind, never an endpoint served without its policy.
+    let trafficPolicy: EndpointPolicy | null = null;
+    if (req.trafficPolicy) {
+      const compiled = this.host.endpointPolicy({ tunnelId: id.value, accountId: identity.accountId, hostname: req.hostname, policy: req.trafficPolicy });
+      if (!compiled.ok) return bindError(compiled.error);
+      trafficPolicy = compiled.value;
+    }
     this.supersede(id.value);
     const refusal = this.host.checkBind({ accountId: identity.accountId, sessionId: session.id, tunnelId: id.value, proto: req.proto, hostname: req.hostname, bindings: req.bindings, poolingEnabled: req.poolingEnabled });
     if (refusal) return bindError(refusal);
-    this.addTunnel(fields, req.hostname);
+    this.addTunnel(fields, req.hostname, trafficPolicy);
     // Opts are echoed as received: the SDK deserialises them into its own options type (§3).
     return { Id: id.value, URL: url, Proto: req.proto, Opts: req.opts, Extra: { Token: this.host.tokens.tunnelToken(id.value, identity.credentialId) } };
   }
@@ -727,6 +786,11 @@ export class AgentConnection {
     const capped = this.host.admitTunnel(fields, this.identity!.credentialId, replacing);
     if (capped) return capped;
     // Last, so that a session at a cap hears about the cap (retrying would not help).
+    return this.startRateRefusal();
+  }
+
+  /** Null when the session and its credential may start a tunnel now, else the refusal (8001). */
+  private startRateRefusal(): string | null {
     if (!this.starts.available()) {
       const { tunnelStartsPerSecond: rate, tunnelStartBurst: burst } = this.host.settings;
       this.log.debug({ rate, burst }, 'tunnel refused: the session starts tunnels faster than TUNNEL_STARTS_PER_SECOND_PER_SESSION');
@@ -741,11 +805,17 @@ export class AgentConnection {
     return null;
   }
 
-  private addTunnel(fields: TunnelFields, hostname: string): void {
-    // Only a tunnel that starts takes a token: refusals cost the node no reports.
+  /** Takes a tunnel start from the session's and the credential's buckets. */
+  private takeStart(): void {
     this.starts.take();
     this.host.credentialStarts(this.identity!.credentialId).bucket.take();
-    const t = new LocalTunnelImpl(this, fields, hostname);
+  }
+
+  private addTunnel(fields: TunnelFields, hostname: string, trafficPolicy: EndpointPolicy | null = null): void {
+    // Only a tunnel that starts takes a token (refusals cost the node no reports), and a refused
+    // Bind that carried a traffic policy (`onBind`).
+    this.takeStart();
+    const t = new LocalTunnelImpl(this, fields, hostname, trafficPolicy);
     this.tunnels.set(t.id, t);
     this.log.info({ tunnel: t.id, proto: t.proto, url: t.publicUrl || undefined, labels: t.proto === 'labeled' ? t.labels : undefined }, 'tunnel started');
     this.host.tunnelUp(t);
@@ -837,6 +907,15 @@ function describeClose(info: MuxCloseInfo): string {
 
 function authError(text: string): AuthResponse {
   return { Version: '2', ClientId: '', Extra: { Version: SERVER_VERSION, Region: '', Cookie: '', AccountName: '', SessionDuration: 0, PlanName: '', Banner: '' }, Error: text };
+}
+
+/** Whether a Bind request carries a traffic policy to parse (Opts.TrafficPolicy or Opts.Policy set). */
+function carriesTrafficPolicy(body: unknown): boolean {
+  if (typeof body !== 'object' || body === null) return false;
+  const opts = (body as { Opts?: unknown }).Opts;
+  if (typeof opts !== 'object' || opts === null) return false;
+  const o = opts as { TrafficPolicy?: unknown; Policy?: unknown };
+  return (o.TrafficPolicy !== undefined && o.TrafficPolicy !== null && o.TrafficPolicy !== '') || (o.Policy !== undefined && o.Policy !== null && o.Policy !== '');
 }
 
 function bindError(text: string): BindResponse {

@@ -282,6 +282,21 @@ describe('tunnel start rate per session', () => {
     expect(server.tunnels()).toHaveLength(2);
   });
 
+  it('a Bind carrying a traffic policy takes a start even when refused: an agent cannot make the node parse policies faster than it may start tunnels', async () => {
+    // Parsing, costing and compiling a policy of up to 64 KiB blocks the event loop for tens of
+    // milliseconds; refused Binds used to cost nothing, so failing ones could be sent in a loop.
+    const { port } = await startServer({ tunnelStartsPerSecond: 1, tunnelStartBurst: 3 });
+    const a = startClient(port);
+    await a.connect();
+    for (let i = 0; i < 3; i++) await expect(a.bind({ domain: `tp${i}.test`, forwardsTo: LOCAL, trafficPolicy: 'on_http_request: [' })).rejects.toThrow(/invalid traffic policy .*ERR_WARREN_6900/);
+    await expect(a.bind({ domain: 'tp3.test', forwardsTo: LOCAL, trafficPolicy: 'on_http_request: [' })).rejects.toThrow(/TUNNEL_STARTS_PER_SECOND_PER_SESSION.*ERR_WARREN_8001/);
+    // A Bind without a policy refused for another reason still costs no start.
+    const b = startClient(port);
+    await b.connect();
+    for (let i = 0; i < 5; i++) await expect(b.bind({ domain: 'bad_name!', forwardsTo: LOCAL })).rejects.toThrow(/invalid domain/);
+    await b.bind({ domain: 'fine.test', forwardsTo: LOCAL });
+  });
+
   it("a credential's sessions share one bucket: new sessions or reconnects bring no fresh burst; other credentials are not held back", async () => {
     // Per-session buckets alone let a credential churn without bound: each new session (up to
     // MAX_SESSIONS_PER_CREDENTIAL at once, and any number by reconnecting) started full.

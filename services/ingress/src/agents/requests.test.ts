@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { aclAllowsHostname, aclAllowsLabels } from './acl.js';
-import { parseAuth, parseBind, parseLabelTunnel, unsupportedOpts } from './requests.js';
+import { MAX_TRAFFIC_POLICY_BYTES } from '@warren/shared';
+import { parseAuth, parseBind, parseBindTrafficPolicy, parseLabelTunnel, unsupportedOpts } from './requests.js';
 
 /** Bind Opts exactly as @ngrok/ngrok 1.7.0 sends them for httpEndpoint().domain('app.test'). */
 const SDK_OPTS = {
@@ -15,7 +16,7 @@ const bind = (over: Record<string, unknown> = {}, opts: Record<string, unknown> 
 describe('parseBind', () => {
   it("accepts the SDK's default options and echoes them", () => {
     const r = parseBind(bind(), 'warren.localhost');
-    expect(r).toEqual({ ok: true, value: { id: '', proto: 'https', hostname: 'app.test', forwardsTo: 'http://localhost:8080/', metadata: '', token: '', bindings: [], poolingEnabled: false, opts: SDK_OPTS } });
+    expect(r).toEqual({ ok: true, value: { id: '', proto: 'https', hostname: 'app.test', forwardsTo: 'http://localhost:8080/', metadata: '', token: '', bindings: [], poolingEnabled: false, trafficPolicy: null, opts: SDK_OPTS } });
   });
 
   it.each([
@@ -26,7 +27,6 @@ describe('parseBind', () => {
     ['Auth', 'user:pass'],
     ['HostHeaderRewrite', true],
     ['ProxyProto', 2],
-    ['TrafficPolicy', '{"on_http_request":[]}'],
     ['SomethingNew', 'x'],
   ])('refuses the %s module rather than ignoring it', (field, value) => {
     const r = parseBind(bind({}, { [field]: value }), 'warren.localhost');
@@ -57,6 +57,73 @@ describe('parseBind', () => {
 
   it('lists unsupported options sorted', () => {
     expect(unsupportedOpts({ OIDC: {}, BasicAuth: {}, Domain: 'x', LocalUrlScheme: 'http', CircuitBreaker: null })).toEqual(['BasicAuth', 'OIDC']);
+  });
+});
+
+describe('Bind Opts.TrafficPolicy (the SDK traffic_policy option)', () => {
+  const YAML = `on_http_request:
+  - expressions: ["req.url.path.startsWith('/admin')"]
+    actions:
+      - type: deny
+        config: { status_code: 403 }
+on_http_response:
+  - actions:
+      - type: add-headers
+        config: { headers: { x-policy: endpoint } }
+`;
+
+  it('accepts a YAML or JSON document, validated as a route policy, and echoes the Opts as sent', () => {
+    const r = parseBind(bind({}, { TrafficPolicy: YAML }), 'd');
+    expect(r.ok).toBe(true);
+    if (!r.ok) return;
+    expect(r.value.opts.TrafficPolicy).toBe(YAML);
+    expect(r.value.trafficPolicy?.document).toMatchObject({ on_http_request: [{ actions: [{ type: 'deny', config: { status_code: 403 } }] }] });
+    expect(r.value.trafficPolicy?.ipPolicyRefs).toEqual([]);
+    const json = JSON.stringify({ inbound: [{ actions: [{ type: 'rate-limit', config: { name: 'r', algorithm: 'sliding_window', capacity: 2, rate: '60s', bucket_key: ['conn.client_ip'] } }] }] });
+    expect(parseBind(bind({}, { TrafficPolicy: json }), 'd')).toMatchObject({ ok: true, value: { trafficPolicy: { document: { inbound: [{ actions: [{ type: 'rate-limit' }] }] } } } });
+  });
+
+  it('empty, null or rule-less means no policy', () => {
+    for (const v of ['', null, undefined, '{}', 'on_http_request: []']) {
+      expect(parseBind(bind({}, { TrafficPolicy: v }), 'd')).toMatchObject({ ok: true, value: { trafficPolicy: null } });
+    }
+  });
+
+  it('lists the IP policies restrict-ips names, with their places', () => {
+    const [a, b] = ['ipp_' + 'a'.repeat(27), 'ipp_' + 'b'.repeat(27)];
+    const doc = `on_http_request:\n  - actions:\n      - type: restrict-ips\n        config: { ip_policies: [${a}, ${b}] }\n`;
+    const r = parseBindTrafficPolicy({ TrafficPolicy: doc });
+    expect(r).toMatchObject({ ok: true, value: { ipPolicyRefs: [{ path: 'on_http_request[0].actions[0].config.ip_policies[0]', id: a }, { path: 'on_http_request[0].actions[0].config.ip_policies[1]', id: b }] } });
+  });
+
+  it.each([
+    ['a syntax error', 'on_http_request: [', /^invalid traffic policy \(Bind Opts\.TrafficPolicy\): not valid YAML or JSON: .* \(ERR_WARREN_6900\)$/],
+    ['an unknown action', 'on_http_request:\n  - actions:\n      - type: teleport\n', /^invalid traffic policy \(Bind Opts\.TrafficPolicy\): on_http_request\[0\]\.actions\[0\]\.type: .*teleport.* \(ERR_WARREN_6900\)$/],
+    ['an expression that does not compile', 'on_http_request:\n  - expressions: ["req.nope ==="]\n    actions:\n      - type: deny\n', /on_http_request\[0\]\.expressions\[0\].*\(ERR_WARREN_6900\)$/],
+    ['an unknown phase', 'on_tcp_connect: []', /on_tcp_connect.*not supported.*\(ERR_WARREN_6900\)$/],
+    ['a non-string', 42, /must be a string holding a YAML or JSON document \(ERR_WARREN_2102\)$/],
+  ])('refuses %s with the validator\'s message', (_what, value, message) => {
+    const r = parseBind(bind({}, { TrafficPolicy: value }), 'd');
+    expect(r.ok).toBe(false);
+    expect(r.ok ? '' : r.error).toMatch(message);
+  });
+
+  it('refuses a document over the API limit (64 KiB), naming the limit', () => {
+    const big = `# ${'x'.repeat(MAX_TRAFFIC_POLICY_BYTES)}\non_http_request: []\n`;
+    const r = parseBind(bind({}, { TrafficPolicy: big }), 'd');
+    expect(r).toEqual({ ok: false, error: `the traffic policy (Bind Opts.TrafficPolicy) is ${Buffer.byteLength(big)} bytes, over the limit of ${MAX_TRAFFIC_POLICY_BYTES} bytes; send at most ${MAX_TRAFFIC_POLICY_BYTES} (ERR_WARREN_5003)` });
+  });
+
+  it('refuses the deprecated structured policy option, pointing to traffic_policy', () => {
+    const structured = { Inbound: [{ Name: 'r', Expressions: [], Actions: [{ Type: 'deny', Config: '{}' }] }], Outbound: [] };
+    for (const opts of [{ TrafficPolicy: structured }, { Policy: structured }]) {
+      const r = parseBind(bind({}, opts), 'd');
+      expect(r).toMatchObject({ ok: false, error: /deprecated policy option .* use the traffic_policy option .*\(ERR_WARREN_2104\)$/ });
+    }
+  });
+
+  it('other module options are still refused next to a policy', () => {
+    expect(parseBind(bind({}, { TrafficPolicy: YAML, OAuth: { Provider: 'google' } }), 'd')).toMatchObject({ ok: false, error: /endpoint option OAuth is not supported/ });
   });
 });
 

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { MAX_TRAFFIC_POLICY_BYTES, TrafficPolicyError, decodeTrafficPolicy, parseTrafficPolicy, restrictIpsPolicyRefs } from '@warren/shared';
 
 /**
  * Validation of the agent's RPC requests (agent-protocol.md §3). Input is untrusted JSON: every
@@ -89,7 +90,7 @@ export function parseAuth(body: unknown): Result<AuthRequest> {
  * auth, …): any value other than "unset" is refused, never ignored, because it may be a
  * security control the agent's owner relies on (§3).
  */
-const UNDERSTOOD_OPTS = new Set(['Domain', 'Hostname', 'Subdomain', 'LocalUrlScheme']);
+const UNDERSTOOD_OPTS = new Set(['Domain', 'Hostname', 'Subdomain', 'LocalUrlScheme', 'TrafficPolicy']);
 
 /** null/absent, false, 0, '' and [] mean "not set". An object, even `{}`, enables a module. */
 function isUnset(v: unknown): boolean {
@@ -110,6 +111,46 @@ export function isValidHostname(h: string): boolean {
   return h.length > 0 && h.length <= 253 && HOSTNAME_RE.test(h);
 }
 
+/**
+ * An endpoint's traffic policy (Bind `Opts.TrafficPolicy`, the SDK's `traffic_policy` option),
+ * validated as the API validates a route's `traffic_policy.value` (`parseTrafficPolicy`: syntax,
+ * shape, CEL, cost).
+ */
+export interface BindTrafficPolicy {
+  /** The decoded document (plain JSON), as a route's policy travels to the ingress (`DpRoute.trafficPolicy.value`). */
+  document: unknown;
+  /** The IP policies its restrict-ips actions name, with their places in the document (checked against the account's on Bind). */
+  ipPolicyRefs: { path: string; id: string }[];
+}
+
+const TP_WIRE = 'Bind Opts.TrafficPolicy';
+
+/**
+ * `Opts.TrafficPolicy`: absent, null or '' → no policy (null); a YAML or JSON document → the
+ * validated policy; one without any rule → null (nothing to run). The deprecated `policy` option
+ * of the SDK sends the policy as a structured object (in `TrafficPolicy`, or `Policy` with older
+ * SDKs): refused, naming the option to use instead.
+ */
+export function parseBindTrafficPolicy(opts: Record<string, unknown>): Result<BindTrafficPolicy | null> {
+  const deprecated = 'the deprecated policy option (a structured policy object) is not supported by this server; pass the policy document as YAML or JSON with the traffic_policy option (trafficPolicy() on the builder) instead (ERR_WARREN_2104)';
+  if (!isUnset(opts.Policy)) return fail(deprecated);
+  const raw = opts.TrafficPolicy;
+  if (raw === null || raw === undefined || raw === '') return ok(null);
+  if (isObject(raw)) return fail(deprecated);
+  if (typeof raw !== 'string') return fail(`the traffic policy (${TP_WIRE}) must be a string holding a YAML or JSON document (ERR_WARREN_2102)`);
+  const n = Buffer.byteLength(raw);
+  if (n > MAX_TRAFFIC_POLICY_BYTES) return fail(`the traffic policy (${TP_WIRE}) is ${n} bytes, over the limit of ${MAX_TRAFFIC_POLICY_BYTES} bytes; send at most ${MAX_TRAFFIC_POLICY_BYTES} (ERR_WARREN_5003)`);
+  try {
+    const policy = parseTrafficPolicy(raw);
+    if (policy.inbound.length === 0 && policy.outbound.length === 0) return ok(null);
+    return ok({ document: decodeTrafficPolicy(raw), ipPolicyRefs: restrictIpsPolicyRefs(policy) });
+  } catch (err) {
+    if (err instanceof TrafficPolicyError) return fail(`invalid traffic policy (${TP_WIRE}): ${err.message.slice(0, 1000)} (ERR_WARREN_6900)`);
+    // Never an exception out of Bind handling: the ingress serves every tenant.
+    return fail(`the traffic policy (${TP_WIRE}) could not be read: ${String((err as Error)?.message ?? err).slice(0, 300)} (ERR_WARREN_6900)`);
+  }
+}
+
 export interface BindRequest {
   /** '' for a new tunnel; the old id on reconnect. */
   id: string;
@@ -121,6 +162,8 @@ export interface BindRequest {
   token: string;
   bindings: string[];
   poolingEnabled: boolean;
+  /** Opts.TrafficPolicy, validated; null when none (or it has no rules). */
+  trafficPolicy: BindTrafficPolicy | null;
   /** The request's Opts, echoed in the reply (§3). */
   opts: Record<string, unknown>;
 }
@@ -133,6 +176,11 @@ export function parseBind(body: unknown, defaultDomain: string): Result<BindRequ
     return fail(`${proto || 'this'} endpoints are not supported by this server; use http or https (ERR_WARREN_2104)`);
   }
   const opts = isObject(body.Opts) ? body.Opts : {};
+  // Before the generic refusal, which would only name the field.
+  if (!isUnset(opts.Policy)) {
+    const p = parseBindTrafficPolicy(opts);
+    if (!p.ok) return p;
+  }
   const bad = unsupportedOpts(opts);
   if (bad.length > 0) return fail(`endpoint option${bad.length > 1 ? 's' : ''} ${bad.join(', ')} ${bad.length > 1 ? 'are' : 'is'} not supported by this server; remove ${bad.length > 1 ? 'them' : 'it'} (ERR_WARREN_2104)`);
   const extra = isObject(body.Extra) ? body.Extra : {};
@@ -156,6 +204,9 @@ export function parseBind(body: unknown, defaultDomain: string): Result<BindRequ
   if (!forwardsTo.ok) return forwardsTo;
   const metadata = bounded(extra.Metadata, FIELD_LIMITS.tunnelMetadata, 'tunnel metadata', 'Bind Extra.Metadata', 5001);
   if (!metadata.ok) return metadata;
+  // Last: the most expensive check (parsing and costing the document).
+  const trafficPolicy = parseBindTrafficPolicy(opts);
+  if (!trafficPolicy.ok) return trafficPolicy;
 
   return ok({
     id: str(body.Id),
@@ -166,6 +217,7 @@ export function parseBind(body: unknown, defaultDomain: string): Result<BindRequ
     token: str(extra.Token),
     bindings,
     poolingEnabled: extra.PoolingEnabled === true,
+    trafficPolicy: trafficPolicy.value,
     opts,
   });
 }

@@ -7,6 +7,7 @@ import { createLogger, type DpAgentSession, type DpTunnel } from '@warren/shared
 import { MAX_FULL_SYNC_BYTES, sessionReportBytes, tunnelReportBytes } from '../config/control-plane-client.js';
 import { AgentConnection, DEFAULT_MAX_STREAMS_PER_CLIENT, MAX_SAFE_STREAMS, TokenBucket, type ConnectionHost, type LocalTunnelImpl } from './agent-connection.js';
 import { ResumeTokens } from './resume-tokens.js';
+import type { EndpointPolicy, EndpointPolicyRequest, EndpointPolicyResult } from '../policy/endpoint.js';
 import { remoteIp } from '../http/client-address.js';
 
 /**
@@ -58,6 +59,11 @@ export interface LocalTunnel extends Omit<DpTunnel, 'nodeId' | 'nodeAddress'> {
   openStreamSync?(h: ProxyHeaderInit): TunnelStream;
   /** Proxy streams currently open on this tunnel's session (on the wire: one abandoned by its client stays open until the agent's FIN). */
   readonly openStreams: number;
+  /**
+   * A Bind endpoint's traffic policy (`Opts.TrafficPolicy`), compiled; null or absent when none.
+   * Runs on this node only (`PublicHandler`): other nodes hop the request here.
+   */
+  readonly trafficPolicy?: EndpointPolicy | null;
 }
 
 export interface BindRequest {
@@ -79,6 +85,11 @@ export interface AgentServerOptions {
   authenticate(token: string): AgentIdentity | null;
   /** Return an error text to refuse a Bind (e.g. hostname belongs to another account, or is live without pooling); null to accept. */
   checkBind?(req: BindRequest): string | null;
+  /**
+   * Compiles a Bind endpoint's traffic policy against the applied config (`compileEndpointPolicy`),
+   * or refuses the Bind. Without it, a Bind with a traffic policy is refused.
+   */
+  endpointPolicy?(req: EndpointPolicyRequest): EndpointPolicyResult;
   /** Domain for Bind requests without a hostname/domain: `<random>.<defaultDomain>`; default 'warren.localhost'. */
   defaultDomain?: string;
   /** Builds the public URL of a Bind tunnel, e.g. (proto 'https', 'app.test') → 'https://app.test:8443'. Default `${proto}://${hostname}`. */
@@ -282,6 +293,7 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
       settings: { defaultDomain, maxStreams, maxStreamsPerClient, maxTunnelsPerSession, tunnelStartsPerSecond, tunnelStartBurst, heartbeatIntervalMs: opts.heartbeatIntervalMs, heartbeatToleranceMs: opts.heartbeatToleranceMs },
       authenticate: (token) => opts.authenticate(token),
       checkBind: (req) => checkBind(req),
+      endpointPolicy: (req) => (opts.endpointPolicy ? opts.endpointPolicy(req) : { ok: false, error: 'traffic policies on endpoints are not available on this server (ERR_WARREN_2104)' }),
       publicUrl: (proto, hostname) => publicUrl(proto, hostname),
       admitSession: (s, replacing) => {
         // The live session this one resumes (same id, so the same credential) gives its place back.

@@ -18,6 +18,14 @@ export interface InternalServerOptions {
   registry: Registry;
   hopToken: string;
   isReady: () => boolean;
+  /**
+   * Serves a hop request itself when its tunnel is an endpoint of this node with a traffic policy
+   * (the policy runs on the node holding the tunnel: `PublicHandler.serveHop`); false otherwise.
+   */
+  hopPolicy?: {
+    request(req: http.IncomingMessage, res: http.ServerResponse): boolean;
+    upgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): boolean;
+  };
   /** Extra state for /status (config version, connections). */
   status: () => Record<string, unknown>;
   log: Logger;
@@ -36,6 +44,7 @@ export function createInternalServer(o: InternalServerOptions): http.Server {
         res.writeHead(403, { 'content-type': 'text/plain' }).end('bad node token\n');
         return;
       }
+      if (o.hopPolicy?.request(req, res)) return;
       void o.forwarder.forwardHop(req, res);
       return;
     }
@@ -69,6 +78,7 @@ export function createInternalServer(o: InternalServerOptions): http.Server {
       sendUpgradeError(socket, 7003, 'not a hop request');
       return;
     }
+    if (o.hopPolicy?.upgrade(req, socket, head)) return;
     void o.forwarder.upgradeHop(req, socket, head);
   });
   server.keepAliveTimeout = 75_000;

@@ -1,10 +1,10 @@
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { ErrorCode, Logger } from '@warren/shared';
-import type { TunnelRegistry, TunnelTarget } from '../tunnels/registry.js';
+import { hostnameOfUrl, type TunnelRegistry, type TunnelTarget } from '../tunnels/registry.js';
 import type { IngressMetrics } from '../metrics.js';
 import { sendError, sendUpgradeError } from './error-page.js';
-import { deliverAnswer, ipOf, publicRequestHeaders, splice, type Forwarder, type RequestInfo } from './proxy.js';
+import { HOP, deliverAnswer, hopRequestHeaders, ipOf, publicRequestHeaders, splice, type Forwarder, type RequestInfo } from './proxy.js';
 import { answerBody, answerHeaders } from './answer.js';
 import { remoteIp } from './client-address.js';
 import { WebSocketHandshakeError, acceptWebSocketAsTcp, isWebSocketTcpConverter } from '../modules/index.js';
@@ -123,6 +123,11 @@ interface Resolved {
   edgeType: '0' | '3';
   /** The request target as sent, when `resolve` changed `req.url` (a route with a pipeline only). */
   rawTarget?: string;
+  /**
+   * A request another node carried here over a hop for an endpoint of this node with a traffic
+   * policy (`serveHop`): the public client as that node saw it (the socket is the hop's).
+   */
+  hop?: { clientAddr: string; clientIp: string };
 }
 
 const NONE = () => null;
@@ -176,25 +181,7 @@ export class PublicHandler {
         if (dests.length > 0) track = this.trackHttp(events, dests, req, res, r, scheme, started);
       }
       if (r.cr) {
-        let done: Promise<number>;
-        try {
-          done = this.withPipeline(req, res, r, r.cr, scheme, started, track);
-        } catch (err) {
-          done = Promise.reject(err as Error); // a stage that threw: the same 502 as one that rejected
-        }
-        done.then(record, (err: unknown) => {
-          // (Not `req.destroyed`: a request read to its end is destroyed too.)
-          if (res.destroyed || req.socket.destroyed) {
-            // The client went away (its body cut short while a stage read it): not our failure,
-            // and not worth an error line any client could produce at will.
-            this.opts.log.debug({ err: (err as Error)?.message, route: r.route }, 'the client went away during the route stages');
-            record(499);
-            return;
-          }
-          this.opts.log.error({ err, route: r.route }, 'route pipeline failed');
-          sendError(req, res, 7004, 'the route failed to process the request');
-          record(res.statusCode);
-        });
+        this.runPipeline(req, res, r, r.cr, scheme, started, track, record);
         return;
       }
       if (!r.target) {
@@ -223,6 +210,84 @@ export class PublicHandler {
         record(res.statusCode);
       });
     };
+  }
+
+  /** {@link withPipeline}, with its failures answered (502) and the status recorded. */
+  private runPipeline(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, scheme: 'http' | 'https', started: number, track: HttpRequestTracker | null, record: (status: number) => void): void {
+    let done: Promise<number>;
+    try {
+      done = this.withPipeline(req, res, r, cr, scheme, started, track);
+    } catch (err) {
+      done = Promise.reject(err as Error); // a stage that threw: the same 502 as one that rejected
+    }
+    done.then(record, (err: unknown) => {
+      // (Not `req.destroyed`: a request read to its end is destroyed too.)
+      if (res.destroyed || req.socket.destroyed) {
+        // The client went away (its body cut short while a stage read it): not our failure,
+        // and not worth an error line any client could produce at will.
+        this.opts.log.debug({ err: (err as Error)?.message, route: r.route || r.edge }, 'the client went away during the route stages');
+        record(499);
+        return;
+      }
+      this.opts.log.error({ err, route: r.route || r.edge }, 'route pipeline failed');
+      sendError(req, res, 7004, 'the route failed to process the request');
+      record(res.statusCode);
+    });
+  }
+
+  /**
+   * A request another node carried here (internal listener, hop token checked) for a tunnel of
+   * this node: when that tunnel is an endpoint with a traffic policy, the policy runs here, with
+   * the public client's address and scheme as the sending node saw them (the sending node runs
+   * no endpoint policy for a tunnel it does not hold, so it runs once), then the request goes to
+   * the tunnel. False when the tunnel has no policy (or is not here): the plain hop path serves it.
+   */
+  serveHop(req: http.IncomingMessage, res: http.ServerResponse): boolean {
+    let r: ReturnType<PublicHandler['resolveHop']>;
+    try {
+      r = this.resolveHop(req);
+    } catch (err) {
+      // Never the plain hop path instead: it would skip the policy.
+      this.opts.log.error({ err }, 'hop request for an endpoint could not be resolved');
+      sendError(req, res, 7004);
+      return true;
+    }
+    if (!r) return false;
+    this.runPipeline(req, res, r, r.cr!, r.hopScheme, performance.now(), null, NO_RECORD);
+    return true;
+  }
+
+  /** {@link serveHop} for an upgrade. */
+  upgradeHop(req: http.IncomingMessage, socket: Duplex, head: Buffer): boolean {
+    let r: ReturnType<PublicHandler['resolveHop']>;
+    try {
+      r = this.resolveHop(req);
+    } catch (err) {
+      this.opts.log.error({ err }, 'hop upgrade for an endpoint could not be resolved');
+      sendUpgradeError(socket, 7004);
+      return true;
+    }
+    if (!r) return false;
+    void this.upgradeWithPipeline(req, socket, head, r, r.cr!, r.hopScheme).catch((err: unknown) => {
+      this.opts.log.error({ err, route: r.edge }, 'endpoint traffic policy failed on an upgrade');
+      sendUpgradeError(socket, 7004, 'the route failed to process the request');
+    });
+    return true;
+  }
+
+  private resolveHop(req: http.IncomingMessage): (Resolved & { hopScheme: 'http' | 'https' }) | null {
+    // A raw hop stream is a route's websocket_tcp_converter, never an endpoint's.
+    if (req.headers[HOP.raw] !== undefined) return null;
+    const tunnel = this.opts.registry.getLocal(String(req.headers[HOP.tunnel] ?? ''));
+    const ep = tunnel?.trafficPolicy;
+    if (!tunnel || !ep) return null;
+    const scheme = req.headers[HOP.scheme] === 'https' ? 'https' : 'http';
+    const clientAddr = String(req.headers[HOP.clientAddr] ?? '0.0.0.0:0');
+    const colon = clientAddr.lastIndexOf(':');
+    const clientIp = ipOf(colon > 0 ? clientAddr.slice(0, colon) : clientAddr);
+    const host = parseHost(req.headers.host, scheme === 'https' ? 443 : 80)?.host ?? hostnameOfUrl(tunnel.publicUrl);
+    const target: TunnelTarget = { kind: 'local', tunnel };
+    return { target: null, error: null, cr: ep.cr, host, path: pathOf(req.url), edge: 'endpoint', route: '', account: tunnel.accountId, next: only(target), edgeType: '0', hop: { clientAddr, clientIp }, hopScheme: scheme };
   }
 
   /** The `upgrade` handler of one public listener (WebSocket and other HTTP/1.1 upgrades). */
@@ -274,7 +339,7 @@ export class PublicHandler {
    */
   private withPipeline(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, scheme: 'http' | 'https', started: number, track: HttpRequestTracker | null): Promise<number> {
     const pipeline = cr.pipeline!;
-    const clientIp = remoteIp(req.socket);
+    const clientIp = r.hop ? r.hop.clientIp : remoteIp(req.socket);
     const state: RequestState = {
       req,
       scheme,
@@ -283,7 +348,8 @@ export class PublicHandler {
       path: r.path!,
       edge: cr.edge,
       route: cr.route,
-      headers: publicRequestHeaders(req.rawHeaders, clientIp, scheme, false),
+      // Over a hop, the sending node prepared them (X-Forwarded-For …) already.
+      headers: r.hop ? hopRequestHeaders(req.rawHeaders) : publicRequestHeaders(req.rawHeaders, clientIp, scheme, false),
       body: null,
       vars: {},
       startedAt: started,
@@ -329,7 +395,8 @@ export class PublicHandler {
       if (out === CLOSE_CONNECTION || !pipeline.editsResponses) return Promise.resolve(sendOutcome(req, res, out));
       return deliverAnswer(req, res, out, { pipeline, state }, this.opts.log);
     }
-    if (!cr.backend) {
+    // (A Bind endpoint's policy, edgeType '0', has its tunnel in `r.next` rather than a backend.)
+    if (!cr.backend && r.edgeType === '3') {
       sendError(req, res, 7002);
       pipeline.onResult(state, 'none');
       return Promise.resolve(502);
@@ -337,12 +404,12 @@ export class PublicHandler {
     const next = track ? track.picking(r.next) : r.next;
     const target = next(EMPTY_SET);
     if (!target) {
-      sendError(req, res, 7003, `no tunnel is online for backend ${cr.backend.id}`);
+      sendError(req, res, 7003, cr.backend ? `no tunnel is online for backend ${cr.backend.id}` : `the endpoint ${r.host ?? ''} went offline`);
       pipeline.onResult(state, 'error');
       return Promise.resolve(503);
     }
     if (target.kind === 'remote') this.opts.metrics.hops.inc();
-    const info: RequestInfo = { scheme: state.scheme, clientAddr: remoteAddr(req.socket), edgeType: r.edgeType };
+    const info: RequestInfo = { scheme: state.scheme, clientAddr: r.hop?.clientAddr ?? remoteAddr(req.socket), edgeType: r.edgeType };
     const done = this.opts.forwarder.forward(req, res, target, info, state.headers, next, { pipeline, state });
     if (pipeline.hasResultStages) {
       // Ended without an upstream result (the client went away first): a circuit breaker's probe frees its place.
@@ -354,10 +421,10 @@ export class PublicHandler {
 
   /** An upgrade on a route with a pipeline: the request stages (no body), then the tunnel. */
   private async upgradeWithPipeline(req: http.IncomingMessage, socket: Duplex, head: Buffer, r: Resolved, cr: CompiledRoute, scheme: 'http' | 'https'): Promise<void> {
-    const clientIp = remoteIp(req.socket);
+    const clientIp = r.hop ? r.hop.clientIp : remoteIp(req.socket);
     const state: RequestState = {
       req, scheme, clientIp, host: r.host!, path: r.path!, edge: cr.edge, route: cr.route,
-      headers: publicRequestHeaders(req.rawHeaders, clientIp, scheme, true), body: null, vars: {}, startedAt: performance.now(), rawTarget: r.rawTarget,
+      headers: r.hop ? hopRequestHeaders(req.rawHeaders) : publicRequestHeaders(req.rawHeaders, clientIp, scheme, true), body: null, vars: {}, startedAt: performance.now(), rawTarget: r.rawTarget,
     };
     const out = await cr.pipeline!.onRequest(state);
     // An Upgrade has no result a circuit breaker counts: one that let it through as its probe frees the place.
@@ -379,11 +446,11 @@ export class PublicHandler {
     const target = r.next(EMPTY_SET);
     if (!target) {
       this.opts.metrics.upgrades.inc({ result: 'refused' });
-      sendUpgradeError(socket, cr.backend ? 7003 : 7002);
+      sendUpgradeError(socket, cr.backend || r.edgeType === '0' ? 7003 : 7002);
       return;
     }
     this.opts.metrics.upgrades.inc({ result: 'forwarded' });
-    const info: RequestInfo = { scheme, clientAddr: remoteAddr(req.socket), edgeType: r.edgeType };
+    const info: RequestInfo = { scheme, clientAddr: r.hop?.clientAddr ?? remoteAddr(req.socket), edgeType: r.edgeType };
     if (cr.pipeline!.stages.some(isWebSocketTcpConverter)) {
       // websocket_tcp_converter: the ingress accepts the WebSocket itself; the agent gets the
       // frames' payloads as a plain TCP stream.
@@ -474,14 +541,31 @@ export class PublicHandler {
         ? { target, error: null, edge, route, account, path, next, edgeType: '3' }
         : { target: null, error: 7003, detail: `no tunnel is online for backend ${backend.id}`, edge, route, account, path, next, edgeType: '3' };
     }
-    const next = (exclude: ReadonlySet<string>) => registry.pickForHost(hp.host, exclude);
-    const target = next(EMPTY_SET);
+    const target = registry.pickForHost(hp.host, EMPTY_SET);
     if (!target) return { target: null, error: 7000, detail: `no endpoint is configured for ${hp.host}`, edge: '', route: '', account: '', next: NONE, edgeType: '0' };
+    // An endpoint with a traffic policy, held here: its policy runs (as a route's pipeline), then
+    // that tunnel, and no other, gets the request (another's policy would not have run). One held
+    // by another node runs its policy there, on the hop (`serveHop`).
+    const ep = target.kind === 'local' ? target.tunnel.trafficPolicy : null;
+    if (ep) return { target: null, error: null, cr: ep.cr, host: hp.host, path: pathOf(req.url), edge: 'endpoint', route: '', account: target.tunnel.accountId, next: only(target), edgeType: '0', rawTarget: req.url !== url ? url : undefined };
+    // A retry never goes to a tunnel of this node with a policy: that policy would be skipped.
+    const next = (exclude: ReadonlySet<string>) => withoutPolicy(registry.pickForHost(hp.host, exclude));
     return { target, error: null, edge: 'endpoint', route: '', account: target.tunnel.accountId, next, edgeType: '0' };
   }
 }
 
 const EMPTY_SET: ReadonlySet<string> = new Set();
+const NO_RECORD = (_status: number) => {};
+
+/** A picker that offers `target` once (no retry elsewhere). */
+function only(target: TunnelTarget): (exclude: ReadonlySet<string>) => TunnelTarget | null {
+  return (exclude) => (exclude.has(target.tunnel.id) ? null : target);
+}
+
+/** `t`, unless it is a tunnel of this node whose endpoint has a traffic policy. */
+function withoutPolicy(t: TunnelTarget | null): TunnelTarget | null {
+  return t !== null && t.kind === 'local' && t.tunnel.trafficPolicy ? null : t;
+}
 
 /**
  * Rewrites an absolute-form request target to origin form (path and query, bytes as sent) when

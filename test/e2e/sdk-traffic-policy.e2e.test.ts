@@ -1,0 +1,318 @@
+import http from 'node:http';
+import net from 'node:net';
+import { randomBytes } from 'node:crypto';
+import ngrok from '@ngrok/ngrok';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freshDatabase } from '../support/databases.js';
+import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type IngressProcess } from '../support/cluster.js';
+import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
+import { migrate } from '../../services/control-plane/src/db/migrate.js';
+import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
+import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { upgradeEcho } from '../support/upgrade.js';
+
+/**
+ * The official agent SDK's `traffic_policy` option (`@ngrok/ngrok` 1.7.0, unmodified; Bind
+ * `Opts.TrafficPolicy`) against real Warren processes: a control plane and two ingress nodes. The
+ * SDK binds endpoints on node A; requests arrive at A (the policy runs there, on the public path)
+ * and at B (B hops them to A, where the policy runs, with the public client's address). Rate-limit
+ * counts show that it runs once per request either way.
+ */
+
+const HOST = 'policy.sdk-tp.e2e.test';
+const PLAIN_HOST = 'plain.sdk-tp.e2e.test';
+const OTHER_HOST = 'other.sdk-tp.e2e.test';
+const IPS_HOST = 'ips.sdk-tp.e2e.test';
+
+let db: Awaited<ReturnType<typeof freshDatabase>>;
+let cp: ControlPlaneProcess;
+let a: IngressProcess;
+let b: IngressProcess;
+let keyA: string;
+let keyB: string;
+let tokenA: string;
+let tokenB: string;
+let upstream: http.Server;
+let upstreamUrl: string;
+let tls: Awaited<ReturnType<typeof ensureLocalTls>>;
+const sessions: ngrok.Session[] = [];
+
+interface Answer {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  body: string;
+}
+
+function request(port: number, host: string, p: string, headers: Record<string, string> = {}): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path: p, method: 'GET', agent: false, headers: { host, ...headers } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString() }));
+    });
+    req.setTimeout(15_000, () => req.destroy(new Error('timed out')));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** An upgrade request; resolves with everything read until the server closes (a refusal) or a 101 head. */
+function upgradeHead(port: number, host: string, path: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(port, '127.0.0.1', () => s.write(`GET ${path} HTTP/1.1\r\nHost: ${host}\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n`));
+    let buf = '';
+    const timer = setTimeout(() => s.destroy(new Error(`no answer: ${JSON.stringify(buf)}`)), 10_000);
+    s.on('data', (c: Buffer) => {
+      buf += c.toString();
+      if (buf.startsWith('HTTP/1.1 101') && buf.includes('\r\n\r\n')) s.destroy();
+    });
+    s.on('close', () => {
+      clearTimeout(timer);
+      resolve(buf);
+    });
+    s.on('error', reject);
+  });
+}
+
+const session = async (port: number, authtoken: string): Promise<ngrok.Session> => {
+  const s = await new ngrok.SessionBuilder().serverAddr(`localhost:${port}`).caCert(Buffer.from(tls.caPem!)).authtoken(authtoken).connect();
+  sessions.push(s);
+  return s;
+};
+
+const bindError = (p: Promise<unknown>): Promise<string> =>
+  p.then(
+    () => '',
+    (e: Error) => e.message,
+  );
+
+/** The endpoint policy of most tests: YAML, ngrok's phase names. */
+const POLICY = `
+on_http_request:
+  - name: no admin
+    expressions:
+      - "req.url.path.startsWith('/admin')"
+    actions:
+      - type: deny
+        config:
+          status_code: 403
+  - name: limit
+    expressions:
+      - "req.url.path.startsWith('/limited')"
+    actions:
+      - type: rate-limit
+        config:
+          name: per-client
+          algorithm: sliding_window
+          capacity: 4
+          rate: 60s
+          bucket_key:
+            - conn.client_ip
+  - actions:
+      - type: add-headers
+        config:
+          headers:
+            x-client-ip: "\${conn.client_ip}"
+on_http_response:
+  - actions:
+      - type: add-headers
+        config:
+          headers:
+            x-endpoint-policy: "ran for \${req.host}"
+`;
+
+beforeAll(async () => {
+  db = await freshDatabase();
+  const pool = createPool(db.url, 2);
+  await migrate(pool);
+  keyA = (await createAccountWithKey(createDb(pool), 'sdk-tp-a')).token;
+  keyB = (await createAccountWithKey(createDb(pool), 'sdk-tp-b')).token;
+  await pool.end();
+  tls = await ensureLocalTls(tempDir('warren-sdk-tp-tls-'));
+  const nodeToken = randomBytes(16).toString('hex');
+  cp = await startControlPlane({ databaseUrl: db.url, env: { WARREN_NODE_TOKEN: nodeToken } });
+  // Rate limits counted in memory per process: a hop's request counted on the wrong node, or twice, shows.
+  const env = { TLS_CERT_FILE: tls.caFile.replace(/ca\.pem$/, 'cert.pem'), TLS_KEY_FILE: tls.caFile.replace(/ca\.pem$/, 'key.pem'), REDIS_URL: undefined, RATE_LIMIT_REDIS_URL: undefined };
+  [a, b] = (await Promise.all(['sdk-tp-a', 'sdk-tp-b'].map((nodeId) => startIngress({ nodeId, controlPlane: [`127.0.0.1:${cp.grpcPort}`], nodeToken, env })))) as [IngressProcess, IngressProcess];
+  tokenA = (await callApi(cp.baseUrl, keyA, 'POST', '/credentials', { description: 'sdk-tp a' })).body.token;
+  tokenB = (await callApi(cp.baseUrl, keyB, 'POST', '/credentials', { description: 'sdk-tp b' })).body.token;
+
+  upstream = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ path: req.url, host: req.headers.host, xff: req.headers['x-forwarded-for'], clientIp: req.headers['x-client-ip'] ?? null }));
+    });
+  });
+  upstream.on('upgrade', (_req, socket: net.Socket) => {
+    socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n');
+    socket.pipe(socket);
+  });
+  const port = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as net.AddressInfo).port)));
+  upstreamUrl = `http://127.0.0.1:${port}`;
+}, 90_000);
+
+afterAll(async () => {
+  for (const s of sessions) await s.close().catch(() => {});
+  await Promise.allSettled([a?.stop({ timeoutMs: 10_000 }), b?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);
+  upstream?.close();
+  await db?.drop();
+  cleanupTempDirs();
+}, 60_000);
+
+describe('the SDK traffic_policy option on Bind endpoints', () => {
+  it('runs the policy on every request to the endpoint, on the holding node and over a hop', async () => {
+    const s = await session(a.agent, tokenA);
+    // ngrok.forward's option and the builder's are the same Bind field; the builder here.
+    const listener = await s.httpEndpoint().domain(HOST).trafficPolicy(POLICY).listenAndForward(upstreamUrl);
+    expect(listener.url()).toMatch(/^https:\/\/policy\.sdk-tp\.e2e\.test/);
+
+    for (const n of [a, b]) {
+      const ok = await waitFor(`${n.nodeId} serves the endpoint`, async () => {
+        const x = await request(n.http, HOST, '/hello');
+        return x.status === 200 ? x : null;
+      });
+      // Request and response add-headers; the client address is the public client's, also over the hop.
+      expect(JSON.parse(ok.body)).toMatchObject({ path: '/hello', host: HOST, xff: '127.0.0.1', clientIp: '127.0.0.1' });
+      expect(ok.headers['x-endpoint-policy']).toBe(`ran for ${HOST}`);
+
+      // Deny by expression: the request never reaches the upstream. The response rules run on it too.
+      const denied = await request(n.http, HOST, '/admin/users');
+      expect(denied.status).toBe(403);
+      expect(denied.body).not.toContain('"path"');
+      expect(denied.headers['x-endpoint-policy']).toBe(`ran for ${HOST}`);
+      // A path made to look otherwise is normalised before the policy sees it.
+      expect((await request(n.http, HOST, '/x/../%61dmin')).status).toBe(403);
+    }
+  });
+
+  it('rate-limits with 429 and retry-after, counting each request once whichever node it arrives at', async () => {
+    // Capacity 4: two through A (local), two through B (hop to A). Were a hop counted twice, or on
+    // B's own limiter, the counts would not add up to exactly 4.
+    const statuses: number[] = [];
+    for (const n of [a, a, b, b]) statuses.push((await request(n.http, HOST, '/limited')).status);
+    expect(statuses).toEqual([200, 200, 200, 200]);
+    for (const n of [b, a]) {
+      const limited = await request(n.http, HOST, '/limited');
+      expect(limited.status).toBe(429);
+      expect(Number(limited.headers['retry-after'])).toBeGreaterThan(0);
+      expect(limited.headers['x-endpoint-policy']).toBe(`ran for ${HOST}`);
+    }
+    // Other paths of the endpoint are not limited.
+    expect((await request(a.http, HOST, '/hello')).status).toBe(200);
+  });
+
+  it('runs on upgrades too (both nodes)', async () => {
+    for (const n of [a, b]) {
+      expect(await upgradeHead(n.http, HOST, '/admin/ws')).toMatch(/^HTTP\/1.1 403/);
+      expect(await upgradeEcho(n.http, HOST, '/ws', 'marco')).toMatch(/^HTTP\/1.1 101/);
+    }
+  });
+
+  it('leaves other endpoints alone: one of the same account without a policy, and another account with the same policy (its own buckets)', async () => {
+    const s = await session(a.agent, tokenA);
+    await s.httpEndpoint().domain(PLAIN_HOST).listenAndForward(upstreamUrl);
+    const other = await session(b.agent, tokenB);
+    await other.httpEndpoint().domain(OTHER_HOST).trafficPolicy(POLICY).listenAndForward(upstreamUrl);
+    for (const n of [a, b]) {
+      const plain = await waitFor(`${n.nodeId} serves ${PLAIN_HOST}`, async () => {
+        const x = await request(n.http, PLAIN_HOST, '/admin');
+        return x.status === 200 ? x : null;
+      });
+      expect(plain.headers['x-endpoint-policy']).toBeUndefined();
+      expect(JSON.parse(plain.body).clientIp).toBeNull();
+      for (let i = 0; i < 5; i++) expect((await request(n.http, PLAIN_HOST, '/limited')).status).toBe(200);
+      await waitFor(`${n.nodeId} serves ${OTHER_HOST}`, async () => (await request(n.http, OTHER_HOST, '/hello')).status === 200);
+    }
+    // The first endpoint's bucket is spent (previous test); this one's, the same name and key, is not.
+    expect((await request(a.http, HOST, '/limited')).status).toBe(429);
+    for (let i = 0; i < 4; i++) expect((await request(i % 2 ? a.http : b.http, OTHER_HOST, '/limited')).status).toBe(200);
+    expect((await request(b.http, OTHER_HOST, '/limited')).status).toBe(429);
+    expect((await request(a.http, OTHER_HOST, '/admin')).status).toBe(403);
+  });
+
+  it('refuses an invalid policy at Bind with the validator\'s message, and serves nothing for it', async () => {
+    const s = await session(a.agent, tokenA);
+    const syntax = await bindError(s.httpEndpoint().domain('bad.sdk-tp.e2e.test').trafficPolicy('on_http_request: [').listenAndForward(upstreamUrl));
+    expect(syntax).toMatch(/invalid traffic policy \(Bind Opts\.TrafficPolicy\): not valid YAML or JSON.*ERR_WARREN_6900/);
+    const action = await bindError(s.httpEndpoint().domain('bad.sdk-tp.e2e.test').trafficPolicy('on_http_request:\n  - actions:\n      - type: teleport\n').listenAndForward(upstreamUrl));
+    expect(action).toMatch(/on_http_request\[0\]\.actions\[0\]\.type: .*teleport.*ERR_WARREN_6900/);
+    const expr = await bindError(
+      ngrok.forward({ addr: upstreamUrl, authtoken: tokenA, server_addr: `localhost:${a.agent}`, session_ca_cert: tls.caPem!, force_new_session: true, proto: 'http', domain: 'bad.sdk-tp.e2e.test', traffic_policy: JSON.stringify({ on_http_request: [{ expressions: ['req.nope =='], actions: [{ type: 'deny' }] }] }) }),
+    );
+    expect(expr).toMatch(/on_http_request\[0\]\.expressions\[0\].*ERR_WARREN_6900/);
+    const big = await bindError(s.httpEndpoint().domain('bad.sdk-tp.e2e.test').trafficPolicy(`# ${'x'.repeat(70_000)}\non_http_request: []\n`).listenAndForward(upstreamUrl));
+    expect(big).toMatch(/over the limit of 65536 bytes.*ERR_WARREN_5003/);
+    // Far over it: the Bind request itself is not read whole, and says so.
+    const huge = await bindError(s.httpEndpoint().domain('bad.sdk-tp.e2e.test').trafficPolicy(`# ${'x'.repeat(600_000)}\n`).listenAndForward(upstreamUrl));
+    expect(huge).toMatch(/the Bind request is over \d+ bytes; a traffic policy may have at most 65536 bytes \(ERR_WARREN_5003\)/);
+    // The session carries on.
+    expect(await bindError(s.httpEndpoint().domain('fine.sdk-tp.e2e.test').trafficPolicy('').listenAndForward(upstreamUrl))).toBe('');
+    expect((await request(a.http, 'bad.sdk-tp.e2e.test', '/')).status).toBe(404);
+  });
+
+  it("our own agent's --traffic-policy-file (as ngrok's CLI has it) sends the same Bind field", async () => {
+    const dir = tempDir('warren-sdk-tp-cli-');
+    const file = path.join(dir, 'policy.yml');
+    writeFileSync(file, POLICY);
+    const host = 'cli.sdk-tp.e2e.test';
+    const agent = startAgentProcess(['http', upstreamUrl, '--domain', host, '--traffic-policy-file', file, '--authtoken', tokenA, '--server', `localhost:${a.agent}`, '--ca', tls.caFile]);
+    try {
+      await agent.waitForOutput('online');
+      for (const n of [a, b]) {
+        const ok = await waitFor(`${n.nodeId} serves ${host}`, async () => {
+          const x = await request(n.http, host, '/hello');
+          return x.status === 200 ? x : null;
+        });
+        expect(ok.headers['x-endpoint-policy']).toBe(`ran for ${host}`);
+        expect((await request(n.http, host, '/admin')).status).toBe(403);
+      }
+    } finally {
+      await agent.stop({ timeoutMs: 10_000 });
+    }
+    // A policy the server refuses: the agent says why and exits 1; a file it cannot read: 2.
+    writeFileSync(file, 'on_http_request:\n  - actions:\n      - type: teleport\n');
+    const refused = startAgentProcess(['http', upstreamUrl, '--domain', host, '--traffic-policy-file', file, '--authtoken', tokenA, '--server', `localhost:${a.agent}`, '--ca', tls.caFile]);
+    expect((await refused.exited).code).toBe(1);
+    expect(refused.output()).toMatch(/invalid traffic policy \(Bind Opts\.TrafficPolicy\): on_http_request\[0\]\.actions\[0\]\.type: .*teleport.*ERR_WARREN_6900/);
+    const missing = startAgentProcess(['http', upstreamUrl, '--domain', host, '--traffic-policy-file', path.join(dir, 'nope.yml'), '--authtoken', tokenA, '--server', `localhost:${a.agent}`, '--ca', tls.caFile]);
+    expect((await missing.exited).code).toBe(2);
+    expect(missing.output()).toMatch(/cannot read the traffic policy file .*nope\.yml: ENOENT/);
+  });
+
+  it('restrict-ips resolves ip_policies of the tunnel\'s own account only', async () => {
+    const ours = (await callApi(cp.baseUrl, keyA, 'POST', '/ip_policies', { description: 'ours' })).body.id as string;
+    const rule = (await callApi(cp.baseUrl, keyA, 'POST', '/ip_policy_rules', { ip_policy_id: ours, cidr: '127.0.0.0/8', action: 'deny' })).body.id as string;
+    expect(rule).toMatch(/^ipr_/);
+    const theirs = (await callApi(cp.baseUrl, keyB, 'POST', '/ip_policies', { description: 'theirs' })).body.id as string;
+    const doc = (id: string) => `on_http_request:\n  - actions:\n      - type: restrict-ips\n        config:\n          ip_policies: [${id}]\n`;
+    const s = await session(a.agent, tokenA);
+    // Another account's policy is refused exactly like a missing one.
+    const foreign = await bindError(s.httpEndpoint().domain(IPS_HOST).trafficPolicy(doc(theirs)).listenAndForward(upstreamUrl));
+    expect(foreign).toMatch(new RegExp(`on_http_request\\[0\\]\\.actions\\[0\\]\\.config\\.ip_policies\\[0\\]: no IP policy with id "${theirs}" in this account \\(ERR_WARREN_3002\\)`));
+    // Our own (once the config with it has reached node A): 127.0.0.0/8 is denied.
+    await waitFor('the IP policy reaches node A', async () => (await bindError(s.httpEndpoint().domain(IPS_HOST).trafficPolicy(doc(ours)).listenAndForward(upstreamUrl))) === '', 10_000);
+    for (const n of [a, b]) {
+      const r = await waitFor(`${n.nodeId} serves ${IPS_HOST}`, async () => {
+        const x = await request(n.http, IPS_HOST, '/');
+        return x.status !== 404 ? x : null;
+      });
+      expect(r.status).toBe(403);
+    }
+    // The endpoint follows the IP policy's changes: its rule deleted, 127.0.0.1 passes.
+    expect((await callApi(cp.baseUrl, keyA, 'DELETE', `/ip_policy_rules/${rule}`)).status).toBe(204);
+    await waitFor('the rule change reaches node A', async () => (await request(b.http, IPS_HOST, '/')).status === 200);
+    // The IP policy itself deleted (nothing in the control plane knows an endpoint names it): the
+    // endpoint fails closed, never serves without its restrict-ips.
+    expect((await callApi(cp.baseUrl, keyA, 'DELETE', `/ip_policies/${ours}`)).status).toBe(204);
+    const gone = await waitFor('the deletion reaches node A', async () => {
+      const x = await request(a.http, IPS_HOST, '/');
+      return x.status === 503 ? x : null;
+    });
+    expect(gone.body).toMatch(/traffic policy cannot be applied.*ERR_WARREN_7010|ERR_WARREN_7010.*traffic policy cannot be applied/s);
+    expect((await request(b.http, IPS_HOST, '/')).status).toBe(503);
+  });
+});
