@@ -1,4 +1,5 @@
 import http from 'node:http';
+import https from 'node:https';
 import net from 'node:net';
 import { randomBytes } from 'node:crypto';
 import ngrok from '@ngrok/ngrok';
@@ -252,6 +253,33 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
     // The session carries on.
     expect(await bindError(s.httpEndpoint().domain('fine.sdk-tp.e2e.test').trafficPolicy('').listenAndForward(upstreamUrl))).toBe('');
     expect((await request(a.http, 'bad.sdk-tp.e2e.test', '/')).status).toBe(404);
+  });
+
+  it("shows the client's own connection (conn.tls.*, conn.client_port, conn.server_ip), not the one between the nodes, when a hop carries the request", async () => {
+    const host = 'conn.sdk-tp.e2e.test';
+    const s = await session(a.agent, tokenA);
+    const policy = 'on_http_response:\n  - actions:\n      - type: add-headers\n        config:\n          headers:\n            x-conn: "${conn.tls.version}|${conn.tls.cipher_suite}|${conn.tls.sni}|${conn.client_port}|${conn.server_ip}"\n';
+    await s.httpEndpoint().domain(host).trafficPolicy(policy).listenAndForward(upstreamUrl);
+    const viaTls = (n: IngressProcess) =>
+      new Promise<{ status: number; conn: string; local: { port: number; tls: string; cipher: string } }>((resolve, reject) => {
+        const req = https.request({ host: '127.0.0.1', port: n.https, servername: host, path: '/', agent: false, rejectUnauthorized: false, headers: { host } }, (res) => {
+          res.resume();
+          const sock = res.socket as import('node:tls').TLSSocket;
+          resolve({ status: res.statusCode ?? 0, conn: String(res.headers['x-conn'] ?? ''), local: { port: sock.localPort ?? 0, tls: sock.getProtocol() ?? '', cipher: sock.getCipher().standardName } });
+        });
+        req.on('error', reject);
+        req.end();
+      });
+    for (const n of [a, b]) {
+      const r = await waitFor(`${n.nodeId} serves ${host} over TLS`, async () => {
+        const x = await viaTls(n);
+        return x.status === 200 ? x : null;
+      });
+      // The client's TLS version, cipher, SNI and source port, and the address it connected to.
+      expect(r.conn, n.nodeId).toBe(`${r.local.tls.replace('TLSv', '')}|${r.local.cipher}|${host}|${r.local.port}|127.0.0.1`);
+    }
+    // Over plain HTTP through the hop: no TLS, as on the holding node itself.
+    expect((await request(b.http, host, '/')).headers['x-conn']).toMatch(/^\|\|\|\d+\|127\.0\.0\.1$/);
   });
 
   it("our own agent's --traffic-policy-file (as ngrok's CLI has it) sends the same Bind field", async () => {

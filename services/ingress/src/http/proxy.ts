@@ -24,6 +24,11 @@ export interface RequestInfo {
   clientAddr: string;
   /** `'3'` for an HTTPS edge's labeled tunnel, `'0'` for a Bind endpoint (agent-protocol.md §3). */
   edgeType: '0' | '3';
+  /**
+   * Bind endpoints: the public connection's facts (`hop-conn.ts` `encodeHopConn`), sent along when
+   * the request hops (the endpoint's policy runs on the holding node); computed only then.
+   */
+  conn?: () => string;
 }
 
 /** Headers a proxy must not pass on (RFC 9110 §7.6.1), plus `expect` (Node has answered it). */
@@ -47,6 +52,8 @@ export const HOP = {
   errorMessage: 'x-warren-hop-error-message',
   /** On a hop upgrade: open a raw stream to the tunnel (no HTTP request head is sent on). */
   raw: 'x-warren-raw',
+  /** The public connection's facts, for a Bind endpoint's policy on the holding node (`hop-conn.ts`). */
+  conn: 'x-warren-conn',
   proto: 'x-warren-proto',
 } as const;
 
@@ -360,6 +367,7 @@ export class Forwarder {
 
   private viaHop(req: http.IncomingMessage, res: http.ServerResponse, tunnelId: string, nodeAddress: string, info: RequestInfo, headers: string[], hooks?: ForwardHooks): Promise<number> {
     const hopHeaders = headers.concat(HOP.tunnel, tunnelId, HOP.clientAddr, info.clientAddr, HOP.scheme, info.scheme, HOP.edgeType, info.edgeType);
+    if (info.conn) hopHeaders.push(HOP.conn, info.conn());
     if (this.opts.hopToken) hopHeaders.push(HOP.token, this.opts.hopToken);
     let p: TunnelPool;
     try {
@@ -413,6 +421,7 @@ export class Forwarder {
         const addr = target.tunnel.nodeAddress;
         const colon = addr.lastIndexOf(':');
         const hopHeaders = headers.concat(HOP.tunnel, target.tunnel.id, HOP.clientAddr, info.clientAddr, HOP.scheme, info.scheme, HOP.edgeType, info.edgeType);
+        if (info.conn) hopHeaders.push(HOP.conn, info.conn());
         if (this.opts.hopToken) hopHeaders.push(HOP.token, this.opts.hopToken);
         upstream = await new Promise<net.Socket>((resolve, reject) => {
           const s = net.connect({ host: addr.slice(0, colon).replace(/^\[|\]$/g, ''), port: Number(addr.slice(colon + 1)) }, () => resolve(s));

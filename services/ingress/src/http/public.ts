@@ -8,6 +8,7 @@ import { HOP, deliverAnswer, hopRequestHeaders, ipOf, publicRequestHeaders, spli
 import { answerBody, answerHeaders } from './answer.js';
 import { remoteIp } from './client-address.js';
 import { WebSocketHandshakeError, acceptWebSocketAsTcp, isWebSocketTcpConverter } from '../modules/index.js';
+import { decodeHopConn, encodeHopConn, type HopConn } from './hop-conn.js';
 import { RoutingTable, httpsEdgesOn, servedPort, httpsLocation, tlsRank, tlsRefusal, type CompiledRoute, type HttpsEdgesOnHttp } from './routing.js';
 import { BODY_READ_TIMEOUT_MS, BodyBudget, MAX_BUFFERED_BODY, readBody } from '../pipeline/runner.js';
 import type { Outcome, RequestState } from '../pipeline/types.js';
@@ -127,7 +128,7 @@ interface Resolved {
    * A request another node carried here over a hop for an endpoint of this node with a traffic
    * policy (`serveHop`): the public client as that node saw it (the socket is the hop's).
    */
-  hop?: { clientAddr: string; clientIp: string };
+  hop?: { clientAddr: string; clientIp: string; conn: HopConn | null };
 }
 
 const NONE = () => null;
@@ -197,6 +198,8 @@ export class PublicHandler {
       }
       const clientAddr = remoteAddr(req.socket);
       const info: RequestInfo = { scheme, clientAddr, edgeType: r.edgeType };
+      // A Bind endpoint's policy runs on the node holding it: over a hop, it needs the client's connection.
+      if (r.edgeType === '0') info.conn = () => encodeHopConn(req.socket);
       if (r.target.kind === 'remote') this.opts.metrics.hops.inc();
       const headers = publicRequestHeaders(req.rawHeaders, remoteIp(req.socket), scheme, false);
       let next = r.next;
@@ -287,7 +290,8 @@ export class PublicHandler {
     const clientIp = ipOf(colon > 0 ? clientAddr.slice(0, colon) : clientAddr);
     const host = parseHost(req.headers.host, scheme === 'https' ? 443 : 80)?.host ?? hostnameOfUrl(tunnel.publicUrl);
     const target: TunnelTarget = { kind: 'local', tunnel };
-    return { target: null, error: null, cr: ep.cr, host, path: pathOf(req.url), edge: 'endpoint', route: '', account: tunnel.accountId, next: only(target), edgeType: '0', hop: { clientAddr, clientIp }, hopScheme: scheme };
+    const conn = decodeHopConn(req.headers[HOP.conn], clientAddr);
+    return { target: null, error: null, cr: ep.cr, host, path: pathOf(req.url), edge: 'endpoint', route: '', account: tunnel.accountId, next: only(target), edgeType: '0', hop: { clientAddr, clientIp, conn }, hopScheme: scheme };
   }
 
   /** The `upgrade` handler of one public listener (WebSocket and other HTTP/1.1 upgrades). */
@@ -310,6 +314,7 @@ export class PublicHandler {
         return;
       }
       const info: RequestInfo = { scheme, clientAddr: remoteAddr(req.socket), edgeType: r.edgeType };
+      if (r.edgeType === '0') info.conn = () => encodeHopConn(req.socket);
       this.opts.metrics.upgrades.inc({ result: 'forwarded' });
       void this.opts.forwarder.upgrade(req, socket, head, r.target, info, publicRequestHeaders(req.rawHeaders, remoteIp(req.socket), scheme, true));
     };
@@ -348,6 +353,7 @@ export class PublicHandler {
       path: r.path!,
       edge: cr.edge,
       route: cr.route,
+      conn: r.hop?.conn ?? undefined,
       // Over a hop, the sending node prepared them (X-Forwarded-For …) already.
       headers: r.hop ? hopRequestHeaders(req.rawHeaders) : publicRequestHeaders(req.rawHeaders, clientIp, scheme, false),
       body: null,
@@ -423,7 +429,7 @@ export class PublicHandler {
   private async upgradeWithPipeline(req: http.IncomingMessage, socket: Duplex, head: Buffer, r: Resolved, cr: CompiledRoute, scheme: 'http' | 'https'): Promise<void> {
     const clientIp = r.hop ? r.hop.clientIp : remoteIp(req.socket);
     const state: RequestState = {
-      req, scheme, clientIp, host: r.host!, path: r.path!, edge: cr.edge, route: cr.route,
+      req, scheme, clientIp, host: r.host!, path: r.path!, edge: cr.edge, route: cr.route, conn: r.hop?.conn ?? undefined,
       headers: r.hop ? hopRequestHeaders(req.rawHeaders) : publicRequestHeaders(req.rawHeaders, clientIp, scheme, true), body: null, vars: {}, startedAt: performance.now(), rawTarget: r.rawTarget,
     };
     const out = await cr.pipeline!.onRequest(state);

@@ -3,6 +3,7 @@ import type { Transform } from 'node:stream';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { DataPlaneConfig, DpEdge, DpRoute } from '@warren/shared';
+import type { HopConn } from '../http/hop-conn.js';
 
 /**
  * The per-route request pipeline of the ingress: route modules and the traffic policy compile
@@ -35,6 +36,11 @@ export interface RequestState {
   readonly rawTarget?: string;
   readonly edge: DpEdge;
   readonly route: DpRoute;
+  /**
+   * The public connection's facts when the request came over a hop (a Bind endpoint's policy runs
+   * on the node holding the tunnel: `PublicHandler.serveHop`); absent when `req.socket` is the client's.
+   */
+  readonly conn?: HopConn;
   /** Request headers that will be sent on to the agent, raw `[name, value, …]` pairs; stages may edit them. */
   headers: string[];
   /** The whole request body when some stage declared `needsBody` (bounded; see PipelineLimits), else null. */

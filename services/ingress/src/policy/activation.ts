@@ -32,7 +32,10 @@ export class Activation {
     // when read, once per request (`geo.ts`). `conn.client_port` and `conn.server_ip` read the
     // socket when read.
     const s = this.s;
-    return (this.connView ??= new CelConn(s.clientIp, servedPort(s), tlsSocket(s), s.edge.mutualTls?.enabled === true, geoLookupOf(s), s.req.socket ?? null));
+    // Over a hop (a Bind endpoint's policy on the node holding the tunnel), the client's
+    // connection as the sending node saw it (`hop-conn.ts`), not the one between the nodes.
+    const hop = s.conn;
+    return (this.connView ??= new CelConn(s.clientIp, servedPort(s), hop ? hop.tls : tlsSocket(s), s.edge.mutualTls?.enabled === true, geoLookupOf(s), hop ? hop.socket : (s.req.socket ?? null)));
   }
 
   get res(): CelResponse | undefined {

@@ -47,6 +47,7 @@ export {
   headerValues,
   type CelRequestInit,
   type CelResponseInit,
+  type CelConnSocket,
   type CelTlsSocket,
 } from './cel-vars.js';
 export { MAX_CERTIFICATE_BYTES } from './x509.js';

@@ -1,0 +1,27 @@
+import { describe, expect, it } from 'vitest';
+import { CelConn } from '@warren/shared';
+import { decodeHopConn } from './hop-conn.js';
+
+describe('x-warren-conn (a Bind endpoint policy over a hop)', () => {
+  it("shows the client's connection as the sending node saw it", () => {
+    const h = decodeHopConn(JSON.stringify({ sip: '10.0.0.5', v: 'TLSv1.2', c: 'ECDHE-RSA-AES128-GCM-SHA256', cs: 'TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256', sni: 'app.test', alpn: 'http/1.1', r: true }), '203.0.113.9:51234')!;
+    const conn = new CelConn('203.0.113.9', 443, h.tls, false, null, h.socket);
+    expect([conn.tls.version, conn.tls.cipher_suite, conn.tls.sni, conn.tls.negotiated_alpn, conn.tls.session_resumed, conn.client_port, conn.server_ip]).toEqual(['1.2', 'TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256', 'app.test', 'http/1.1', true, 51234n, '10.0.0.5']);
+    // No certificates travel: the client's is never shown without mutual TLS anyway.
+    expect(conn.tls.client.subject.common_name).toBe('');
+  });
+
+  it('plain HTTP: no TLS; an IPv6 client address keeps its port', () => {
+    const h = decodeHopConn('{"sip":"::1"}', '[2001:db8::1]:8080')!;
+    expect(h.tls).toBeNull();
+    expect(h.socket).toEqual({ remotePort: 8080, localAddress: '::1' });
+  });
+
+  it('anything unreadable is ignored (the hop socket shows), never thrown', () => {
+    for (const v of [undefined, '', 'not json', '[1]', 'null', '7', ['{}'], `{"v":"${'x'.repeat(5000)}"}`]) expect(decodeHopConn(v as string, '1.2.3.4:5'), String(v).slice(0, 20)).toBeNull();
+    // Fields of the wrong type or too long are dropped one by one.
+    const h = decodeHopConn(JSON.stringify({ sip: 5, v: 'TLSv1.3', c: 'x'.repeat(300) }), 'garbage')!;
+    expect(h.socket).toEqual({ remotePort: 0, localAddress: '' });
+    expect(h.tls!.getCipher()).toBeUndefined();
+  });
+});
