@@ -1,4 +1,5 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
+import zlib from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { bufferKey } from '@warren/shared';
@@ -203,5 +204,47 @@ outbound:
     const outOnly = await c.tryPolicy(`inbound:\n  - expressions: ["hasResCookie('sid')"]\n    actions: [{type: deny}]\n`);
     expect(outOnly.status).toBe(400);
     expect(outOnly.body.msg).toMatch(/inbound\[0\]\.expressions\[0\]: does not compile: found no matching overload for 'hasResCookie\(string\)'/);
+  });
+
+  it("ngrok's string, base64, URL and hash macros in rules, set-vars and header interpolations", async () => {
+    const keyHash = createHash('sha256').update('open-sesame').digest('hex');
+    await c.policyRoute(
+      '/str',
+      `
+inbound:
+  - expressions: ["hash.sha256(hasReqHeader('x-key') ? getReqHeader('x-key')[0] : '') != '${keyHash}'"]
+    actions: [{type: deny, config: {status_code: 401}}]
+  - expressions: ["hasReqHeader('x-b64') && base64.decode(getReqHeader('x-b64')[0]) == b'blocked'"]
+    actions: [{type: deny, config: {status_code: 403}}]
+  - actions:
+      - type: set-vars
+        config: {vars: [{who: "\${req.headers['x-name'][0]}"}, {path: "\${req.path}"}]}
+      - type: add-headers
+        config:
+          headers:
+            x-lower: "\${req.headers['x-name'][0].lower()}"
+            x-more: "\${vars.who.upper() + ' ' + vars.who.lower().encodeBase64() + ' ' + vars.who.lower().crc32('base64') + ' ' + url.escape(vars.path) + ' ' + vars.path.replace('/', '-', 2)}"
+`,
+    );
+    expect((await c.request('/str/a', { headers: { 'x-name': 'Alice' } })).status).toBe(401);
+    expect((await c.request('/str/a', { headers: { 'x-key': 'wrong', 'x-name': 'Alice' } })).status).toBe(401);
+    const key = { 'x-key': 'open-sesame' };
+    const ok = await c.request('/str/a;b/c', { headers: { ...key, 'x-name': 'ÄLICE' } });
+    expect(ok.status).toBe(200);
+    const seen = ok.json().headers;
+    // Node reads header values as Latin-1: 'Ä' arrives as one character, which lower() maps.
+    expect(seen['x-lower']).toBe('älice');
+    const crc = Buffer.alloc(4);
+    crc.writeUInt32BE(zlib.crc32('älice'));
+    expect(seen['x-more'].split(' ')).toEqual(['ÄLICE', Buffer.from('älice').toString('base64'), crc.toString('base64'), '%2Fstr%2Fa%3Bb%2Fc', '-str-a;b/c']);
+    // base64.decode: a match denies; invalid base64 is an evaluation error, and the rule (a deny)
+    // fails closed; other values pass.
+    expect((await c.request('/str/x', { headers: { ...key, 'x-name': 'a', 'x-b64': Buffer.from('blocked').toString('base64') } })).status).toBe(403);
+    expect((await c.request('/str/x', { headers: { ...key, 'x-name': 'a', 'x-b64': 'not base64!' } })).status).toBe(403);
+    expect((await c.request('/str/x', { headers: { ...key, 'x-name': 'a', 'x-b64': Buffer.from('fine').toString('base64') } })).status).toBe(200);
+    // A name Warren still lacks is a 400 naming it.
+    const bad = await c.tryPolicy(`inbound:\n  - expressions: ["hash.xxhash64(req.path) == 'x'"]\n    actions: [{type: deny}]\n`);
+    expect(bad.status).toBe(400);
+    expect(bad.body.msg).toMatch(/ngrok's hash\.xxhash64\(\) is not supported by Warren/);
   });
 });

@@ -25,8 +25,8 @@
  *   `extensions[i].{id, critical, value}`, and `conn.tls.client.pem`. See `CelTls`.
  * - `res.status_code` (int), `res.headers`, `res.content_length` (int; -1 when not known),
  *   `res.content_type` (as `req.content_type`) — outbound rules only.
- * - Other ngrok variables and macros (`endpoint.*`, `conn.ts.*`, `base64.*`, `string.format()`,
- *   …) do not compile, and the message names them (`unsupportedNgrokName`).
+ * - Other ngrok variables and macros (`endpoint.*`, `conn.ts.*`, `json.encode()`,
+ *   `string.format()`, …) do not compile, and the message names them (`unsupportedNgrokName`).
  * - `actions.ngrok.rate_limit.{bucket_key, limited, error.code, error.message}` and the same
  *   under `actions.service.rate_limit` — the last rate-limit action's result.
  * - `actions.ngrok.restrict_ips.{action, matched_cidr, error.code, error.message}` and
@@ -59,6 +59,11 @@
  * `s.matches(re)` / `matches(s, re)` (strings, and `req.url` and certificate names as their
  * strings) run RE2, not the library's backtracking JavaScript `RegExp`: see `matchesMacro`; a
  * string over `MAX_MATCH_INPUT` characters is not searched (an evaluation error).
+ * ngrok's string, base64, URL, hash and JSON macros (`s.lower()`, `s.upper()`, `s.replace()`,
+ * `s.charAt()`, `s.reverse()`, `base64.decode()` / `.encode()`, `s.encodeBase64()`,
+ * `s.decodeBase64()`, `url.escape()` / `.unescape()`, `s.escapeUrl()`, `s.unescapeUrl()`,
+ * `hash.md5|sha1|sha256|sha512|crc32()`, `s.sha256()`, …, `s.isJson()`, `json.decode()`,
+ * `s.decodeJson()`, `strings.quote()`): see `ngrok-macros.ts`, with their costs in `cost.ts`.
  *
  * A saved policy's expressions are also costed (`cost.ts`): one whose worst case per request is
  * too slow is refused.
@@ -99,6 +104,7 @@ import { CelAuthError, CelOAuth, CelOAuthIdentity, CelOidc, CelOidcIdentity } fr
 import { CEL_NO_COOKIE, CelCookie } from './cookie-vars.js';
 import { cidrProblem, inCidr, matchAddress, parseMatchCidr, type MatchCidr } from './cidr-macros.js';
 import type { RE2JS } from 're2js';
+import { registerNgrokMacros } from './ngrok-macros.js';
 
 /** A compiled expression: call with an activation (`{req, conn, actions, time[, res]}`). */
 export type CelProgram = ParseResult;
@@ -501,6 +507,8 @@ function baseEnvironment(): Environment {
       .registerFunction(`size(${t}): int`, (a: object) => BigInt(a.toString().length))
       .registerOperator(`${t} in list<string>`, (a: object, l: readonly string[]) => l.includes(a.toString()));
   }
+  // ngrok's string, base64, URL, hash and JSON macros (`ngrok-macros.ts`).
+  registerNgrokMacros(env, STRING_LIKE);
   env.registerFunction('getReqHeader(ast): list<string>', lookupMacro('getReqHeader', (ctx, k) => reqOf(ctx)?.header(k) ?? []));
   env.registerFunction('hasReqHeader(ast): bool', presenceMacro('hasReqHeader', (ctx, k) => reqOf(ctx)?.hasHeader(k) ?? false));
   env.registerFunction('getQueryParam(ast): list<string>', lookupMacro('getQueryParam', (ctx, k) => reqOf(ctx)?.url.query_params.get(k) ?? []));
@@ -576,52 +584,26 @@ const NGROK_VARIABLES_NOT_SUPPORTED: readonly string[] = [
 
 /** ngrok's namespaced macros (https://ngrok.com/docs/traffic-policy/macros/) Warren does not have. */
 const NGROK_FUNCTIONS_NOT_SUPPORTED: Readonly<Record<string, readonly string[]>> = {
-  base64: ['decode', 'encode'],
   basic_auth: ['encode'],
-  hash: ['crc32', 'crc64', 'md5', 'sha1', 'sha256', 'sha512', 'xxhash64'],
-  json: ['decode', 'encode'],
+  hash: ['crc64', 'xxhash64'],
+  json: ['encode'],
   lists: ['range'],
   queryString: ['decode', 'encode'],
   rand: ['double', 'int'],
   secrets: ['get'],
-  strings: ['quote'],
-  url: ['escape', 'parse', 'unescape'],
+  url: ['parse'],
 };
 
 /**
  * ngrok's methods (the same page: string, list and map extensions) that Warren has in no form,
  * with the type ngrok documents them on. Those it has (`split`, `join`, `indexOf`, `substring`,
- * `trim`, `lowerAscii`, the timestamp getters, …) are not listed: a call of one that does not
- * compile keeps the library's message (a wrong argument, say).
+ * `trim`, `lowerAscii`, the timestamp getters, and `lower`, `replace`, `sha256`, … of
+ * `ngrok-macros.ts`) are not listed: a call of one that does not compile keeps the library's
+ * message (a wrong argument, say).
  */
 const NGROK_METHODS_NOT_SUPPORTED: Readonly<Record<string, string>> = {
   ...Object.fromEntries(
-    [
-      'charAt',
-      'format',
-      'replace',
-      'reverse',
-      'decodeBase64',
-      'decodeJson',
-      'decodeQueryString',
-      'encodeBase64',
-      'escapeUrl',
-      'isJson',
-      'isPrivateIp',
-      'isQueryString',
-      'isURL',
-      'lower',
-      'upper',
-      'parseUrl',
-      'unescapeUrl',
-      'md5',
-      'sha1',
-      'sha256',
-      'sha512',
-      'crc32',
-      'crc64',
-      'xxhash64',
-    ].map((m) => [m, 'string']),
+    ['format', 'decodeQueryString', 'isPrivateIp', 'isQueryString', 'isURL', 'parseUrl', 'crc64', 'xxhash64'].map((m) => [m, 'string']),
   ),
   ...Object.fromEntries(['slice', 'flatten', 'sort', 'sortBy', 'distinct'].map((m) => [m, 'list'])),
   encodeQueryString: 'map',

@@ -479,3 +479,83 @@ describe('traffic policy cost limits: the ngrok variables of the request, connec
     console.log(`traffic policy cost limits, ngrok variables:\n  ${report.join('\n  ')}`);
   });
 });
+
+describe("traffic policy cost limits: ngrok's string, base64, URL and hash macros (ngrok-macros.ts)", () => {
+  it('the most expensive accepted shapes, measured: each estimate above what it takes', () => {
+    const head = REQUEST_LIMITS.headBytes;
+    const report: string[] = [];
+    /**
+     * As `shapeCheck`, and the median measured must be near the estimate (ns): on a quiet machine
+     * each was under it, by 1.3-10x (the report shows both). A busy one (the whole suite, CI) can
+     * be several times slower, so a median over the estimate is measured again, up to twice, and
+     * only one over 4x the estimate fails: that is a coefficient wrong by an order of magnitude.
+     */
+    const check = (name: string, expr: string, value: string, more: string[] = []) => {
+      const program = compileExpression('inbound', expr);
+      const est = estimateCost(program);
+      expect(est, name).toBeLessThanOrEqual(MAX_EXPRESSION_COST);
+      let t = timings(program, () => activation({ headers: ['x', value, ...more] }));
+      for (let retry = 0; retry < 2 && t.median * 1e6 >= est; retry++) t = timings(program, () => activation({ headers: ['x', value, ...more] }));
+      report.push(timingLine(name, est, t));
+      expect(t.median * 1e6, name).toBeLessThan(4 * est);
+    };
+    const n = head - 200;
+    const fill = (unit: string) => unit.repeat(Math.ceil(n / unit.length)).slice(0, n);
+    const x = "getReqHeader('x')[0]";
+    // lower() / upper(): letters Go maps differently from JavaScript force a pass per unit.
+    check(`lower() of ${n} units of 'Σa'`, `${x}.lower() != ''`, fill('Σa'));
+    check(`lower() of ${n} units of 'İ'`, `${x}.lower() != ''`, fill('İ'));
+    check(`upper() of ${n} units of 'ᾀa'`, `${x}.upper() != ''`, fill('ᾀa'));
+    check(`upper() of ${n} units of 'ß'`, `${x}.upper() != ''`, fill('ß'));
+    // reverse() / charAt(): surrogate pairs and lone surrogates.
+    check(`reverse() of ${n} units of astral characters`, `${x}.reverse() != ''`, fill('😀'));
+    check(`reverse() of ${n} units with lone surrogates`, `${x}.reverse() != ''`, fill('\ud800a'));
+    check(`charAt() at the end of ${n} units of astral characters`, `${x}.charAt(${n / 2}) == ''`, fill('😀'));
+    // replace(): every unit an occurrence; an empty or computed `old` (inserting before each code
+    // point); a result past MAX_BUILT_STRING refused after the search.
+    check(`replace('a', 'b') on ${n} units of 'a'`, `${x}.replace('a', 'b') != ''`, fill('a'));
+    check(`replace('a', 'bb', 100000) on ${n} units of 'a'`, `${x}.replace('a', 'bb', 100000) != ''`, fill('a'));
+    check(`replace('ab', 'x') on ${n} units of 'ab'`, `${x}.replace('ab', 'x') != ''`, fill('ab'));
+    check(`replace('', 'x') on ${n} units of astral characters`, `${x}.replace('', 'x') != ''`, fill('😀'));
+    check(`replace(computed 'a', 'b') on ${n / 2} units of 'a'`, `${x}.replace(getReqHeader('y')[0], 'b') != ''`, fill('a').slice(0, n / 2), ['y', 'a']);
+    check(`replace('a', 'aaaaa') on ${n} units of 'a' (refused: too long)`, `${x}.replace('a', 'aaaaa') != ''`, fill('a'));
+    // base64, URL escapes, hashes.
+    check(`encodeBase64() of ${n} units of 'あ'`, `${x}.encodeBase64() != ''`, fill('あ'));
+    const b64 = fill('QUJD');
+    check(`decodeBase64() of ${n} characters`, `${x}.decodeBase64() != ''`, b64);
+    check(`base64.decode() of ${n} characters`, `base64.decode(${x}) != b''`, b64);
+    check(`url.escape() of ${n} units of 'あ'`, `url.escape(${x}) != ''`, fill('あ'));
+    check(`url.escape() of ${n} units of "!'()* "`, `url.escape(${x}) != ''`, fill("!'()* "));
+    check(`url.escape() of ${n} units of 'ああ ' (escaped byte by byte)`, `url.escape(${x}) != ''`, fill('ああ '));
+    check(`url.escape() of ${n} units with lone surrogates`, `url.escape(${x}) != ''`, fill('\ud800 '));
+    check(`url.unescape() of ${n} units of '+'`, `url.unescape(${x}) != ''`, fill('+'));
+    check(`url.unescape() of ${n} units of '%41'`, `url.unescape(${x}) != ''`, fill('%41'));
+    for (const h of ['md5', 'sha1', 'sha256', 'sha512', 'crc32']) check(`hash.${h}() of ${n} units of 'あ'`, `hash.${h}(${x}, 'base64') != ''`, fill('あ'));
+    // isJson(): many small values, deep nesting; strings.quote(): every unit escaped.
+    check(`isJson() of ${n} characters of '{},'`, `${x}.isJson()`, '[' + fill('{},').slice(0, n - 3) + '0]');
+    check(`isJson() of ${n} characters of '[],'`, `${x}.isJson()`, '[' + fill('[],').slice(0, n - 3) + '0]');
+    check(`isJson() of ${n} characters of '"",'`, `${x}.isJson()`, '[' + fill('"",').slice(0, n - 3) + '0]');
+    check(`isJson() of ${n / 2} nested arrays`, `${x}.isJson()`, '['.repeat(n / 2) + ']'.repeat(n / 2));
+    check(`json.decode() of ${n} characters of '{},'`, `size(json.decode(${x})) > 0`, '[' + fill('{},').slice(0, n - 3) + '0]');
+    check(`decodeJson() of ${n} characters of '[0],'`, `size(${x}.decodeJson()) > 0`, '[' + fill('[0],').slice(0, n - 4) + '0]');
+    check(`json.decode() of ${n / 2} nested arrays (refused: too deep)`, `size(json.decode(${x})) > 0`, '['.repeat(n / 2) + ']'.repeat(n / 2));
+    check(`strings.quote() of ${n} units of '\\n'`, `strings.quote(${x}) != ''`, fill('\n'));
+    check(`strings.quote() of ${n} units with lone surrogates`, `strings.quote(${x}) != ''`, fill('\ud800"'));
+    // Short strings: the fixed cost of a hash.
+    check('hash.sha256() of a client address', `hash.sha256(getReqHeader('x')[0]) != ''`, '203.0.113.7');
+    console.log(`traffic policy cost limits, ngrok string macros:\n  ${report.join('\n  ')}`);
+  });
+
+  it('bounds what replace() builds, and charges chained operations on it', () => {
+    // An empty `old`: the result may grow to MAX_BUILT_STRING, whatever it replaces with.
+    const grow = cost("req.path.replace('', req.path).size() > 0");
+    expect(grow).toBeGreaterThan(cost("req.path.replace('/', '_').size() > 0"));
+    expect(refused(policy("req.path.replace('', req.path).replace('', req.path).replace('', req.path).replace('', req.path).matches('a')")).reason).toMatch(/^too expensive to evaluate/);
+    // A literal `old` and count: as many replacements as asked for.
+    expect(cost("req.path.replace('/', '_', 1) == ''")).toBeLessThan(cost("req.path.replace('/', '_') == ''"));
+    // Base64 and URL escapes grow their strings: what follows is charged for it.
+    expect(cost("url.escape(req.path).size() > 0")).toBeGreaterThan(cost('req.path.size() > 0') + 8 * 9 * REQUEST_LIMITS.headBytes);
+    // Common uses are cheap.
+    for (const e of ["req.method.lower() == 'get'", "hash.sha256(conn.client_ip) == 'x'", "base64.decode('aGVsbG8=') == b'hello'", "conn.client_ip.md5().startsWith('0')"]) expect(cost(e), e).toBeLessThan(MAX_EXPRESSION_COST / 50);
+  });
+});

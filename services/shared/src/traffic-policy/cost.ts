@@ -24,6 +24,7 @@ import { JWT_MAX_TOKENS } from './jwt-action-vars.js';
 import { GEO_LIMITS, GEO_LOOKUP_COST } from './geo-vars.js';
 import { MAX_CONTENT_TYPE_PARSED } from './cel-vars.js';
 import { MAX_REQUEST_COOKIES } from './cookie-vars.js';
+import { HASH_DIGEST_BYTES, MAX_BUILT_STRING, NGROK_HASHES, type NgrokHash } from './ngrok-macros.js';
 
 /** Largest estimated cost of one expression (or one `${…}` of a header value): about 2 ms. */
 export const MAX_EXPRESSION_COST = 2_000_000;
@@ -198,6 +199,42 @@ const C = {
   ipParse: 10_000,
   /** Comparing an address with one parsed CIDR: ~60–120 ns. */
   cidrMatch: 150,
+  /**
+   * ngrok's string macros (`ngrok-macros.ts`), per UTF-16 unit of the string they work on; the
+   * measured worst inputs are in `cost.test.ts`. `lower()` / `upper()`: 0.2 ns for ASCII, 5–15
+   * ns (up to ~20 on a busy machine) when a letter Go maps differently from JavaScript (İ, Σ, ß,
+   * ᾀ…) forces a pass per unit.
+   */
+  caseChar: 30,
+  /** `reverse()` (~3–5 ns), `charAt()` (counting code points: ~3 ns). */
+  codePointChar: 10,
+  /**
+   * Per occurrence `replace()` replaces (~20–35 ns each, concatenated); where the searched string
+   * can be empty or of unknown length, every unit may be one (an empty one inserts before each
+   * code point: 0.5 ns each for ASCII, ~20 ns for astral characters).
+   */
+  replaceMatch: 60,
+  /** base64 of a string's UTF-8 or back (`encodeBase64()`, `base64.decode()`, …): 0.5–8 ns. */
+  base64Char: 15,
+  /**
+   * `url.escape()` / `escapeUrl()`: 2–20 ns (3 bytes of UTF-8 and 9 characters out per unit; the
+   * most when a space or `!'()*` makes it escape byte by byte).
+   */
+  urlEscapeChar: 40,
+  /** `strings.quote()`: a pass per unit, escapes doubling it: ~10 ns. */
+  quoteChar: 20,
+  /** `url.unescape()` / `unescapeUrl()`: ~1–6 ns. */
+  urlUnescapeChar: 12,
+  /**
+   * `isJson()`, `json.decode()`, `decodeJson()`: a `JSON.parse` (12–20 ns per character for
+   * many small objects, 25–50 for deeply nested arrays), and a scan of the brackets for a
+   * string long enough to nest too deep.
+   */
+  jsonChar: 80,
+  /** Per hash (`hash.sha256()`, `s.md5()`, …): a `node:crypto` hash created and digested, ~0.6–1.1 µs. */
+  hashCall: 3_000,
+  /** Per unit hashed (its UTF-8: up to 3 bytes): 0.3–5.5 ns, the most for MD5 and SHA-512. */
+  hashChar: 12,
 } as const;
 
 /**
@@ -996,8 +1033,13 @@ class Estimator {
     }
     if (macro) throw new CostEstimateError(`no cost known for ${name}()`);
 
+    // `base64.decode(s)`, `url.escape(s)`, `hash.sha256(s)`: the namespace is a constant, the
+    // call works on its arguments.
+    const ns = receiver && receiver.op === 'id' && NAMESPACES.has(receiver.args as string) && !this.scope.get(receiver.args as string)?.length ? (receiver.args as string) : undefined;
+    if (ns !== undefined) return this.ngrokMacro(`${ns}.${name}`, argNodes.map((n) => this.est(n)), argNodes);
     const recv = receiver ? this.est(receiver) : undefined;
     const xs = argNodes.map((n) => this.est(n));
+    if (recv && NGROK_STRING_METHODS.has(name)) return this.ngrokMacro(name, [recv, ...xs], argNodes, true);
     const cost0 = (recv?.cost ?? 0) + xs.reduce((t, x) => t + x.cost, 0);
     const self = recv?.shape ?? xs[0]?.shape ?? SCALAR;
     const arg = (recv ? xs[0] : xs[1])?.shape;
@@ -1031,6 +1073,8 @@ class Estimator {
         return fn(n * C.buildChar, str(n));
       }
       case 'bytes':
+        // A string's UTF-8: up to 3 bytes per UTF-16 unit.
+        return fn(len * C.buildChar, str(3 * len + 4));
       case 'hex':
       case 'base64':
         return fn(len * C.buildChar, str(2 * len + 4));
@@ -1051,7 +1095,73 @@ class Estimator {
     if (name.startsWith('get')) return fn(len * C.scanChar, SCALAR);
     throw new CostEstimateError(`no cost known for ${name}()`);
   }
+
+  /**
+   * ngrok's string, base64, URL, hash and JSON macros (`ngrok-macros.ts`): `xs` are the estimates of
+   * the string worked on and the call's arguments (`s.replace(a, b)`: s, a, b; `hash.md5(s)`: s),
+   * `argNodes` the call's argument nodes (literals give tighter bounds).
+   */
+  private ngrokMacro(name: string, xs: Est[], argNodes: Node[], method = false): Est {
+    const cost0 = xs.reduce((t, x) => t + x.cost, 0);
+    const len = xs[0]?.shape.w ?? 0;
+    const fn = (cost: number, shape: Shape): Est => ({ cost: cost0 + cost, shape });
+    const base64Of = (bytes: number) => 4 * Math.ceil(bytes / 3);
+    switch (name) {
+      case 'lower':
+      case 'upper':
+        return fn(len * C.caseChar, str(len));
+      case 'reverse':
+        return fn(len * C.codePointChar, str(len));
+      case 'charAt':
+        return fn(len * C.codePointChar, str(2));
+      case 'replace': {
+        const oldNode = argNodes[0]!;
+        const newLen = xs[2]!.shape.w;
+        const literal = oldNode.op === 'value' && typeof oldNode.args === 'string' ? oldNode.args : undefined;
+        const countNode = argNodes[2];
+        const count = countNode?.op === 'value' && typeof countNode.args === 'bigint' && countNode.args >= 0n ? Number(countNode.args) : Infinity;
+        // Occurrences: one per `old.length` units of a literal, else (an empty `old`) one per
+        // unit and one at the end; at most `n`.
+        const matches = Math.min(count, literal ? Math.floor(len / literal.length) : len + 1);
+        const grows = Math.max(0, newLen - (literal?.length ?? 0));
+        // Longer than MAX_BUILT_STRING is refused at run time, after the search.
+        const out = Math.min(MAX_BUILT_STRING, len + matches * grows);
+        return fn(len * C.scanChar + matches * C.replaceMatch + out * C.scanChar, str(out));
+      }
+      case 'encodeBase64':
+        return fn(len * C.base64Char, str(base64Of(3 * len)));
+      case 'base64.encode':
+        return fn(len * C.base64Char, str(base64Of(len)));
+      case 'decodeBase64':
+      case 'base64.decode':
+        return fn(len * C.base64Char, str(Math.ceil((3 * len) / 4)));
+      case 'escapeUrl':
+      case 'url.escape':
+        return fn(len * C.urlEscapeChar, str(9 * len));
+      case 'unescapeUrl':
+      case 'url.unescape':
+        return fn(len * C.urlUnescapeChar, str(len));
+      case 'strings.quote':
+        return fn(len * C.quoteChar, str(2 * len + 2));
+      case 'isJson':
+        return fn(len * C.jsonChar, SCALAR);
+      case 'decodeJson':
+      case 'json.decode':
+        // A value of unknown shape, no larger than its text.
+        return fn(len * C.jsonChar, dyn(len));
+    }
+    const hash = method ? name : name.startsWith('hash.') ? name.slice(5) : '';
+    const digest = Object.hasOwn(HASH_DIGEST_BYTES, hash) ? HASH_DIGEST_BYTES[hash as NgrokHash] : undefined;
+    // Hex is the longer of the two formats.
+    if (digest !== undefined) return fn(C.hashCall + len * C.hashChar, str(2 * digest));
+    throw new CostEstimateError(`no cost known for ${name}()`);
+  }
 }
+
+/** The namespaces of ngrok's macros Warren has (`ngrok-macros.ts`): constants, not variables. */
+const NAMESPACES = new Set(['base64', 'url', 'hash', 'strings', 'json']);
+/** ngrok's string methods (`ngrok-macros.ts`), costed by `ngrokMacro`. */
+const NGROK_STRING_METHODS = new Set(['lower', 'upper', 'reverse', 'charAt', 'replace', 'encodeBase64', 'decodeBase64', 'escapeUrl', 'unescapeUrl', 'isJson', 'decodeJson', ...NGROK_HASHES]);
 
 /**
  * The largest total cost of a range of at most `n` elements whose sizes (each plus `o`) add up
