@@ -10,7 +10,7 @@ import { createDb, createPool } from '../../services/control-plane/src/db/pool.j
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
-import { upgradeEcho } from '../support/upgrade.js';
+import { listenEchoingUpgrades, upgradeEcho } from '../support/upgrade.js';
 
 /**
  * Live traffic end to end, every piece a real process on real Postgres: a control plane, two
@@ -82,11 +82,7 @@ beforeAll(async () => {
     res.writeHead(200, { 'content-type': 'text/plain', 'x-upstream': 'yes' });
     res.end(`hello ${req.method} ${req.url} xff=${req.headers['x-forwarded-for']} proto=${req.headers['x-forwarded-proto']}`);
   });
-  upstream.on('upgrade', (_req, socket: import('node:net').Socket) => {
-    socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n');
-    socket.pipe(socket);
-  });
-  upstreamPort = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as { port: number }).port)));
+  upstreamPort = await listenEchoingUpgrades(upstream);
 
   const started = await Promise.all(
     ['e2e-a', 'e2e-b'].map((nodeId) => startIngress({ nodeId, controlPlane: [`127.0.0.1:${grpcPort}`], nodeToken, env: ingressEnv() })),

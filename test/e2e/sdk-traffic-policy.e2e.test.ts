@@ -13,7 +13,7 @@ import { createDb, createPool } from '../../services/control-plane/src/db/pool.j
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
-import { upgradeEcho } from '../support/upgrade.js';
+import { listenEchoingUpgrades, upgradeEcho } from '../support/upgrade.js';
 
 /**
  * The official agent SDK's `traffic_policy` option (`@ngrok/ngrok` 1.7.0, unmodified; Bind
@@ -148,12 +148,7 @@ beforeAll(async () => {
       res.end(JSON.stringify({ path: req.url, host: req.headers.host, xff: req.headers['x-forwarded-for'], clientIp: req.headers['x-client-ip'] ?? null }));
     });
   });
-  upstream.on('upgrade', (_req, socket: net.Socket) => {
-    socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n');
-    socket.pipe(socket);
-  });
-  const port = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as net.AddressInfo).port)));
-  upstreamUrl = `http://127.0.0.1:${port}`;
+  upstreamUrl = `http://127.0.0.1:${await listenEchoingUpgrades(upstream)}`;
 }, 90_000);
 
 afterAll(async () => {

@@ -1,5 +1,4 @@
 import http from 'node:http';
-import net from 'node:net';
 import { createHash, randomBytes } from 'node:crypto';
 import ngrok from '@ngrok/ngrok';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -10,7 +9,7 @@ import { createDb, createPool } from '../../services/control-plane/src/db/pool.j
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
-import { upgradeEcho } from '../support/upgrade.js';
+import { listenEchoingUpgrades, upgradeEcho } from '../support/upgrade.js';
 
 /**
  * The official agent SDK (`@ngrok/ngrok` 1.7.0, unmodified) against real Warren processes: a
@@ -71,12 +70,7 @@ beforeAll(async () => {
       res.end(JSON.stringify({ path: req.url, host: req.headers.host, xff: req.headers['x-forwarded-for'], bytes: n, sha: h.digest('hex') }));
     });
   });
-  upstream.on('upgrade', (_req, socket: net.Socket) => {
-    socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n');
-    socket.pipe(socket);
-  });
-  const port = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as net.AddressInfo).port)));
-  upstreamUrl = `http://127.0.0.1:${port}`;
+  upstreamUrl = `http://127.0.0.1:${await listenEchoingUpgrades(upstream)}`;
 }, 90_000);
 
 afterAll(async () => {

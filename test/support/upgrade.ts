@@ -1,4 +1,17 @@
+import type http from 'node:http';
 import net from 'node:net';
+
+/**
+ * The upstream side of {@link upgradeEcho}: `server` answers every Upgrade with 101 (`Upgrade:
+ * echo`) and echoes the bytes that follow; then it listens on 127.0.0.1 and resolves with its port.
+ */
+export function listenEchoingUpgrades(server: http.Server): Promise<number> {
+  server.on('upgrade', (_req, socket: net.Socket) => {
+    socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n');
+    socket.pipe(socket);
+  });
+  return new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as net.AddressInfo).port)));
+}
 
 /**
  * Sends an HTTP/1.1 upgrade request (`Upgrade: echo`) to 127.0.0.1:`port`, writes `word` once the
