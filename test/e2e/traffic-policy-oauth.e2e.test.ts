@@ -1,6 +1,8 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { waitFor, type IngressProcess } from '../support/cluster.js';
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { startAgentProcess, tempDir, waitFor, type IngressProcess } from '../support/cluster.js';
 import { formPost, type Browser, type BrowserResponse } from '../support/browser.js';
 import type { TestIdp } from '../support/oidc-idp.js';
 import type { FakeGithub } from '../support/github-fake.js';
@@ -16,6 +18,8 @@ import { startSignInCluster, type SignInCluster } from '../support/sign-in-clust
  */
 
 const HOST = 'tp-oauth.e2e.test';
+/** A Bind endpoint of our agent with the policy (`--traffic-policy-file`), no edge. */
+const EP_HOST = 'tp-oauth-endpoint.e2e.test';
 const ORIGIN = `https://${HOST}`;
 const GH_ID = 'gh-tp-e2e';
 const GH_SECRET = `gh-${randomBytes(12).toString('hex')}`;
@@ -60,6 +64,7 @@ beforeAll(async () => {
   c = await startSignInCluster<Providers>({
     name: 'tp-oauth',
     host: HOST,
+    moreHosts: [EP_HOST],
     providers: async (tls) => {
       const p = await startOAuthTestProviders(tls, { github: { clientId: GH_ID, clientSecret: GH_SECRET }, idp: { clientId: OIDC_ID, clientSecret: OIDC_SECRET, redirectUris: [`${ORIGIN}/oidc/ngrok/callback`] } });
       const gh = p.gh;
@@ -197,6 +202,39 @@ describe('traffic policy oauth / openid-connect on live traffic', () => {
     const expires = Date.parse(seen.headers['x-oidc-expires']);
     expect(expires - Date.now()).toBeGreaterThan(3500_000);
     expect(expires - Date.now()).toBeLessThanOrEqual(3600_000);
+  });
+
+  it("oauth on a Bind endpoint's traffic policy (the SDK's traffic_policy, our agent's --traffic-policy-file): signs in, on either node", async () => {
+    const dir = tempDir('warren-tp-oauth-ep-');
+    const file = path.join(dir, 'policy.json');
+    writeFileSync(file, JSON.stringify(githubPolicy()));
+    const token = (await c.api('POST', '/credentials', {})).body.token as string;
+    const upPort = (c.upstream.address() as { port: number }).port;
+    const agent = startAgentProcess(['http', String(upPort), '--domain', EP_HOST, '--traffic-policy-file', file, '--authtoken', token, '--server', `localhost:${a.agent}`, '--ca', c.tls.caFile]);
+    try {
+      await agent.waitForOutput('online');
+      gh.signInAs = 'alice';
+      node = () => a;
+      const br = browser();
+      const origin = `https://${EP_HOST}`;
+      const first = await br.request(`${origin}/page?x=1`);
+      expect(first.status).toBe(302);
+      expect(new URL(first.headers.location!).searchParams.get('redirect_uri')).toBe(`${origin}/ngrok/callback`);
+      const steps = await br.navigate(`${origin}/page?x=1`);
+      const last = steps.at(-1)!;
+      expect(last.status, trail(steps)).toBe(200);
+      const seen = JSON.parse(last.body);
+      expect([seen.url, seen.headers['x-user-email'], seen.headers.cookie]).toEqual(['/page?x=1', 'alice@corp.test', undefined]);
+      // Node b holds no tunnel of it: the request hops to a, where the policy runs and knows the cookie.
+      node = () => b;
+      const onB = await br.request(`${origin}/on-b`, JSON_ACCEPT);
+      expect([onB.status, JSON.parse(onB.body).headers['x-user-email']]).toEqual([200, 'alice@corp.test']);
+      // Without the cookie: the sign-in is required there too.
+      expect((await br.request(`${origin}/api`, { ...JSON_ACCEPT, cookies: false })).status).toBe(401);
+    } finally {
+      node = () => a;
+      await agent.stop({ timeoutMs: 10_000 });
+    }
   });
 
   it('refuses a bad configuration with a 400 naming the field, without echoing the secret', async () => {

@@ -26,6 +26,8 @@ export interface SignInClusterOptions<P> {
   name: string;
   /** The edge's hostname; the local certificate covers it. */
   host: string;
+  /** Other hostnames the local certificate covers and the browsers reach the nodes at (e.g. a Bind endpoint's). */
+  moreHosts?: string[];
   /** Starts the identity provider(s), once the TLS material exists; `stop()` calls their `close()` if they have one. */
   providers: (tls: LocalTls) => Promise<P>;
   /** Ingress env besides TLS_CERT_FILE and TLS_KEY_FILE (e.g. NODE_EXTRA_CA_CERTS, provider endpoints). */
@@ -118,7 +120,7 @@ async function start<P>(o: SignInClusterOptions<P>, c: Partial<SignInCluster<P>>
   const origin = `https://${o.host}`;
   const { db, apiKey } = await freshAccount(o.name);
   c.db = db;
-  const tls = await localTls(o.name, [o.host]);
+  const tls = await localTls(o.name, [o.host, ...(o.moreHosts ?? [])]);
   const ca = tls.caPem!;
   const providers = (c.providers = await o.providers(tls));
   const nodeToken = randomBytes(16).toString('hex');
@@ -142,7 +144,8 @@ async function start<P>(o: SignInClusterOptions<P>, c: Partial<SignInCluster<P>>
   const upPort = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as { port: number }).port)));
 
   const api = (method: string, p: string, body?: unknown) => callApi(cp.baseUrl, apiKey, method, p, body);
-  const browser = (on: () => IngressProcess = () => a) => new Browser({ ca, resolve: (u) => (u.hostname === o.host ? { host: '127.0.0.1', port: on().https } : null) });
+  const hosts = new Set([o.host, ...(o.moreHosts ?? [])]);
+  const browser = (on: () => IngressProcess = () => a) => new Browser({ ca, resolve: (u) => (hosts.has(u.hostname) ? { host: '127.0.0.1', port: on().https } : null) });
   const cred = await api('POST', '/credentials', {});
   const backendId = (await api('POST', '/backends/tunnel_group', { labels: { app: o.name } })).body.id;
   const edgeId = (await api('POST', '/edges/https', { hostports: [`${o.host}:443`] })).body.id;
