@@ -79,7 +79,7 @@ describe("ngrok's variables on live traffic", () => {
     const cases: [unknown, RegExp][] = [
       [{ on_http_request: [{ expressions: ["endpoint.id == 'ep_1'"], actions: [{ type: 'deny' }] }] }, /expressions\[0\]: does not compile: ngrok's endpoint\.id is not supported by Warren/],
       [{ on_http_request: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-start': '${conn.ts.start}' } } }] }] }, /x-start: \$\{…\} does not compile: ngrok's conn\.ts\.start is not supported by Warren/],
-      [{ on_http_request: [{ expressions: ["base64.decode(getReqHeader('x')[0]) == b'a'"], actions: [{ type: 'deny' }] }] }, /ngrok's base64\.decode\(\) is not supported by Warren/],
+      [{ on_http_request: [{ expressions: ["hash.xxhash64(getReqHeader('x')[0]) == 'a'"], actions: [{ type: 'deny' }] }] }, /ngrok's hash\.xxhash64\(\) is not supported by Warren/],
     ];
     for (const [policy, msg] of cases) {
       const r = await c.tryPolicy(policy);
