@@ -190,3 +190,30 @@ describe('a document whose aliases repeat a long value', () => {
     expect(parseTrafficPolicy(four).inbound).toHaveLength(4);
   });
 });
+
+describe('documents that made the yaml package work quadratically (an audit: one Bind stalled an ingress for 87 s)', () => {
+  it('many aliases are refused in one walk, not one walk of the whole document per alias', () => {
+    const aliases = `on_http_request: [&a {actions: [{type: deny}]}${',*a'.repeat(21_000)}]`;
+    expect(Buffer.byteLength(aliases)).toBeLessThan(MAX_TRAFFIC_POLICY_BYTES);
+    const t = performance.now();
+    expect(() => parseTrafficPolicy(aliases)).toThrow(/^not valid YAML or JSON: more than 1000 aliases \(\*name\)$/);
+    // 85 s before; about 0.2 s here (the parse itself). Generous: a loaded CI box must not fail it.
+    expect(performance.now() - t).toBeLessThan(5_000);
+    // Up to 100 still work, and resolve to the last anchor of their name before them (as yaml's Alias.resolve).
+    const ok = parseTrafficPolicy(`on_http_request:\n  - &r {actions: [{type: deny}]}\n${'  - *r\n'.repeat(99)}`);
+    expect(ok.inbound).toHaveLength(100);
+    const redefined = parseTrafficPolicy('on_http_request:\n  - &r {name: one, actions: [{type: deny}]}\n  - &r {name: two, actions: [{type: deny}]}\n  - *r\n');
+    expect(redefined.inbound.map((r) => r.name)).toEqual(['one', 'two', 'two']);
+  });
+
+  it('a map of thousands of keys is checked for repeated keys in one pass', () => {
+    const headers = Object.fromEntries(Array.from({ length: 4_500 }, (_, i) => [`x-${i}`, 'v']));
+    const doc = JSON.stringify({ on_http_request: [{ actions: [{ type: 'add-headers', config: { headers } }] }] });
+    const t = performance.now();
+    expect(() => parseTrafficPolicy(doc)).toThrow(/must have at most 32 headers/);
+    expect(performance.now() - t).toBeLessThan(5_000);
+    // Repeated keys are still refused, anywhere, with the parser's message and the key.
+    expect(() => parseTrafficPolicy('on_http_request: []\non_http_request: []')).toThrow(/^not valid YAML or JSON: Map keys must be unique \("on_http_request" is written twice\)$/);
+    expect(() => parseTrafficPolicy('{"on_http_request": [{"actions": [{"type": "add-headers", "config": {"headers": {"a": "1", "a": "2"}}}]}]}')).toThrow(/Map keys must be unique \("a" is written twice\)/);
+  });
+});

@@ -1,4 +1,4 @@
-import { isAlias, isMap, isSeq, type Document } from 'yaml';
+import { isAlias, isMap, isScalar, isSeq, visit, type Document } from 'yaml';
 
 /**
  * A bound on how deeply a traffic policy document nests, read off its text before any YAML
@@ -182,6 +182,75 @@ export function nestingProblem(text: string): NestingProblem | null {
   return null;
 }
 
+/** How often one anchor may be used (`toJS`'s `maxAliasCount`). */
+export const MAX_ALIASES = 100;
+/** Most aliases (`*name`) in a whole document: refused before anything expands or resolves them. */
+export const MAX_DOCUMENT_ALIASES = 1_000;
+
+/** What {@link documentIndex} finds in one walk of a document. */
+export interface DocumentIndex {
+  /** Each alias node with the node it stands for (undefined: no such anchor before it). */
+  targets: Map<unknown, unknown>;
+  /** The first key written twice in one map, as text; null when none. */
+  duplicateKey: string | null;
+}
+
+const indexes = new WeakMap<Document, DocumentIndex>();
+
+/**
+ * One walk of `doc` in document order (computed once per document): the node each alias stands
+ * for, which is the last node anchored with its name before it, as the `yaml` package's own
+ * `Alias.resolve` finds it; but that walks the whole document again for every alias, so 21,000
+ * aliases in a 63 KB policy took 85 s, in one Bind or one API call. And the first key repeated in
+ * a map, which the parser's `uniqueKeys` finds by comparing every key with every earlier one of its
+ * map (6,000 keys: 0.5 s); documents are parsed without it, and this check stands in for it.
+ */
+export function documentIndex(doc: Document): DocumentIndex {
+  const known = indexes.get(doc);
+  if (known) return known;
+  const anchors = new Map<string, unknown>();
+  const ix: DocumentIndex = { targets: new Map(), duplicateKey: null };
+  visit(doc, {
+    Node(_key, node) {
+      if (isAlias(node)) {
+        ix.targets.set(node, anchors.get(node.source));
+        return;
+      }
+      if (node.anchor) anchors.set(node.anchor, node);
+      if (ix.duplicateKey === null && isMap(node)) {
+        const seen = new Set<string>();
+        for (const p of node.items) {
+          if (!isScalar(p.key)) continue; // (complex keys are never equal to another: as yaml compares them)
+          const k = `${typeof p.key.value}:${String(p.key.value)}`;
+          if (seen.has(k)) {
+            ix.duplicateKey = String(p.key.value).slice(0, 64);
+            break;
+          }
+          seen.add(k);
+        }
+      }
+    },
+  });
+  indexes.set(doc, ix);
+  return ix;
+}
+
+/** `n`, or the node it stands for when it is an alias (see {@link documentIndex}). */
+export function resolveAlias(doc: Document, n: unknown): unknown {
+  return isAlias(n) ? documentIndex(doc).targets.get(n) : n;
+}
+
+/**
+ * A document's problem that the parser, run without `uniqueKeys`, leaves to us: a key repeated
+ * in a map (with the parser's message), or more than {@link MAX_DOCUMENT_ALIASES} aliases; null when none.
+ */
+export function documentProblem(doc: Document): string | null {
+  const ix = documentIndex(doc);
+  if (ix.duplicateKey !== null) return `Map keys must be unique (${JSON.stringify(ix.duplicateKey)} is written twice)`;
+  if (ix.targets.size > MAX_DOCUMENT_ALIASES) return `more than ${MAX_DOCUMENT_ALIASES} aliases (*name)`;
+  return null;
+}
+
 /** Values (scalars and collections) a document may expand to through its aliases, at most. */
 export const MAX_EXPANDED_VALUES = 250_000;
 
@@ -194,7 +263,7 @@ export const MAX_EXPANDED_VALUES = 250_000;
 export function expandedValues(doc: Document, limit = MAX_EXPANDED_VALUES): number {
   const memo = new Map<unknown, number>();
   const count = (n: unknown): number => {
-    const node = isAlias(n) ? n.resolve(doc) : n;
+    const node = resolveAlias(doc, n);
     if (node === undefined || node === null) return 1;
     const known = memo.get(node);
     if (known !== undefined) return known;

@@ -10,7 +10,7 @@ import { parseCompressResponseConfig, parseVerifyWebhookConfig, VERIFY_WEBHOOK_C
 import { checkJwkSetUrls, jwtValidationCost, parseJwtValidationConfig } from './jwt-action.js';
 import { CIRCUIT_BREAKER_COST, checkCircuitBreakerCount, CLOSE_CONNECTION_COST, parseCircuitBreakerConfig, parseCloseConnectionConfig } from './flow-actions.js';
 import { parseFindReplaceConfig } from './find-replace.js';
-import { expandedValues, MAX_EXPANDED_VALUES, nestingProblem } from './nesting.js';
+import { documentProblem, expandedValues, MAX_ALIASES, MAX_EXPANDED_VALUES, nestingProblem, resolveAlias } from './nesting.js';
 import { CostEstimateError, DFA_EXPLORE_STEPS, estimateCost, formatCost, MAX_EXPRESSION_COST, MAX_POLICY_COST, type PolicyHeaderGrowth } from './cost.js';
 import type { BucketKeyElement, CustomResponseAction, PolicyAction, PolicyDirection, PolicyRule, RateLimitConfig, TrafficPolicy } from './types.js';
 
@@ -645,7 +645,7 @@ export function validateTrafficPolicy(doc: unknown, opts: ValidateOptions = {}):
  * Keys deeper in a `config` (header names, …) are not concerned.
  */
 function checkPolicyKeys(doc: Document): void {
-  const resolve = (n: unknown) => (isAlias(n) ? n.resolve(doc) : n);
+  const resolve = (n: unknown) => resolveAlias(doc, n);
   const keys = (n: unknown, path: string): YAMLMap | null => {
     const m = resolve(n);
     if (!isMap(m)) return null;
@@ -687,7 +687,7 @@ export const SECRET_FIELDS: Readonly<Record<string, string>> = { 'verify-webhook
  * `redactTrafficPolicySecrets`).
  */
 function checkSecretAnchors(doc: Document): void {
-  const resolve = (n: unknown) => (isAlias(n) ? n.resolve(doc) : n);
+  const resolve = (n: unknown) => resolveAlias(doc, n);
   const marked = (n: unknown, path: string): void => {
     if (isAlias(n)) throw new TrafficPolicyError(path, `an alias (*${n.source.slice(0, 64)}) is not accepted on a secret or on what holds one; write the value itself`);
     const anchor = (n as { anchor?: string } | null)?.anchor;
@@ -746,16 +746,19 @@ function decodeDocument(text: string): { doc: Document; value: unknown } {
   // Before the parser, which recurses: a deep enough document would abort the process (nesting.ts).
   const deep = nestingProblem(text);
   if (deep) throw new TrafficPolicyError('', deep.message);
-  const doc = parseDocument(text, { version: '1.2', schema: 'core', merge: false, uniqueKeys: true, strict: true, prettyErrors: false });
+  // uniqueKeys off: the parser's check is quadratic in a map's keys; documentProblem does it in one walk.
+  const doc = parseDocument(text, { version: '1.2', schema: 'core', merge: false, uniqueKeys: false, strict: true, prettyErrors: false });
   const first = doc.errors[0];
   if (first) throw new TrafficPolicyError('', `not valid YAML or JSON: ${first.message.split('\n')[0]!.slice(0, 300)}`);
+  const problem = documentProblem(doc);
+  if (problem) throw new TrafficPolicyError('', `not valid YAML or JSON: ${problem}`);
   // Cheap refusals before the aliases are expanded (a short document can expand to a long one).
   checkPolicyKeys(doc);
   if (isMap(doc.contents)) phaseKeys(Object.fromEntries(doc.contents.items.map((p) => [isScalar(p.key) ? String(p.key.value) : '', null])));
   if (expandedValues(doc) > MAX_EXPANDED_VALUES) throw new TrafficPolicyError('', `the document expands to more than ${MAX_EXPANDED_VALUES} values through its aliases`);
   let value: unknown;
   try {
-    value = doc.toJS({ maxAliasCount: 100 });
+    value = doc.toJS({ maxAliasCount: MAX_ALIASES });
   } catch (err) {
     throw new TrafficPolicyError('', `not valid YAML or JSON: ${(err as Error).message.split('\n')[0]!.slice(0, 300)}`);
   }

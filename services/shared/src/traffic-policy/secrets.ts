@@ -43,15 +43,14 @@
  */
 import { isDeepStrictEqual } from 'node:util';
 import { isAlias, isMap, isScalar, isSeq, parseDocument, Scalar, stringify, visit, type Document, type Node as YamlNode } from 'yaml';
-import { expandedValues, MAX_EXPANDED_VALUES, nestingProblem } from './nesting.js';
+import { documentProblem, expandedValues, MAX_ALIASES, MAX_EXPANDED_VALUES, nestingProblem, resolveAlias } from './nesting.js';
 import { SECRET_FIELDS, TRAFFIC_POLICY_PHASES, TrafficPolicyError, type TrafficPolicyPhaseKey } from './parse.js';
 
 /** Every top-level key whose rules are walked: each phase under both its names (`TRAFFIC_POLICY_PHASES`). */
 const PHASE_KEYS = Object.keys(TRAFFIC_POLICY_PHASES) as TrafficPolicyPhaseKey[];
 
 /** As `decodeTrafficPolicy` reads a document. */
-const YAML_OPTIONS = { version: '1.2', schema: 'core', merge: false, uniqueKeys: true, strict: true, prettyErrors: false } as const;
-const MAX_ALIASES = 100;
+const YAML_OPTIONS = { version: '1.2', schema: 'core', merge: false, uniqueKeys: false, strict: true, prettyErrors: false } as const;
 
 type SecretAction = 'verify-webhook' | 'basic-auth' | 'oauth' | 'openid-connect';
 const SECRET_ACTIONS: readonly string[] = Object.keys(SECRET_FIELDS);
@@ -103,7 +102,7 @@ function parse(text: string, lazy = false): Parsed | null {
   if (nestingProblem(text)) return null;
   try {
     const doc = parseDocument(text, YAML_OPTIONS);
-    if (doc.errors.length > 0 || expandedValues(doc) > MAX_EXPANDED_VALUES) return null;
+    if (doc.errors.length > 0 || documentProblem(doc) !== null || expandedValues(doc) > MAX_EXPANDED_VALUES) return null;
     let js: { v: unknown } | undefined;
     const value = () => (js ??= { v: doc.toJS({ maxAliasCount: MAX_ALIASES }) }).v;
     if (!lazy) value();
@@ -114,7 +113,7 @@ function parse(text: string, lazy = false): Parsed | null {
 }
 
 function resolve(doc: Document, n: unknown): unknown {
-  return isAlias(n) ? n.resolve(doc) : n;
+  return resolveAlias(doc, n);
 }
 
 function scalarValue(doc: Document, n: unknown): unknown {
