@@ -277,6 +277,39 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
     expect((await request(b.http, host, '/')).headers['x-conn']).toMatch(/^\|\|\|\d+\|127\.0\.0\.1$/);
   });
 
+  it('shows the request as the client sent it over a hop too: req.url.raw_path, req.version, req.content_length (an audit: a deny on raw_path applied on one node only)', async () => {
+    const host = 'raw.sdk-tp.e2e.test';
+    const s = await session(a.agent, tokenA);
+    const policy = [
+      'on_http_request:',
+      '  - expressions: ["req.url.raw_path.contains(\'..\') || req.url.raw_path.contains(\'%\')"]',
+      '    actions: [{type: custom-response, config: {status_code: 418, content: "raw"}}]',
+      'on_http_response:',
+      '  - actions: [{type: add-headers, config: {headers: {x-req: "${req.version}|${req.content_length}"}}}]',
+      '',
+    ].join('\n');
+    await s.httpEndpoint().domain(host).trafficPolicy(policy).listenAndForward(upstreamUrl);
+    const raw = (port: number, head: string) =>
+      new Promise<string>((resolve, reject) => {
+        // Written, not ended: the server closes (HTTP/1.0, Connection: close) once it answered.
+        const c = net.connect(port, '127.0.0.1', () => c.write(head));
+        let buf = '';
+        c.on('data', (d: Buffer) => (buf += d.toString('latin1')));
+        c.on('end', () => resolve(buf));
+        c.on('error', reject);
+      });
+    for (const n of [a, b]) {
+      await waitFor(`${n.nodeId} serves ${host}`, async () => (await request(n.http, host, '/')).status === 200);
+      for (const target of ['/x/../admin', '/%61dmin', `http://${host}/x/../y`]) {
+        expect(await raw(n.http, `GET ${target} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`), `${n.nodeId} ${target}`).toMatch(/^HTTP\/1\.1 418 /);
+      }
+      const old = await raw(n.http, `POST /v HTTP/1.0\r\nHost: ${host}\r\nContent-Length: 5\r\n\r\nhello`);
+      expect(old, n.nodeId).toMatch(/\r\nx-req: HTTP\/1\.0\|5\r\n/i);
+      const chunked = await raw(n.http, `POST /v HTTP/1.1\r\nHost: ${host}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n`);
+      expect(chunked, n.nodeId).toMatch(/\r\nx-req: HTTP\/1\.1\|-1\r\n/i);
+    }
+  });
+
   it("our own agent's --traffic-policy-file (as ngrok's CLI has it) sends the same Bind field", async () => {
     const dir = tempDir('warren-sdk-tp-cli-');
     const file = path.join(dir, 'policy.yml');

@@ -18,10 +18,19 @@ describe('x-warren-conn (a Bind endpoint policy over a hop)', () => {
   });
 
   it('anything unreadable is ignored (the hop socket shows), never thrown', () => {
-    for (const v of [undefined, '', 'not json', '[1]', 'null', '7', ['{}'], `{"v":"${'x'.repeat(5000)}"}`]) expect(decodeHopConn(v as string, '1.2.3.4:5'), String(v).slice(0, 20)).toBeNull();
+    for (const v of [undefined, '', 'not json', '[1]', 'null', '7', ['{}'], `{"rt":"${'x'.repeat(200_000)}"}`]) expect(decodeHopConn(v as string, '1.2.3.4:5'), String(v).slice(0, 20)).toBeNull();
     // Fields of the wrong type or too long are dropped one by one.
     const h = decodeHopConn(JSON.stringify({ sip: 5, v: 'TLSv1.3', c: 'x'.repeat(300) }), 'garbage')!;
     expect(h.socket).toEqual({ remotePort: 0, localAddress: '' });
     expect(h.tls!.getCipher()).toBeUndefined();
+    // A TLS version too long to be one: no TLS; a raw target over 16 KiB or a bad HTTP version: dropped.
+    const long = decodeHopConn(JSON.stringify({ v: 'x'.repeat(300), rt: '/'.repeat(17_000), hv: '1.1; x' }), '1.2.3.4:5')!;
+    expect([long.tls, long.rawTarget, long.message]).toEqual([null, undefined, null]);
+  });
+
+  it("carries the client's request facts: raw target, HTTP version, how the body's length was stated", () => {
+    const h = decodeHopConn(JSON.stringify({ sip: '10.0.0.1', hv: '1.0', cl: '5', rt: '/x/../%61dmin' }), '1.2.3.4:5')!;
+    expect([h.rawTarget, h.message]).toEqual(['/x/../%61dmin', { httpVersion: '1.0', headers: { 'content-length': '5', 'transfer-encoding': undefined } }]);
+    expect(decodeHopConn(JSON.stringify({ hv: '1.1', te: true }), '1.2.3.4:5')!.message).toEqual({ httpVersion: '1.1', headers: { 'content-length': undefined, 'transfer-encoding': 'chunked' } });
   });
 });

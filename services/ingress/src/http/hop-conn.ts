@@ -1,6 +1,6 @@
-import type { Socket } from 'node:net';
+import type http from 'node:http';
 import type { TLSSocket } from 'node:tls';
-import type { CelConnSocket, CelTlsSocket } from '@warren/shared';
+import type { CelConnSocket, CelRequestMessage, CelTlsSocket } from '@warren/shared';
 
 /**
  * The public connection's facts for a request carried over a hop (header `x-warren-conn`), for a
@@ -10,6 +10,11 @@ import type { CelConnSocket, CelTlsSocket } from '@warren/shared';
  * connection negotiated; the holding node shows it. Only nodes send it: the public side drops
  * every `x-warren-` header, and the internal listener takes hops only with the node token.
  *
+ * The request's own facts that the hop changes go along too: the target exactly as the client
+ * sent it (the sending node normalised `req.url`: a rule on `req.url.raw_path` must see `/x/../a`
+ * or `/%61dmin` whichever node the client reached), its HTTP version and how its body's length
+ * was stated (`req.version`, `req.content_length`).
+ *
  * Not carried: certificates (an endpoint has no mutual TLS, so `conn.tls.client` is empty
  * anyway; `conn.tls.server` reads empty over a hop).
  */
@@ -18,6 +23,10 @@ export interface HopConn {
   tls: CelTlsSocket | null;
   /** What `conn.client_port` and `conn.server_ip` read. */
   socket: CelConnSocket;
+  /** What `req.version` and `req.content_length` read (the client's request, not the hop's). */
+  message: CelRequestMessage | null;
+  /** The request target as the client sent it, when the sending node changed it; else undefined. */
+  rawTarget: string | undefined;
 }
 
 interface Wire {
@@ -30,14 +39,30 @@ interface Wire {
   sni?: string;
   alpn?: string;
   r?: boolean;
+  /** The request: HTTP version, Content-Length as sent, sent chunked, raw target (when changed). */
+  hv?: string;
+  cl?: string;
+  te?: boolean;
+  rt?: string;
 }
 
 /** Bounds what a header value may make the holding node keep (the header comes from a node, but still). */
 const MAX_FIELD = 256;
+/** A request target is bounded by Node's 16 KiB head limit. */
+const MAX_TARGET = 16 * 1024;
 
-/** `x-warren-conn` for a request on `socket` (the public client's). */
-export function encodeHopConn(socket: Socket): string {
-  const w: Wire = { sip: socket.localAddress ?? '' };
+/**
+ * `x-warren-conn` for `req` (the public client's), with the target as the client sent it when
+ * routing changed `req.url`. Pure ASCII (JSON with every other character escaped), so any HTTP
+ * client sends it as it is.
+ */
+export function encodeHopConn(req: http.IncomingMessage, rawTarget?: string): string {
+  const socket = req.socket;
+  const w: Wire = { sip: socket.localAddress ?? '', hv: req.httpVersion };
+  const cl = req.headers['content-length'];
+  if (typeof cl === 'string') w.cl = cl;
+  if (req.headers['transfer-encoding'] !== undefined) w.te = true;
+  if (rawTarget !== undefined) w.rt = rawTarget;
   const t = socket as Partial<TLSSocket>;
   if (t.encrypted === true && typeof t.getProtocol === 'function') {
     w.v = t.getProtocol() ?? '';
@@ -50,7 +75,7 @@ export function encodeHopConn(socket: Socket): string {
     if (typeof t.alpnProtocol === 'string') w.alpn = t.alpnProtocol;
     w.r = t.isSessionReused?.() === true;
   }
-  return JSON.stringify(w);
+  return JSON.stringify(w).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
 const str = (v: unknown): string | undefined => (typeof v === 'string' && v.length <= MAX_FIELD ? v : undefined);
@@ -60,7 +85,7 @@ const str = (v: unknown): string | undefined => (typeof v === 'string' && v.leng
  * hop's `x-warren-client-addr`); null when absent or unreadable (then the hop's socket is shown).
  */
 export function decodeHopConn(value: string | string[] | undefined, clientAddr: string): HopConn | null {
-  if (typeof value !== 'string' || value.length > 4 * MAX_FIELD) return null;
+  if (typeof value !== 'string' || value.length > 8 * MAX_FIELD + 6 * MAX_TARGET) return null;
   let w: Wire;
   try {
     const parsed: unknown = JSON.parse(value);
@@ -72,8 +97,11 @@ export function decodeHopConn(value: string | string[] | undefined, clientAddr: 
   const colon = clientAddr.lastIndexOf(':');
   const port = Number(clientAddr.slice(colon + 1));
   const socket: CelConnSocket = { remotePort: colon > 0 && Number.isInteger(port) && port >= 0 && port < 65536 ? port : 0, localAddress: str(w.sip) ?? '' };
+  const hv = typeof w.hv === 'string' && /^\d\.\d$/.test(w.hv) ? w.hv : undefined;
+  const message: CelRequestMessage | null = hv === undefined ? null : { httpVersion: hv, headers: { 'content-length': str(w.cl), 'transfer-encoding': w.te === true ? 'chunked' : undefined } };
+  const rawTarget = typeof w.rt === 'string' && w.rt.length <= MAX_TARGET ? w.rt : undefined;
   const version = str(w.v);
-  if (version === undefined) return { tls: null, socket };
+  if (version === undefined) return { tls: null, socket, message, rawTarget };
   const cipher = str(w.c);
   const standardName = str(w.cs);
   const sni = str(w.sni);
@@ -88,5 +116,5 @@ export function decodeHopConn(value: string | string[] | undefined, clientAddr: 
     getPeerX509Certificate: () => undefined,
     getX509Certificate: () => undefined,
   };
-  return { tls, socket };
+  return { tls, socket, message, rawTarget };
 }

@@ -199,7 +199,7 @@ export class PublicHandler {
       const clientAddr = remoteAddr(req.socket);
       const info: RequestInfo = { scheme, clientAddr, edgeType: r.edgeType };
       // A Bind endpoint's policy runs on the node holding it: over a hop, it needs the client's connection.
-      if (r.edgeType === '0') info.conn = () => encodeHopConn(req.socket);
+      if (r.edgeType === '0') info.conn = () => encodeHopConn(req, r.rawTarget);
       if (r.target.kind === 'remote') this.opts.metrics.hops.inc();
       const headers = publicRequestHeaders(req.rawHeaders, remoteIp(req.socket), scheme, false);
       let next = r.next;
@@ -291,7 +291,8 @@ export class PublicHandler {
     const host = parseHost(req.headers.host, scheme === 'https' ? 443 : 80)?.host ?? hostnameOfUrl(tunnel.publicUrl);
     const target: TunnelTarget = { kind: 'local', tunnel };
     const conn = decodeHopConn(req.headers[HOP.conn], clientAddr);
-    return { target: null, error: null, cr: ep.cr, host, path: pathOf(req.url), edge: 'endpoint', route: '', account: tunnel.accountId, next: only(target), edgeType: '0', hop: { clientAddr, clientIp, conn }, hopScheme: scheme };
+    // The target as the client sent it (the sending node normalised req.url), for req.url.raw.
+    return { target: null, error: null, cr: ep.cr, host, path: pathOf(req.url), edge: 'endpoint', route: '', account: tunnel.accountId, next: only(target), edgeType: '0', hop: { clientAddr, clientIp, conn }, hopScheme: scheme, rawTarget: conn?.rawTarget };
   }
 
   /** The `upgrade` handler of one public listener (WebSocket and other HTTP/1.1 upgrades). */
@@ -314,7 +315,7 @@ export class PublicHandler {
         return;
       }
       const info: RequestInfo = { scheme, clientAddr: remoteAddr(req.socket), edgeType: r.edgeType };
-      if (r.edgeType === '0') info.conn = () => encodeHopConn(req.socket);
+      if (r.edgeType === '0') info.conn = () => encodeHopConn(req, r.rawTarget);
       this.opts.metrics.upgrades.inc({ result: 'forwarded' });
       void this.opts.forwarder.upgrade(req, socket, head, r.target, info, publicRequestHeaders(req.rawHeaders, remoteIp(req.socket), scheme, true));
     };
@@ -556,7 +557,7 @@ export class PublicHandler {
     if (ep) return { target: null, error: null, cr: ep.cr, host: hp.host, path: pathOf(req.url), edge: 'endpoint', route: '', account: target.tunnel.accountId, next: only(target), edgeType: '0', rawTarget: req.url !== url ? url : undefined };
     // A retry never goes to a tunnel of this node with a policy: that policy would be skipped.
     const next = (exclude: ReadonlySet<string>) => withoutPolicy(registry.pickForHost(hp.host, exclude));
-    return { target, error: null, edge: 'endpoint', route: '', account: target.tunnel.accountId, next, edgeType: '0' };
+    return { target, error: null, edge: 'endpoint', route: '', account: target.tunnel.accountId, next, edgeType: '0', rawTarget: req.url !== url ? url : undefined };
   }
 }
 

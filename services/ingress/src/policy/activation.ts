@@ -103,7 +103,8 @@ function requestView(s: RequestState): CelRequest {
     // Read only by `req.version`, `req.content_length`, `req.url.raw` / `.raw_path` and
     // `req.ts.header_received`: the target as the client sent it is `req.url` unless the ingress
     // normalised it (then kept in `s.rawTarget`).
-    message: s.req,
+    // Over a hop, the client's request as the sending node received it (`hop-conn.ts`).
+    message: s.conn?.message ?? s.req,
     rawTarget: s.rawTarget ?? s.req.url,
     receivedAt: s.startedAt,
   });

@@ -48,6 +48,7 @@ export {
   type CelRequestInit,
   type CelResponseInit,
   type CelConnSocket,
+  type CelRequestMessage,
   type CelTlsSocket,
 } from './cel-vars.js';
 export { MAX_CERTIFICATE_BYTES } from './x509.js';
