@@ -337,6 +337,10 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
     const missing = startAgentProcess(['http', upstreamUrl, '--domain', host, '--traffic-policy-file', path.join(dir, 'nope.yml'), '--authtoken', tokenA, '--server', `localhost:${a.agent}`, '--ca', tls.caFile]);
     expect((await missing.exited).code).toBe(2);
     expect(missing.output()).toMatch(/cannot read the traffic policy file .*nope\.yml: ENOENT/);
+    writeFileSync(file, '\n  \n');
+    const empty = startAgentProcess(['http', upstreamUrl, '--domain', host, '--traffic-policy-file', file, '--authtoken', tokenA, '--server', `localhost:${a.agent}`, '--ca', tls.caFile]);
+    expect((await empty.exited).code).toBe(2);
+    expect(empty.output()).toMatch(/the traffic policy file .*policy\.yml is empty/);
   });
 
   it('restrict-ips resolves ip_policies of the tunnel\'s own account only', async () => {

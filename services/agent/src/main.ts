@@ -43,6 +43,11 @@ async function main(): Promise<number> {
       err(`cannot read the traffic policy file ${cfg.trafficPolicyFile}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
       return 2;
     }
+    // An empty file would bind the endpoint without any policy: most likely not what was meant.
+    if (trafficPolicy.trim() === '') {
+      err(`the traffic policy file ${cfg.trafficPolicyFile} is empty`);
+      return 2;
+    }
   }
 
   const client = new AgentClient({

@@ -145,6 +145,11 @@ export interface ConnectionHost {
    * sessions, does not bring a fresh burst: it bounds a credential's churn on the node.
    */
   credentialStarts(credentialId: string): { bucket: TokenBucket; burst: number };
+  /**
+   * The credential's budget of traffic-policy bytes this node parses and compiles on Bind
+   * (`POLICY_BYTES_PER_SECOND`, burst `POLICY_BYTES_BURST`), across its sessions.
+   */
+  credentialPolicyBytes(credentialId: string): TokenBucket;
   publicUrl(proto: string, hostname: string): string;
   sessionById(id: string): AgentConnection | undefined;
   tunnelById(id: string): LocalTunnelImpl | undefined;
@@ -264,16 +269,16 @@ export class TokenBucket {
     this.at = t;
   }
 
-  /** Whether a token can be taken now. */
-  available(): boolean {
+  /** Whether `n` tokens can be taken now. */
+  available(n = 1): boolean {
     this.refill();
-    return this.tokens >= 1;
+    return this.tokens >= n;
   }
 
-  /** Takes a token (the bucket may go below zero only if called without {@link available}). */
-  take(): void {
+  /** Takes `n` tokens (the bucket may go below zero only if called without {@link available}). */
+  take(n = 1): void {
     this.refill();
-    this.tokens -= 1;
+    this.tokens -= n;
   }
 
   /** Whether it is back to its burst (as a new bucket would be). */
@@ -282,10 +287,10 @@ export class TokenBucket {
     return this.tokens >= this.burst;
   }
 
-  /** Milliseconds until a token is there (0 when one is). */
-  waitMs(): number {
+  /** Milliseconds until `n` tokens are there (0 when they are). */
+  waitMs(n = 1): number {
     this.refill();
-    return this.tokens >= 1 ? 0 : ((1 - this.tokens) * 1000) / this.perSecond;
+    return this.tokens >= n ? 0 : ((n - this.tokens) * 1000) / this.perSecond;
   }
 }
 
@@ -661,9 +666,18 @@ export class AgentConnection {
    * tunnels (TUNNEL_STARTS_PER_SECOND_PER_SESSION) by sending ones that fail.
    */
   private onBind(body: unknown, session: DpAgentSession, identity: AgentIdentity): BindResponse {
-    if (!carriesTrafficPolicy(body)) return this.bind(body, session, identity);
+    const policyBytes = trafficPolicyBytes(body);
+    if (policyBytes === 0) return this.bind(body, session, identity);
     const limited = this.startRateRefusal();
     if (limited) return bindError(limited);
+    // And by size: a valid 64 KB policy took 0.2-0.4 s to parse and compile on a loaded node, so
+    // starts alone (20 a second) would let one credential keep a node busy.
+    const cost = Math.max(POLICY_BYTES_MIN_CHARGE, policyBytes);
+    const budget = this.host.credentialPolicyBytes(identity.credentialId);
+    if (!budget.available(cost)) {
+      return bindError(`this authtoken's sessions send traffic policies faster than this server compiles them (${POLICY_BYTES_PER_SECOND / 1024} KiB a second, ${POLICY_BYTES_BURST / 1024} KiB at once, across its sessions); retry in ${Math.ceil(budget.waitMs(cost))} ms (ERR_WARREN_8001)`);
+    }
+    budget.take(cost);
     const reply = this.bind(body, session, identity);
     if (reply.Error) this.takeStart();
     return reply;
@@ -909,13 +923,27 @@ function authError(text: string): AuthResponse {
   return { Version: '2', ClientId: '', Extra: { Version: SERVER_VERSION, Region: '', Cookie: '', AccountName: '', SessionDuration: 0, PlanName: '', Banner: '' }, Error: text };
 }
 
-/** Whether a Bind request carries a traffic policy to parse (Opts.TrafficPolicy or Opts.Policy set). */
-function carriesTrafficPolicy(body: unknown): boolean {
-  if (typeof body !== 'object' || body === null) return false;
+/** Traffic-policy bytes a credential's sessions may have parsed and compiled per second on a node, and at once. */
+export const POLICY_BYTES_PER_SECOND = 32 * 1024;
+export const POLICY_BYTES_BURST = 256 * 1024;
+/** What any Bind with a policy is charged at least (the work besides its bytes). */
+const POLICY_BYTES_MIN_CHARGE = 1024;
+
+/**
+ * The size of the traffic policy a Bind request carries (Opts.TrafficPolicy, or the deprecated
+ * Opts.Policy), bytes; 0 when it carries none. Only an upper bound for a non-string (refused).
+ */
+function trafficPolicyBytes(body: unknown): number {
+  if (typeof body !== 'object' || body === null) return 0;
   const opts = (body as { Opts?: unknown }).Opts;
-  if (typeof opts !== 'object' || opts === null) return false;
+  if (typeof opts !== 'object' || opts === null) return 0;
   const o = opts as { TrafficPolicy?: unknown; Policy?: unknown };
-  return (o.TrafficPolicy !== undefined && o.TrafficPolicy !== null && o.TrafficPolicy !== '') || (o.Policy !== undefined && o.Policy !== null && o.Policy !== '');
+  let n = 0;
+  for (const v of [o.TrafficPolicy, o.Policy]) {
+    if (v === undefined || v === null || v === '') continue;
+    n += typeof v === 'string' ? Buffer.byteLength(v) : POLICY_BYTES_MIN_CHARGE;
+  }
+  return n;
 }
 
 function bindError(text: string): BindResponse {

@@ -297,6 +297,32 @@ describe('tunnel start rate per session', () => {
     await b.bind({ domain: 'fine.test', forwardsTo: LOCAL });
   });
 
+  it("and by size: a credential's sessions share a budget of policy bytes (32 KiB a second, 256 KiB at once)", async () => {
+    // A valid 64 KB policy took 0.2-0.4 s to parse and compile on a loaded node (a crash audit):
+    // starts alone would let one credential keep a node busy with large policies.
+    const { port } = await startServer({ tunnelStartsPerSecond: 100, tunnelStartBurst: 100 });
+    const big = `# ${'x'.repeat(60_000)}\non_http_request: [\n`;
+    const a = startClient(port);
+    await a.connect();
+    for (let i = 0; i < 4; i++) await expect(a.bind({ domain: `big${i}.test`, forwardsTo: LOCAL, trafficPolicy: big })).rejects.toThrow(/invalid traffic policy .*ERR_WARREN_6900/);
+    // Another session of the same credential brings no fresh budget: the next one or two are
+    // refused (two if a slow machine refilled one in the meantime), never compiled.
+    const b = startClient(port);
+    await b.connect();
+    const refusals: string[] = [];
+    for (let i = 4; i < 8 && refusals.length === 0; i++) {
+      const err = await b.bind({ domain: `big${i}.test`, forwardsTo: LOCAL, trafficPolicy: big }).then(() => '', (e: Error) => e.message);
+      if (/ERR_WARREN_8001/.test(err)) refusals.push(err);
+    }
+    expect(refusals[0]).toMatch(/this authtoken's sessions send traffic policies faster than this server compiles them \(32 KiB a second, 256 KiB at once, across its sessions\); retry in \d+ ms \(ERR_WARREN_8001\)/);
+    // Binds without a policy are not held back.
+    await b.bind({ domain: 'plain.test', forwardsTo: LOCAL });
+    // Another credential has its own budget.
+    const c = startClient(port, OTHER_TOKEN);
+    await c.connect();
+    await expect(c.bind({ domain: 'other.test', forwardsTo: LOCAL, trafficPolicy: big })).rejects.toThrow(/ERR_WARREN_6900/);
+  });
+
   it("a credential's sessions share one bucket: new sessions or reconnects bring no fresh burst; other credentials are not held back", async () => {
     // Per-session buckets alone let a credential churn without bound: each new session (up to
     // MAX_SESSIONS_PER_CREDENTIAL at once, and any number by reconnecting) started full.

@@ -5,7 +5,7 @@ import tls from 'node:tls';
 import type { Logger } from 'pino';
 import { createLogger, type DpAgentSession, type DpTunnel } from '@warren/shared';
 import { MAX_FULL_SYNC_BYTES, sessionReportBytes, tunnelReportBytes } from '../config/control-plane-client.js';
-import { AgentConnection, DEFAULT_MAX_STREAMS_PER_CLIENT, MAX_SAFE_STREAMS, TokenBucket, type ConnectionHost, type LocalTunnelImpl } from './agent-connection.js';
+import { AgentConnection, DEFAULT_MAX_STREAMS_PER_CLIENT, MAX_SAFE_STREAMS, POLICY_BYTES_BURST, POLICY_BYTES_PER_SECOND, TokenBucket, type ConnectionHost, type LocalTunnelImpl } from './agent-connection.js';
 import { ResumeTokens } from './resume-tokens.js';
 import type { EndpointPolicy, EndpointPolicyRequest, EndpointPolicyResult } from '../policy/endpoint.js';
 import { remoteIp } from '../http/client-address.js';
@@ -231,6 +231,7 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
    * reset it; swept at most once per START_BUCKET_SWEEP_MS.
    */
   private readonly startsByCredential = new Map<string, TokenBucket>();
+  private readonly policyBytesByCredential = new Map<string, TokenBucket>();
   private lastStartSweep = 0;
   /** Authenticated sessions per credential (each connection from sessionUp to sessionDown). */
   private readonly sessionsByCredential = new Map<string, number>();
@@ -338,6 +339,12 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
         if (b === undefined) this.startsByCredential.set(credentialId, (b = new TokenBucket(tunnelStartsPerSecond, credentialStartBurst)));
         this.sweepStartBuckets();
         return { bucket: b, burst: credentialStartBurst };
+      },
+      credentialPolicyBytes: (credentialId) => {
+        let b = this.policyBytesByCredential.get(credentialId);
+        if (b === undefined) this.policyBytesByCredential.set(credentialId, (b = new TokenBucket(POLICY_BYTES_PER_SECOND, POLICY_BYTES_BURST)));
+        this.sweepStartBuckets();
+        return b;
       },
       sessionById: (id) => this.sessionsById.get(id),
       tunnelById: (id) => this.tunnelsById.get(id),
@@ -488,7 +495,9 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
     const now = performance.now();
     if (now - this.lastStartSweep < START_BUCKET_SWEEP_MS) return;
     this.lastStartSweep = now;
-    for (const [credentialId, b] of this.startsByCredential) if (!this.sessionsByCredential.has(credentialId) && b.full()) this.startsByCredential.delete(credentialId);
+    for (const buckets of [this.startsByCredential, this.policyBytesByCredential]) {
+      for (const [credentialId, b] of buckets) if (!this.sessionsByCredential.has(credentialId) && b.full()) buckets.delete(credentialId);
+    }
   }
 
   private warnCapped(fields: Record<string, unknown>, msg: string): void {

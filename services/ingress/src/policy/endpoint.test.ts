@@ -67,6 +67,10 @@ describe('endpoint traffic policies', () => {
     recompileEndpointPolicies([ips.value, plain.value], cfg([{ id: 'ipr_1', cidr: '203.0.113.0/24', action: 'deny' }]), deps(), log);
     expect((await ips.value.cr.pipeline!.onRequest(request()))?.status).toBe(403);
     expect(plain.value.cr).toBe(plainCr); // names nothing of the config: left as it was
+    // A change that leaves its IP policies as they were (another account's, another policy) recompiles nothing.
+    const ipsCr = ips.value.cr;
+    recompileEndpointPolicies([ips.value], config([{ id: IPP_OURS, accountId: 'ac_1', rules: [{ id: 'ipr_1', cidr: '203.0.113.0/24', action: 'deny' }] }, { id: IPP_THEIRS, accountId: 'ac_2', rules: [] }]), deps(), log);
+    expect(ips.value.cr).toBe(ipsCr);
     recompileEndpointPolicies([ips.value], config(), deps(), log);
     const gone = await ips.value.cr.pipeline!.onRequest(request());
     expect(gone?.status).toBe(503);

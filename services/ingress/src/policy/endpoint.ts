@@ -34,6 +34,8 @@ export class EndpointPolicy {
   constructor(
     readonly request: EndpointPolicyRequest,
     public cr: CompiledRoute,
+    /** What it was compiled against: the IP policies it names, as in that config ({@link ipPolicyFingerprint}). */
+    public compiledAgainst: string,
   ) {}
 
   /** The policy names IP policies of the config: recompiled when the config changes. */
@@ -59,6 +61,18 @@ export function endpointEdgeAndRoute(r: EndpointPolicyRequest): { edge: DpEdge; 
   return { edge, route };
 }
 
+/**
+ * The IP policies `r` names as `config` has them (their account and rules, in the order named):
+ * a config change that leaves this the same needs no recompile.
+ */
+function ipPolicyFingerprint(r: EndpointPolicyRequest, config: DataPlaneConfig): string {
+  if (r.policy.ipPolicyRefs.length === 0) return '';
+  return JSON.stringify(r.policy.ipPolicyRefs.map((ref) => {
+    const p = config.ipPolicies?.get(ref.id);
+    return p ? [p.accountId, p.rules] : null;
+  }));
+}
+
 /** Throws when the policy cannot be compiled against `config` (an IP policy gone, …). */
 function compileRoute(r: EndpointPolicyRequest, config: DataPlaneConfig, deps: StageDeps): CompiledRoute {
   const { edge, route } = endpointEdgeAndRoute(r);
@@ -79,20 +93,25 @@ export function compileEndpointPolicy(r: EndpointPolicyRequest, config: DataPlan
   try {
     const cr = compileRoute(r, config, deps);
     if (!cr.pipeline) return { ok: false, error: `the traffic policy (${WIRE}) has no rules to run (ERR_WARREN_6900)` };
-    return { ok: true, value: new EndpointPolicy(r, cr) };
+    return { ok: true, value: new EndpointPolicy(r, cr, ipPolicyFingerprint(r, config)) };
   } catch (err) {
     return { ok: false, error: `the traffic policy (${WIRE}) cannot be applied: ${String((err as Error)?.message ?? err).slice(0, 500)} (ERR_WARREN_6900)` };
   }
 }
 
 /**
- * After a config change: the policies that name IP policies are compiled again (new rules, a
- * policy deleted). One that no longer compiles answers every request with 503 (ERR_WARREN_7010)
- * until the agent binds again: a security control is never skipped.
+ * After a config change: the policies whose IP policies changed are compiled again (new rules, a
+ * policy deleted); the others are left alone, so a config change costs a lookup per endpoint
+ * that names IP policies, not a compile (an audit: 300 endpoints of 60 KB policies stalled a node
+ * for 3.8 s on every change). One that no longer compiles answers every request with 503
+ * (ERR_WARREN_7010) until the agent binds again: a security control is never skipped.
  */
 export function recompileEndpointPolicies(policies: Iterable<EndpointPolicy>, config: DataPlaneConfig, deps: StageDeps, log: Logger): void {
   for (const ep of policies) {
     if (!ep.dependsOnConfig) continue;
+    const now = ipPolicyFingerprint(ep.request, config);
+    if (now === ep.compiledAgainst) continue;
+    ep.compiledAgainst = now;
     try {
       const cr = compileRoute(ep.request, config, deps);
       if (cr.pipeline) ep.cr = cr;
