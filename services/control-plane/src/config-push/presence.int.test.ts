@@ -112,6 +112,18 @@ describe('tunnel presence', () => {
   });
 
   it('replaces a node\'s rows with its full sync after a reconnect', async () => {
+    // A lease far longer than the restart below: on a loaded machine the restart took longer
+    // than FAST's 1.5 s once, and the kept tunnel's lease then rightly ran out in between.
+    const own = await startTestPush(api.db, { leaseMs: 10_000 });
+    try {
+      await fullSyncAfterReconnect(`127.0.0.1:${own.port}`);
+    } finally {
+      await own.stop(1_000);
+    }
+  });
+
+  async function fullSyncAfterReconnect(target: string): Promise<void> {
+    const connectedNode = (over: Parameters<typeof startNode>[1] = {}) => startNode([target], over);
     const nodeId = `node-sync-${newId('tn').slice(-6)}`;
     const a1 = await connectedNode({ nodeId, nodeAddress: '127.0.0.1:7001' });
     const b = await connectedNode();
@@ -139,7 +151,7 @@ describe('tunnel presence', () => {
     expect(rows.rows.map((r) => r.id)).toEqual([kept.id, s1.id].sort());
     const trows = await api.db.query('SELECT id FROM tunnels WHERE ingress_node = $1 ORDER BY id', [nodeId]);
     expect(trows.rows.map((r) => r.id)).toEqual([tk.id, t1.id].sort());
-  });
+  }
 
   it('ignores reports it cannot record and survives malformed ones', async () => {
     const a = await connectedNode();
