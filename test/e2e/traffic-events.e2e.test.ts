@@ -1,3 +1,5 @@
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
 import http from 'node:http';
 import net from 'node:net';
 import { randomBytes } from 'node:crypto';
@@ -32,6 +34,10 @@ let cp: ControlPlaneProcess;
 let node: IngressProcess;
 let drainNode: IngressProcess | undefined;
 let deadNode: IngressProcess | undefined;
+let hopNode: IngressProcess | undefined;
+/** Our agent's arguments for account A on `node`, and the upstream's port (for the endpoint test). */
+let agentArgs: string[];
+let upstreamPort: number;
 let nodeToken: string;
 let tlsEnv: Record<string, string>;
 const agents: AgentProcess[] = [];
@@ -155,6 +161,8 @@ beforeAll(async () => {
   plainRouteId = (await ok(keyA, 'POST', `/edges/https/${edgeId}/routes`, { match_type: 'path_prefix', match: '/plain', backend: { backend_id: backend } }, 201)).id;
   wsRouteId = (await ok(keyA, 'POST', `/edges/https/${edgeId}/routes`, { match_type: 'path_prefix', match: '/ws', backend: { backend_id: echoBackend }, websocket_tcp_converter: { enabled: true } }, 201)).id;
   const common = ['--authtoken', cred.token, '--server', `localhost:${node.agent}`, '--ca', tls.caFile];
+  agentArgs = common;
+  upstreamPort = upPort;
   agents.push(startAgentProcess(['http', String(upPort), '--label', 'app=events', ...common]));
   agents.push(startAgentProcess(['http', `tcp://127.0.0.1:${echoPort}`, '--label', 'app=events-echo', ...common]));
   await Promise.all(agents.map((x) => x.waitForOutput('online')));
@@ -170,7 +178,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const s of echoSockets) s.destroy();
-  await Promise.allSettled([...agents.map((x) => x.stop({ timeoutMs: 10_000 })), node?.stop({ timeoutMs: 10_000 }), drainNode?.stop({ timeoutMs: 10_000 }), deadNode?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);
+  await Promise.allSettled([...agents.map((x) => x.stop({ timeoutMs: 10_000 })), node?.stop({ timeoutMs: 10_000 }), hopNode?.stop({ timeoutMs: 10_000 }), drainNode?.stop({ timeoutMs: 10_000 }), deadNode?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);
   upstream?.close();
   echo?.close();
   await db?.drop();
@@ -247,6 +255,52 @@ describe('traffic events from the ingress', () => {
     for (const e of evs) expect(e.object.conn).toEqual({ client_ip: '127.0.0.1', server_name: HOST, server_port: 80 });
   });
 
+  it("a Bind endpoint's policy results reach the event when the request hops to the node that runs the policy", async () => {
+    // The endpoint (our agent, --traffic-policy-file) is on `node`; requests reach hopNode, which
+    // records the event while the policy runs on `node`: its rate-limit result and log entries
+    // come back on the hop's answer.
+    const ep = 'endpoint.events.e2e.test';
+    const file = path.join(tempDir('warren-events-ep-'), 'policy.yml');
+    writeFileSync(file, [
+      'on_http_request:',
+      '  - actions:',
+      '      - type: rate-limit',
+      '        config: {name: ep, algorithm: sliding_window, capacity: 1, rate: 60s, bucket_key: [conn.client_ip]}',
+      // On the response (the 429 included), as the request's rules stop at the limit.
+      'on_http_response:',
+      '  - actions:',
+      '      - type: log',
+      '        config: {metadata: {limited: "${actions.ngrok.rate_limit.limited}", path: "${req.url.path}"}}',
+      '',
+    ].join('\n'));
+    hopNode = await startIngress({ nodeId: 'events-hop', controlPlane: [`127.0.0.1:${cp.grpcPort}`], nodeToken, env: { ...tlsEnv, REDIS_URL: redisUrl, RATE_LIMIT_SERVER_ID: rlServer, EVENTS_PREFIX: prefix } });
+    const agent = startAgentProcess(['http', String(upstreamPort), '--domain', ep, '--traffic-policy-file', file, ...agentArgs]);
+    agents.push(agent);
+    await agent.waitForOutput('online');
+    await nodeAtHead(hopNode);
+    await waitFor('the hop node reaches the endpoint', async () => (await request('/ep-probe', ep, {}, hopNode!.http)).status !== 404);
+    // The probe took the endpoint's one admission (or more probes were limited): a fresh key is not
+    // possible (the client address is the key), so count from here on.
+    const statuses: number[] = [];
+    for (let i = 0; i < 2; i++) statuses.push((await request(`/ep-hop-${i}`, ep, {}, hopNode.http)).status);
+    expect(statuses).toEqual([429, 429]);
+    const evs = await waitFor('2 endpoint events', async () => {
+      const e = await httpEvents('/ep-hop-');
+      return e.length >= 2 ? e : null;
+    });
+    for (const e of evs) {
+      expect(e.object.warren).toMatchObject({ edge_id: null, route_id: null, rate_limited: true, rate_limit: { bucket_key: '["127.0.0.1"]', limited: true, error: { code: '', message: '' } } });
+      expect(e.object.traffic_policy).toEqual({ logs: [{ metadata: { limited: true, path: e.object.http.request.url.path } }] });
+      expect(e.object.http.response.status_code).toBe(429);
+    }
+    // Recorded once, by the node the client reached.
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await httpEvents('/ep-hop-')).toHaveLength(2);
+    await agent.stop({ timeoutMs: 10_000 });
+    await hopNode.stop({ timeoutMs: 10_000 });
+    hopNode = undefined;
+  });
+
   it('writes tcp_connection_closed.v0 when a WebSocket carried as TCP closes', async () => {
     const { handshake, client } = await openWebSocket({ port: node.http, host: HOST, path: '/ws/chat' });
     expect(handshake.status, handshake.body).toBe(101);
@@ -276,7 +330,8 @@ describe('traffic events from the ingress', () => {
     expect((await redis.keys(`${prefix}:evbuf:*`)).sort()).toEqual([bufferKey(prefix, destId)]);
     const metrics = await (await fetch(`${node.internalUrl}/metrics`)).text();
     expect(metrics).toMatch(/warren_ingress_events_emitted_total\{[^}]*\} (\d+)/);
-    expect(Number(/warren_ingress_events_emitted_total\{[^}]*\} (\d+)/.exec(metrics)![1])).toBe(all.length);
+    // (The endpoint test's events came from its own node.)
+    expect(Number(/warren_ingress_events_emitted_total\{[^}]*\} (\d+)/.exec(metrics)![1])).toBe(all.filter((e) => !String(e.object.http?.request?.url?.path ?? '').startsWith('/ep-')).length);
     expect(metrics).toMatch(/warren_ingress_event_queue\{[^}]*\} 0/);
     expect(metrics).not.toMatch(/warren_ingress_events_dropped_total\{[^}]*\} [1-9]/);
   });

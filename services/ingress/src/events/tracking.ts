@@ -2,7 +2,7 @@ import type http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { CelActions, type DestinationRef } from '@warren/shared';
 import type { RequestState } from '../pipeline/types.js';
-import { collectPolicyLogs, policyLogsOf } from '../policy/var-actions.js';
+import { collectPolicyLogs, policyLogsOf, type PolicyLogEntry } from '../policy/var-actions.js';
 import { HTTP_REQUEST_COMPLETE, TCP_CONNECTION_CLOSED, trafficTs, type HttpRequestCompleteObject, type RateLimitVars, type TrafficEvents } from './traffic-events.js';
 
 /**
@@ -44,9 +44,44 @@ export function rateLimitVarsOf(state: RequestState | null): RateLimitVars | nul
  * `http_request_complete.v0` when the response closes: finished, or aborted by the client.
  * The caller fills in `tunnelId` and `state` when it has them.
  */
+/** Longest `x-warren-tp` a holding node sends: within the 16 KiB an HTTP client reads of a head, with room to spare. */
+const MAX_POLICY_RESULT_CHARS = 8 * 1024;
+
+/**
+ * A Bind endpoint policy's results for the node that records the request's traffic event when the
+ * policy ran on the holding node (a hop): `{rl, logs}`, as ASCII JSON. The `log` entries are left
+ * out (with `lt`) when they would make it longer than {@link MAX_POLICY_RESULT_CHARS}.
+ */
+export function encodePolicyResult(state: RequestState): string {
+  const ascii = (v: unknown) => JSON.stringify(v).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  const rl = rateLimitVarsOf(state);
+  const logs = policyLogsOf(state);
+  const full = ascii({ rl, logs });
+  return full.length <= MAX_POLICY_RESULT_CHARS ? full : ascii({ rl, logs: null, lt: true });
+}
+
+/** {@link encodePolicyResult} read back; what does not have the expected shape is dropped. */
+function decodePolicyResult(value: string): { rl: RateLimitVars | null; logs: PolicyLogEntry[] | null } | null {
+  if (value.length > MAX_POLICY_RESULT_CHARS) return null;
+  let v: unknown;
+  try {
+    v = JSON.parse(value);
+  } catch {
+    return null;
+  }
+  if (typeof v !== 'object' || v === null) return null;
+  const { rl, logs } = v as { rl?: unknown; logs?: unknown };
+  const r = rl as RateLimitVars | null | undefined;
+  const okRl = r && typeof r === 'object' && typeof r.bucket_key === 'string' && typeof r.limited === 'boolean' && typeof r.error === 'object' && r.error !== null && typeof r.error.code === 'string' && typeof r.error.message === 'string';
+  const okLogs = Array.isArray(logs) && logs.length > 0 && logs.every((e) => typeof e === 'object' && e !== null && typeof (e as PolicyLogEntry).metadata === 'object');
+  return { rl: okRl ? { bucket_key: r.bucket_key, limited: r.limited, error: { code: r.error.code, message: r.error.message } } : null, logs: okLogs ? (logs as PolicyLogEntry[]) : null };
+}
+
 export class HttpRequestTracker {
   tunnelId: string | null = null;
   private st: RequestState | null = null;
+  /** Over a hop to a Bind endpoint with a policy: its results, from the holding node. */
+  private remote: { rl: RateLimitVars | null; logs: PolicyLogEntry[] | null } | null = null;
   /** The pipeline state (routes with modules or a policy): the rate-limit results and policy logs. */
   get state(): RequestState | null {
     return this.st;
@@ -55,6 +90,10 @@ export class HttpRequestTracker {
     this.st = s;
     // This request's event will be emitted: its traffic-policy `log` actions record.
     if (s) collectPolicyLogs(s);
+  }
+  /** The holding node's `x-warren-tp` (a Bind endpoint's policy ran there, on the hop). */
+  hopPolicyResult(value: string): void {
+    this.remote = decodePolicyResult(value);
   }
   private reqLast = 0;
   private resFirst = 0;
@@ -105,8 +144,8 @@ export class HttpRequestTracker {
     const wallNow = Date.now();
     const at = (p: number) => trafficTs(wallNow - (perfNow - p));
     const { req, res, ctx } = this;
-    const rl = rateLimitVarsOf(this.st);
-    const logs = policyLogsOf(this.st);
+    const rl = rateLimitVarsOf(this.st) ?? this.remote?.rl ?? null;
+    const logs = policyLogsOf(this.st) ?? this.remote?.logs ?? null;
     const object: HttpRequestCompleteObject = {
       conn: { client_ip: ctx.clientIp, server_name: ctx.serverName, server_port: ctx.serverPort },
       http: {

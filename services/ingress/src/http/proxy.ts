@@ -29,6 +29,12 @@ export interface RequestInfo {
    * the request hops (the endpoint's policy runs on the holding node); computed only then.
    */
   conn?: () => string;
+  /**
+   * Bind endpoints whose request's traffic event is wanted: over a hop, the holding node runs the
+   * endpoint's policy and sends its results (rate limit, `log` entries) back in `x-warren-tp`,
+   * handed to this (see `events/tracking.ts` `hopPolicyResult`).
+   */
+  onHopPolicy?: (value: string) => void;
 }
 
 /** Headers a proxy must not pass on (RFC 9110 §7.6.1), plus `expect` (Node has answered it). */
@@ -54,6 +60,10 @@ export const HOP = {
   raw: 'x-warren-raw',
   /** The public connection's facts, for a Bind endpoint's policy on the holding node (`hop-conn.ts`). */
   conn: 'x-warren-conn',
+  /** On a hop request: the sending node records the request's traffic event and wants the endpoint policy's results. */
+  policyWanted: 'x-warren-tp-want',
+  /** On a hop's answer: those results (`tracking.ts` `encodePolicyResult`). */
+  policyResult: 'x-warren-tp',
   proto: 'x-warren-proto',
 } as const;
 
@@ -368,6 +378,7 @@ export class Forwarder {
   private viaHop(req: http.IncomingMessage, res: http.ServerResponse, tunnelId: string, nodeAddress: string, info: RequestInfo, headers: string[], hooks?: ForwardHooks): Promise<number> {
     const hopHeaders = headers.concat(HOP.tunnel, tunnelId, HOP.clientAddr, info.clientAddr, HOP.scheme, info.scheme, HOP.edgeType, info.edgeType);
     if (info.conn) hopHeaders.push(HOP.conn, info.conn());
+    if (info.onHopPolicy) hopHeaders.push(HOP.policyWanted, '1');
     if (this.opts.hopToken) hopHeaders.push(HOP.token, this.opts.hopToken);
     let p: TunnelPool;
     try {
@@ -375,7 +386,7 @@ export class Forwarder {
     } catch (err) {
       return Promise.reject(new ForwardError(7004, `the ingress node holding the tunnel has an unusable address ${nodeAddress}: ${(err as Error).message}`, 'any'));
     }
-    return this.dispatch(p, req, res, hopHeaders, hooks, null, true);
+    return this.dispatch(p, req, res, hopHeaders, hooks, null, true, info.onHopPolicy);
   }
 
   /**
@@ -383,9 +394,9 @@ export class Forwarder {
    * with a ForwardError while nothing was sent (see TunnelExchange). `info` names the client for a
    * proxy stream the pool may open meanwhile.
    */
-  private dispatch(p: TunnelPool, req: http.IncomingMessage, res: http.ServerResponse, headers: string[], hooks: ForwardHooks | undefined, info: RequestInfo | null, hop: boolean): Promise<number> {
+  private dispatch(p: TunnelPool, req: http.IncomingMessage, res: http.ServerResponse, headers: string[], hooks: ForwardHooks | undefined, info: RequestInfo | null, hop: boolean, onHopPolicy?: (value: string) => void): Promise<number> {
     return new Promise<number>((resolve, reject) => {
-      const x = new TunnelExchange(req, res, p, hooks, this.opts.log, resolve, reject, hop);
+      const x = new TunnelExchange(req, res, p, hooks, this.opts.log, resolve, reject, hop, onHopPolicy);
       const body = hooks?.state.body ?? (hasBody(req) ? req : null);
       p.inFlight++;
       dispatchingInfo = info;
@@ -645,6 +656,8 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
     private readonly reject: (err: ForwardError) => void,
     /** To another node's internal listener (which may answer with the hop-miss header). */
     private readonly hop = false,
+    /** Over a hop: gets the holding node's endpoint-policy results (`x-warren-tp`), if it sent any. */
+    private readonly onHopPolicy?: (value: string) => void,
   ) {
     res.on('close', this.onClientClose);
   }
@@ -685,6 +698,12 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
         this.miss = true;
         if (marker !== 'miss') this.hopError = marker;
         return true;
+      }
+    }
+    if (this.onHopPolicy) {
+      for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+        const name = rawHeaders[i]!;
+        if (name.length === HOP.policyResult.length && name.toString('latin1').toLowerCase() === HOP.policyResult) this.onHopPolicy(rawHeaders[i + 1]!.toString('latin1'));
       }
     }
     this.sent = true;

@@ -13,6 +13,8 @@ import { RoutingTable, httpsEdgesOn, servedPort, httpsLocation, tlsRank, tlsRefu
 import { BODY_READ_TIMEOUT_MS, BodyBudget, MAX_BUFFERED_BODY, readBody } from '../pipeline/runner.js';
 import type { Outcome, RequestState } from '../pipeline/types.js';
 import { CLOSE_CONNECTION, closeConnection } from '../policy/flow-actions.js';
+import { collectPolicyLogs } from '../policy/var-actions.js';
+import { encodePolicyResult } from '../events/tracking.js';
 import { HTTP_REQUEST_COMPLETE, HttpRequestTracker, TCP_CONNECTION_CLOSED, trackTcpConnection, type TrafficEvents } from '../events/index.js';
 import type { DestinationRef } from '@warren/shared';
 
@@ -128,7 +130,7 @@ interface Resolved {
    * A request another node carried here over a hop for an endpoint of this node with a traffic
    * policy (`serveHop`): the public client as that node saw it (the socket is the hop's).
    */
-  hop?: { clientAddr: string; clientIp: string; conn: HopConn | null };
+  hop?: { clientAddr: string; clientIp: string; conn: HopConn | null; wantResult: boolean };
 }
 
 const NONE = () => null;
@@ -198,8 +200,15 @@ export class PublicHandler {
       }
       const clientAddr = remoteAddr(req.socket);
       const info: RequestInfo = { scheme, clientAddr, edgeType: r.edgeType };
-      // A Bind endpoint's policy runs on the node holding it: over a hop, it needs the client's connection.
-      if (r.edgeType === '0') info.conn = () => encodeHopConn(req, r.rawTarget);
+      // A Bind endpoint's policy runs on the node holding it: over a hop, it needs the client's
+      // connection, and this node's traffic event needs the policy's results back.
+      if (r.edgeType === '0') {
+        info.conn = () => encodeHopConn(req, r.rawTarget);
+        if (track) {
+          const t = track;
+          info.onHopPolicy = (v) => t.hopPolicyResult(v);
+        }
+      }
       if (r.target.kind === 'remote') this.opts.metrics.hops.inc();
       const headers = publicRequestHeaders(req.rawHeaders, remoteIp(req.socket), scheme, false);
       let next = r.next;
@@ -292,7 +301,7 @@ export class PublicHandler {
     const target: TunnelTarget = { kind: 'local', tunnel };
     const conn = decodeHopConn(req.headers[HOP.conn], clientAddr);
     // The target as the client sent it (the sending node normalised req.url), for req.url.raw.
-    return { target: null, error: null, cr: ep.cr, host, path: pathOf(req.url), edge: 'endpoint', route: '', account: tunnel.accountId, next: only(target), edgeType: '0', hop: { clientAddr, clientIp, conn }, hopScheme: scheme, rawTarget: conn?.rawTarget };
+    return { target: null, error: null, cr: ep.cr, host, path: pathOf(req.url), edge: 'endpoint', route: '', account: tunnel.accountId, next: only(target), edgeType: '0', hop: { clientAddr, clientIp, conn, wantResult: req.headers[HOP.policyWanted] === '1' }, hopScheme: scheme, rawTarget: conn?.rawTarget };
   }
 
   /** The `upgrade` handler of one public listener (WebSocket and other HTTP/1.1 upgrades). */
@@ -363,6 +372,8 @@ export class PublicHandler {
       rawTarget: r.rawTarget,
     };
     if (track) track.state = state;
+    // Over a hop, for the sending node's traffic event: the policy's results go back on the head.
+    else if (r.hop?.wantResult) sendPolicyResultOnHead(res, state);
     if (pipeline.needsBody) {
       const budget = this.opts.bodyBudget;
       return readBody(req, MAX_BUFFERED_BODY, BODY_READ_TIMEOUT_MS, budget).then((body) => {
@@ -562,6 +573,27 @@ export class PublicHandler {
 }
 
 const EMPTY_SET: ReadonlySet<string> = new Set();
+
+/**
+ * Adds `x-warren-tp` (the endpoint policy's results, `encodePolicyResult`) to the head of `res`,
+ * whichever way it is written (the upstream's response, a stage's answer, an error page), and
+ * collects the policy's `log` entries for it.
+ */
+function sendPolicyResultOnHead(res: http.ServerResponse, state: RequestState): void {
+  collectPolicyLogs(state);
+  const writeHead = res.writeHead as (...a: unknown[]) => http.ServerResponse;
+  const add = (h: unknown): unknown => {
+    const v = encodePolicyResult(state);
+    if (Array.isArray(h)) return [...(h as string[]), HOP.policyResult, v];
+    if (h && typeof h === 'object') return { ...(h as Record<string, unknown>), [HOP.policyResult]: v };
+    return [HOP.policyResult, v];
+  };
+  res.writeHead = function (this: http.ServerResponse, status: number, a?: unknown, b?: unknown) {
+    res.writeHead = writeHead as typeof res.writeHead; // once
+    return typeof a === 'string' || (a === undefined && b !== undefined) ? writeHead.call(this, status, a, add(b)) : writeHead.call(this, status, add(a));
+  } as typeof res.writeHead;
+}
+
 const NO_RECORD = (_status: number) => {};
 
 /** A picker that offers `target` once (no retry elsewhere). */
