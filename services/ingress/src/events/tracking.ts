@@ -3,6 +3,7 @@ import type { Duplex } from 'node:stream';
 import { CelActions, type DestinationRef } from '@warren/shared';
 import type { RequestState } from '../pipeline/types.js';
 import { collectPolicyLogs, policyLogsOf, type PolicyLogEntry } from '../policy/var-actions.js';
+import { asciiJson } from '../http/hop-conn.js';
 import { HTTP_REQUEST_COMPLETE, TCP_CONNECTION_CLOSED, trafficTs, type HttpRequestCompleteObject, type RateLimitVars, type TrafficEvents } from './traffic-events.js';
 
 /**
@@ -53,11 +54,10 @@ const MAX_POLICY_RESULT_CHARS = 8 * 1024;
  * out (with `lt`) when they would make it longer than {@link MAX_POLICY_RESULT_CHARS}.
  */
 export function encodePolicyResult(state: RequestState): string {
-  const ascii = (v: unknown) => JSON.stringify(v).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
   const rl = rateLimitVarsOf(state);
   const logs = policyLogsOf(state);
-  const full = ascii({ rl, logs });
-  return full.length <= MAX_POLICY_RESULT_CHARS ? full : ascii({ rl, logs: null, lt: true });
+  const full = asciiJson({ rl, logs });
+  return full.length <= MAX_POLICY_RESULT_CHARS ? full : asciiJson({ rl, logs: null, lt: true });
 }
 
 /** {@link encodePolicyResult} read back; what does not have the expected shape is dropped. */

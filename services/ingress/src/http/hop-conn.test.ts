@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { CelConn } from '@warren/shared';
-import { decodeHopConn } from './hop-conn.js';
+import { asciiJson, decodeHopConn } from './hop-conn.js';
 
 describe('x-warren-conn (a Bind endpoint policy over a hop)', () => {
   it("shows the client's connection as the sending node saw it", () => {
@@ -26,6 +26,13 @@ describe('x-warren-conn (a Bind endpoint policy over a hop)', () => {
     // A TLS version too long to be one: no TLS; a raw target over 16 KiB or a bad HTTP version: dropped.
     const long = decodeHopConn(JSON.stringify({ v: 'x'.repeat(300), rt: '/'.repeat(17_000), hv: '1.1; x' }), '1.2.3.4:5')!;
     expect([long.tls, long.rawTarget, long.message]).toEqual([null, undefined, null]);
+  });
+
+  it('is ASCII on the wire, whatever the request held', () => {
+    const v = { rt: '/caf\u00e9/\u4e00?x=\ud83d\ude00', q: '\u007f"' };
+    const wire = asciiJson(v);
+    expect(/^[\x20-\x7e]*$/.test(wire)).toBe(true);
+    expect(JSON.parse(wire)).toEqual(v);
   });
 
   it("carries the client's request facts: raw target, HTTP version, how the body's length was stated", () => {

@@ -75,7 +75,12 @@ export function encodeHopConn(req: http.IncomingMessage, rawTarget?: string): st
     if (typeof t.alpnProtocol === 'string') w.alpn = t.alpnProtocol;
     w.r = t.isSessionReused?.() === true;
   }
-  return JSON.stringify(w).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  return asciiJson(w);
+}
+
+/** `v` as JSON with every character past ASCII escaped (`\u00e9`): a header value any HTTP client sends as it is. */
+export function asciiJson(v: unknown): string {
+  return JSON.stringify(v).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
 const str = (v: unknown): string | undefined => (typeof v === 'string' && v.length <= MAX_FIELD ? v : undefined);
