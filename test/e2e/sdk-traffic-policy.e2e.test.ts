@@ -201,11 +201,21 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
     expect((await request(a.http, HOST, '/hello')).status).toBe(200);
   });
 
-  it('runs on upgrades too (both nodes)', async () => {
+  it('runs on upgrades too (both nodes), each counted once, by the node the client reached', async () => {
+    const upgrades = async (n: IngressProcess) => {
+      const text = await (await fetch(`${n.internalUrl}/metrics`)).text();
+      const value = (result: string) => Number(new RegExp(`warren_ingress_upgrades_total\\{[^}]*result="${result}"[^}]*\\} (\\d+)`).exec(text)?.[1] ?? 0);
+      return { refused: value('refused'), forwarded: value('forwarded') };
+    };
+    const [a0, b0] = [await upgrades(a), await upgrades(b)];
     for (const n of [a, b]) {
       expect(await upgradeHead(n.http, HOST, '/admin/ws')).toMatch(/^HTTP\/1.1 403/);
       expect(await upgradeEcho(n.http, HOST, '/ws', 'marco')).toMatch(/^HTTP\/1.1 101/);
     }
+    const [a1, b1] = [await upgrades(a), await upgrades(b)];
+    // A refused one and forwarded one of its own; B forwarded both of its own (to A), and A did not count them again.
+    expect([a1.refused - a0.refused, a1.forwarded - a0.forwarded]).toEqual([1, 1]);
+    expect([b1.refused - b0.refused, b1.forwarded - b0.forwarded]).toEqual([0, 2]);
   });
 
   it('leaves other endpoints alone: one of the same account without a policy, and another account with the same policy (its own buckets)', async () => {

@@ -444,11 +444,16 @@ export class PublicHandler {
       req, scheme, clientIp, host: r.host!, path: r.path!, edge: cr.edge, route: cr.route, conn: r.hop?.conn ?? undefined,
       headers: r.hop ? hopRequestHeaders(req.rawHeaders) : publicRequestHeaders(req.rawHeaders, clientIp, scheme, true), body: null, vars: {}, startedAt: performance.now(), rawTarget: r.rawTarget,
     };
+    // Counted once, by the node the client reached: over a hop (a Bind endpoint's policy on the
+    // node holding it), the sending node counted it as forwarded.
+    const count = (result: 'refused' | 'forwarded') => {
+      if (!r.hop) this.opts.metrics.upgrades.inc({ result });
+    };
     const out = await cr.pipeline!.onRequest(state);
     // An Upgrade has no result a circuit breaker counts: one that let it through as its probe frees the place.
     if (!out) cr.pipeline!.onResult(state, 'none');
     if (out) {
-      this.opts.metrics.upgrades.inc({ result: 'refused' });
+      count('refused');
       if (out === CLOSE_CONNECTION) {
         socket.destroy();
         return;
@@ -463,11 +468,11 @@ export class PublicHandler {
     }
     const target = r.next(EMPTY_SET);
     if (!target) {
-      this.opts.metrics.upgrades.inc({ result: 'refused' });
+      count('refused');
       sendUpgradeError(socket, cr.backend || r.edgeType === '0' ? 7003 : 7002);
       return;
     }
-    this.opts.metrics.upgrades.inc({ result: 'forwarded' });
+    count('forwarded');
     const info: RequestInfo = { scheme, clientAddr: r.hop?.clientAddr ?? remoteAddr(req.socket), edgeType: r.edgeType };
     if (cr.pipeline!.stages.some(isWebSocketTcpConverter)) {
       // websocket_tcp_converter: the ingress accepts the WebSocket itself; the agent gets the
