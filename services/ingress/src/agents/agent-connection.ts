@@ -27,7 +27,7 @@ import {
   type DrainOnDestroy,
 } from '@warren/shared';
 import { aclAllowsHostname, aclAllowsLabels } from './acl.js';
-import { parseAuth, parseBind, parseLabelTunnel } from './requests.js';
+import { bindTrafficPolicyBytes, parseAuth, parseBind, parseLabelTunnel } from './requests.js';
 import type { ResumeTokens } from './resume-tokens.js';
 import type { EndpointPolicy, EndpointPolicyRequest, EndpointPolicyResult } from '../policy/endpoint.js';
 import { remoteIp } from '../http/client-address.js';
@@ -666,7 +666,7 @@ export class AgentConnection {
    * tunnels (TUNNEL_STARTS_PER_SECOND_PER_SESSION) by sending ones that fail.
    */
   private onBind(body: unknown, session: DpAgentSession, identity: AgentIdentity): BindResponse {
-    const policyBytes = trafficPolicyBytes(body);
+    const policyBytes = bindTrafficPolicyBytes(body);
     if (policyBytes === 0) return this.bind(body, session, identity);
     const limited = this.startRateRefusal();
     if (limited) return bindError(limited);
@@ -928,23 +928,6 @@ export const POLICY_BYTES_PER_SECOND = 32 * 1024;
 export const POLICY_BYTES_BURST = 256 * 1024;
 /** What any Bind with a policy is charged at least (the work besides its bytes). */
 const POLICY_BYTES_MIN_CHARGE = 1024;
-
-/**
- * The size of the traffic policy a Bind request carries (Opts.TrafficPolicy, or the deprecated
- * Opts.Policy), bytes; 0 when it carries none. Only an upper bound for a non-string (refused).
- */
-function trafficPolicyBytes(body: unknown): number {
-  if (typeof body !== 'object' || body === null) return 0;
-  const opts = (body as { Opts?: unknown }).Opts;
-  if (typeof opts !== 'object' || opts === null) return 0;
-  const o = opts as { TrafficPolicy?: unknown; Policy?: unknown };
-  let n = 0;
-  for (const v of [o.TrafficPolicy, o.Policy]) {
-    if (v === undefined || v === null || v === '') continue;
-    n += typeof v === 'string' ? Buffer.byteLength(v) : POLICY_BYTES_MIN_CHARGE;
-  }
-  return n;
-}
 
 function bindError(text: string): BindResponse {
   return { Id: '', URL: '', Proto: '', Opts: {}, Extra: { Token: '' }, Error: text };

@@ -151,6 +151,21 @@ export function parseBindTrafficPolicy(opts: Record<string, unknown>): Result<Bi
   }
 }
 
+/**
+ * The size of the traffic policy a Bind request carries (Opts.TrafficPolicy, or the deprecated
+ * Opts.Policy), bytes, as {@link parseBindTrafficPolicy} will read it (absent, null or '': none);
+ * 0 when it carries none. A value that is not a string (refused when parsed) counts 1.
+ */
+export function bindTrafficPolicyBytes(body: unknown): number {
+  if (!isObject(body) || !isObject(body.Opts)) return 0;
+  let n = 0;
+  for (const v of [body.Opts.TrafficPolicy, body.Opts.Policy]) {
+    if (v === undefined || v === null || v === '') continue;
+    n += typeof v === 'string' ? Buffer.byteLength(v) : 1;
+  }
+  return n;
+}
+
 export interface BindRequest {
   /** '' for a new tunnel; the old id on reconnect. */
   id: string;

@@ -42,7 +42,7 @@
  * Secrets never appear in messages.
  */
 import { isDeepStrictEqual } from 'node:util';
-import { isAlias, isMap, isScalar, isSeq, parseDocument, Scalar, stringify, visit, type Document, type Node as YamlNode } from 'yaml';
+import { isMap, isScalar, isSeq, parseDocument, Scalar, stringify, visit, type Document, type Node as YamlNode } from 'yaml';
 import { documentProblem, expandedValues, MAX_ALIASES, MAX_EXPANDED_VALUES, nestingProblem, resolveAlias } from './nesting.js';
 import { SECRET_FIELDS, TRAFFIC_POLICY_PHASES, TrafficPolicyError, type TrafficPolicyPhaseKey } from './parse.js';
 
