@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { hostHeaderProblem, isValidHostValue } from './http-headers.js';
+import { HEADER_TEXT_RE, headerText, headerWire, hostHeaderProblem, isValidHostValue } from './http-headers.js';
 
 describe('isValidHostValue', () => {
   const valid = [
@@ -65,5 +65,40 @@ describe('isValidHostValue', () => {
       expect(hostHeaderProblem(v), v).toBeUndefined();
       expect(isValidHostValue(v), v).toBe(true);
     }
+  });
+});
+
+describe('header values as UTF-8 text', () => {
+  const viaBuffer = (wire: string) => Buffer.from(wire, 'latin1').toString('utf8');
+
+  it('headerText reads the bytes as UTF-8 (ASCII as it is), and headerWire gives them back', () => {
+    expect(headerText('plain ascii')).toBe('plain ascii');
+    for (const text of ['José', '5 €', 'こんにちは', '😀 ok', 'Grüße', '\u0085', 'x'.repeat(100) + '€', '€'.repeat(3000)]) {
+      const wire = headerWire(text);
+      expect(wire).toBe(Buffer.from(text, 'utf8').toString('latin1'));
+      expect(headerText(wire)).toBe(text);
+    }
+  });
+
+  it('reads what is not UTF-8 exactly as Node does (U+FFFD), short or long', () => {
+    const cases = ['\xff', '\xc3', 'a\xc3(', '\xe0\x80\x80', '\xed\xa0\x80', '\xf4\x90\x80\x80', '\xc0\xaf', '\xf0\x9f\x98', '\xe2\x82', 'ok\xe2\x82\xacok\xff'];
+    for (const w of cases) expect(headerText(w), JSON.stringify(w)).toBe(viaBuffer(w));
+    // Random short values of high bytes (the decoder written here) and long ones (Node's).
+    let seed = 7;
+    const rand = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) % 256);
+    for (let t = 0; t < 20000; t++) {
+      let w = '';
+      const n = 1 + (t % 80);
+      for (let i = 0; i < n; i++) {
+        const b = rand();
+        w += String.fromCharCode(t % 2 ? b : 0x80 | (b & 0x7f));
+      }
+      expect(headerText(w)).toBe(viaBuffer(w));
+    }
+  });
+
+  it('HEADER_TEXT_RE refuses control characters and lone surrogates only', () => {
+    for (const ok of ['', 'a b\tc', '5 €', '\u0080\u009f', '😀', '\uffff']) expect(HEADER_TEXT_RE.test(ok), JSON.stringify(ok)).toBe(true);
+    for (const bad of ['\n', '\r', '\u0000', '\u001f', '\u007f', '\ud800', 'a\udc00', '\ud83d\ud83d']) expect(HEADER_TEXT_RE.test(bad), JSON.stringify(bad)).toBe(false);
   });
 });

@@ -6,11 +6,73 @@ import { isIPv4, isIPv6 } from 'node:net';
  */
 
 /**
- * Field-value characters Node's HTTP stack (and undici, towards the agent) accept: HTAB, SP, VCHAR
- * and obs-text 0x80-0xff, sent as Latin-1 bytes. No CR, LF or NUL (no header injection), and
- * nothing beyond U+00FF ("€"): Node would throw when writing it.
+ * Header values are UTF-8 text, as ngrok (Go) reads and writes them: what the APIs accept for a
+ * header value (route modules' `add`, a traffic policy's header values), what traffic-policy CEL
+ * reads (`req.headers`, `getReqHeader()`, cookies, bucket keys) and what is sent is the UTF-8
+ * text. Node's HTTP stack and undici hold a header value one character per byte (Latin-1), so
+ * text crosses that boundary through {@link headerText} (bytes read → text) and
+ * {@link headerWire} (text → bytes to send).
+ *
+ * A header value may hold any character but control characters (C0 other than HTAB, and DEL: no
+ * CR, LF or NUL, so no header injection) and lone surrogates (no UTF-8 for them); C1 and
+ * everything beyond ASCII go out as their UTF-8 bytes (obs-text on the wire).
  */
-export const HEADER_VALUE_RE = /^[\t\x20-\x7e\x80-\xff]*$/;
+export const HEADER_TEXT_RE = /^(?:[\t\x20-\x7e\x80-\ud7ff\ue000-\uffff]|[\ud800-\udbff][\udc00-\udfff])*$/;
+
+/** The APIs' message for a value {@link HEADER_TEXT_RE} refuses. */
+export const HEADER_TEXT_PROBLEM = 'header value has a character not allowed in a header (a control character or a lone surrogate)';
+
+const NON_ASCII = /[^\x00-\x7f]/;
+
+/** Where `wire` (one character per byte) is decoded by Node: a long value, or one that is not valid UTF-8. */
+let scratch: Buffer | undefined;
+function decodeNative(wire: string): string {
+  if (wire.length > 4096) return Buffer.from(wire, 'latin1').toString('utf8');
+  const b = (scratch ??= Buffer.allocUnsafe(4096));
+  return b.toString('utf8', 0, b.write(wire, 0, 'latin1'));
+}
+
+/**
+ * A header value as Node holds it (one character per byte) read as UTF-8 text; a byte sequence
+ * that is not UTF-8 reads as U+FFFD (Node's decoder). ASCII (nearly every value) is returned as
+ * it is. Short values are decoded here: going through a Buffer costs ~150 ns a value, which a
+ * policy reading every header of a head of thousands would feel (`cost.ts` charges an entry
+ * of the header map 150 ns).
+ */
+export function headerText(wire: string): string {
+  const n = wire.length;
+  let i = 0;
+  while (i < n && wire.charCodeAt(i) < 0x80) i++;
+  if (i === n) return wire;
+  if (n > 64) return decodeNative(wire);
+  let out = wire.slice(0, i);
+  while (i < n) {
+    const c = wire.charCodeAt(i);
+    if (c < 0x80) {
+      out += wire[i++];
+      continue;
+    }
+    // A lead byte: how many continuation bytes follow, and its bits.
+    const more = c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3 : 0;
+    if (more === 0 || i + more >= n) return decodeNative(wire);
+    let cp = c & (0x3f >> more);
+    for (let j = 1; j <= more; j++) {
+      const d = wire.charCodeAt(i + j);
+      if ((d & 0xc0) !== 0x80) return decodeNative(wire);
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    // Overlong forms, surrogates and beyond U+10FFFF are not UTF-8: Node's replacement rules.
+    if ((more === 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (more === 3 && (cp < 0x10000 || cp > 0x10ffff))) return decodeNative(wire);
+    out += String.fromCodePoint(cp);
+    i += more + 1;
+  }
+  return out;
+}
+
+/** Text (valid per {@link HEADER_TEXT_RE}) as the value to hand Node or undici: its UTF-8 bytes, one character per byte. */
+export function headerWire(text: string): string {
+  return NON_ASCII.test(text) ? Buffer.from(text, 'utf8').toString('latin1') : text;
+}
 
 /** An RFC 9110 token: what Node accepts as a header name. */
 export const HEADER_TOKEN_RE = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;

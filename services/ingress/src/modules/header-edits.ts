@@ -1,4 +1,4 @@
-import { HEADER_TOKEN_RE, HEADER_VALUE_RE, hostHeaderProblem } from '@warren/shared';
+import { HEADER_TEXT_PROBLEM, HEADER_TEXT_RE, HEADER_TOKEN_RE, headerWire, hostHeaderProblem } from '@warren/shared';
 import { removeRawHeaders, setRawHeader } from './common.js';
 
 /**
@@ -16,9 +16,11 @@ import { removeRawHeaders, setRawHeader } from './common.js';
  * must be host[:port] (`hostHeaderProblem`). A `remove` entry for it is skipped: HTTP/1.1 requires
  * Host (the control plane refuses it). On responses Host is an ordinary header.
  *
- * An `add` name that is not a token, or an `add` value with a character Node's HTTP stack refuses
- * (anything but HTAB, SP, VCHAR and obs-text 0x80-0xff: control characters, or beyond U+00FF
- * such as "€"), would make every request or response of the route throw when it is written.
+ * `add` values are UTF-8 text (`HEADER_TEXT_RE`), sent as their UTF-8 bytes (`headerWire`), as
+ * ngrok sends them: "5 €" goes out as `35 20 e2 82 ac`.
+ *
+ * An `add` name that is not a token, or an `add` value with a control character (CR, LF, NUL…)
+ * or a lone surrogate, would make every request or response of the route throw when it is written.
  * The control plane refuses them; one stored before it did (or pushed by an older control plane)
  * refuses the module here, at compile time: the stage factory throws, so the route answers 503
  * (ERR_WARREN_7010, "this route cannot be served") and the ingress logs the route, as for any
@@ -61,14 +63,12 @@ export function compileHeaderEdits(m: HeadersModule, direction: HeadersDirection
     if (!HEADER_TOKEN_RE.test(name)) throw new Error(`${module}: add: ${JSON.stringify(name.slice(0, 64))} is not a valid header name`);
     const lower = name.toLowerCase();
     if (PROTECTED.has(lower)) continue;
-    if (typeof value !== 'string' || !HEADER_VALUE_RE.test(value)) {
-      throw new Error(`${module}: add: the value of ${JSON.stringify(name)} has a character not allowed in a header (control character or beyond U+00FF)`);
-    }
+    if (typeof value !== 'string' || !HEADER_TEXT_RE.test(value)) throw new Error(`${module}: add: the value of ${JSON.stringify(name)}: ${HEADER_TEXT_PROBLEM}`);
     if (request && lower === 'host') {
       const problem = hostHeaderProblem(value);
       if (problem) throw new Error(`${module}: add: the Host ${JSON.stringify(value.slice(0, 64))} ${problem}`);
     }
-    add.push([name, value]);
+    add.push([name, headerWire(value)]);
   }
   const remove = new Set(removed);
   if (remove.size === 0 && add.length === 0) return null;

@@ -1,6 +1,6 @@
 import { hkdfSync, randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import { readSamlLogoutRef, seal, unseal, type DpRoute, type SamlLogoutRef } from '@warren/shared';
+import { headerWire, readSamlLogoutRef, seal, unseal, type DpRoute, type SamlLogoutRef } from '@warren/shared';
 import type { Outcome, RequestState, RouteStage } from '../pipeline/types.js';
 import { splitMatch } from '../http/routing.js';
 import { moduleError } from './common.js';
@@ -251,12 +251,12 @@ export function stripIdentityHeaders(pairs: string[]): void {
 
 /**
  * A claim as a header value: control characters dropped, and non-ASCII text sent as its UTF-8
- * bytes (what most proxies do; Node refuses characters above U+00FF in a header).
+ * bytes (`headerWire`, as every header value Warren sets).
  */
 export function headerValue(v: string): string {
   // eslint-disable-next-line no-control-regex
   const clean = v.replace(/[\u0000-\u001f\u007f]/g, '').slice(0, 1024);
-  return /^[\x20-\x7e]*$/.test(clean) ? clean : Buffer.from(clean, 'utf8').toString('latin1');
+  return headerWire(clean);
 }
 
 // ---------------------------------------------------------------- the sign-in gate

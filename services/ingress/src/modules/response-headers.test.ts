@@ -35,17 +35,18 @@ describe('response_headers', () => {
   });
 
   it('refuses a stored value Node cannot write (the route answers 503; the ingress never throws on a response)', () => {
-    expect(() => stageFor(responseHeadersStage, { response_headers: { enabled: true, add: { 'X-Price': '5 \u20ac' }, remove: [] } })).toThrow(
-      'response_headers: add: the value of "X-Price" has a character not allowed in a header (control character or beyond U+00FF)',
+    expect(() => stageFor(responseHeadersStage, { response_headers: { enabled: true, add: { 'X-Price': '5 \ud83d' }, remove: [] } })).toThrow(
+      'response_headers: add: the value of "X-Price": header value has a character not allowed in a header (a control character or a lone surrogate)',
     );
     expect(() => stageFor(responseHeadersStage, { response_headers: { add: { 'X-A': 'line\nbreak' } } })).toThrow(/value of "X-A"/);
     expect(() => stageFor(responseHeadersStage, { response_headers: { add: { 'X:A': 'v' } } })).toThrow(/"X:A" is not a valid header name/);
   });
 
-  it('writes obs-text values as Latin-1 bytes', async () => {
-    const stage = stageFor(responseHeadersStage, { response_headers: { add: { 'X-Name': 'caf\u00e9' } } })!;
+  it('writes values as their UTF-8 bytes', async () => {
+    const stage = stageFor(responseHeadersStage, { response_headers: { add: { 'X-Name': 'caf\u00e9', 'X-Price': '5 \u20ac' } } })!;
     const r = makeResponse(200, []);
     await stage.onResponse!(makeState(), r);
-    expect(r.headers).toEqual(['X-Name', 'caf\u00e9']);
+    // One character per byte, as Node writes them: c3 a9; e2 82 ac.
+    expect(r.headers).toEqual(['X-Name', 'caf\u00c3\u00a9', 'X-Price', '5 \u00e2\u0082\u00ac']);
   });
 });

@@ -4,6 +4,7 @@ import {
   compileUserAgentList as compileSharedList,
   compileUserAgentPattern as compileSharedPattern,
   exploreUserAgentDfa,
+  headerText,
   USER_AGENT_FILTER_EXPLORE_STEPS,
   USER_AGENT_FILTER_EXPLORE_WORK,
 } from '@warren/shared';
@@ -91,13 +92,9 @@ interface UserAgentFilterModule {
   deny?: string[] | null;
 }
 
-/** Any byte outside ASCII: the header is then UTF-8 read as Latin-1 (Node keeps header bytes as Latin-1 characters). */
-const NON_ASCII = /[\u0080-\u00ff]/;
-
 /** The User-Agent as Go reads it: the first header's bytes as UTF-8 (invalid sequences become U+FFFD, as Go's regexp reads them). */
 function firstUserAgent(rawHeaders: readonly string[]): string {
-  const v = rawHeader(rawHeaders, 'user-agent') ?? '';
-  return NON_ASCII.test(v) ? Buffer.from(v, 'latin1').toString('utf8') : v;
+  return headerText(rawHeader(rawHeaders, 'user-agent') ?? '');
 }
 
 /** Whether `ua` passes the `allow` and `deny` lists, as their programs (rules 2–5 above). */

@@ -5,7 +5,7 @@ import { compileBasicAuth, compileRestrictIps } from './access-actions.js';
 import { trafficPolicyStage } from './index.js';
 import { CONFIG, deps, EDGE, request, route } from './testing.js';
 import { makeConfig } from '../modules/testing.js';
-import type { DataPlaneConfig, DpIpPolicyRule } from '@warren/shared';
+import { headerText, type DataPlaneConfig, type DpIpPolicyRule } from '@warren/shared';
 
 // Counts the constant-time comparisons (the real function still runs).
 vi.mock('node:crypto', async (importOriginal) => {
@@ -255,7 +255,8 @@ const showAuth = {
     },
   ],
 };
-const authSeen = (r: RequestState) => [header(r.headers, 'x-auth')[0], header(r.headers, 'x-auth-user')[0]];
+// Header values are sent as UTF-8 bytes, one character per byte: read back as text.
+const authSeen = (r: RequestState) => [header(r.headers, 'x-auth')[0], headerText(header(r.headers, 'x-auth-user')[0] ?? '')];
 
 describe('basic-auth', () => {
   const s = stage({ inbound: [{ actions: [{ type: 'basic-auth', config: { realm: 'Staff "only" \\ area', credentials: ['alice:' + SECRET, 'bob:pass:with:colons', 'zoë:pässwörd-ü'] } }] }, showAuth] });

@@ -1,4 +1,4 @@
-import { CelCompileError, compileExpression, parseTemplate, type BucketKeyElement, type CelProgram, type PolicyAction, type PolicyDirection, type PolicyRule, type TrafficPolicy } from '@warren/shared';
+import { compileExpression, type BucketKeyElement, type CelProgram, type PolicyAction, type PolicyDirection, type PolicyRule, type TrafficPolicy } from '@warren/shared';
 import { compileBasicAuth, compileRestrictIps, type CompiledBasicAuth, type CompiledRestrictIps, type IpPolicyRules } from './access-actions.js';
 import { compileLog, compileSetVars, type CompiledLog, type CompiledSetVars } from './var-actions.js';
 import { compileRedirect, compileUrlRewrite, type CompiledRedirect, type CompiledUrlRewrite } from './url-actions.js';
@@ -7,6 +7,7 @@ import { compileCompressResponse, compileVerifyWebhook, type CompiledCompressRes
 import { compileCircuitBreaker, type CompiledCircuitBreaker, type CompiledCloseConnection } from './flow-actions.js';
 import { compileFindReplaceAction, type CompiledFindReplace } from './find-replace.js';
 import { compileAuthAction, type AuthRouter, type CompiledAuthAction } from './auth-actions.js';
+import { compileHeaderValue, compileTemplate, type HeaderValue, type TextTemplate } from './headers.js';
 
 /**
  * A traffic policy compiled once per config version: every CEL expression parsed and
@@ -26,8 +27,6 @@ export interface CompiledRateLimit {
   bucketKey: BucketKeyElement[];
 }
 
-/** A header value: literal, or literal text and compiled `${expr}` parts. */
-export type HeaderValue = string | (string | CelProgram)[];
 
 /** deny and custom-response: a response made here. Body and header values may interpolate (custom-response). */
 export interface CompiledRespond {
@@ -35,7 +34,7 @@ export interface CompiledRespond {
   /** The action's place (`inbound[0].actions[1]`), for evaluation errors. */
   where: string;
   status: number;
-  body: HeaderValue | undefined;
+  body: TextTemplate | undefined;
   headers: { name: string; value: HeaderValue }[] | undefined;
 }
 
@@ -77,27 +76,6 @@ export interface CompiledPolicy {
   auth?: AuthRouter | null;
 }
 
-/** A value with `${expr}` parts compiled; the value itself when it has none. Throws `CelCompileError`. */
-function template(raw: string, direction: PolicyDirection): HeaderValue {
-  const parts = parseTemplate(raw);
-  return parts.every((p) => typeof p === 'string') ? raw : parts.map((p) => (typeof p === 'string' ? p : compileExpression(direction, p.expr, false)));
-}
-
-/**
- * custom-response values: as `template`, but one whose `${…}` does not compile stays literal
- * text. Only a document stored before custom-response interpolated can have one (the control
- * plane refuses it on save); it keeps answering as it did then (`parse.ts` `customResponseTemplate`).
- */
-function lenientTemplate(raw: string, direction: PolicyDirection): HeaderValue {
-  if (!raw.includes('${')) return raw;
-  try {
-    return template(raw, direction);
-  } catch (err) {
-    if (err instanceof CelCompileError) return raw;
-    throw err;
-  }
-}
-
 /**
  * `where`: the action's path in the policy (`inbound[0].actions[1]`), for evaluation errors and
  * rate-limit keys. `nameTaken`: a rate-limit whose name an earlier rate-limit of the direction
@@ -116,11 +94,11 @@ function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirect
     case 'deny':
       return { kind: 'respond', where, status: a.config.status_code, body: undefined, headers: undefined };
     case 'custom-response': {
-      const headers = Object.entries(a.config.headers).map(([name, raw]) => ({ name, value: lenientTemplate(raw, direction) }));
-      return { kind: 'respond', where, status: a.config.status_code, body: lenientTemplate(a.config.body, direction), headers: headers.length > 0 ? headers : undefined };
+      const headers = Object.entries(a.config.headers).map(([name, raw]) => ({ name, value: compileHeaderValue(raw, direction, true) }));
+      return { kind: 'respond', where, status: a.config.status_code, body: compileTemplate(a.config.body, direction, true), headers: headers.length > 0 ? headers : undefined };
     }
     case 'add-headers': {
-      const headers = Object.entries(a.config.headers).map(([name, raw]) => ({ name, lower: name.toLowerCase(), value: template(raw, direction) }));
+      const headers = Object.entries(a.config.headers).map(([name, raw]) => ({ name, lower: name.toLowerCase(), value: compileHeaderValue(raw, direction) }));
       const replace = new Set(direction === 'inbound' ? headers.map((h) => h.lower).filter((n) => n === 'host') : []);
       return { kind: 'add-headers', headers, replace };
     }

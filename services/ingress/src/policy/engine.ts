@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { Counter, type Registry } from 'prom-client';
 import type { Logger } from 'pino';
-import { isValidHostValue, type CelProgram, type PolicyDirection } from '@warren/shared';
+import { isValidHostValue, type PolicyDirection } from '@warren/shared';
 import type { Transform } from 'node:stream';
 import type { Outcome, RateLimiter, RateLimitResult, RequestState, ResponseState, RouteStage, UpstreamResult } from '../pipeline/types.js';
 import { Activation, actionsOf } from './activation.js';
@@ -14,7 +14,7 @@ import { CLOSE_CONNECTION, hasCircuitBreaker, recordCircuitBreakers, runCircuitB
 import { runAuthAction } from './auth-actions.js';
 import { findReplaceTransform, observeFindReplace, runRequestFindReplace, runResponseFindReplace } from './find-replace.js';
 import type { CompiledAddHeaders, CompiledPolicy, CompiledRateLimit, CompiledRespond, CompiledRule } from './compile.js';
-import { celToHeaderText, isValidHeaderValue, withoutHeaders } from './headers.js';
+import { celToHeaderText, interpolateHeader, withoutHeaders, type HeaderValue } from './headers.js';
 
 /** Keys longer than this are hashed (the bucket values may hold long headers). */
 const MAX_PLAIN_KEY = 256;
@@ -22,7 +22,6 @@ const MAX_PLAIN_KEY = 256;
 const RATE_LIMITED_BODY = 'Too Many Requests: rate limit exceeded\n';
 
 /** Longest interpolated header value (add-headers, custom-response); `MAX_INTERPOLATED_VALUE` in the shared parser's cost estimate. */
-const MAX_HEADER_VALUE = 8192;
 
 /** Longest interpolated custom-response body, in characters (the literal text is at most 64 KiB). */
 const MAX_RESPONSE_BODY = 256 * 1024;
@@ -321,7 +320,7 @@ export class TrafficPolicyStage implements RouteStage {
     let out = run.getHeaders().slice();
     for (const h of a.headers) {
       const where = `add-headers ${h.name}`;
-      const value = typeof h.value === 'string' ? h.value : this.interpolate(run, h.value, where);
+      const value = this.interpolate(run, h.value, where);
       if (value === null) continue;
       if (a.replace.has(h.lower)) {
         if (h.lower === 'host' && !isValidHostValue(value)) {
@@ -336,27 +335,14 @@ export class TrafficPolicyStage implements RouteStage {
     run.act.headersChanged();
   }
 
-  /** A header value's `${expr}` parts evaluated; null (counted and logged at `where`) when one fails or the result cannot be sent. */
-  private interpolate(run: Run, parts: (string | CelProgram)[], where: string): string | null {
-    let out = '';
-    for (const p of parts) {
-      if (typeof p === 'string') {
-        out += p;
-        continue;
-      }
-      try {
-        out += celToHeaderText(p(run.act));
-      } catch (err) {
-        this.failed(run, where, err);
-        return null;
-      }
-      if (out.length > MAX_HEADER_VALUE) break;
-    }
-    if (!isValidHeaderValue(out) || out.length > MAX_HEADER_VALUE) {
-      this.failed(run, where, new Error('the interpolated value is not a valid header value'));
+  /** A header value as it is sent (`interpolateHeader`); null (counted and logged at `where`) when a `${…}` fails or the result cannot be sent. */
+  private interpolate(run: Run, value: HeaderValue, where: string): string | null {
+    try {
+      return interpolateHeader(value, (p) => p(run.act));
+    } catch (err) {
+      this.failed(run, where, err);
       return null;
     }
-    return out;
   }
 
   /**
@@ -367,7 +353,7 @@ export class TrafficPolicyStage implements RouteStage {
   private respond(run: Run, a: CompiledRespond): Outcome {
     const headers: Record<string, string> = {};
     for (const h of a.headers ?? []) {
-      const value = typeof h.value === 'string' ? h.value : this.interpolate(run, h.value, `${a.where} headers.${h.name}`);
+      const value = this.interpolate(run, h.value, `${a.where} headers.${h.name}`);
       if (value !== null) headers[h.name] = value;
     }
     let body = '';

@@ -1,4 +1,6 @@
-/** Edits of raw `[name, value, …]` header pairs, by lower-case name. */
+import { CelCompileError, compileExpression, HEADER_TEXT_RE, headerWire, parseTemplate, type CelProgram, type PolicyDirection } from '@warren/shared';
+
+/** Edits of raw `[name, value, …]` header pairs, by lower-case name; header values a policy sets. */
 
 /** The pairs without any header whose lower-case name is in `lower`; the same array when none matched. */
 export function withoutHeaders(pairs: string[], lower: ReadonlySet<string>): string[] {
@@ -11,11 +13,65 @@ export function withoutHeaders(pairs: string[], lower: ReadonlySet<string>): str
   return out ?? pairs;
 }
 
-/** Field-value characters Node and HTTP/1.1 accept (no CR, LF or NUL). */
+/** Field-value characters Node and HTTP/1.1 accept, one character per byte (no CR, LF or NUL). */
 const VALUE_RE = /^[\t\x20-\x7e\x80-\xff]*$/;
 
+/** Whether `v`, one character per byte (as it is sent), can be a header value. */
 export function isValidHeaderValue(v: string): boolean {
   return VALUE_RE.test(v);
+}
+
+/** Longest header value a policy's interpolation may make, bytes as sent. */
+export const MAX_HEADER_VALUE = 8192;
+
+/** Text with `${expr}` parts compiled, in order; the text itself when it has none. */
+export type TextTemplate = string | (string | CelProgram)[];
+
+/**
+ * `raw` with its `${expr}` parts compiled. Throws `CelCompileError`, unless `lenient`: then a
+ * value whose `${…}` does not compile stays literal text (custom-response: only a document
+ * stored before it interpolated can have one, the control plane refuses it on save, and it keeps
+ * answering as it did then; `parse.ts` `customResponseTemplate`).
+ */
+export function compileTemplate(raw: string, direction: PolicyDirection, lenient = false): TextTemplate {
+  if (lenient && !raw.includes('${')) return raw;
+  try {
+    const parts = parseTemplate(raw);
+    return parts.every((p) => typeof p === 'string') ? raw : parts.map((p) => (typeof p === 'string' ? p : compileExpression(direction, p.expr, false)));
+  } catch (err) {
+    if (lenient && err instanceof CelCompileError) return raw;
+    throw err;
+  }
+}
+
+/**
+ * A header value a policy sets (add-headers, custom-response, redirect), compiled: a literal is
+ * already as it is sent (its UTF-8 bytes, `headerWire`: the policy's text is UTF-8, as in
+ * ngrok's); else the text's parts, for `interpolateHeader`.
+ */
+export type HeaderValue = TextTemplate;
+
+export function compileHeaderValue(raw: string, direction: PolicyDirection, lenient = false): HeaderValue {
+  const t = compileTemplate(raw, direction, lenient);
+  return typeof t === 'string' ? headerWire(t) : t;
+}
+
+/**
+ * The value of a compiled header, as it is sent: `${…}` parts evaluated by `evaluate` as text
+ * (`celToHeaderText`), the whole sent as its UTF-8 bytes. Throws what `evaluate` throws, or an
+ * Error when the text has a control character or a lone surrogate, or is over `MAX_HEADER_VALUE`
+ * bytes: the caller leaves the header out (counted and logged as an evaluation error).
+ */
+export function interpolateHeader(value: HeaderValue, evaluate: (p: CelProgram) => unknown): string {
+  if (typeof value === 'string') return value;
+  let text = '';
+  for (const p of value) {
+    text += typeof p === 'string' ? p : celToHeaderText(evaluate(p));
+    if (text.length > MAX_HEADER_VALUE) break;
+  }
+  const wire = text.length > MAX_HEADER_VALUE || !HEADER_TEXT_RE.test(text) ? null : headerWire(text);
+  if (wire === null || wire.length > MAX_HEADER_VALUE) throw new Error('the interpolated value is not a valid header value (a control character or a lone surrogate, or over 8192 bytes)');
+  return wire;
 }
 
 /**

@@ -1,11 +1,8 @@
 import {
   applyUrlTemplate,
-  compileExpression,
   compileUrlTemplate,
-  parseTemplate,
   URL_ACTION_LIMITS,
   UrlActionRuntimeError,
-  type CelProgram,
   type CelUrlActionResult,
   type PolicyDirection,
   type RedirectAction,
@@ -14,7 +11,7 @@ import {
 } from '@warren/shared';
 import type { Outcome } from '../pipeline/types.js';
 import { actionsOf, type Activation } from './activation.js';
-import { celToHeaderText, isValidHeaderValue } from './headers.js';
+import { celToHeaderText, compileHeaderValue, interpolateHeader, isValidHeaderValue, type HeaderValue } from './headers.js';
 
 /**
  * The `url-rewrite` and `redirect` traffic-policy actions at run time (validated, and their
@@ -54,15 +51,12 @@ export interface CompiledUrlRewrite {
   t: UrlTemplate;
 }
 
-/** A redirect header value: literal, or literal text and compiled `${expr}` parts. */
-type RedirectHeaderValue = string | (string | CelProgram)[];
-
 export interface CompiledRedirect {
   kind: 'redirect';
   where: string;
   t: UrlTemplate;
   status: number;
-  headers: { name: string; value: RedirectHeaderValue }[];
+  headers: { name: string; value: HeaderValue }[];
 }
 
 export function compileUrlRewrite(c: UrlRewriteAction['config'], direction: PolicyDirection, where: string): CompiledUrlRewrite {
@@ -70,11 +64,7 @@ export function compileUrlRewrite(c: UrlRewriteAction['config'], direction: Poli
 }
 
 export function compileRedirect(c: RedirectAction['config'], direction: PolicyDirection, where: string): CompiledRedirect {
-  const headers = Object.entries(c.headers).map(([name, raw]) => {
-    const parts = parseTemplate(raw);
-    const value: RedirectHeaderValue = parts.every((p) => typeof p === 'string') ? raw : parts.map((p) => (typeof p === 'string' ? p : compileExpression(direction, p.expr, false)));
-    return { name, value };
-  });
+  const headers = Object.entries(c.headers).map(([name, raw]) => ({ name, value: compileHeaderValue(raw, direction) }));
   return { kind: 'redirect', where, t: compileUrlTemplate(direction, c.from, c.to), status: c.status_code, headers };
 }
 
@@ -167,28 +157,6 @@ export function runUrlRewrite(act: Activation, a: CompiledUrlRewrite, failed: Fa
   vars.url = act.req.url.toString();
 }
 
-function headerText(act: Activation, value: RedirectHeaderValue, name: string, where: string, failed: FailedFn): string | null {
-  if (typeof value === 'string') return value;
-  let out = '';
-  for (const p of value) {
-    if (typeof p === 'string') out += p;
-    else {
-      try {
-        out += celToHeaderText(p(act));
-      } catch (err) {
-        failed(`${where} headers.${name}`, err);
-        return null;
-      }
-    }
-    if (out.length > 8192) break;
-  }
-  if (out.length > 8192 || !isValidHeaderValue(out)) {
-    failed(`${where} headers.${name}`, new Error('the interpolated value is not a valid header value'));
-    return null;
-  }
-  return out;
-}
-
 /** The redirect, or null when the action does nothing (the URL is unchanged, or it failed). */
 export function runRedirect(act: Activation, a: CompiledRedirect, failed: FailedFn): Outcome {
   const vars = actionsOf(act.s).ngrok.redirect;
@@ -209,8 +177,11 @@ export function runRedirect(act: Activation, a: CompiledRedirect, failed: Failed
   vars.url = location;
   const headers: Record<string, string> = { location };
   for (const h of a.headers) {
-    const v = headerText(act, h.value, h.name, a.where, failed);
-    if (v !== null) headers[h.name] = v;
+    try {
+      headers[h.name] = interpolateHeader(h.value, (p) => p(act));
+    } catch (err) {
+      failed(`${a.where} headers.${h.name}`, err);
+    }
   }
   return { status: a.status, headers, body: '' };
 }

@@ -1,3 +1,4 @@
+import { headerText } from '../http-headers.js';
 import { certificatePem, checkCertificateSize, parseCertificate, type ParsedCertificate, type ParsedName, type ParsedSan } from './x509.js';
 import { CelUrlActionResult } from './url-action-vars.js';
 import { CelJwtValidation } from './jwt-action-vars.js';
@@ -39,25 +40,27 @@ const anyCase: PropertyDescriptorMap = {
  * case-insensitive; with only lower-case keys the lookup is a "no such key" evaluation error and
  * the rule never applies, while bucket keys and `getReqHeader()` take any case). Iteration,
  * `size()` and equality see the lower-case keys. A plain `Map` (cel-js types values by their
- * constructor) with its own `get` and `has`.
+ * constructor) with its own `get` and `has`. Values are UTF-8 text (`headerText`), as ngrok
+ * reads them, not one character per byte as Node holds them.
  */
 export function headerMap(pairs: readonly string[]): Map<string, string[]> {
   const m = Object.defineProperties(new Map<string, string[]>(), anyCase);
   for (let i = 0; i + 1 < pairs.length; i += 2) {
     const name = pairs[i]!.toLowerCase();
     const list = m.get(name);
-    if (list) list.push(pairs[i + 1]!);
-    else m.set(name, [pairs[i + 1]!]);
+    const value = headerText(pairs[i + 1]!);
+    if (list) list.push(value);
+    else m.set(name, [value]);
   }
   return m;
 }
 
-/** All values of one header (`lowerName` already lower-case) straight from raw pairs. */
+/** All values of one header (`lowerName` already lower-case) straight from raw pairs, as UTF-8 text. */
 export function headerValues(pairs: readonly string[], lowerName: string): string[] {
   const out: string[] = [];
   for (let i = 0; i + 1 < pairs.length; i += 2) {
     const n = pairs[i]!;
-    if (n.length === lowerName.length && n.toLowerCase() === lowerName) out.push(pairs[i + 1]!);
+    if (n.length === lowerName.length && n.toLowerCase() === lowerName) out.push(headerText(pairs[i + 1]!));
   }
   return out;
 }

@@ -1,5 +1,5 @@
 import { isAlias, isMap, isScalar, isSeq, parseDocument, type Document, type YAMLMap } from 'yaml';
-import { HEADER_VALUE_RE, isValidHostValue } from '../http-headers.js';
+import { HEADER_TEXT_PROBLEM, HEADER_TEXT_RE, isValidHostValue } from '../http-headers.js';
 import { parseDurationNs } from './duration.js';
 import { CelCompileError, compileExpression, parseTemplate, unknownHasField, withPolicyRegexBudget, type CelProgram } from './cel.js';
 import { IP_POLICY_MAX_RULES, parseBasicAuthConfig, parseRestrictIpsConfig, restrictIpsCost, restrictIpsMaxCidrs } from './access-actions.js';
@@ -234,7 +234,7 @@ function checkHeaderValue(raw: unknown, path: string): string {
   const value = typeof raw === 'boolean' || (typeof raw === 'number' && Number.isFinite(raw)) ? String(raw) : raw;
   if (typeof value !== 'string') throw new TrafficPolicyError(path, `must be a string, got ${typeName(value)}`);
   if (Buffer.byteLength(value, 'utf8') > HEADER_ACTION_LIMITS.valueBytes) throw new TrafficPolicyError(path, `header value is over ${HEADER_ACTION_LIMITS.valueBytes} bytes`);
-  if (!HEADER_VALUE_RE.test(value)) throw new TrafficPolicyError(path, 'header value has a character not allowed in a header (control character or beyond U+00FF)');
+  if (!HEADER_TEXT_RE.test(value)) throw new TrafficPolicyError(path, HEADER_TEXT_PROBLEM);
   return value;
 }
 

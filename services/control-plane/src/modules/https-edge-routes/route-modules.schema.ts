@@ -2,7 +2,8 @@ import { z } from 'zod';
 import {
   checkUserAgentPattern,
   HEADER_TOKEN_RE,
-  HEADER_VALUE_RE,
+  HEADER_TEXT_PROBLEM,
+  HEADER_TEXT_RE,
   hasBlankTrafficPolicySecrets,
   hostHeaderProblem,
   issuerProblem,
@@ -150,7 +151,7 @@ const headerAdd = (direction: HeadersDirection) =>
       seen.add(name.toLowerCase());
       const value = m[name]!;
       if (bytes(value) > 1024) fail(ctx, 5003, 'header value is over 1024 bytes', [name]);
-      else if (!HEADER_VALUE_RE.test(value)) fail(ctx, 2104, 'header value has a character not allowed in a header (control character or beyond U+00FF)', [name]);
+      else if (!HEADER_TEXT_RE.test(value)) fail(ctx, 2104, HEADER_TEXT_PROBLEM, [name]);
       else if (direction === 'request' && name.toLowerCase() === 'host') {
         const problem = hostHeaderProblem(value);
         if (problem) fail(ctx, 2104, `the Host header ${problem}`, [name]);
