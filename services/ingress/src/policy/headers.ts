@@ -1,4 +1,4 @@
-import { CelCompileError, compileExpression, HEADER_TEXT_RE, headerWire, parseTemplate, type CelProgram, type PolicyDirection } from '@warren/shared';
+import { CelCompileError, compileExpression, headerWire, parseTemplate, type CelProgram, type PolicyDirection } from '@warren/shared';
 
 /** Edits of raw `[name, value, …]` header pairs, by lower-case name; header values a policy sets. */
 
@@ -58,9 +58,10 @@ export function compileHeaderValue(raw: string, direction: PolicyDirection, leni
 
 /**
  * The value of a compiled header, as it is sent: `${…}` parts evaluated by `evaluate` as text
- * (`celToHeaderText`), the whole sent as its UTF-8 bytes. Throws what `evaluate` throws, or an
- * Error when the text has a control character or a lone surrogate, or is over `MAX_HEADER_VALUE`
- * bytes: the caller leaves the header out (counted and logged as an evaluation error).
+ * (`celToHeaderText`), the whole sent as its UTF-8 bytes (`headerWire`: a header's bytes that
+ * are no UTF-8, read by CEL as escapes, go out as they came). Throws what `evaluate` throws, or
+ * an Error when the value has a control character or is over `MAX_HEADER_VALUE` bytes: the
+ * caller leaves the header out (counted and logged as an evaluation error).
  */
 export function interpolateHeader(value: HeaderValue, evaluate: (p: CelProgram) => unknown): string {
   if (typeof value === 'string') return value;
@@ -69,8 +70,8 @@ export function interpolateHeader(value: HeaderValue, evaluate: (p: CelProgram) 
     text += typeof p === 'string' ? p : celToHeaderText(evaluate(p));
     if (text.length > MAX_HEADER_VALUE) break;
   }
-  const wire = text.length > MAX_HEADER_VALUE || !HEADER_TEXT_RE.test(text) ? null : headerWire(text);
-  if (wire === null || wire.length > MAX_HEADER_VALUE) throw new Error('the interpolated value is not a valid header value (a control character or a lone surrogate, or over 8192 bytes)');
+  const wire = text.length > MAX_HEADER_VALUE ? null : headerWire(text);
+  if (wire === null || wire.length > MAX_HEADER_VALUE || !isValidHeaderValue(wire)) throw new Error(`the interpolated value is not a valid header value (a control character, or over ${MAX_HEADER_VALUE} bytes)`);
   return wire;
 }
 

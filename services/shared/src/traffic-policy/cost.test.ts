@@ -314,6 +314,7 @@ describe('traffic policy cost limits: the most expensive accepted shapes, measur
     // Values are read as UTF-8 (http-headers.ts headerText): short non-ASCII ones decoded one by one, a long one by Node.
     check('header map over 2,000 non-ASCII values', `req.headers.exists(k, k.startsWith('x-') && k.endsWith('-id'))`, () => activation({ headers: Array.from({ length: 2000 }, (_, i) => [`x-${i}`, '\u00c3\u00a9\u00e2\u0082\u00ac']).flat() }));
     check(`getReqHeader() of a ${head - 100}-byte non-ASCII value`, `getReqHeader('x-v')[0].startsWith('a')`, () => activation({ headers: ['x-v', '\u00c3\u00a9'.repeat((head - 100) / 2)] }));
+    check(`getReqHeader() of a ${head - 100}-byte value of no UTF-8 (each byte escaped)`, `getReqHeader('x-v')[0].startsWith('a')`, () => activation({ headers: ['x-v', '\u00c3('.repeat((head - 100) / 2)] }));
     check('string work on a 16 KB URL', `req.url.contains('/api') || req.path.lowerAscii().endsWith('.php') || req.path.size() > 100000`, () => activation({ path: '/' + 'A'.repeat(head - 100) }));
   });
 
