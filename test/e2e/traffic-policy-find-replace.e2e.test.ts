@@ -20,8 +20,10 @@ let c: PolicyCluster;
 const DOC = JSON.stringify({ users: Array.from({ length: 24 }, (_, i) => ({ id: i, name: `user ${i}`, note: `api_key=SECRET${i} ssn 123-45-67${10 + i}` })) });
 const REDACTED = DOC.replace(/api_key=[A-Za-z0-9]+/g, 'api_key=REDACTED').replace(/\d{3}-\d{2}-\d{4}/g, 'XXX-XX-XXXX');
 const PNG = Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), Buffer.from('api_key=SECRET0 \xff\x00', 'latin1')]);
-/** Over the 4 KiB an action with a regex replacement rewrites. */
+/** Over the 4 KiB an action with a regex replacement rewrites on the event loop: on the regex worker thread. */
 const BIG = `api_key=SECRET ${'x'.repeat(5000)}`;
+/** Over the 128 KiB any action rewrites. */
+const HUGE = `api_key=SECRET ${'x'.repeat(140 * 1024)}`;
 /** A 100 KiB page: within the 128 KiB an action of literal replacements rewrites. */
 const PAGE = `<html><body>${'<p class="row">Lorem ipsum dolor sit amet</p>\n'.repeat(2250)}<p>api_key=SECRET</p></body></html>`;
 const PAGE_REDACTED = PAGE.replace('api_key=SECRET', 'api_key=REDACTED');
@@ -89,6 +91,14 @@ const upstream: http.RequestListener = (req, res) => {
     } else if (path.endsWith('/big')) {
       res.writeHead(200, { 'content-type': 'text/plain' });
       res.end(BIG);
+    } else if (path.endsWith('/huge')) {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.end(HUGE);
+    } else if (path.endsWith('/links')) {
+      // A page of links to rewrite, sent chunked.
+      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+      for (let i = 0; i < 1000; i++) res.write(`<li><a href="http://localhost:3000/item/${i}">item ${i}</a></li>\n`);
+      res.end();
     } else {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ body: body.toString('latin1'), length: req.headers['content-length'] ?? null, te: req.headers['transfer-encoding'] ?? null, received: body.length }));
@@ -141,13 +151,16 @@ describe('request-body-find-replace on live traffic', () => {
     expect(r.json()).toEqual({ body: PAGE_REDACTED, length: String(PAGE_REDACTED.length), te: null, received: PAGE_REDACTED.length });
   });
 
-  it('leaves a binary body and one over 4 KiB (with a regex replacement) byte for byte; over 1 MiB is a 413', async () => {
+  it('leaves a binary body and one over 128 KiB byte for byte, rewrites one over 4 KiB with a regex on the worker thread; over 1 MiB is a 413', async () => {
     const bin = await request('/req/echo', { body: PNG, headers: { 'content-type': 'application/octet-stream' } });
     expect(Buffer.from(bin.json().body, 'latin1').equals(PNG)).toBe(true);
     const big = await request('/req/echo', { body: BIG, headers: { 'content-type': 'text/plain' } });
-    expect(big.json()).toMatchObject({ body: BIG, length: String(BIG.length) });
-    const huge = await request('/req/echo', { body: Buffer.alloc(1024 * 1024 + 1, 0x61), headers: { 'content-type': 'text/plain' } });
-    expect([huge.status, huge.headers['warren-error-code']]).toEqual([413, 'ERR_WARREN_7009']);
+    const bigOut = BIG.replace('SECRET', 'REDACTED');
+    expect(big.json()).toMatchObject({ body: bigOut, length: String(bigOut.length) });
+    const huge = await request('/req/echo', { body: HUGE, headers: { 'content-type': 'text/plain' } });
+    expect(huge.json()).toMatchObject({ body: HUGE, length: String(HUGE.length) });
+    const tooBig = await request('/req/echo', { body: Buffer.alloc(1024 * 1024 + 1, 0x61), headers: { 'content-type': 'text/plain' } });
+    expect([tooBig.status, tooBig.headers['warren-error-code']]).toEqual([413, 'ERR_WARREN_7009']);
   });
 });
 
@@ -158,9 +171,13 @@ describe('response-body-find-replace on live traffic', () => {
       const r = await request(p);
       expect([r.status, r.body, r.headers['content-length'], r.headers['transfer-encoding'], r.headers.etag]).toEqual([200, REDACTED, String(Buffer.byteLength(REDACTED)), undefined, 'W/"doc-1"']);
     }
-    // One it could not rewrite (over the regex bound) goes out as it comes: chunked.
+    // Over 4 KiB: rewritten on the regex worker thread, sent with its new length too.
     const big = await request('/res/big');
-    expect([big.body === BIG, big.headers['content-length'], big.headers['transfer-encoding']]).toEqual([true, undefined, 'chunked']);
+    const bigOut = BIG.replace('SECRET', 'REDACTED');
+    expect([big.body === bigOut, big.headers['content-length']]).toEqual([true, String(bigOut.length)]);
+    // One it could not rewrite (over the 128 KiB bound) goes out as it comes: chunked.
+    const huge = await request('/res/huge');
+    expect([huge.body === HUGE, huge.headers['content-length'], huge.headers['transfer-encoding']]).toEqual([true, undefined, 'chunked']);
   });
 
   it('an upstream breaking off mid-body cuts that response only, on any route with response stages (it used to end the ingress process)', async () => {
@@ -229,12 +246,25 @@ describe('response-body-find-replace on live traffic', () => {
     expect(zlib.gunzipSync(gz.raw).toString() === PAGE_REDACTED).toBe(true);
   });
 
-  it('passes a binary body and one over 4 KiB (with a regex replacement) unchanged', async () => {
+  it('passes a binary body and one over 128 KiB unchanged; rewrites one over 4 KiB with a regex on the worker thread', async () => {
     const png = await request('/res/png');
     expect([png.headers['content-type'], png.headers['content-length']]).toEqual(['image/png', String(PNG.length)]);
     expect(png.raw.equals(PNG)).toBe(true);
     const big = await request('/res/big');
-    expect(big.body).toBe(BIG);
+    expect(big.body).toBe(BIG.replace('SECRET', 'REDACTED'));
+    const huge = await request('/res/huge');
+    expect(huge.body === HUGE).toBe(true);
+  });
+
+  it('rewrites the links of a 60 KB page with a regex (on the worker thread), chunked and gzipped by compress-response, while other requests go on', async () => {
+    await route('/site', { outbound: [{ actions: [{ type: 'response-body-find-replace', config: { replacements: [{ from: 'https?://localhost:3000/', to: 'https://app.example.com/' }] } }, { type: 'compress-response' }] }] });
+    const want = Array.from({ length: 1000 }, (_, i) => `<li><a href="https://app.example.com/item/${i}">item ${i}</a></li>\n`).join('');
+    expect(want.length).toBeGreaterThan(60_000);
+    const pages = await Promise.all([request('/site/links'), request('/site/links', { headers: { 'accept-encoding': 'gzip' } }), request('/res/length')]);
+    expect(pages[0].body === want).toBe(true);
+    expect(pages[1].headers['content-encoding']).toBe('gzip');
+    expect(zlib.gunzipSync(pages[1].raw).toString() === want).toBe(true);
+    expect(pages[2].body).toBe(REDACTED);
   });
 
   it("the README's recipe for a redaction that must not leak: what the action could not rewrite is refused instead", async () => {

@@ -3,9 +3,10 @@ import { Readable, type Transform } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
 import zlib from 'node:zlib';
 import { Registry } from 'prom-client';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { FIND_REPLACE_LIMITS } from '@warren/shared';
 import { FIND_REPLACE_PROCESS_LIMITS, findReplaceInFlight } from './find-replace.js';
+import { REGEX_WORKER_LIMITS, regexWorkerCounts, stopRegexWorker } from './regex-worker.js';
 import { compressionStage } from '../modules/compression.js';
 import { makeConfig, makeEdge, makeRoute, makeState, testDeps } from '../modules/testing.js';
 import { isOutcome, RoutePipeline } from '../pipeline/runner.js';
@@ -86,7 +87,7 @@ describe('request-body-find-replace', () => {
 
   it('leaves binary, undeclared, non-UTF-8, foreign-charset, unknown-coding and over-bound bodies byte for byte, and counts them', async () => {
     const registry = new Registry();
-    // A regex replacement: the 4 KiB bound (literal ones: `literal replacements` below).
+    // A regex replacement: over 4 KiB on the regex worker thread, up to 128 KiB (literal ones: `literal replacements` below).
     const st = stage(requestPolicy([{ from: '[a]', to: 'b' }]), registry);
     const bomb = zlib.gzipSync(Buffer.alloc(10 * 1024 * 1024, 'a'));
     const cases: [Buffer, string[]][] = [
@@ -95,7 +96,7 @@ describe('request-body-find-replace', () => {
       [Buffer.from([0x61, 0xff, 0x61]), ['Content-Type', 'text/plain']],
       [Buffer.from('aaa'), ['Content-Type', 'text/plain; charset=iso-8859-1']],
       [Buffer.from('aaa'), ['Content-Type', 'text/plain', 'Content-Encoding', 'zstd']],
-      [Buffer.from('a'.repeat(FIND_REPLACE_LIMITS.bodyBytes + 1)), ['Content-Type', 'text/plain']],
+      [Buffer.from('a'.repeat(FIND_REPLACE_LIMITS.workerBodyBytes + 1)), ['Content-Type', 'text/plain']],
       [bomb, ['Content-Type', 'text/plain', 'Content-Encoding', 'gzip']],
       [Buffer.from('a '.repeat(FIND_REPLACE_LIMITS.maxMatches + 1)), ['Content-Type', 'text/plain']],
     ];
@@ -183,7 +184,7 @@ describe('response-body-find-replace', () => {
     await same(['Content-Type', 'text/event-stream'], Buffer.from('data: aaa\n\n'));
     await same(['Content-Type', 'text/plain', 'Content-Range', 'bytes 0-2/10'], Buffer.from('aaa'), 206);
     await same(['Content-Type', 'text/plain'], Buffer.from('aaa'), 200, get(undefined, 'HEAD'));
-    const big = Buffer.from('a'.repeat(FIND_REPLACE_LIMITS.bodyBytes + 100));
+    const big = Buffer.from('a'.repeat(FIND_REPLACE_LIMITS.workerBodyBytes + 100));
     // Declared too large: decided on the head, the head is left alone.
     expect(await same(['Content-Type', 'text/plain', 'Content-Length', String(big.length)], big)).toEqual(['Content-Type', 'text/plain', 'Content-Length', String(big.length)]);
     // Chunked and too large: found out while buffering; what was held and the rest pass unchanged.
@@ -230,12 +231,93 @@ describe('literal replacements on large bodies', () => {
     expect(await skips(registry)).toEqual({ 'response/too_large': 1 });
   });
 
-  it('a regex in the action brings it to 4 KiB: a larger body passes unchanged and is counted', async () => {
+  it('an action with a regex rewrites a body over 4 KiB on the regex worker thread, up to its bound; a larger one passes unchanged and is counted', async () => {
     const registry = new Registry();
-    const text = `api_key=SECRET ${'x'.repeat(8000)}`;
+    const st = stage(requestPolicy([...LIT, { from: '\\d{3}-\\d{2}-\\d{4}', to: 'X' }]), registry);
+    const text = `api_key=SECRET 123-45-6789 ${'x'.repeat(100_000)} 987-65-4321`;
     const s = post(text, ['Content-Type', 'text/plain']);
-    await stage(requestPolicy([...LIT, { from: '\\d{3}-\\d{2}-\\d{4}', to: 'X' }]), registry).onRequest!(s);
-    expect(s.body!.toString()).toBe(text);
+    await st.onRequest!(s);
+    expect(s.body!.toString()).toBe(`api_key=REDACTED X ${'x'.repeat(100_000)} X`);
+    expect(header(s.headers, 'content-length')).toEqual([String(s.body!.length)]);
+    const big = `api_key=SECRET ${'x'.repeat(FIND_REPLACE_LIMITS.workerBodyBytes)}`;
+    const b = post(big, ['Content-Type', 'text/plain']);
+    await st.onRequest!(b);
+    expect(b.body!.toString()).toBe(big);
+    expect(await skips(registry)).toEqual({ 'request/too_large': 1 });
+  });
+});
+
+describe('regex replacements on bodies over 4 KiB: the regex worker thread', () => {
+  afterAll(() => stopRegexWorker());
+  const html = (n: number) => `<a href="http://localhost:3000/a">a</a>\n${'<p>filler text, nothing to see</p>\n'.repeat(Math.ceil(n / 35))}`.slice(0, n) + '<a href="https://localhost:3000/z">z</a>';
+  const LINKS = [{ from: 'https?://localhost:3000', to: 'https://app.example.com' }];
+
+  it('rewrites a 100 KiB response, plain or gzipped, off the event loop', async () => {
+    const text = html(100_000);
+    const want = text.replaceAll(/https?:\/\/localhost:3000/g, 'https://app.example.com');
+    const body = Buffer.from(text);
+    const res = await respond(pipeline(responsePolicy(LINKS)), get(), ['Content-Type', 'text/html; charset=utf-8'], body);
+    expect(res.body.toString()).toBe(want);
+    const gz = zlib.gzipSync(body);
+    const r2 = await respond(pipeline(responsePolicy(LINKS)), get('gzip'), ['Content-Type', 'text/html', 'Content-Encoding', 'gzip'], gz);
+    expect(zlib.gunzipSync(r2.body).toString()).toBe(want);
+  });
+
+  it('the worker keeps the match and result bounds of its own: past them the body passes unchanged, counted', async () => {
+    const registry = new Registry();
+    const st = stage(requestPolicy([{ from: 'a+', to: 'b' }]), registry);
+    // Over 4 KiB (8 bytes a match), so on the thread.
+    const many = Buffer.from('aaaaaaa '.repeat(FIND_REPLACE_LIMITS.workerMaxMatches + 1));
+    const s = post(many, ['Content-Type', 'text/plain']);
+    await st.onRequest!(s);
+    expect(s.body!.equals(many)).toBe(true);
+    const ok = Buffer.from('aaaaaaa '.repeat(FIND_REPLACE_LIMITS.workerMaxMatches));
+    const s2 = post(ok, ['Content-Type', 'text/plain']);
+    await st.onRequest!(s2);
+    expect(s2.body!.toString()).toBe('b '.repeat(FIND_REPLACE_LIMITS.workerMaxMatches));
+    expect(await skips(registry)).toEqual({ 'request/too_many_matches': 1 });
+  });
+
+  it('a body out of time passes unchanged (timeout) and the thread is replaced; at most perAction bodies of one action at once (busy)', async () => {
+    const registry = new Registry();
+    // ~25 ms a 100 KB body here: every `c` ends a match found by the NFA.
+    const st = stage(requestPolicy([{ from: '(a|b)*c', to: 'y' }]), registry);
+    const unit = 'ab'.repeat(60) + 'c';
+    const body = Buffer.from(unit.repeat(800));
+    const saved = { ...REGEX_WORKER_LIMITS };
+    try {
+      REGEX_WORKER_LIMITS.timeoutMs = 1;
+      const restarts = regexWorkerCounts.restarts;
+      const s = post(body, ['Content-Type', 'text/plain']);
+      await st.onRequest!(s);
+      expect(s.body!.equals(body)).toBe(true);
+      expect(regexWorkerCounts.restarts).toBeGreaterThan(restarts);
+      REGEX_WORKER_LIMITS.timeoutMs = saved.timeoutMs;
+      REGEX_WORKER_LIMITS.perAction = 2;
+      // Three bodies of one action at once: two run (one after the other), the third is busy.
+      const small = unit.repeat(40);
+      const states = [0, 1, 2].map(() => post(Buffer.from(small), ['Content-Type', 'text/plain']));
+      await Promise.all(states.map((x) => st.onRequest!(x)));
+      expect(states.map((x) => x.body!.toString())).toEqual(['y'.repeat(40), 'y'.repeat(40), small]);
+      expect(await skips(registry)).toEqual({ 'request/timeout': 1, 'request/busy': 1 });
+      // And the next one goes through again.
+      const again = post(Buffer.from(small), ['Content-Type', 'text/plain']);
+      await st.onRequest!(again);
+      expect(again.body!.toString()).toBe('y'.repeat(40));
+    } finally {
+      Object.assign(REGEX_WORKER_LIMITS, saved);
+    }
+  });
+
+  it('a large pattern gets a smaller bound, from its estimated worst case (a 2481-byte literal searched with indexOf)', async () => {
+    const from = 'a'.repeat(1240) + 'b' + 'a'.repeat(1240);
+    const registry = new Registry();
+    const st = stage(requestPolicy([{ from, to: 'x' }]), registry);
+    const fits = post(Buffer.from(`${'a'.repeat(40_000)}${from}`), ['Content-Type', 'text/plain']);
+    await st.onRequest!(fits);
+    expect(fits.body!.toString()).toBe(`${'a'.repeat(40_000)}x`);
+    const over = post(Buffer.from('a'.repeat(FIND_REPLACE_LIMITS.workerBodyBytes - 1)), ['Content-Type', 'text/plain']);
+    await st.onRequest!(over);
     expect(await skips(registry)).toEqual({ 'request/too_large': 1 });
   });
 });

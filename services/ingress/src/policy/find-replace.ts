@@ -9,6 +9,7 @@ import type { LengthDecidingTransform, RequestState, ResponseState } from '../pi
 import type { Activation } from './activation.js';
 import { compressionPending } from './body-actions.js';
 import { celToHeaderText } from './headers.js';
+import { rewriteOnRegexWorker, type RegexJobResult } from './regex-worker.js';
 import type { FailedFn } from './url-actions.js';
 
 /**
@@ -30,13 +31,16 @@ import type { FailedFn } from './url-actions.js';
  *   process, re-encoding included (up to ~16 ms of pool CPU for a 256 KiB result of random text in gzip);
  *   more at once pass unchanged (`busy`). Anything else (`zstd`, two codings, a corrupt body)
  *   passes unchanged.
- * - at most the action's bound, encoded and once decoded (`CompiledFindReplace.bodyBytes`:
- *   128 KiB when all its replacements are literal, else 4 KiB; see the shared module), within
- *   its replacements' match and result bounds.
+ * - at most the action's bound, encoded and once decoded: 128 KiB. An action of literal
+ *   replacements rewrites it on the event loop; one with a regex replacement rewrites a body of
+ *   up to 4 KiB there (`CompiledFindReplace.bodyBytes`; see the shared module) and a larger one
+ *   on the regex worker thread (`regex-worker.ts`: one thread, a 1 s deadline per body, at most
+ *   32 bodies queued in the process and 8 of one action, else `busy`; out of time: `timeout`),
+ *   each within its replacements' match and result bounds.
  * A body outside these passes on unchanged and is counted in
  * `warren_traffic_policy_find_replace_skipped_total{direction, reason}` (`reason`: `type`,
  * `charset`, `encoding`, `too_large`, `not_utf8`, `too_many_matches`, `partial`, `busy`: the
- * process-wide limits above and below were reached). `${…}` values
+ * process-wide limits above and below were reached, `timeout`). `${…}` values
  * are evaluated when the action runs; one that fails to evaluate is an evaluation error (counted
  * and logged by the engine) and the action does nothing.
  *
@@ -72,16 +76,19 @@ export interface CompiledFindReplace {
   /** The action's path (`outbound[0].actions[1]`), for evaluation errors. */
   where: string;
   replacements: Replacements;
+  /** As validated, for the regex worker thread, which compiles it again. */
+  config: FindReplaceConfig;
+  direction: PolicyDirection;
 }
 
 type Replacements = ReturnType<typeof compileFindReplace>;
 
 export function compileFindReplaceAction(type: FindReplaceType, c: FindReplaceConfig, direction: PolicyDirection, where: string): CompiledFindReplace {
-  return { kind: type, where, replacements: compileFindReplace(direction, c) };
+  return { kind: type, where, replacements: compileFindReplace(direction, c), config: c, direction };
 }
 
 type Direction = 'request' | 'response';
-type SkipReason = 'type' | 'charset' | 'encoding' | 'too_large' | 'not_utf8' | 'too_many_matches' | 'partial' | 'busy';
+type SkipReason = 'type' | 'charset' | 'encoding' | 'too_large' | 'not_utf8' | 'too_many_matches' | 'partial' | 'busy' | 'timeout';
 
 let skipped: Counter<'direction' | 'reason'> | null = null;
 
@@ -90,7 +97,7 @@ export function observeFindReplace(registry: Registry): void {
   const name = 'warren_traffic_policy_find_replace_skipped_total';
   skipped =
     (registry.getSingleMetric(name) as Counter<'direction' | 'reason'> | undefined) ??
-    new Counter({ name, help: 'Bodies a request-/response-body-find-replace action passed on unchanged because it could not rewrite them (reason: type, charset, encoding, too_large, not_utf8, too_many_matches, partial, busy)', labelNames: ['direction', 'reason'], registers: [registry] });
+    new Counter({ name, help: 'Bodies a request-/response-body-find-replace action passed on unchanged because it could not rewrite them (reason: type, charset, encoding, too_large, not_utf8, too_many_matches, partial, busy, timeout)', labelNames: ['direction', 'reason'], registers: [registry] });
   const held = 'warren_traffic_policy_find_replace_held_bytes';
   if (!registry.getSingleMetric(held)) {
     new Gauge({
@@ -149,7 +156,7 @@ function codingOf(h: readonly string[]): BodyCoding | null {
 }
 
 /** The largest body any action rewrites (a response holds at most this much). */
-const MAX = Math.max(FIND_REPLACE_LIMITS.bodyBytes, FIND_REPLACE_LIMITS.literalBodyBytes);
+const MAX = Math.max(FIND_REPLACE_LIMITS.bodyBytes, FIND_REPLACE_LIMITS.literalBodyBytes, FIND_REPLACE_LIMITS.workerBodyBytes);
 
 /**
  * Process-wide limits of these actions (a shared ingress: every tenant's bodies count). Mutable
@@ -281,6 +288,7 @@ async function encodeAsync(body: Buffer, coding: Exclude<BodyCoding, 'identity'>
 
 /** One action's replacements with its `${…}` values, evaluated when it ran. */
 interface Step {
+  action: CompiledFindReplace;
   replacements: Replacements;
   values: Map<CelProgram, string>;
 }
@@ -289,45 +297,73 @@ interface Step {
 function evaluateAll(act: Activation, a: CompiledFindReplace): Step {
   const values = new Map<CelProgram, string>();
   for (const p of a.replacements.programs) values.set(p, celToHeaderText(p(act)));
-  return { replacements: a.replacements, values };
+  return { action: a, replacements: a.replacements, values };
 }
 
 /**
  * The decoded `body` with the steps' replacements (each step whose bound the body fits, in
- * order; the others counted); null when unchanged or skipped (counted). Throws nothing: a pattern
- * a `${…}` made invalid counts as an evaluation error through `failed`.
+ * order; the others counted); null when unchanged or skipped (counted). A step whose body is
+ * over its event-loop bound runs on the regex worker thread: then a Promise. Never rejects: a
+ * pattern a `${…}` made invalid counts as an evaluation error through `failed`.
  */
-function replaceAll(body: Buffer, steps: readonly Step[], direction: Direction, failed: (err: unknown) => void, hold: Hold | null): Buffer | null {
+function replaceAll(body: Buffer, steps: readonly Step[], direction: Direction, failed: (err: unknown) => void, hold: Hold | null): Buffer | null | Promise<Buffer | null> {
   if (!isUtf8(body)) return skip(direction, 'not_utf8');
-  let out = body;
-  let changed = false;
-  for (const st of steps) {
+  return replaceFrom(body, body, 0, steps, direction, failed, hold);
+}
+
+/** `replaceAll` from step `i` on, `out` being the body so far (`body` itself while unchanged). */
+function replaceFrom(body: Buffer, out: Buffer, i: number, steps: readonly Step[], direction: Direction, failed: (err: unknown) => void, hold: Hold | null): Buffer | null | Promise<Buffer | null> {
+  const changed = () => out !== body;
+  /** Takes a step's result; false when the body must be left as it was. */
+  const took = (r: Buffer | null): boolean => {
+    if (r === null) return true;
+    // The previous result is dropped (the decoded body is held to the end).
+    if (changed()) hold?.give(out.length);
+    if (hold && !hold.take(r.length)) {
+      skip(direction, 'busy');
+      return false;
+    }
+    out = r;
+    return true;
+  };
+  /** A step's error: counted, and the body is left as it was (every step, or none). */
+  const failedStep = (err: unknown): null => {
+    if (err instanceof UrlActionRuntimeError && err.code === 'too_many_matches') return skip(direction, 'too_many_matches');
+    if (err instanceof UrlActionRuntimeError && err.code === 'url_too_long') return skip(direction, 'too_large');
+    failed(err);
+    return null;
+  };
+  for (; i < steps.length; i++) {
+    const st = steps[i]!;
     if (out.length > st.replacements.bodyBytes) {
-      skip(direction, 'too_large');
-      continue;
-    }
-    try {
-      const r = applyFindReplace(st.replacements, out, (p) => st.values.get(p) ?? '');
-      if (r !== null) {
-        // The previous result is dropped (the decoded body is held to the end).
-        if (changed) hold?.give(out.length);
-        if (hold && !hold.take(r.length)) return skip(direction, 'busy');
-        out = r;
-        changed = true;
+      if (out.length > st.replacements.workerBytes) {
+        skip(direction, 'too_large');
+        continue;
       }
-    } catch (err) {
-      if (err instanceof UrlActionRuntimeError && err.code === 'too_many_matches') skip(direction, 'too_many_matches');
-      else if (err instanceof UrlActionRuntimeError && err.code === 'url_too_long') skip(direction, 'too_large');
-      else failed(err);
-      // The body is left as it was: every step, or none.
-      return null;
+      const a = st.action;
+      const job = rewriteOnRegexWorker(a, a.direction, a.config, a.replacements.programs.map((p) => st.values.get(p) ?? ''), out);
+      if (!job) return skip(direction, 'busy');
+      const next = i + 1;
+      return job.then((r: RegexJobResult) => {
+        if (r.kind === 'timeout') return skip(direction, 'timeout');
+        if (r.kind === 'failed') return failedStep(r.code ? new UrlActionRuntimeError(r.code, r.message) : new Error(r.message));
+        if (!took(r.body)) return null;
+        return replaceFrom(body, out, next, steps, direction, failed, hold);
+      });
     }
+    let r: Buffer | null;
+    try {
+      r = applyFindReplace(st.replacements, out, (p) => st.values.get(p) ?? '');
+    } catch (err) {
+      return failedStep(err);
+    }
+    if (!took(r)) return null;
   }
-  return changed ? out : null;
+  return changed() ? out : null;
 }
 
 /** The largest bound of `steps` (what may be decoded or held). */
-const boundOf = (steps: readonly Step[]) => Math.max(...steps.map((st) => st.replacements.bodyBytes));
+const boundOf = (steps: readonly Step[]) => Math.max(...steps.map((st) => st.replacements.workerBytes));
 
 /**
  * `raw` (encoded with `coding`) with the steps' replacements, re-encoded; null when unchanged or
@@ -353,7 +389,7 @@ function rewrite(raw: Buffer, coding: BodyCoding, steps: readonly Step[], direct
     try {
       const body = await decodeAsync(raw, coding, max, hold);
       if (typeof body === 'string') return skip(direction, body);
-      const out = replaceAll(body, steps, direction, failed, hold);
+      const out = await replaceAll(body, steps, direction, failed, hold);
       if (!out) return null;
       const encoded = await encodeAsync(out, coding, hold);
       return encoded === 'busy' ? skip(direction, 'busy') : encoded;
@@ -444,7 +480,7 @@ export function runResponseFindReplace(act: Activation, a: CompiledFindReplace, 
   if (r.status === 206 || rawHeader(h, 'content-range') !== undefined) return void skip('response', 'partial');
   const len = rawHeader(h, 'content-length');
   // A declared length over the bound is decided on the head (the decoded body is at least as long when not encoded).
-  if (len !== undefined && Number(len) > a.replacements.bodyBytes && codingOf(h) === 'identity') return void skip('response', 'too_large');
+  if (len !== undefined && Number(len) > a.replacements.workerBytes && codingOf(h) === 'identity') return void skip('response', 'too_large');
   const ready = prepare(act, a, h, 'response', failed);
   if (!ready) return;
   const { step } = ready;

@@ -46,11 +46,13 @@
  *   whether there is a match, never where: finding match bounds, even only `$0`'s, runs its NFA
  *   (or backtracker), measured as slow without groups as with them, so regexes get no larger
  *   bound without capture groups.
- * An action rewrites a body only within the bounds of ALL its replacements (`CompiledFindReplace.bodyBytes`,
- * the smallest): a larger body is passed on unchanged (the ingress counts it), so one regex
- * replacement brings the whole action down to 4 KiB; put literal ones in an action of their own
- * to have them apply to larger bodies. More matches or a longer result also leave the body as
- * it was.
+ * An action rewrites a body on the event loop only within the bounds of ALL its replacements
+ * (`CompiledFindReplace.bodyBytes`, the smallest): one regex replacement brings that to 4 KiB.
+ * A larger body, up to `workerBodyBytes` (128 KiB), is rewritten by the whole action on the
+ * ingress's regex worker thread (`services/ingress/src/policy/regex-worker.ts`), within
+ * `FIND_REPLACE_WORKER_LIMITS`, off the event loop and under a deadline; the event loop only
+ * hands it over, charged `workerHandOffCost`. More matches or a longer result leave the body as
+ * it was, and so does a larger body (the ingress counts it).
  */
 import { CelCompileError, type CelProgram } from './cel.js';
 import { at, expectList, expectObj, noUnknownKeys, onlyInbound, TrafficPolicyError, typeName } from './parse.js';
@@ -83,7 +85,48 @@ export const FIND_REPLACE_LIMITS = {
    * past that (see the module comment).
    */
   literalNeedleBytes: 128,
+  /**
+   * Largest body an action with a regex replacement rewrites on the regex worker thread, decoded
+   * bytes: at most this, and less for an action whose estimated worst case on it is over
+   * `workerBudgetNs` (`compileFindReplace`).
+   */
+  workerBodyBytes: 128 * 1024,
+  /**
+   * Estimated worst-case work of an action on one body on the regex worker thread (≈ ns, the
+   * event loop's cost model: about twice what was measured). A typical redaction pattern fits it
+   * on 128 KiB; a large pattern gets a smaller bound.
+   */
+  workerBudgetNs: 100_000_000,
+  /** Largest result there, bytes. */
+  workerOutBytes: 256 * 1024,
+  /** Matches of one regex replacement there. */
+  workerMaxMatches: 1024,
 } as const;
+
+/** What an action works within: the bounds of a body rewritten on the event loop, or on the regex worker thread. */
+export interface FindReplaceBounds {
+  /** Largest body rewritten, decoded bytes. */
+  bodyBytes: number;
+  /** Largest result of a literal replacement, bytes. */
+  outBytes: number;
+  /** What a regex replacement works within. */
+  regex: TemplateLimits;
+}
+
+/** The bounds on the regex worker thread (`FIND_REPLACE_LIMITS.worker*`). */
+export const FIND_REPLACE_WORKER_LIMITS: FindReplaceBounds = {
+  bodyBytes: FIND_REPLACE_LIMITS.workerBodyBytes,
+  outBytes: FIND_REPLACE_LIMITS.workerOutBytes,
+  regex: { chars: FIND_REPLACE_LIMITS.workerBodyBytes, outChars: FIND_REPLACE_LIMITS.workerOutBytes, maxMatches: FIND_REPLACE_LIMITS.workerMaxMatches, subject: 'body' },
+};
+
+/**
+ * Event-loop work to hand a body of `bytes` to the regex worker thread and take the result back
+ * (≈ ns): checking UTF-8, one copy out and the result's copy in (well under 1 ns a byte each).
+ */
+export function workerHandOffCost(bytes: number): number {
+  return 50_000 + 2 * bytes;
+}
 
 /** What `applyFindReplace` works within for a regex (characters: a character is at least a byte in UTF-8). */
 export const FIND_REPLACE_TEMPLATE_LIMITS: TemplateLimits = {
@@ -123,10 +166,15 @@ export interface FindReplacement {
 /** An action's compiled replacements. */
 export interface CompiledFindReplace {
   replacements: FindReplacement[];
-  /** Largest body the action rewrites: the smallest of its replacements' bounds. */
+  /** Largest body the action rewrites on the event loop: the smallest of its replacements' bounds. */
   bodyBytes: number;
   /** Longest result of a literal replacement: twice `bodyBytes`. */
   outBytes: number;
+  /**
+   * Largest body the action rewrites at all: `bodyBytes`, or with a regex replacement
+   * `workerBodyBytes`, a body over `bodyBytes` being rewritten on the regex worker thread.
+   */
+  workerBytes: number;
   /** Every `${…}` program of the replacements (each once), to evaluate when the action runs. */
   programs: CelProgram[];
 }
@@ -212,7 +260,20 @@ export function compileFindReplace(direction: PolicyDirection, c: FindReplaceCon
     for (const p of [...(t.from?.kind === 'dynamic' ? t.from.parts : []), ...t.to]) if (typeof p === 'function') programs.add(p);
   }
   const bodyBytes = Math.min(...replacements.map((r) => r.bodyBytes));
-  return { replacements, bodyBytes, outBytes: 2 * bodyBytes, programs: [...programs] };
+  return { replacements, bodyBytes, outBytes: 2 * bodyBytes, workerBytes: workerBound(replacements, bodyBytes), programs: [...programs] };
+}
+
+/**
+ * The largest body an action rewrites on the regex worker thread: `workerBodyBytes`, scaled down
+ * (to whole KiB) when its replacements' estimated worst case there is over `workerBudgetNs`;
+ * `bodyBytes` (no worker) for literal replacements only, or when that leaves no more than it.
+ */
+function workerBound(replacements: readonly FindReplacement[], bodyBytes: number): number {
+  if (replacements.every((r) => r.literal)) return bodyBytes;
+  const most = FIND_REPLACE_LIMITS.workerBodyBytes;
+  const total = replacements.reduce((t, r) => t + (r.literal ? findReplaceCost(r, most) : urlTemplateCost(r.template, FIND_REPLACE_WORKER_LIMITS.regex)), 0);
+  const fit = Math.floor((most * Math.min(1, FIND_REPLACE_LIMITS.workerBudgetNs / total)) / 1024) * 1024;
+  return Math.max(bodyBytes, fit);
 }
 
 function compileReplacement(direction: PolicyDirection, from: string, to: string): FindReplacement {
@@ -284,14 +345,14 @@ function replaceBytes(body: Buffer, needle: Buffer, to: Buffer, outBytes: number
 }
 
 /**
- * Applies `c`'s replacements in order to `body` (valid UTF-8, at most `c.bodyBytes`): the new
- * body, or null when nothing matched. `evaluate` gives the text of a `${…}`. Throws
- * `UrlActionRuntimeError` (too many matches; `url_too_long`: the body or a result over a bound;
- * a `from` whose `${…}` make an invalid pattern) or what `evaluate` throws: then the body must be
- * left as it was.
+ * Applies `c`'s replacements in order to `body` (valid UTF-8, at most `c.bodyBytes`, or within
+ * `bounds`: `FIND_REPLACE_WORKER_LIMITS` on the regex worker thread): the new body, or null when
+ * nothing matched. `evaluate` gives the text of a `${…}`. Throws `UrlActionRuntimeError` (too
+ * many matches; `url_too_long`: the body or a result over a bound; a `from` whose `${…}` make an
+ * invalid pattern) or what `evaluate` throws: then the body must be left as it was.
  */
-export function applyFindReplace(c: CompiledFindReplace, body: Buffer, evaluate: (p: CelProgram) => string): Buffer | null {
-  if (body.length > c.bodyBytes) throw tooLong('the body', c.bodyBytes);
+export function applyFindReplace(c: CompiledFindReplace, body: Buffer, evaluate: (p: CelProgram) => string, bounds: FindReplaceBounds = { bodyBytes: c.bodyBytes, outBytes: c.outBytes, regex: FIND_REPLACE_TEMPLATE_LIMITS }): Buffer | null {
+  if (body.length > bounds.bodyBytes) throw tooLong('the body', bounds.bodyBytes);
   let buf = body;
   let text: string | null = null;
   let changed = false;
@@ -306,7 +367,7 @@ export function applyFindReplace(c: CompiledFindReplace, body: Buffer, evaluate:
           buf = Buffer.from(text, 'utf8');
           text = null;
         }
-        const out = replaceBytes(buf, Buffer.from(needle, 'utf8'), Buffer.from(to, 'utf8'), c.outBytes);
+        const out = replaceBytes(buf, Buffer.from(needle, 'utf8'), Buffer.from(to, 'utf8'), bounds.outBytes);
         if (out) {
           buf = out;
           changed = true;
@@ -314,10 +375,10 @@ export function applyFindReplace(c: CompiledFindReplace, body: Buffer, evaluate:
         continue;
       }
       // `${…}` made it empty (it matches everywhere): a regex, within a regex's bounds.
-      if ((text?.length ?? buf.length) > FIND_REPLACE_LIMITS.bodyBytes) throw new UrlActionRuntimeError('too_many_matches', 'from is empty: it matches everywhere in the body');
+      if ((text?.length ?? buf.length) > bounds.regex.chars) throw new UrlActionRuntimeError('too_many_matches', 'from is empty: it matches everywhere in the body');
     }
     if (text === null) text = buf.toString('utf8');
-    const res = applyUrlTemplate(r.template, text, evaluate, FIND_REPLACE_TEMPLATE_LIMITS);
+    const res = applyUrlTemplate(r.template, text, evaluate, bounds.regex);
     if (res && res.url !== text) {
       text = res.url;
       changed = true;
@@ -386,5 +447,7 @@ export function parseFindReplaceConfig(type: FindReplaceType, raw: unknown, path
     g.work.push({ path: at(at(lp, i), 'from'), what: `${type}: replacing ${kind} in a ${side} body of up to ${size} is`, cost: () => findReplaceCost(rep, bound) });
   });
   g.work.push({ path, what: `${type}: checking and copying a ${side} body of up to ${size} is`, cost: () => findReplaceBodyCost(bound) });
+  const most = workerBound(compiled, bound);
+  if (most > bound) g.work.push({ path, what: `${type}: handing a ${side} body of up to ${most / 1024} KiB to the regex worker thread is`, cost: () => workerHandOffCost(most) });
   return { replacements };
 }

@@ -377,8 +377,14 @@ export function applyUrlTemplate(t: UrlTemplate, url: string, evaluate: (p: CelP
 const W = {
   /** The call: evaluating the replacement, the search set-up, the result. */
   call: 2_000,
-  /** Per character searched by a one-pass (or plain string) program (measured 30–50). */
+  /** Per character searched by a one-pass (or plain string) program (measured 30–50) … */
   linearChar: 100,
+  /**
+   * … plus per instruction: a long literal is searched with `String#indexOf`, which on text of
+   * near-matches costs about its length per position (`a…ab a…a`, 601 and 2481 instructions, on
+   * `aaaa…`: ~0.2 ns per character and instruction measured).
+   */
+  linearInstChar: 0.4,
   /** Per character of an NFA search (measured 30–65 for the smallest programs) … */
   nfaChar: 110,
   /** … plus per instruction of the pattern as written (measured up to 17, every thread alive) … */
@@ -398,7 +404,7 @@ const W = {
  * of which `literal` instructions are text a `${…}` inserted.
  */
 function searchCost(info: Partial<RegexRunInfo>, chars: number, literal: number): number {
-  if (info.linear) return chars * W.linearChar;
+  if (info.linear) return chars * (W.linearChar + W.linearInstChar * (info.programSize ?? MAX_REGEX_PROGRAM_SIZE));
   const p = info.programSize ?? MAX_REGEX_PROGRAM_SIZE;
   return chars * (W.nfaChar + W.nfaInstChar * (p - literal) + W.literalInstChar * literal);
 }
