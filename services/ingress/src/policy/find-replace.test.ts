@@ -292,6 +292,9 @@ describe('regex replacements on bodies over 4 KiB: the regex worker thread', () 
       await st.onRequest!(s);
       expect(s.body!.equals(body)).toBe(true);
       expect(regexWorkerCounts.restarts).toBeGreaterThan(restarts);
+      const metric = await registry.getSingleMetric('warren_traffic_policy_regex_worker_restarts_total')!.get();
+      expect(metric.values[0]!.value).toBe(regexWorkerCounts.restarts);
+      expect((await registry.getSingleMetric('warren_traffic_policy_regex_worker_jobs')!.get()).values[0]!.value).toBe(0);
       REGEX_WORKER_LIMITS.timeoutMs = saved.timeoutMs;
       REGEX_WORKER_LIMITS.perAction = 2;
       // Three bodies of one action at once: two run (one after the other), the third is busy.

@@ -9,7 +9,7 @@ import type { LengthDecidingTransform, RequestState, ResponseState } from '../pi
 import type { Activation } from './activation.js';
 import { compressionPending } from './body-actions.js';
 import { celToHeaderText } from './headers.js';
-import { rewriteOnRegexWorker, type RegexJobResult } from './regex-worker.js';
+import { regexWorkerCounts, regexWorkerJobs, rewriteOnRegexWorker, type RegexJobResult } from './regex-worker.js';
 import type { FailedFn } from './url-actions.js';
 
 /**
@@ -98,6 +98,26 @@ export function observeFindReplace(registry: Registry): void {
   skipped =
     (registry.getSingleMetric(name) as Counter<'direction' | 'reason'> | undefined) ??
     new Counter({ name, help: 'Bodies a request-/response-body-find-replace action passed on unchanged because it could not rewrite them (reason: type, charset, encoding, too_large, not_utf8, too_many_matches, partial, busy, timeout)', labelNames: ['direction', 'reason'], registers: [registry] });
+  const jobs = 'warren_traffic_policy_regex_worker_jobs';
+  if (!registry.getSingleMetric(jobs)) {
+    new Gauge({
+      name: jobs,
+      help: 'Bodies queued or being rewritten on the regex worker thread now (find-replace actions with a regex, bodies over 4 KiB); at REGEX_WORKER_LIMITS.jobs further bodies pass unchanged (busy)',
+      registers: [registry],
+      collect() {
+        this.set(regexWorkerJobs());
+      },
+    });
+    new Counter({
+      name: 'warren_traffic_policy_regex_worker_restarts_total',
+      help: 'Times the regex worker thread was replaced: a body ran out of time (timeout) or the thread failed',
+      registers: [registry],
+      collect() {
+        this.reset();
+        this.inc(regexWorkerCounts.restarts);
+      },
+    });
+  }
   const held = 'warren_traffic_policy_find_replace_held_bytes';
   if (!registry.getSingleMetric(held)) {
     new Gauge({

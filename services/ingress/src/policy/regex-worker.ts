@@ -158,6 +158,11 @@ export function rewriteOnRegexWorker(key: object, direction: PolicyDirection, co
   });
 }
 
+/** Bodies queued or running now. */
+export function regexWorkerJobs(): number {
+  return queue.length + (running ? 1 : 0);
+}
+
 /** Stops the thread (tests; the process's exit does not wait for an idle one anyway). */
 export async function stopRegexWorker(): Promise<void> {
   const w = worker;
