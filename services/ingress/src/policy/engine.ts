@@ -21,8 +21,6 @@ const MAX_PLAIN_KEY = 256;
 
 const RATE_LIMITED_BODY = 'Too Many Requests: rate limit exceeded\n';
 
-/** Longest interpolated header value (add-headers, custom-response); `MAX_INTERPOLATED_VALUE` in the shared parser's cost estimate. */
-
 /** Longest interpolated custom-response body, in characters (the literal text is at most 64 KiB). */
 const MAX_RESPONSE_BODY = 256 * 1024;
 

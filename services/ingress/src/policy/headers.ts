@@ -21,7 +21,7 @@ export function isValidHeaderValue(v: string): boolean {
   return VALUE_RE.test(v);
 }
 
-/** Longest header value a policy's interpolation may make, bytes as sent. */
+/** Longest header value a policy's interpolation may make, bytes as sent (`MAX_INTERPOLATED_VALUE` in the shared parser's cost estimate). */
 export const MAX_HEADER_VALUE = 8192;
 
 /** Text with `${expr}` parts compiled, in order; the text itself when it has none. */
