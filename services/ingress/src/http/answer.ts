@@ -36,7 +36,14 @@ export function answerHeaders(out: Answer): string[] {
   return h;
 }
 
-/** What goes out as the answer's body: nothing for HEAD or a bodiless status. */
-export function answerBody(out: Answer, method: string | undefined): string | Buffer | undefined {
-  return method === 'HEAD' || bodilessStatus(out.status) ? undefined : (out.body ?? '');
+/**
+ * What goes out as the answer's body: nothing for HEAD or a bodiless status. Text as its UTF-8
+ * bytes: Node writes a string body given to the head's first write in one string with the head,
+ * in the body's encoding, so a header value's bytes 0x80-0xff (a policy's UTF-8 text, one
+ * character per byte) would go out encoded a second time.
+ */
+export function answerBody(out: Answer, method: string | undefined): Buffer | undefined {
+  if (method === 'HEAD' || bodilessStatus(out.status)) return undefined;
+  const b = out.body ?? '';
+  return typeof b === 'string' ? Buffer.from(b, 'utf8') : b;
 }

@@ -462,7 +462,8 @@ export class PublicHandler {
       const h = answerHeaders(out);
       let head = `HTTP/1.1 ${out.status} ${http.STATUS_CODES[out.status] ?? ''}\r\n`;
       for (let i = 0; i < h.length; i += 2) head += `${h[i]}: ${h[i + 1]}\r\n`;
-      socket.write(`${head}connection: close\r\n\r\n`);
+      // One character per byte: header values are bytes as Node holds them (a policy's UTF-8 text included).
+      socket.write(`${head}connection: close\r\n\r\n`, 'latin1');
       socket.end(answerBody(out, req.method));
       return;
     }
