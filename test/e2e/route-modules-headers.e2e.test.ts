@@ -7,10 +7,11 @@ import { startPolicyCluster, type PolicyCluster, type PolicyResponse } from '../
 /**
  * The request_headers, response_headers and compression modules on live traffic, through real
  * processes (a control plane, an ingress node, our agent and an upstream that echoes what reached
- * it): header values a header cannot carry are refused by the API, and one stored anyway (written
- * straight into the database, as an older control plane could have) makes its route answer 503
- * rather than end the ingress process; a response head Node refuses to write answers 502; Latin-1
- * (obs-text) values travel as their bytes; every upstream Vary field survives compression;
+ * it): header values are UTF-8 text: control characters and lone surrogates are refused by the
+ * API, and one stored anyway (written straight into the database, as an older control plane could
+ * have) makes its route answer 503 rather than end the ingress process; a response head Node
+ * refuses to write answers 502; any other text (U+0080-U+00FF, beyond U+00FF, beyond the BMP)
+ * travels as its UTF-8 bytes; every upstream Vary field survives compression;
  * request_headers.add rewrites the Host the upstream sees (one Host; X-Forwarded-Host keeps the
  * public one) and response_headers edits a response's Host like any header.
  */
@@ -54,13 +55,19 @@ afterAll(async () => {
 }, 60_000);
 
 const expectError = (r: PolicyResponse, status: number, code: string) => expect([r.status, r.headers['warren-error-code']], r.body).toEqual([status, code]);
+const NOT_ALLOWED = 'header value has a character not allowed in a header (a control character or a lone surrogate)';
+const utf8Hex = (text: string) => Buffer.from(text, 'utf8').toString('hex');
+/** The bytes (hex) of a header value as node:http holds it (one character per byte). */
+const bytesHex = (v: unknown) => (typeof v === 'string' ? Buffer.from(v, 'latin1').toString('hex') : v);
 
 describe('header module values', () => {
-  it('the API refuses a value beyond Latin-1 and reserved names, naming the field', async () => {
+  it('the API refuses a control character and reserved names, naming the field', async () => {
     for (const module of ['request_headers', 'response_headers']) {
-      const r = await api('POST', `/edges/https/${c.edgeId}/routes`, c.routeBody('/refused', { [module]: { add: { 'X-Price': '5 €' } } }));
-      expect([r.status, r.body.error_code, r.body.details?.field]).toEqual([400, 'ERR_WARREN_2104', `${module}.add.X-Price`]);
-      expect(r.body.msg).toContain('header value has a character not allowed in a header (control character or beyond U+00FF)');
+      for (const value of ['5 €\u0001', 'a\r\nX-Evil: 1', 'del\u007f']) {
+        const r = await api('POST', `/edges/https/${c.edgeId}/routes`, c.routeBody('/refused', { [module]: { add: { 'X-Price': value } } }));
+        expect([value, r.status, r.body.error_code, r.body.details?.field]).toEqual([value, 400, 'ERR_WARREN_2104', `${module}.add.X-Price`]);
+        expect(r.body.msg).toContain(NOT_ALLOWED);
+      }
       for (const name of ['Content-Length', 'Transfer-Encoding', 'Connection', 'Upgrade', 'TE', 'Trailer', 'Keep-Alive', 'X-Warren-Tunnel']) {
         const add = await api('POST', `/edges/https/${c.edgeId}/routes`, c.routeBody('/refused', { [module]: { add: { [name]: 'v' } } }));
         expect([add.status, add.body.error_code, add.body.details?.field, add.body.msg]).toEqual([400, 'ERR_WARREN_2104', `${module}.add.${name}`, `${module}.add.${name}: header "${name}" cannot be changed by a route module`]);
@@ -70,20 +77,26 @@ describe('header module values', () => {
     }
   });
 
-  it('Latin-1 (obs-text) values reach the upstream and the client as their bytes', async () => {
-    await route('/latin1', { request_headers: { add: { 'X-Req-Name': 'café Zoë' } }, response_headers: { add: { 'X-Resp-Name': 'naïve ÿ' } } });
-    const r = await request('/latin1/x');
+  it('values beyond ASCII (U+0080-U+00FF, beyond U+00FF, beyond the BMP) reach the upstream and the client as their UTF-8 bytes', async () => {
+    await route('/utf8', {
+      request_headers: { add: { 'X-Req-Name': 'café Zoë', 'X-Req-Price': '5 €', 'X-Req-Greet': 'こんにちは 😀' } },
+      response_headers: { add: { 'X-Resp-Name': 'naïve ÿ', 'X-Resp-Price': '5 €' } },
+    });
+    const r = await request('/utf8/x');
     expect(r.status, r.body).toBe(200);
-    // Node decodes header bytes as Latin-1 on both ends: the strings come back as stored.
-    expect(r.json().headers['x-req-name']).toBe('café Zoë');
-    expect(r.headers['x-resp-name']).toBe('naïve ÿ');
+    // Node holds header bytes one character per byte on both ends: compare the bytes.
+    const seen = r.json().headers;
+    expect(['x-req-name', 'x-req-price', 'x-req-greet'].map((n) => bytesHex(seen[n]))).toEqual([utf8Hex('café Zoë'), '3520e282ac', utf8Hex('こんにちは 😀')]);
+    expect(bytesHex(seen['x-req-name'])).toBe('636166c3a9205a6fc3ab');
+    expect(['x-resp-name', 'x-resp-price'].map((n) => bytesHex(r.headers[n]))).toEqual([utf8Hex('naïve ÿ'), '3520e282ac']);
+    expect(Buffer.from(r.headers['x-resp-name'] as string, 'latin1').toString('utf8')).toBe('naïve ÿ');
   });
 
-  it('a value stored beyond Latin-1 makes its route answer 503 (7010); the ingress keeps serving other routes', async () => {
+  it('a value stored with a control character makes its route answer 503 (7010); the ingress keeps serving other routes', async () => {
     const ok = await route('/still-ok', { response_headers: { add: { 'X-Ok': '1' } } });
     expect(ok).toBeTruthy();
-    const id = await route('/stored-bad', { request_headers: { add: { 'X-Price': '5 EUR' } }, response_headers: { add: { 'X-Price': '5 EUR' } } });
-    expect((await request('/stored-bad/x')).headers['x-price']).toBe('5 EUR');
+    const id = await route('/stored-bad', { request_headers: { add: { 'X-Price': '5 €' } }, response_headers: { add: { 'X-Price': '5 €' } } });
+    expect(bytesHex((await request('/stored-bad/x')).headers['x-price'])).toBe('3520e282ac');
 
     // As an older control plane could have stored it: straight into the database, then any change
     // of the route pushes it to the node.
@@ -92,7 +105,7 @@ describe('header module values', () => {
     try {
       const { rowCount } = await db.query(
         `UPDATE https_edge_routes SET modules = jsonb_set(jsonb_set(modules, '{response_headers,add,X-Price}', to_jsonb($2::text)), '{request_headers,add,X-Price}', to_jsonb($2::text)) WHERE id = $1`,
-        [id, '5 €'],
+        [id, '5 €\u0001'],
       );
       expect(rowCount).toBe(1);
     } finally {
@@ -105,7 +118,7 @@ describe('header module values', () => {
       return r.headers['warren-error-code'] === 'ERR_WARREN_7010' ? r : null;
     });
     expectError(refused, 503, 'ERR_WARREN_7010');
-    expect(refused.json().msg).toMatch(/request_headers: add: the value of "X-Price" has a character not allowed in a header/);
+    expect(refused.json().msg).toMatch(/request_headers: add: the value of "X-Price"\W.*a character not allowed in a header/);
     for (let i = 0; i < 3; i++) expectError(await request('/stored-bad/again'), 503, 'ERR_WARREN_7010');
     expect(alive()).toBe(true);
     const other = await request('/still-ok/x');

@@ -2,8 +2,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApi, type Account, type TestApi } from '../../../../../test/support/api.js';
 
 /**
- * request_headers / response_headers: values the ingress could not write and names it would
- * silently ignore are refused with a 400 naming the field, on create, PATCH and the module's PUT.
+ * request_headers / response_headers: header values are UTF-8 text (as ngrok's): any Unicode text
+ * is accepted but control characters and lone surrogates, which are refused with a 400 naming the
+ * field, as are names the ingress would silently ignore, on create, PATCH and the module's PUT.
  * Host: request_headers.add rewrites it (host[:port]), request_headers.remove may not name it,
  * response_headers treats it as any header.
  */
@@ -28,33 +29,83 @@ async function expectRefused(module: string, body: unknown, field: string, msg: 
   expect(r.body.msg).toContain(msg);
 }
 
-const NOT_ALLOWED = 'header value has a character not allowed in a header (control character or beyond U+00FF)';
+const NOT_ALLOWED = 'header value has a character not allowed in a header (a control character or a lone surrogate)';
+/**
+ * The API's JSON reader refuses a lone surrogate (or NUL) in any string before the module's own
+ * check sees it (Postgres could not store it faithfully), with the same code and field.
+ */
+const UNSTORABLE = 'strings must not contain NUL characters or unpaired surrogates';
 
 describe('header module values', () => {
-  it('refuses characters a header cannot carry: control characters and anything beyond U+00FF', async () => {
+  it('refuses control characters (C0 but HTAB, and DEL), naming the field', async () => {
     for (const module of ['request_headers', 'response_headers']) {
-      for (const value of ['5 €', '\u{1F600}', 'Ā', 'a\r\nX-Evil: 1', 'bell\u0007', 'del\u007f', 'lf\n']) {
+      for (const value of ['a\r\nX-Evil: 1', 'bell\u0007', 'del\u007f', 'lf\n', 'cr\r', 'esc\u001b[0m', '5 €\u0001', 'こんにちは\u001f']) {
         await expectRefused(module, { add: { 'X-Price': value } }, `${module}.add.X-Price`, NOT_ALLOWED);
       }
     }
   });
 
-  it('accepts HTAB, SP, visible ASCII and obs-text (U+0080-U+00FF, sent as Latin-1)', async () => {
-    const add = { 'X-Ascii': ' !~\tend', 'X-Latin1': 'café Zoë ÿ\u0080', 'X-Empty': '' };
+  it('refuses lone surrogates and NUL, naming the field', async () => {
+    for (const module of ['request_headers', 'response_headers']) {
+      for (const value of ['a\ud800b', '\udc00', 'end\ud83d', 'nul\u0000']) {
+        const r = await create(module, { add: { 'X-Price': value } });
+        expect({ module, value, status: r.status, code: r.body.error_code, field: r.body.details?.field }).toEqual({ module, value, status: 400, code: 'ERR_WARREN_2104', field: `${module}.add.X-Price` });
+        expect([NOT_ALLOWED, UNSTORABLE].some((m) => String(r.body.msg).includes(m)), r.body.msg).toBe(true);
+      }
+    }
+  });
+
+  it('accepts HTAB, SP, visible ASCII and any other Unicode text (beyond U+00FF, beyond the BMP), sent as UTF-8', async () => {
+    const add = {
+      'X-Ascii': ' !~\tend',
+      'X-Latin1': 'café Zoë ÿ\u0080',
+      'X-Empty': '',
+      'X-Price': '5 €',
+      'X-Emoji': '\u{1F600}',
+      'X-A-Macron': 'Ā',
+      'X-Greet': 'こんにちは',
+      'X-Pair': '\ud83d\ude00 🇫🇷',
+      'X-Spaces': '\u00a0\u2028\u2029\ufeff',
+    };
     for (const module of ['request_headers', 'response_headers']) {
       const r = await create(module, { add });
       expect([r.status, r.body.msg]).toEqual([201, undefined]);
       expect(r.body[module].add).toEqual(add);
+      expect((await a.call('GET', `/edges/https/${edge}/routes/${r.body.id}`)).body[module].add).toEqual(add);
     }
   });
 
-  it('refuses on the module PUT and the route PATCH too', async () => {
+  it('counts the 1024-byte value limit in UTF-8 bytes', async () => {
+    for (const module of ['request_headers', 'response_headers']) {
+      // 341 × "€" (3 bytes each) + "a": 1024 bytes; one more "a": 1025.
+      const fits = '€'.repeat(341) + 'a';
+      const ok = await create(module, { add: { 'X-Long': fits } });
+      expect([ok.status, ok.body.msg, ok.body[module]?.add]).toEqual([201, undefined, { 'X-Long': fits }]);
+      const over = await create(module, { add: { 'X-Long': fits + 'a' } });
+      expect([over.status, over.body.error_code, over.body.details?.field]).toEqual([400, 'ERR_WARREN_5003', `${module}.add.X-Long`]);
+      expect(over.body.msg).toContain('header value is over 1024 bytes');
+      // 256 × "😀" (4 bytes, 2 UTF-16 units each): 1024 bytes.
+      expect((await create(module, { add: { 'X-Long': '😀'.repeat(256) } })).status).toBe(201);
+      expect((await create(module, { add: { 'X-Long': '😀'.repeat(256) + 'a' } })).status).toBe(400);
+    }
+  });
+
+  it('refuses on the module PUT and the route PATCH too, and accepts text beyond U+00FF there', async () => {
     const route = (await create('request_headers', { add: { 'X-A': 'ok' } })).body;
-    const put = await a.call('PUT', `/edges/https/${edge}/routes/${route.id}/response_headers`, { add: { 'X-Price': '5 €' } });
+    const put = await a.call('PUT', `/edges/https/${edge}/routes/${route.id}/response_headers`, { add: { 'X-Price': '5 €\u0007' } });
     expect([put.status, put.body.error_code, put.body.details?.field]).toEqual([400, 'ERR_WARREN_2104', 'add.X-Price']);
-    const patch = await a.call('PATCH', `/edges/https/${edge}/routes/${route.id}`, { request_headers: { add: { 'X-Price': '5 €' } } });
+    expect(put.body.msg).toContain(NOT_ALLOWED);
+    const patch = await a.call('PATCH', `/edges/https/${edge}/routes/${route.id}`, { request_headers: { add: { 'X-Price': '5 €\n' } } });
     expect([patch.status, patch.body.error_code, patch.body.details?.field]).toEqual([400, 'ERR_WARREN_2104', 'request_headers.add.X-Price']);
+    expect(patch.body.msg).toContain(NOT_ALLOWED);
     expect((await a.call('GET', `/edges/https/${edge}/routes/${route.id}`)).body.request_headers.add).toEqual({ 'X-A': 'ok' });
+
+    const putOk = await a.call('PUT', `/edges/https/${edge}/routes/${route.id}/response_headers`, { add: { 'X-Price': '5 €' } });
+    expect([putOk.status, putOk.body.add]).toEqual([200, { 'X-Price': '5 €' }]);
+    const patchOk = await a.call('PATCH', `/edges/https/${edge}/routes/${route.id}`, { request_headers: { add: { 'X-Price': '5 €', 'X-Greet': 'こんにちは 😀' } } });
+    expect([patchOk.status, patchOk.body.request_headers?.add]).toEqual([200, { 'X-Price': '5 €', 'X-Greet': 'こんにちは 😀' }]);
+    const got = (await a.call('GET', `/edges/https/${edge}/routes/${route.id}`)).body;
+    expect([got.request_headers.add, got.response_headers.add]).toEqual([{ 'X-Price': '5 €', 'X-Greet': 'こんにちは 😀' }, { 'X-Price': '5 €' }]);
   });
 });
 
