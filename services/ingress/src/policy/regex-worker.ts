@@ -57,18 +57,21 @@ function settle(q: Queued, r: RegexJobResult): void {
   q.resolve(r);
 }
 
-/** Ends the thread (a job out of time, or a thread that failed); the queue goes on with a new one. */
-function retire(reason: RegexJobResult): void {
+/** Drops the thread, if any: it is terminated, and later messages and errors of it are ignored. */
+function dropWorker(): Promise<number> | undefined {
   const w = worker;
   worker = null;
   ready = false;
   clearTimeout(startup);
-  if (w) {
-    w.removeAllListeners();
-    w.on('error', () => {});
-    void w.terminate();
-    regexWorkerCounts.restarts++;
-  }
+  if (!w) return undefined;
+  w.removeAllListeners();
+  w.on('error', () => {});
+  return w.terminate();
+}
+
+/** Ends the thread (a job out of time, or a thread that failed); the queue goes on with a new one. */
+function retire(reason: RegexJobResult): void {
+  if (dropWorker()) regexWorkerCounts.restarts++;
   const r = running;
   running = null;
   if (r) {
@@ -165,13 +168,5 @@ export function regexWorkerJobs(): number {
 
 /** Stops the thread (tests; the process's exit does not wait for an idle one anyway). */
 export async function stopRegexWorker(): Promise<void> {
-  const w = worker;
-  worker = null;
-  ready = false;
-  clearTimeout(startup);
-  if (w) {
-    w.removeAllListeners();
-    w.on('error', () => {});
-    await w.terminate();
-  }
+  await dropWorker();
 }
