@@ -123,6 +123,7 @@ on_http_response:
         config:
           headers:
             x-endpoint-policy: "ran for \${req.host}"
+            x-endpoint: "\${endpoint.id} \${endpoint.addr} \${endpoint.protocol}"
 `;
 
 beforeAll(async () => {
@@ -174,6 +175,8 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
       // Request and response add-headers; the client address is the public client's, also over the hop.
       expect(JSON.parse(ok.body)).toMatchObject({ path: '/hello', host: HOST, xff: '127.0.0.1', clientIp: '127.0.0.1' });
       expect(ok.headers['x-endpoint-policy']).toBe(`ran for ${HOST}`);
+      // endpoint.*: the endpoint the SDK bound (its id), on either node.
+      expect(ok.headers['x-endpoint']).toBe(`${listener.id()} ${HOST}:80 http`);
 
       // Deny by expression: the request never reaches the upstream. The response rules run on it too.
       const denied = await request(n.http, HOST, '/admin/users');

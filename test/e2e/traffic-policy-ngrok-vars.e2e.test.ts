@@ -39,6 +39,7 @@ on_http_request:
             x-type: "\${req.content_type}"
             x-raw: "\${req.url.raw_path}"
             x-port: "\${req.url.port}"
+            x-endpoint: "\${endpoint.id} \${endpoint.protocol} \${endpoint.host} \${endpoint.port} \${endpoint.addr}"
   - expressions: ["req.content_type.parameters['charset'] == 'UTF-8'"]
     actions:
       - type: add-headers
@@ -77,7 +78,7 @@ function send(path: string, o: { body?: string; chunked?: boolean; headers?: Rec
 describe("ngrok's variables on live traffic", () => {
   it("refuses a policy naming an ngrok variable or macro Warren does not have, saying so", async () => {
     const cases: [unknown, RegExp][] = [
-      [{ on_http_request: [{ expressions: ["endpoint.id == 'ep_1'"], actions: [{ type: 'deny' }] }] }, /expressions\[0\]: does not compile: ngrok's endpoint\.id is not supported by Warren/],
+      [{ on_http_request: [{ expressions: ['conn.bytes_in > 1000'], actions: [{ type: 'deny' }] }] }, /expressions\[0\]: does not compile: ngrok's conn\.bytes_in is not supported by Warren/],
       [{ on_http_request: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-start': '${conn.ts.start}' } } }] }] }, /x-start: \$\{…\} does not compile: ngrok's conn\.ts\.start is not supported by Warren/],
       [{ on_http_request: [{ expressions: ["hash.xxhash64(getReqHeader('x')[0]) == 'a'"], actions: [{ type: 'deny' }] }] }, /ngrok's hash\.xxhash64\(\) is not supported by Warren/],
     ];
@@ -107,6 +108,8 @@ describe("ngrok's variables on live traffic", () => {
     expect(seen.headers['x-length']).toBe('10');
     expect(seen.headers['x-type']).toBe('text/plain');
     expect(seen.headers['x-port']).toBe('80');
+    // endpoint.*: the edge, at the hostport that served the request.
+    expect(seen.headers['x-endpoint']).toBe(`${c.edgeId} http ${HOST} 80 ${HOST}:80`);
     expect(seen.headers['x-second-a']).toBe('yes');
     const received = Date.parse(seen.headers['x-received']!);
     expect(seen.headers['x-received']).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);

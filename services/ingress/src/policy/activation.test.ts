@@ -27,6 +27,10 @@ describe('the activation of a request', () => {
     // A port the edge serves stays (as ngrok shows an explicit port), and is conn.server_port.
     const app = new Activation(request({ host: 'app.example.com', url: '/x', headers: ['Host', 'App.example.com:8443'] }), null);
     expect([app.req.url.toString(), app.req.url.port, app.conn.server_port]).toEqual(['https://app.example.com:8443/x', 8443n, 8443n]);
+    // endpoint.*: the edge at the hostport that served the request.
+    const e = app.endpoint;
+    expect([e.id, e.host, e.port, e.protocol, e.addr]).toEqual(['edghts_1', 'app.example.com', 8443n, 'https', 'app.example.com:8443']);
+    expect(new Activation(admin('Admin.example.com:9999'), null).endpoint.addr).toBe('admin.example.com:443');
     // One the client made up (routing falls back to the edge's :443) does not: req.url and
     // conn.server_port show the port served; req.url.raw keeps what was sent.
     const act = new Activation(admin('Admin.example.com:8443'), null);

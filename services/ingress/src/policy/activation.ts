@@ -1,5 +1,5 @@
 import type { TLSSocket } from 'node:tls';
-import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse, type CelTime, type CelTlsSocket } from '@warren/shared';
+import { CEL_TIME, CelActions, CelConn, CelEndpoint, CelRequest, CelResponse, type CelTime, type CelTlsSocket } from '@warren/shared';
 import type { RequestState, ResponseState } from '../pipeline/types.js';
 import { geoLookupOf } from './geo.js';
 import { servedPort as routingServedPort } from '../http/routing.js';
@@ -12,6 +12,7 @@ import { servedPort as routingServedPort } from '../http/routing.js';
 export class Activation {
   private reqView?: CelRequest;
   private connView?: CelConn;
+  private endpointView?: CelEndpoint;
   private resView?: CelResponse;
   private varMap?: Map<string, unknown>;
 
@@ -36,6 +37,12 @@ export class Activation {
     // connection as the sending node saw it (`hop-conn.ts`), not the one between the nodes.
     const hop = s.conn;
     return (this.connView ??= new CelConn(s.clientIp, servedPort(s), hop ? hop.tls : tlsSocket(s), s.edge.mutualTls?.enabled === true, geoLookupOf(s), hop ? hop.socket : (s.req.socket ?? null)));
+  }
+
+  /** `endpoint`: the edge (a Bind endpoint's synthetic edge has its tunnel's id) at the hostport that served the request. */
+  get endpoint(): CelEndpoint {
+    const s = this.s;
+    return (this.endpointView ??= new CelEndpoint({ id: s.edge.id, host: s.host, port: () => servedPort(s), protocol: s.scheme }));
   }
 
   get res(): CelResponse | undefined {

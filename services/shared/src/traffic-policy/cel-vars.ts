@@ -750,6 +750,44 @@ export class CelConn {
   }
 }
 
+/** What `endpoint` shows (`CelEndpoint`). */
+export interface CelEndpointInit {
+  /** The edge's id (`edghts_…`), or a Bind endpoint's (its tunnel's) id. */
+  id: string;
+  /** The host the request was routed on, lower-case. */
+  host: string;
+  /** The port it was served on (read when used). */
+  port: () => number;
+  /** `http` or `https`. */
+  protocol: string;
+}
+
+/**
+ * `endpoint` (https://ngrok.com/docs/traffic-policy/variables/endpoint/): `id`, `host`, `port`
+ * (int), `protocol` and `addr` (`host:port`, an IPv6 literal in brackets). A route's policy
+ * belongs to an HTTPS edge, which may serve several hostports: the endpoint is the edge at the
+ * hostport that served the request.
+ */
+export class CelEndpoint {
+  constructor(private readonly init: CelEndpointInit) {}
+  get id(): string {
+    return this.init.id;
+  }
+  get host(): string {
+    return this.init.host;
+  }
+  get port(): bigint {
+    return BigInt(this.init.port());
+  }
+  get protocol(): string {
+    return this.init.protocol;
+  }
+  get addr(): string {
+    const h = this.init.host;
+    return `${h.includes(':') && !h.startsWith('[') ? `[${h}]` : h}:${this.init.port()}`;
+  }
+}
+
 export interface CelResponseInit {
   status: () => number;
   headers: () => readonly string[];

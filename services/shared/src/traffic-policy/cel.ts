@@ -25,7 +25,9 @@
  *   `extensions[i].{id, critical, value}`, and `conn.tls.client.pem`. See `CelTls`.
  * - `res.status_code` (int), `res.headers`, `res.content_length` (int; -1 when not known),
  *   `res.content_type` (as `req.content_type`) — outbound rules only.
- * - Other ngrok variables and macros (`endpoint.*`, `conn.ts.*`, `json.encode()`,
+ * - `endpoint.{id, host, port, protocol, addr}`: the edge (or Bind endpoint) at the hostport that
+ *   served the request (`CelEndpoint`).
+ * - Other ngrok variables and macros (`conn.ts.*`, `json.encode()`,
  *   `string.format()`, …) do not compile, and the message names them (`unsupportedNgrokName`).
  * - `actions.ngrok.rate_limit.{bucket_key, limited, error.code, error.message}` and the same
  *   under `actions.service.rate_limit` — the last rate-limit action's result.
@@ -79,6 +81,7 @@ import {
   CelCertificateValidity,
   CelClientCertificate,
   CelConn,
+  CelEndpoint,
   CelContentType,
   CelDistinguishedName,
   CelRateLimit,
@@ -458,6 +461,7 @@ function baseEnvironment(): Environment {
       fields: { city: str, country: str, country_code: str, latitude: str, longitude: str, radius: str, subdivision: str },
     })
     .registerType('Connection', { ctor: CelConn, fields: { client_ip: str, client_port: 'int', server_ip: str, server_port: 'int', tls: 'TLS', geo: 'Geo' } })
+    .registerType('Endpoint', { ctor: CelEndpoint, fields: { addr: str, host: str, id: str, port: 'int', protocol: str } })
     .registerType('RateLimitError', { ctor: CelRateLimitError, fields: { code: str, message: str } })
     .registerType('RateLimitResult', { ctor: CelRateLimit, fields: { bucket_key: str, limited: 'bool', error: 'RateLimitError' } })
     .registerType('RestrictIpsError', { ctor: CelRestrictIpsError, fields: { code: str, message: str } })
@@ -488,6 +492,7 @@ function baseEnvironment(): Environment {
     .registerType('Time', { ctor: CelTime, fields: { now: 'google.protobuf.Timestamp' } })
     .registerVariable('req', 'Request')
     .registerVariable('conn', 'Connection')
+    .registerVariable('endpoint', 'Endpoint')
     .registerVariable('actions', 'Actions')
     .registerVariable('time', 'Time')
     // `set-vars` variables (`var-actions.ts`): any name, any value; reading an unset one is an
@@ -553,9 +558,6 @@ function env(direction: PolicyDirection): Environment {
  * under it; one ending in `.*` is a namespace, reported as written (`endpoint.id`).
  */
 const NGROK_VARIABLES_NOT_SUPPORTED: readonly string[] = [
-  // There is no ngrok endpoint: a policy belongs to a route of an HTTPS edge, which has several
-  // hostports; the request's are `req.url.host` / `req.url.port`.
-  'endpoint.*',
   'req.content_encoding',
   'req.location',
   'req.trailers',

@@ -468,6 +468,17 @@ function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cos
       return { shape: SCALAR, cost: 0 };
     case 'Connection.server_ip':
       return s(64);
+    // A host name (at most 253 characters) or an IPv6 literal, a port, an id, `https`.
+    case 'Endpoint.host':
+      return s(256);
+    case 'Endpoint.addr':
+      return s(264);
+    case 'Endpoint.id':
+      return s(64);
+    case 'Endpoint.protocol':
+      return s(8);
+    case 'Endpoint.port':
+      return { shape: SCALAR, cost: 0 };
     // A cookie (`getReqCookie` / `getResCookie`, `cookie-vars.ts`): its strings are parts of one
     // header value, `unparsed_attributes` one entry per other attribute of a `Set-Cookie` line.
     case 'Cookie.name':
@@ -879,6 +890,8 @@ class Estimator {
         return { n: 0, w: 0, obj: 'Request' };
       case 'conn':
         return { n: 0, w: 0, obj: 'Connection' };
+      case 'endpoint':
+        return { n: 0, w: 0, obj: 'Endpoint' };
       case 'res':
         return { n: 0, w: 0, obj: 'Response' };
       case 'actions':

@@ -34,6 +34,7 @@ export {
   CelCertificateValidity,
   CelClientCertificate,
   CelConn,
+  CelEndpoint,
   CelDistinguishedName,
   CelRateLimit,
   CelRateLimitError,
