@@ -555,7 +555,7 @@ function env(direction: PolicyDirection): Environment {
  * ngrok's variables Warren does not have (https://ngrok.com/docs/traffic-policy/variables/, the
  * pages req, res, conn, conn.tls, IP intelligence, endpoint, action): an expression naming one
  * does not compile, and says so (`unsupportedNgrokName`). A name stands for itself and anything
- * under it; one ending in `.*` is a namespace, reported as written (`endpoint.id`).
+ * under it; one ending in `.*` is a namespace, reported as written (`conn.ts.start`).
  */
 const NGROK_VARIABLES_NOT_SUPPORTED: readonly string[] = [
   'req.content_encoding',
@@ -634,7 +634,7 @@ function selectionPath(n: AstNode): string | undefined {
   return parts.reverse().join('.');
 }
 
-/** What ngrok name (not supported here) the node is, if any: `endpoint.id`, `base64.decode()`, `string.format()`. */
+/** What ngrok name (not supported here) the node is, if any: `conn.ts.start`, `base64.decode()`, `string.format()`. */
 function ngrokNameOf(n: AstNode): string | undefined {
   if (n.op === '.' || n.op === 'id') {
     const path = selectionPath(n);
@@ -659,7 +659,7 @@ function ngrokNameOf(n: AstNode): string | undefined {
  * The first ngrok variable or macro Warren does not support that `ast` names (in source order),
  * as `ngrok's X is not supported by Warren (at column N)`; undefined when none. Looked for only
  * when an expression does not compile, so the user reads why instead of the library's
- * "Unknown variable: endpoint" / "No such key: port" / "found no matching overload".
+ * "No such key: ts" / "No such key: port" / "found no matching overload".
  */
 function unsupportedNgrokName(ast: unknown): string | undefined {
   let best: { name: string; start: number } | undefined;
@@ -682,7 +682,7 @@ function unsupportedNgrokName(ast: unknown): string | undefined {
     const start = n.start ?? 0;
     if (name !== undefined) {
       if (!best || start < best.start) best = { name, start };
-      // Its parts name nothing more useful (`endpoint` in `endpoint.id`).
+      // Its parts name nothing more useful (`ts` in `conn.ts.start`).
       if (n.op === '.' || n.op === 'id') continue;
     }
     stack.push(n.args);
