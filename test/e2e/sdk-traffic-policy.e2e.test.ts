@@ -266,14 +266,15 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
   it("shows the client's own connection (conn.tls.*, conn.client_port, conn.server_ip), not the one between the nodes, when a hop carries the request", async () => {
     const host = 'conn.sdk-tp.e2e.test';
     const s = await session(a.agent, tokenA);
-    const policy = 'on_http_response:\n  - actions:\n      - type: add-headers\n        config:\n          headers:\n            x-conn: "${conn.tls.version}|${conn.tls.cipher_suite}|${conn.tls.sni}|${conn.client_port}|${conn.server_ip}"\n';
+    const policy = 'on_http_response:\n  - actions:\n      - type: add-headers\n        config:\n          headers:\n            x-conn: "${conn.tls.version}|${conn.tls.cipher_suite}|${conn.tls.sni}|${conn.client_port}|${conn.server_ip}|${conn.tls.server.serial_number}"\n';
     await s.httpEndpoint().domain(host).trafficPolicy(policy).listenAndForward(upstreamUrl);
     const viaTls = (n: IngressProcess) =>
-      new Promise<{ status: number; conn: string; local: { port: number; tls: string; cipher: string } }>((resolve, reject) => {
+      new Promise<{ status: number; conn: string; local: { port: number; tls: string; cipher: string; serial: string } }>((resolve, reject) => {
         const req = https.request({ host: '127.0.0.1', port: n.https, servername: host, path: '/', agent: false, rejectUnauthorized: false, headers: { host } }, (res) => {
           res.resume();
           const sock = res.socket as import('node:tls').TLSSocket;
-          resolve({ status: res.statusCode ?? 0, conn: String(res.headers['x-conn'] ?? ''), local: { port: sock.localPort ?? 0, tls: sock.getProtocol() ?? '', cipher: sock.getCipher().standardName } });
+          const serial = sock.getPeerX509Certificate()?.serialNumber ?? '';
+          resolve({ status: res.statusCode ?? 0, conn: String(res.headers['x-conn'] ?? ''), local: { port: sock.localPort ?? 0, tls: sock.getProtocol() ?? '', cipher: sock.getCipher().standardName, serial } });
         });
         req.on('error', reject);
         req.end();
@@ -283,11 +284,15 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
         const x = await viaTls(n);
         return x.status === 200 ? x : null;
       });
-      // The client's TLS version, cipher, SNI and source port, and the address it connected to.
-      expect(r.conn, n.nodeId).toBe(`${r.local.tls.replace('TLSv', '')}|${r.local.cipher}|${host}|${r.local.port}|127.0.0.1`);
+      // The client's TLS version, cipher, SNI and source port, the address it connected to, and
+      // the certificate it was served (the nodes share TLS_CERT_FILE: the holding node shows its own).
+      const serial = r.conn.split('|')[5] ?? '';
+      expect(r.conn, n.nodeId).toBe(`${r.local.tls.replace('TLSv', '')}|${r.local.cipher}|${host}|${r.local.port}|127.0.0.1|${serial}`);
+      expect(serial.replace(/^0+/, '').toLowerCase(), n.nodeId).toBe(r.local.serial.replace(/^0+/, '').toLowerCase());
+      expect(serial).not.toBe('');
     }
     // Over plain HTTP through the hop: no TLS, as on the holding node itself.
-    expect((await request(b.http, host, '/')).headers['x-conn']).toMatch(/^\|\|\|\d+\|127\.0\.0\.1$/);
+    expect((await request(b.http, host, '/')).headers['x-conn']).toMatch(/^\|\|\|\d+\|127\.0\.0\.1\|$/);
   });
 
   it('shows the request as the client sent it over a hop too: req.url.raw_path, req.version, req.content_length (an audit: a deny on raw_path applied on one node only)', async () => {

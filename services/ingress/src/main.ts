@@ -1,7 +1,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import type net from 'node:net';
-import { createHash } from 'node:crypto';
+import { createHash, X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { EnvError, createLogger, type DataPlaneConfig } from '@warren/shared';
 import { AgentServer, type AgentIdentity, type BindRequest } from './agents/server.js';
@@ -82,7 +82,9 @@ async function main(): Promise<void> {
   else log.info('neither EVENTS_REDIS_URL nor REDIS_URL is set: traffic events are off');
   // HTTPS_EDGES_ON_HTTP: edges on the plain-HTTP listener are redirected to (or refused in favour
   // of) https:// on the public HTTPS port; httpsPublicPort is known once the listeners are up.
-  const handler = new PublicHandler({ registry, forwarder, metrics, log, events, httpsEdgesOnHttp: env.HTTPS_EDGES_ON_HTTP, httpsPort: () => httpsPublicPort(), bodyBudget: new BodyBudget(env.MAX_BUFFERED_BODY_BYTES) });
+  // This node's certificate (set once TLS is loaded below), for conn.tls.server over a hop.
+  let serverCertificate: X509Certificate | null = null;
+  const handler = new PublicHandler({ registry, forwarder, metrics, log, events, httpsEdgesOnHttp: env.HTTPS_EDGES_ON_HTTP, httpsPort: () => httpsPublicPort(), bodyBudget: new BodyBudget(env.MAX_BUFFERED_BODY_BYTES), serverCertificate: () => serverCertificate });
   if (env.HTTPS_EDGES_ON_HTTP === 'serve') log.warn('HTTPS_EDGES_ON_HTTP=serve: HTTPS edges are served over plain HTTP too (for local development and tests only)');
 
   // The rate-limit action counts in Redis per ingress server (RATE_LIMIT_SERVER_ID); without Redis,
@@ -96,6 +98,11 @@ async function main(): Promise<void> {
   const compilePipeline = createPipelineCompiler([(_route, edge, config) => mutualTlsStage(edge, config), ...pipelineStageFactories], stageDeps);
 
   const tls = await loadTls(env.TLS_CERT_FILE, env.TLS_KEY_FILE, env.STATE_DIR);
+  try {
+    serverCertificate = new X509Certificate(tls.cert);
+  } catch (err) {
+    log.warn({ err: (err as Error).message }, 'the TLS certificate could not be read: conn.tls.server reads empty over a hop');
+  }
 
   // Internal listener first: its address is this node's identity for hops.
   let cp: ControlPlaneClient | null = null;

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { CelConn } from '@warren/shared';
+import { X509Certificate } from 'node:crypto';
+import { CelConn, createCertificate } from '@warren/shared';
 import { asciiJson, decodeHopConn } from './hop-conn.js';
 
 describe('x-warren-conn (a Bind endpoint policy over a hop)', () => {
@@ -7,8 +8,23 @@ describe('x-warren-conn (a Bind endpoint policy over a hop)', () => {
     const h = decodeHopConn(JSON.stringify({ sip: '10.0.0.5', v: 'TLSv1.2', c: 'ECDHE-RSA-AES128-GCM-SHA256', cs: 'TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256', sni: 'app.test', alpn: 'http/1.1', r: true }), '203.0.113.9:51234')!;
     const conn = new CelConn('203.0.113.9', 443, h.tls, false, null, h.socket);
     expect([conn.tls.version, conn.tls.cipher_suite, conn.tls.sni, conn.tls.negotiated_alpn, conn.tls.session_resumed, conn.client_port, conn.server_ip]).toEqual(['1.2', 'TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256', 'app.test', 'http/1.1', true, 51234n, '10.0.0.5']);
-    // No certificates travel: the client's is never shown without mutual TLS anyway.
+    // No certificates travel: the client's is never shown without mutual TLS anyway, and
+    // without a fingerprint (or this node's certificate) the server's reads empty.
     expect(conn.tls.client.subject.common_name).toBe('');
+    expect(conn.tls.server.serial_number).toBe('');
+  });
+
+  it("shows this node's certificate as conn.tls.server only when it is the one the sending node served", async () => {
+    const own = new X509Certificate((await createCertificate({ commonName: 'ingress.test', days: 1, keyType: 'ec' })).certificatePem);
+    const other = new X509Certificate((await createCertificate({ commonName: 'other.test', days: 1, keyType: 'ec' })).certificatePem);
+    const view = (fp: string | undefined, mine: X509Certificate | null) => {
+      const h = decodeHopConn(JSON.stringify({ sip: '10.0.0.5', v: 'TLSv1.3', ...(fp ? { fp } : {}) }), '203.0.113.9:1', mine)!;
+      return new CelConn('203.0.113.9', 443, h.tls, false, null, h.socket).tls.server;
+    };
+    expect(view(own.fingerprint256, own).subject.common_name).toBe('ingress.test');
+    expect(view(other.fingerprint256, own).subject.common_name).toBe('');
+    expect(view(undefined, own).subject.common_name).toBe('');
+    expect(view(own.fingerprint256, null).subject.common_name).toBe('');
   });
 
   it('plain HTTP: no TLS; an IPv6 client address keeps its port', () => {

@@ -1,4 +1,5 @@
 import type http from 'node:http';
+import type { X509Certificate } from 'node:crypto';
 import type { TLSSocket } from 'node:tls';
 import type { CelConnSocket, CelRequestMessage, CelTlsSocket } from '@warren/shared';
 
@@ -15,8 +16,11 @@ import type { CelConnSocket, CelRequestMessage, CelTlsSocket } from '@warren/sha
  * or `/%61dmin` whichever node the client reached), its HTTP version and how its body's length
  * was stated (`req.version`, `req.content_length`).
  *
- * Not carried: certificates (an endpoint has no mutual TLS, so `conn.tls.client` is empty
- * anyway; `conn.tls.server` reads empty over a hop).
+ * Not carried: certificates. An endpoint has no mutual TLS, so `conn.tls.client` is empty
+ * anyway. For `conn.tls.server` the sending node sends the SHA-256 fingerprint of the certificate
+ * it served: the holding node shows its own certificate when that is the one (nodes sharing
+ * TLS_CERT_FILE, as a cluster behind one name does), and nothing otherwise (each node with a
+ * certificate it made itself).
  */
 export interface HopConn {
   /** What `conn.tls` reads; null when the client came over plain HTTP. */
@@ -39,6 +43,8 @@ interface Wire {
   sni?: string;
   alpn?: string;
   r?: boolean;
+  /** SHA-256 fingerprint of the certificate served (`X509Certificate#fingerprint256`). */
+  fp?: string;
   /** The request: HTTP version, Content-Length as sent, sent chunked, raw target (when changed). */
   hv?: string;
   cl?: string;
@@ -74,8 +80,25 @@ export function encodeHopConn(req: http.IncomingMessage, rawTarget?: string): st
     if (typeof t.servername === 'string') w.sni = t.servername;
     if (typeof t.alpnProtocol === 'string') w.alpn = t.alpnProtocol;
     w.r = t.isSessionReused?.() === true;
+    const fp = servedFingerprint(t);
+    if (fp) w.fp = fp;
   }
   return asciiJson(w);
+}
+
+/** The fingerprint of the certificate a TLS socket served, worked out once per connection. */
+const fingerprints = new WeakMap<object, string | null>();
+function servedFingerprint(t: Partial<TLSSocket>): string | null {
+  let fp = fingerprints.get(t);
+  if (fp === undefined) {
+    try {
+      fp = t.getX509Certificate?.()?.fingerprint256 ?? null;
+    } catch {
+      fp = null;
+    }
+    fingerprints.set(t, fp);
+  }
+  return fp;
 }
 
 /** `v` as JSON with every character past ASCII escaped (`\u00e9`): a header value any HTTP client sends as it is. */
@@ -88,8 +111,9 @@ const str = (v: unknown): string | undefined => (typeof v === 'string' && v.leng
 /**
  * The facts of `x-warren-conn` (`value`) with the client's port from `clientAddr` (`ip:port`, the
  * hop's `x-warren-client-addr`); null when absent or unreadable (then the hop's socket is shown).
+ * `own`: this node's certificate, shown as `conn.tls.server` when it is the one the sending node served.
  */
-export function decodeHopConn(value: string | string[] | undefined, clientAddr: string): HopConn | null {
+export function decodeHopConn(value: string | string[] | undefined, clientAddr: string, own: X509Certificate | null = null): HopConn | null {
   if (typeof value !== 'string' || value.length > 8 * MAX_FIELD + 6 * MAX_TARGET) return null;
   let w: Wire;
   try {
@@ -112,6 +136,7 @@ export function decodeHopConn(value: string | string[] | undefined, clientAddr: 
   const sni = str(w.sni);
   const alpn = str(w.alpn);
   const resumed = w.r === true;
+  const server = own && typeof w.fp === 'string' && w.fp === own.fingerprint256 ? own : undefined;
   const tls: CelTlsSocket = {
     getProtocol: () => version || null,
     getCipher: () => (cipher ? { name: cipher, standardName } : undefined),
@@ -119,7 +144,7 @@ export function decodeHopConn(value: string | string[] | undefined, clientAddr: 
     alpnProtocol: alpn ?? false,
     isSessionReused: () => resumed,
     getPeerX509Certificate: () => undefined,
-    getX509Certificate: () => undefined,
+    getX509Certificate: () => server,
   };
   return { tls, socket, message, rawTarget };
 }

@@ -1,3 +1,4 @@
+import type { X509Certificate } from 'node:crypto';
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { ErrorCode, Logger } from '@warren/shared';
@@ -148,6 +149,8 @@ export interface PublicHandlerOptions {
   httpsPort?: () => number;
   /** Bytes of request bodies the route pipelines may hold at once; absent: no sum is kept. */
   bodyBudget?: BodyBudget;
+  /** This node's TLS certificate, for `conn.tls.server` over a hop (`hop-conn.ts`); absent: none shown. */
+  serverCertificate?: () => X509Certificate | null;
 }
 
 /**
@@ -299,7 +302,7 @@ export class PublicHandler {
     const clientIp = ipOf(colon > 0 ? clientAddr.slice(0, colon) : clientAddr);
     const host = parseHost(req.headers.host, scheme === 'https' ? 443 : 80)?.host ?? hostnameOfUrl(tunnel.publicUrl);
     const target: TunnelTarget = { kind: 'local', tunnel };
-    const conn = decodeHopConn(req.headers[HOP.conn], clientAddr);
+    const conn = decodeHopConn(req.headers[HOP.conn], clientAddr, this.opts.serverCertificate?.() ?? null);
     // The target as the client sent it (the sending node normalised req.url), for req.url.raw.
     return { target: null, error: null, cr: ep.cr, host, path: pathOf(req.url), edge: 'endpoint', route: '', account: tunnel.accountId, next: only(target), edgeType: '0', hop: { clientAddr, clientIp, conn, wantResult: req.headers[HOP.policyWanted] === '1' }, hopScheme: scheme, rawTarget: conn?.rawTarget };
   }
