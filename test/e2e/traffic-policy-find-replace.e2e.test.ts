@@ -91,6 +91,11 @@ const upstream: http.RequestListener = (req, res) => {
     } else if (path.endsWith('/big')) {
       res.writeHead(200, { 'content-type': 'text/plain' });
       res.end(BIG);
+    } else if (path.endsWith('/slow')) {
+      // A stream: a first part, then the rest well after the ingress's FIND_REPLACE_HOLD_MS.
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.write('first api_key=SECRET ');
+      setTimeout(() => res.end('last api_key=SECRET'), 2_500);
     } else if (path.endsWith('/huge')) {
       res.writeHead(200, { 'content-type': 'text/plain' });
       res.end(HUGE);
@@ -107,7 +112,7 @@ const upstream: http.RequestListener = (req, res) => {
 };
 
 beforeAll(async () => {
-  c = await startPolicyCluster({ name: 'findreplace', host: HOST, upstream });
+  c = await startPolicyCluster({ name: 'findreplace', host: HOST, upstream, ingressEnv: () => ({ FIND_REPLACE_HOLD_MS: '1000' }) });
 }, 90_000);
 
 afterAll(() => c?.stop(), 60_000);
@@ -254,6 +259,30 @@ describe('response-body-find-replace on live traffic', () => {
     expect(big.body).toBe(BIG.replace('SECRET', 'REDACTED'));
     const huge = await request('/res/huge');
     expect(huge.body === HUGE).toBe(true);
+  });
+
+  it('a body that does not arrive whole within FIND_REPLACE_HOLD_MS goes out unchanged as it streams, its head and first part at the deadline', async () => {
+    await route('/stream', { outbound: [{ actions: [{ type: 'response-body-find-replace', config: { replacements: LITERAL } }] }] });
+    const started = Date.now();
+    const firstAt = await new Promise<{ head: number; first: string; all: string; end: number }>((resolve, reject) => {
+      http.get({ host: '127.0.0.1', port: c.a.http, path: '/stream/slow', agent: false, headers: { host: HOST } }, (res) => {
+        const head = Date.now() - started;
+        let first = '';
+        let all = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => {
+          if (!first) first = d;
+          all += d;
+        });
+        res.on('end', () => resolve({ head, first, all, end: Date.now() - started }));
+      }).on('error', reject);
+    });
+    // The head at the 1 s deadline, with the first part; the rest when the upstream sent it (2.5 s).
+    expect(firstAt.head).toBeGreaterThanOrEqual(900);
+    expect(firstAt.head).toBeLessThan(2_400);
+    expect(firstAt.first).toBe('first api_key=SECRET ');
+    expect(firstAt.all).toBe('first api_key=SECRET last api_key=SECRET');
+    expect(firstAt.end).toBeGreaterThanOrEqual(2_400);
   });
 
   it('rewrites the links of a 60 KB page with a regex (on the worker thread), chunked and gzipped by compress-response, while other requests go on', async () => {

@@ -116,6 +116,11 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
        * buffer beyond it is answered 503 ERR_WARREN_7013 at once (each body is also held to 1 MiB).
        */
       MAX_BUFFERED_BODY_BYTES: envInt(128 * 1024 * 1024, 1024 * 1024),
+      /**
+       * How long a response-body-find-replace waits for a body to arrive whole (ms; the head
+       * waits with it): past that, it passes unchanged and streams (`slow`).
+       */
+      FIND_REPLACE_HOLD_MS: envInt(10_000, 100, 600_000),
     },
     source,
   );

@@ -23,6 +23,7 @@ import { LocalSlidingWindowLimiter, RedisSlidingWindowLimiter } from './ratelimi
 import { createTrafficEvents } from './events/index.js';
 import { startGeo } from './policy/geo.js';
 import { compileEndpointPolicy, recompileEndpointPolicies, type EndpointPolicy } from './policy/endpoint.js';
+import { FIND_REPLACE_PROCESS_LIMITS } from './policy/find-replace.js';
 
 const log = createLogger('ingress');
 
@@ -82,6 +83,7 @@ async function main(): Promise<void> {
   else log.info('neither EVENTS_REDIS_URL nor REDIS_URL is set: traffic events are off');
   // HTTPS_EDGES_ON_HTTP: edges on the plain-HTTP listener are redirected to (or refused in favour
   // of) https:// on the public HTTPS port; httpsPublicPort is known once the listeners are up.
+  FIND_REPLACE_PROCESS_LIMITS.holdMs = env.FIND_REPLACE_HOLD_MS;
   // This node's certificate (set once TLS is loaded below), for conn.tls.server over a hop.
   let serverCertificate: X509Certificate | null = null;
   const handler = new PublicHandler({ registry, forwarder, metrics, log, events, httpsEdgesOnHttp: env.HTTPS_EDGES_ON_HTTP, httpsPort: () => httpsPublicPort(), bodyBudget: new BodyBudget(env.MAX_BUFFERED_BODY_BYTES), serverCertificate: () => serverCertificate });

@@ -247,6 +247,38 @@ describe('literal replacements on large bodies', () => {
   });
 });
 
+describe('a response body that takes long to arrive', () => {
+  it('after holdMs what was held goes out unchanged, and the rest streams (slow); the head is not held longer', async () => {
+    const registry = new Registry();
+    const p = pipeline(responsePolicy([{ from: 'api_key=SECRET', to: 'api_key=REDACTED' }]), registry);
+    const saved = FIND_REPLACE_PROCESS_LIMITS.holdMs;
+    FIND_REPLACE_PROCESS_LIMITS.holdMs = 50;
+    try {
+      const s = get();
+      const d = await p.onResponse(s, 200, ['Content-Type', 'text/plain']);
+      if (isOutcome(d)) throw new Error('unexpected outcome');
+      const t = d!.transforms[0] as Transform & { finalLength: Promise<number | null> };
+      const src = new Readable({ read() {} });
+      const out = buffer(src.pipe(t));
+      src.push('first api_key=SECRET ');
+      const started = Date.now();
+      // The head's decision comes at the deadline, not when the body ends.
+      expect(await t.finalLength).toBeNull();
+      expect(Date.now() - started).toBeLessThan(2_000);
+      src.push('then api_key=SECRET');
+      src.push(null);
+      expect((await out).toString()).toBe('first api_key=SECRET then api_key=SECRET');
+      expect(await skips(registry)).toEqual({ 'response/slow': 1 });
+      // A body that ends in time is rewritten as before.
+      FIND_REPLACE_PROCESS_LIMITS.holdMs = 10_000;
+      const body = Buffer.from('x api_key=SECRET');
+      expect((await respond(p, get(), ['Content-Type', 'text/plain'], body)).body.toString()).toBe('x api_key=REDACTED');
+    } finally {
+      FIND_REPLACE_PROCESS_LIMITS.holdMs = saved;
+    }
+  });
+});
+
 describe('regex replacements on bodies over 4 KiB: the regex worker thread', () => {
   afterAll(() => stopRegexWorker());
   const html = (n: number) => `<a href="http://localhost:3000/a">a</a>\n${'<p>filler text, nothing to see</p>\n'.repeat(Math.ceil(n / 35))}`.slice(0, n) + '<a href="https://localhost:3000/z">z</a>';

@@ -88,7 +88,7 @@ export function compileFindReplaceAction(type: FindReplaceType, c: FindReplaceCo
 }
 
 type Direction = 'request' | 'response';
-type SkipReason = 'type' | 'charset' | 'encoding' | 'too_large' | 'not_utf8' | 'too_many_matches' | 'partial' | 'busy' | 'timeout';
+type SkipReason = 'type' | 'charset' | 'encoding' | 'too_large' | 'not_utf8' | 'too_many_matches' | 'partial' | 'busy' | 'timeout' | 'slow';
 
 let skipped: Counter<'direction' | 'reason'> | null = null;
 
@@ -97,7 +97,7 @@ export function observeFindReplace(registry: Registry): void {
   const name = 'warren_traffic_policy_find_replace_skipped_total';
   skipped =
     (registry.getSingleMetric(name) as Counter<'direction' | 'reason'> | undefined) ??
-    new Counter({ name, help: 'Bodies a request-/response-body-find-replace action passed on unchanged because it could not rewrite them (reason: type, charset, encoding, too_large, not_utf8, too_many_matches, partial, busy, timeout)', labelNames: ['direction', 'reason'], registers: [registry] });
+    new Counter({ name, help: 'Bodies a request-/response-body-find-replace action passed on unchanged because it could not rewrite them (reason: type, charset, encoding, too_large, not_utf8, too_many_matches, partial, busy, timeout, slow)', labelNames: ['direction', 'reason'], registers: [registry] });
   const jobs = 'warren_traffic_policy_regex_worker_jobs';
   if (!registry.getSingleMetric(jobs)) {
     new Gauge({
@@ -180,7 +180,7 @@ const MAX = Math.max(FIND_REPLACE_LIMITS.bodyBytes, FIND_REPLACE_LIMITS.literalB
 
 /**
  * Process-wide limits of these actions (a shared ingress: every tenant's bodies count). Mutable
- * for tests only.
+ * for tests, and `holdMs` set from FIND_REPLACE_HOLD_MS at start.
  */
 export const FIND_REPLACE_PROCESS_LIMITS = {
   /**
@@ -195,6 +195,12 @@ export const FIND_REPLACE_PROCESS_LIMITS = {
    * response). Past it, a response passes unchanged (`busy`).
    */
   heldBytes: 64 * 1024 * 1024,
+  /**
+   * How long a response body may take to arrive whole (the head waits for it): past that, what
+   * was held and the rest pass unchanged (`slow`), so a stream (progress output, long polling)
+   * is not held back for as long as the upstream keeps it open.
+   */
+  holdMs: 10_000,
 };
 
 /** Jobs running (`poolJobs`). */
@@ -534,6 +540,9 @@ class FindReplaceTransform extends Transform implements LengthDecidingTransform 
   readonly finalLength: Promise<number | null>;
   private decide!: (length: number | null) => void;
 
+  /** `holdMs` from the start: then the body passes unchanged. */
+  private readonly deadline: NodeJS.Timeout;
+
   constructor(
     private readonly p: Pending,
     private readonly onError: (err: unknown) => void,
@@ -541,7 +550,23 @@ class FindReplaceTransform extends Transform implements LengthDecidingTransform 
     super();
     this.max = Math.min(MAX, boundOf(p.steps));
     this.finalLength = new Promise((resolve) => (this.decide = resolve));
+    this.deadline = setTimeout(() => this.passOn('slow'), FIND_REPLACE_PROCESS_LIMITS.holdMs);
+    this.deadline.unref();
   }
+
+  /** Gives up on the rewrite (counted as `reason`): what it held goes out unchanged, and so does the rest. */
+  private passOn(reason: SkipReason): void {
+    if (this.passing || this.flushing) return;
+    skip('response', reason);
+    this.passing = true;
+    this.decide(null);
+    this.hold.release();
+    for (const c of this.held) this.push(c);
+    this.held = [];
+  }
+
+  /** The body has ended: the rewrite runs, the deadline no longer applies. */
+  private flushing = false;
 
   /** What it holds at most: the largest bound of its actions. */
   private readonly max: number;
@@ -551,12 +576,7 @@ class FindReplaceTransform extends Transform implements LengthDecidingTransform 
     this.size += chunk.length;
     const over = this.size > this.max;
     if (over || !this.hold.take(chunk.length)) {
-      skip('response', over ? 'too_large' : 'busy');
-      this.passing = true;
-      this.decide(null);
-      this.hold.release();
-      for (const c of this.held) this.push(c);
-      this.held = [];
+      this.passOn(over ? 'too_large' : 'busy');
       return done(null, chunk);
     }
     this.held.push(chunk);
@@ -564,7 +584,9 @@ class FindReplaceTransform extends Transform implements LengthDecidingTransform 
   }
 
   override _flush(done: TransformCallback): void {
+    clearTimeout(this.deadline);
     if (this.passing) return done();
+    this.flushing = true;
     if (this.size === 0) {
       this.decide(0);
       return done();
@@ -593,6 +615,7 @@ class FindReplaceTransform extends Transform implements LengthDecidingTransform 
   }
 
   override _destroy(err: Error | null, done: (err: Error | null) => void): void {
+    clearTimeout(this.deadline);
     this.hold.release();
     this.held = [];
     this.decide(null);
