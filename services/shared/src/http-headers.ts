@@ -26,6 +26,25 @@ export const HEADER_TEXT_PROBLEM = 'header value has a character not allowed in 
 const NON_ASCII = /[^\x00-\x7f]/;
 /** A lone low surrogate U+DC80-U+DCFF: a byte `headerText` found in no UTF-8 sequence (see there). */
 const ESCAPED_BYTE = /(?<![\ud800-\udbff])[\udc80-\udcff]/;
+const ESCAPED_BYTES = new RegExp(ESCAPED_BYTE.source, 'g');
+
+/**
+ * The bytes of policy text (CEL strings): its UTF-8, each byte `headerText` escaped as that
+ * byte, as ngrok's Go strings hold them (the hash, base64 and URL macros work on these).
+ */
+export function textBytes(text: string): Buffer {
+  return ESCAPED_BYTE.test(text) ? Buffer.from(headerWire(text), 'latin1') : Buffer.from(text, 'utf8');
+}
+
+/** Bytes as policy text: UTF-8, a byte in no UTF-8 sequence escaped as `headerText` escapes it. */
+export function bytesText(b: Buffer): string {
+  return isUtf8(b) ? b.toString('utf8') : headerText(b.toString('latin1'));
+}
+
+/** `text` with each escaped byte read as U+FFFD, as Go's rune-wise mapping (`strings.ToUpper`, `ToLower`) reads and writes such a byte. */
+export function escapesAsReplacement(text: string): string {
+  return ESCAPED_BYTE.test(text) ? text.replace(ESCAPED_BYTES, '\ufffd') : text;
+}
 
 /**
  * A header value as Node holds it (one character per byte) read as UTF-8 text. ASCII (nearly

@@ -55,6 +55,31 @@ describe('header values as UTF-8 text', () => {
     expect(header(r.headers, 'x-copy')).toEqual(['<a\u00ffb\u00c3>']);
   });
 
+  it('the hash, base64 and URL macros work on the bytes the client sent, whatever they are; upper() writes a stray byte as U+FFFD (as Go)', async () => {
+    const sent = 'a\u00ffb\u00c3'; // bytes 61 ff 62 c3
+    const raw = Buffer.from(sent, 'latin1');
+    const sha = createHash('sha256').update(raw).digest('hex');
+    const s = stage({
+      inbound: [
+        {
+          actions: [
+            {
+              type: 'add-headers',
+              config: { headers: { 'X-Sha': "${req.headers['x-b'][0].sha256()}", 'X-B64': "${req.headers['x-b'][0].encodeBase64()}", 'X-Url': "${url.escape(req.headers['x-b'][0])}", 'X-Up': "${req.headers['x-b'][0].upper()}", 'X-Round': "${req.headers['x-b'][0].encodeBase64().decodeBase64()}" } },
+            },
+          ],
+        },
+      ],
+    });
+    const r = request({ headers: ['Host', 'app.example.com', 'X-B', sent] });
+    expect(await s.onRequest!(r)).toBeNull();
+    expect(header(r.headers, 'x-sha')).toEqual([sha]);
+    expect(header(r.headers, 'x-b64')).toEqual([raw.toString('base64')]);
+    expect(header(r.headers, 'x-url')).toEqual(['a%FFb%C3']);
+    expect(header(r.headers, 'x-up')).toEqual([wire('A\ufffdB\ufffd')]);
+    expect(header(r.headers, 'x-round')).toEqual([sent]);
+  });
+
   it('add-headers sends literal and interpolated values as UTF-8 bytes; a copied header arrives byte for byte', async () => {
     const s = stage({
       inbound: [{ actions: [{ type: 'add-headers', config: { headers: { 'X-Price': '5 €', 'X-Hello': 'こんにちは', 'X-Copy': '${req.headers["x-name"][0]}', 'X-Mixed': 'née ${req.headers["x-name"][0].lower()}' } } }] }],

@@ -34,6 +34,7 @@
  */
 import { createHash } from 'node:crypto';
 import { crc32 } from 'node:zlib';
+import { bytesText, escapesAsReplacement, textBytes } from '../http-headers.js';
 import { EvaluationError, type Environment } from '@marcbachmann/cel-js';
 
 /**
@@ -76,7 +77,9 @@ const fromUnits = (units: Uint16Array): string => Buffer.from(units.buffer, unit
 export const UPPER_SPECIAL_CODE_POINTS: readonly number[] = [...UPPER_SPECIAL.keys()];
 
 /** `s.lower()`: Go's `strings.ToLower`. */
-export function lower(s: string): string {
+export function lower(text: string): string {
+  // A byte of a header in no UTF-8 sequence (`headerText`'s escape) comes out as U+FFFD, as from Go's strings.Map.
+  const s = escapesAsReplacement(text);
   // JavaScript's full mapping differs only for İ (→ i + U+0307) and a word-final Σ (→ ς): those
   // are mapped first, as Go does.
   if (!s.includes('\u0130') && !s.includes('\u03a3')) return s.toLowerCase();
@@ -89,7 +92,8 @@ export function lower(s: string): string {
 }
 
 /** `s.upper()`: Go's `strings.ToUpper`. */
-export function upper(s: string): string {
+export function upper(text: string): string {
+  const s = escapesAsReplacement(text);
   const t = s.toUpperCase();
   // Only the code points of UPPER_SPECIAL map to more than one (all in the BMP, each one code
   // unit); every other keeps its length. So an unchanged length means none is there.
@@ -247,8 +251,8 @@ export function urlEscape(s: string): string {
       // A lone surrogate (URIError): encoded below, as U+FFFD.
     }
   }
-  // Byte by byte (a lone surrogate is U+FFFD's bytes in the UTF-8).
-  const src = Buffer.from(s, 'utf8');
+  // Byte by byte (an escaped byte as itself, any other lone surrogate as U+FFFD's bytes).
+  const src = textBytes(s);
   const out = new Uint8Array(3 * src.length);
   let j = 0;
   for (let i = 0; i < src.length; i++) {
@@ -271,7 +275,7 @@ export function urlUnescape(s: string, fn = 'url.unescape()'): string {
   if (!s.includes('%') && !s.includes('+')) return s;
   const bad = BAD_ESCAPE.exec(s);
   if (bad) throw evalError('invalid_argument', `${fn}: invalid URL escape ${JSON.stringify(s.slice(bad.index, bad.index + 3))}`);
-  const src = Buffer.from(s, 'utf8');
+  const src = textBytes(s);
   const out = Buffer.allocUnsafe(src.length);
   let n = 0;
   for (let i = 0; i < src.length; i++) {
@@ -281,7 +285,7 @@ export function urlUnescape(s: string, fn = 'url.unescape()'): string {
       i += 2;
     } else out[n++] = c === 0x2b ? 0x20 : c;
   }
-  return out.toString('utf8', 0, n);
+  return bytesText(out.subarray(0, n));
 }
 
 function hexValue(c: number): number {
@@ -294,10 +298,10 @@ export function hashOf(name: NgrokHash, s: string, format = 'hex'): string {
   if (format !== 'hex' && format !== 'base64') throw evalError('invalid_argument', `${name}(): unknown format ${JSON.stringify(format.slice(0, 32))} (hex or base64)`);
   if (name === 'crc32') {
     const b = Buffer.allocUnsafe(4);
-    b.writeUInt32BE(crc32(s) >>> 0);
+    b.writeUInt32BE(crc32(textBytes(s)) >>> 0);
     return b.toString(format);
   }
-  return createHash(name).update(s, 'utf8').digest(format);
+  return createHash(name).update(textBytes(s)).digest(format);
 }
 
 /** Escapes of `strings.quote()` (cel-go's: CEL's escape sequences), by code unit. */
@@ -435,8 +439,8 @@ export function registerNgrokMacros(env: Environment, stringLike: readonly strin
       .registerFunction(`${t}.replace(string, string, int): string`, (v: unknown, a: string, b: string, n: bigint) => replace(text(v), a, b, n))
       .registerFunction(`${t}.charAt(int): string`, (v: unknown, i: bigint) => charAt(text(v), i))
       .registerFunction(`${t}.reverse(): string`, (v: unknown) => reverse(text(v)))
-      .registerFunction(`${t}.encodeBase64(): string`, (v: unknown) => Buffer.from(text(v), 'utf8').toString('base64'))
-      .registerFunction(`${t}.decodeBase64(): string`, (v: unknown) => base64Decode(text(v), 'decodeBase64()').toString('utf8'))
+      .registerFunction(`${t}.encodeBase64(): string`, (v: unknown) => textBytes(text(v)).toString('base64'))
+      .registerFunction(`${t}.decodeBase64(): string`, (v: unknown) => bytesText(base64Decode(text(v), 'decodeBase64()')))
       .registerFunction(`${t}.escapeUrl(): string`, (v: unknown) => urlEscape(text(v)))
       .registerFunction(`${t}.unescapeUrl(): string`, (v: unknown) => urlUnescape(text(v), 'unescapeUrl()'))
       .registerFunction(`${t}.isJson(): bool`, (v: unknown) => isJson(text(v)))
