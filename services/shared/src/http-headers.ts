@@ -38,7 +38,7 @@ export function textBytes(text: string): Buffer {
 
 /** Bytes as policy text: UTF-8, a byte in no UTF-8 sequence escaped as `headerText` escapes it. */
 export function bytesText(b: Buffer): string {
-  return isUtf8(b) ? b.toString('utf8') : headerText(b.toString('latin1'));
+  return isUtf8(b) ? b.toString('utf8') : decodeEscaping(b.toString('latin1'), 0);
 }
 
 /** `text` with each escaped byte read as U+FFFD, as Go's rune-wise mapping (`strings.ToUpper`, `ToLower`) reads and writes such a byte. */

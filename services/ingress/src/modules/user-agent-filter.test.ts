@@ -144,6 +144,8 @@ describe('user_agent_filter', () => {
     const ua = Buffer.from('Café-Bot/1.0', 'utf8').toString('latin1');
     expect(await status({ deny: ['(?i)^café-bot'] }, ua)).toBe(403);
     expect(await status({ deny: ['^Caf.-Bot'] }, ua)).toBe(403);
+    // A byte in no UTF-8 sequence is U+FFFD, one per byte, as Go's regexp reads it.
+    expect(await status({ deny: ['^Bot\\x{FFFD}\\x{FFFD}/1$'] }, 'Bot\u00ff\u00c3/1')).toBe(403);
   });
 
   it('never backtracks: (a|a)*$ answers a hostile User-Agent at once', async () => {

@@ -4,6 +4,7 @@ import {
   compileUserAgentList as compileSharedList,
   compileUserAgentPattern as compileSharedPattern,
   exploreUserAgentDfa,
+  escapesAsReplacement,
   headerText,
   USER_AGENT_FILTER_EXPLORE_STEPS,
   USER_AGENT_FILTER_EXPLORE_WORK,
@@ -92,9 +93,9 @@ interface UserAgentFilterModule {
   deny?: string[] | null;
 }
 
-/** The User-Agent as Go reads it: the first header's bytes as UTF-8 (invalid sequences become U+FFFD, as Go's regexp reads them). */
+/** The User-Agent as Go's regexp reads it: the first header's bytes as UTF-8, each byte in no UTF-8 sequence as U+FFFD. */
 function firstUserAgent(rawHeaders: readonly string[]): string {
-  return headerText(rawHeader(rawHeaders, 'user-agent') ?? '');
+  return escapesAsReplacement(headerText(rawHeader(rawHeaders, 'user-agent') ?? ''));
 }
 
 /** Whether `ua` passes the `allow` and `deny` lists, as their programs (rules 2–5 above). */

@@ -80,6 +80,12 @@ describe('header values as UTF-8 text', () => {
     expect(header(r.headers, 'x-round')).toEqual([sent]);
   });
 
+  it('matches() reads a byte in no UTF-8 sequence as U+FFFD, as Go\'s regexp does', async () => {
+    const s = stage({ inbound: [{ expressions: ["req.headers['x-b'][0].matches('^a\\\\x{FFFD}b$')"], actions: [{ type: 'deny', config: { status_code: 403 } }] }] });
+    expect(await s.onRequest!(request({ headers: ['Host', 'app.example.com', 'X-B', 'a\u00ffb'] }))).toMatchObject({ status: 403 });
+    expect(await s.onRequest!(request({ headers: ['Host', 'app.example.com', 'X-B', 'a\u00c3\u00a9b'] }))).toBeNull();
+  });
+
   it('add-headers sends literal and interpolated values as UTF-8 bytes; a copied header arrives byte for byte', async () => {
     const s = stage({
       inbound: [{ actions: [{ type: 'add-headers', config: { headers: { 'X-Price': '5 €', 'X-Hello': 'こんにちは', 'X-Copy': '${req.headers["x-name"][0]}', 'X-Mixed': 'née ${req.headers["x-name"][0].lower()}' } } }] }],

@@ -108,6 +108,7 @@ import { CEL_NO_COOKIE, CelCookie } from './cookie-vars.js';
 import { cidrProblem, inCidr, matchAddress, parseMatchCidr, type MatchCidr } from './cidr-macros.js';
 import type { RE2JS } from 're2js';
 import { registerNgrokMacros } from './ngrok-macros.js';
+import { escapesAsReplacement } from '../http-headers.js';
 
 /** A compiled expression: call with an activation (`{req, conn, actions, time[, res]}`). */
 export type CelProgram = ParseResult;
@@ -364,7 +365,8 @@ function matchesMacro(receiverForm: boolean) {
         }
         // Past MAX_MATCH_INPUT characters: an evaluation error (the rule does not apply).
         if (text.length > MAX_MATCH_INPUT) throw ev.createError('invalid_argument', `matches(): string too long to search (${text.length} characters, at most ${MAX_MATCH_INPUT})`, ast);
-        return regexSearch(re, text);
+        // A header's byte in no UTF-8 sequence (`headerText`'s escape) is U+FFFD to the pattern, as Go's regexp reads it.
+        return regexSearch(re, escapesAsReplacement(text));
       },
     };
   };
