@@ -47,8 +47,8 @@ let running: (Queued & { timer?: NodeJS.Timeout }) | null = null;
 const queue: Queued[] = [];
 const perKey = new Map<object, number>();
 let nextId = 1;
-/** Counts, for tests and metrics. */
-export const regexWorkerCounts = { runs: 0, timeouts: 0, busy: 0, restarts: 0 };
+/** Times the thread was replaced (`warren_traffic_policy_regex_worker_restarts_total`); busy and timed-out bodies are counted as find-replace skips. */
+export const regexWorkerCounts = { restarts: 0 };
 
 function settle(q: Queued, r: RegexJobResult): void {
   const n = (perKey.get(q.key) ?? 1) - 1;
@@ -130,12 +130,10 @@ function pump(): void {
   if (!ready) return;
   const q = queue.shift()!;
   running = q;
-  regexWorkerCounts.runs++;
   const body = q.job.body;
   worker.postMessage(q.job, [body.buffer as ArrayBuffer]);
   running.timer = setTimeout(() => {
     if (running?.id !== q.id) return;
-    regexWorkerCounts.timeouts++;
     retire({ kind: 'timeout' });
   }, REGEX_WORKER_LIMITS.timeoutMs);
 }
@@ -147,10 +145,7 @@ function pump(): void {
  */
 export function rewriteOnRegexWorker(key: object, direction: PolicyDirection, config: FindReplaceConfig, values: string[], body: Buffer): Promise<RegexJobResult> | null {
   const mine = perKey.get(key) ?? 0;
-  if (queue.length + (running ? 1 : 0) >= REGEX_WORKER_LIMITS.jobs || mine >= REGEX_WORKER_LIMITS.perAction) {
-    regexWorkerCounts.busy++;
-    return null;
-  }
+  if (regexWorkerJobs() >= REGEX_WORKER_LIMITS.jobs || mine >= REGEX_WORKER_LIMITS.perAction) return null;
   perKey.set(key, mine + 1);
   // A copy of its own, moved to the thread (the body may share a pooled ArrayBuffer).
   const copy = new Uint8Array(body);
