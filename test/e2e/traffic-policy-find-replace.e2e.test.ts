@@ -289,7 +289,9 @@ describe('response-body-find-replace on live traffic', () => {
     await route('/site', { outbound: [{ actions: [{ type: 'response-body-find-replace', config: { replacements: [{ from: 'https?://localhost:3000/', to: 'https://app.example.com/' }] } }, { type: 'compress-response' }] }] });
     const want = Array.from({ length: 1000 }, (_, i) => `<li><a href="https://app.example.com/item/${i}">item ${i}</a></li>\n`).join('');
     expect(want.length).toBeGreaterThan(60_000);
-    const pages = await Promise.all([request('/site/links'), request('/site/links', { headers: { 'accept-encoding': 'gzip' } }), request('/res/length')]);
+    // A loaded CI machine: give the worker thread room beyond the default 10 s request timeout.
+    const slow = { timeoutMs: 30_000 };
+    const pages = await Promise.all([request('/site/links', slow), request('/site/links', { ...slow, headers: { 'accept-encoding': 'gzip' } }), request('/res/length', slow)]);
     expect(pages[0].body === want).toBe(true);
     expect(pages[1].headers['content-encoding']).toBe('gzip');
     expect(zlib.gunzipSync(pages[1].raw).toString() === want).toBe(true);

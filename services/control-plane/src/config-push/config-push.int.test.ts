@@ -429,6 +429,7 @@ describe('outages', () => {
     // A node that can save: the version it serves, no error.
     const good = await started();
     await until(good, (c) => c.credentials.has(cred.id));
-    await expect.poll(() => good.client.persisted).toEqual({ version: await headVersion(), error: null });
+    // The save runs on the store's worker thread: a loaded machine takes more than poll's default second.
+    await expect.poll(() => good.client.persisted, { timeout: 10_000 }).toEqual({ version: await headVersion(), error: null });
   });
 });

@@ -9,7 +9,7 @@ import type { LengthDecidingTransform, RequestState, ResponseState } from '../pi
 import type { Activation } from './activation.js';
 import { compressionPending } from './body-actions.js';
 import { celToHeaderText } from './headers.js';
-import { regexWorkerCounts, regexWorkerJobs, rewriteOnRegexWorker, type RegexJobResult } from './regex-worker.js';
+import { regexWorkerCounts, regexWorkerJobs, rewriteOnRegexWorker, warmRegexWorker, type RegexJobResult } from './regex-worker.js';
 import type { FailedFn } from './url-actions.js';
 
 /**
@@ -84,7 +84,9 @@ export interface CompiledFindReplace {
 type Replacements = ReturnType<typeof compileFindReplace>;
 
 export function compileFindReplaceAction(type: FindReplaceType, c: FindReplaceConfig, direction: PolicyDirection, where: string): CompiledFindReplace {
-  return { kind: type, where, replacements: compileFindReplace(direction, c), config: c, direction };
+  const replacements = compileFindReplace(direction, c);
+  if (replacements.workerBytes > replacements.bodyBytes) warmRegexWorker();
+  return { kind: type, where, replacements, config: c, direction };
 }
 
 type Direction = 'request' | 'response';

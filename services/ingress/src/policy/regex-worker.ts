@@ -156,6 +156,21 @@ export function rewriteOnRegexWorker(key: object, direction: PolicyDirection, co
   });
 }
 
+/**
+ * Starts the thread if it is not running: called when a policy with such an action is compiled,
+ * so that the first large body does not wait for the thread to load its modules (seconds on a
+ * loaded node). Idle, it does not keep the process alive.
+ */
+export function warmRegexWorker(): void {
+  if (worker) return;
+  try {
+    worker = spawn();
+    worker.unref();
+  } catch {
+    // The first body tries again, and fails its job with the reason.
+  }
+}
+
 /** Bodies queued or running now. */
 export function regexWorkerJobs(): number {
   return queue.length + (running ? 1 : 0);

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse, MAX_CONTENT_TYPE_PARSED, MAX_REQUEST_COOKIES, type CelTlsSocket } from './cel-vars.js';
 import { compileExpression } from './cel.js';
+import { headerWire } from '../http-headers.js';
 import { estimateCost, formatCost, MAX_COMPREHENSION_NESTING, MAX_EXPRESSION_COST, MAX_POLICY_COST, REQUEST_LIMITS } from './cost.js';
 import { parseTrafficPolicy, TrafficPolicyError, validateTrafficPolicy } from './parse.js';
 import { compileRegex, MAX_MATCH_INPUT, regexCostInfo } from './regex.js';
@@ -505,36 +506,38 @@ describe("traffic policy cost limits: ngrok's string, base64, URL and hash macro
     };
     const n = head - 200;
     const fill = (unit: string) => unit.repeat(Math.ceil(n / unit.length)).slice(0, n);
+    // A header as it arrives: `text` as its UTF-8 bytes (CEL reads header bytes as UTF-8), n bytes.
+    const utf8 = (text: string) => headerWire(text).slice(0, n);
     const x = "getReqHeader('x')[0]";
     // lower() / upper(): letters Go maps differently from JavaScript force a pass per unit.
-    check(`lower() of ${n} units of 'Σa'`, `${x}.lower() != ''`, fill('Σa'));
-    check(`lower() of ${n} units of 'İ'`, `${x}.lower() != ''`, fill('İ'));
-    check(`upper() of ${n} units of 'ᾀa'`, `${x}.upper() != ''`, fill('ᾀa'));
-    check(`upper() of ${n} units of 'ß'`, `${x}.upper() != ''`, fill('ß'));
+    check(`lower() of ${n} bytes of 'Σa'`, `${x}.lower() != ''`, utf8(fill('Σa')));
+    check(`lower() of ${n} bytes of 'İ'`, `${x}.lower() != ''`, utf8(fill('İ')));
+    check(`upper() of ${n} bytes of 'ᾀa'`, `${x}.upper() != ''`, utf8(fill('ᾀa')));
+    check(`upper() of ${n} bytes of 'ß'`, `${x}.upper() != ''`, utf8(fill('ß')));
     // reverse() / charAt(): surrogate pairs and lone surrogates.
-    check(`reverse() of ${n} units of astral characters`, `${x}.reverse() != ''`, fill('😀'));
-    check(`reverse() of ${n} units with lone surrogates`, `${x}.reverse() != ''`, fill('\ud800a'));
-    check(`charAt() at the end of ${n} units of astral characters`, `${x}.charAt(${n / 2}) == ''`, fill('😀'));
+    check(`reverse() of ${n} bytes of astral characters`, `${x}.reverse() != ''`, utf8(fill('😀')));
+    check(`reverse() of ${n} bytes with lone surrogates`, `${x}.reverse() != ''`, fill('\xffa'));
+    check(`charAt() at the end of ${n} bytes of astral characters`, `${x}.charAt(${n / 4}) == ''`, utf8(fill('😀')));
     // replace(): every unit an occurrence; an empty or computed `old` (inserting before each code
     // point); a result past MAX_BUILT_STRING refused after the search.
-    check(`replace('a', 'b') on ${n} units of 'a'`, `${x}.replace('a', 'b') != ''`, fill('a'));
-    check(`replace('a', 'bb', 100000) on ${n} units of 'a'`, `${x}.replace('a', 'bb', 100000) != ''`, fill('a'));
-    check(`replace('ab', 'x') on ${n} units of 'ab'`, `${x}.replace('ab', 'x') != ''`, fill('ab'));
-    check(`replace('', 'x') on ${n} units of astral characters`, `${x}.replace('', 'x') != ''`, fill('😀'));
-    check(`replace(computed 'a', 'b') on ${n / 2} units of 'a'`, `${x}.replace(getReqHeader('y')[0], 'b') != ''`, fill('a').slice(0, n / 2), ['y', 'a']);
-    check(`replace('a', 'aaaaa') on ${n} units of 'a' (refused: too long)`, `${x}.replace('a', 'aaaaa') != ''`, fill('a'));
+    check(`replace('a', 'b') on ${n} bytes of 'a'`, `${x}.replace('a', 'b') != ''`, fill('a'));
+    check(`replace('a', 'bb', 100000) on ${n} bytes of 'a'`, `${x}.replace('a', 'bb', 100000) != ''`, fill('a'));
+    check(`replace('ab', 'x') on ${n} bytes of 'ab'`, `${x}.replace('ab', 'x') != ''`, fill('ab'));
+    check(`replace('', 'x') on ${n} bytes of astral characters`, `${x}.replace('', 'x') != ''`, utf8(fill('😀')));
+    check(`replace(computed 'a', 'b') on ${n / 2} bytes of 'a'`, `${x}.replace(getReqHeader('y')[0], 'b') != ''`, fill('a').slice(0, n / 2), ['y', 'a']);
+    check(`replace('a', 'aaaaa') on ${n} bytes of 'a' (refused: too long)`, `${x}.replace('a', 'aaaaa') != ''`, fill('a'));
     // base64, URL escapes, hashes.
-    check(`encodeBase64() of ${n} units of 'あ'`, `${x}.encodeBase64() != ''`, fill('あ'));
+    check(`encodeBase64() of ${n} bytes of 'あ'`, `${x}.encodeBase64() != ''`, utf8(fill('あ')));
     const b64 = fill('QUJD');
     check(`decodeBase64() of ${n} characters`, `${x}.decodeBase64() != ''`, b64);
     check(`base64.decode() of ${n} characters`, `base64.decode(${x}) != b''`, b64);
-    check(`url.escape() of ${n} units of 'あ'`, `url.escape(${x}) != ''`, fill('あ'));
-    check(`url.escape() of ${n} units of "!'()* "`, `url.escape(${x}) != ''`, fill("!'()* "));
-    check(`url.escape() of ${n} units of 'ああ ' (escaped byte by byte)`, `url.escape(${x}) != ''`, fill('ああ '));
-    check(`url.escape() of ${n} units with lone surrogates`, `url.escape(${x}) != ''`, fill('\ud800 '));
-    check(`url.unescape() of ${n} units of '+'`, `url.unescape(${x}) != ''`, fill('+'));
-    check(`url.unescape() of ${n} units of '%41'`, `url.unescape(${x}) != ''`, fill('%41'));
-    for (const h of ['md5', 'sha1', 'sha256', 'sha512', 'crc32']) check(`hash.${h}() of ${n} units of 'あ'`, `hash.${h}(${x}, 'base64') != ''`, fill('あ'));
+    check(`url.escape() of ${n} bytes of 'あ'`, `url.escape(${x}) != ''`, utf8(fill('あ')));
+    check(`url.escape() of ${n} bytes of "!'()* "`, `url.escape(${x}) != ''`, fill("!'()* "));
+    check(`url.escape() of ${n} bytes of 'ああ ' (escaped byte by byte)`, `url.escape(${x}) != ''`, utf8(fill('ああ ')));
+    check(`url.escape() of ${n} bytes with lone surrogates`, `url.escape(${x}) != ''`, fill('\xff '));
+    check(`url.unescape() of ${n} bytes of '+'`, `url.unescape(${x}) != ''`, fill('+'));
+    check(`url.unescape() of ${n} bytes of '%41'`, `url.unescape(${x}) != ''`, fill('%41'));
+    for (const h of ['md5', 'sha1', 'sha256', 'sha512', 'crc32']) check(`hash.${h}() of ${n} bytes of 'あ'`, `hash.${h}(${x}, 'base64') != ''`, utf8(fill('あ')));
     // isJson(): many small values, deep nesting; strings.quote(): every unit escaped.
     check(`isJson() of ${n} characters of '{},'`, `${x}.isJson()`, '[' + fill('{},').slice(0, n - 3) + '0]');
     check(`isJson() of ${n} characters of '[],'`, `${x}.isJson()`, '[' + fill('[],').slice(0, n - 3) + '0]');
@@ -543,8 +546,8 @@ describe("traffic policy cost limits: ngrok's string, base64, URL and hash macro
     check(`json.decode() of ${n} characters of '{},'`, `size(json.decode(${x})) > 0`, '[' + fill('{},').slice(0, n - 3) + '0]');
     check(`decodeJson() of ${n} characters of '[0],'`, `size(${x}.decodeJson()) > 0`, '[' + fill('[0],').slice(0, n - 4) + '0]');
     check(`json.decode() of ${n / 2} nested arrays (refused: too deep)`, `size(json.decode(${x})) > 0`, '['.repeat(n / 2) + ']'.repeat(n / 2));
-    check(`strings.quote() of ${n} units of '\\n'`, `strings.quote(${x}) != ''`, fill('\n'));
-    check(`strings.quote() of ${n} units with lone surrogates`, `strings.quote(${x}) != ''`, fill('\ud800"'));
+    check(`strings.quote() of ${n} bytes of '\\n'`, `strings.quote(${x}) != ''`, fill('\n'));
+    check(`strings.quote() of ${n} bytes with lone surrogates`, `strings.quote(${x}) != ''`, fill('\xff"'));
     // Short strings: the fixed cost of a hash.
     check('hash.sha256() of a client address', `hash.sha256(getReqHeader('x')[0]) != ''`, '203.0.113.7');
     console.log(`traffic policy cost limits, ngrok string macros:\n  ${report.join('\n  ')}`);
