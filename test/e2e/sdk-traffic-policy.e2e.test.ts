@@ -266,15 +266,15 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
   it("shows the client's own connection (conn.tls.*, conn.client_port, conn.server_ip), not the one between the nodes, when a hop carries the request", async () => {
     const host = 'conn.sdk-tp.e2e.test';
     const s = await session(a.agent, tokenA);
-    const policy = 'on_http_response:\n  - actions:\n      - type: add-headers\n        config:\n          headers:\n            x-conn: "${conn.tls.version}|${conn.tls.cipher_suite}|${conn.tls.sni}|${conn.client_port}|${conn.server_ip}|${conn.tls.server.serial_number}"\n';
+    const policy = 'on_http_response:\n  - actions:\n      - type: add-headers\n        config:\n          headers:\n            x-conn: "${conn.tls.version}|${conn.tls.cipher_suite}|${conn.tls.sni}|${conn.client_port}|${conn.server_ip}|${conn.tls.server.serial_number}"\n            x-conn-more: "${conn.server_region}|${conn.bytes_in}|${conn.bytes_out}|${conn.ts.start}"\n';
     await s.httpEndpoint().domain(host).trafficPolicy(policy).listenAndForward(upstreamUrl);
     const viaTls = (n: IngressProcess) =>
-      new Promise<{ status: number; conn: string; local: { port: number; tls: string; cipher: string; serial: string } }>((resolve, reject) => {
+      new Promise<{ status: number; conn: string; more: string; local: { port: number; tls: string; cipher: string; serial: string } }>((resolve, reject) => {
         const req = https.request({ host: '127.0.0.1', port: n.https, servername: host, path: '/', agent: false, rejectUnauthorized: false, headers: { host } }, (res) => {
           res.resume();
           const sock = res.socket as import('node:tls').TLSSocket;
           const serial = sock.getPeerX509Certificate()?.serialNumber ?? '';
-          resolve({ status: res.statusCode ?? 0, conn: String(res.headers['x-conn'] ?? ''), local: { port: sock.localPort ?? 0, tls: sock.getProtocol() ?? '', cipher: sock.getCipher().standardName, serial } });
+          resolve({ status: res.statusCode ?? 0, conn: String(res.headers['x-conn'] ?? ''), more: String(res.headers['x-conn-more'] ?? ''), local: { port: sock.localPort ?? 0, tls: sock.getProtocol() ?? '', cipher: sock.getCipher().standardName, serial } });
         });
         req.on('error', reject);
         req.end();
@@ -290,6 +290,13 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
       expect(r.conn, n.nodeId).toBe(`${r.local.tls.replace('TLSv', '')}|${r.local.cipher}|${host}|${r.local.port}|127.0.0.1|${serial}`);
       expect(serial.replace(/^0+/, '').toLowerCase(), n.nodeId).toBe(r.local.serial.replace(/^0+/, '').toLowerCase());
       expect(serial).not.toBe('');
+      // The node the client reached, its connection's bytes on the wire (the TLS handshake
+      // included: the certificate went out before any answer) and when it was accepted.
+      const [region, bytesIn, bytesOut, start] = r.more.split('|');
+      expect(region, n.nodeId).toBe(n.nodeId);
+      expect(Number(bytesIn), r.more).toBeGreaterThan(300);
+      expect(Number(bytesOut), r.more).toBeGreaterThan(500);
+      expect(Math.abs(Date.parse(start!) - Date.now()), r.more).toBeLessThan(30_000);
     }
     // Over plain HTTP through the hop: no TLS, as on the holding node itself.
     expect((await request(b.http, host, '/')).headers['x-conn']).toMatch(/^\|\|\|\d+\|127\.0\.0\.1\|$/);

@@ -1,6 +1,6 @@
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { echoUrlAndHeaders, startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
 
 /**
  * ngrok's request, connection and response variables that Warren fills
@@ -11,10 +11,20 @@ import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluste
  */
 
 const HOST = 'ngrok-vars.e2e.test';
+
+/** The echo upstream; under /resvars it also sets cookies, a Location and a Content-Encoding for res.* to read. */
+const upstreamSettingCookies: http.RequestListener = (req, res) => {
+  if (req.url?.startsWith('/resvars')) {
+    res.setHeader('set-cookie', ['sid=abc; Path=/; Secure; HttpOnly', 'sid=deeper; Path=/resvars/app', 'theme=dark; Max-Age=60']);
+    res.setHeader('location', '/next');
+    res.setHeader('content-encoding', 'identity');
+  }
+  echoUrlAndHeaders(req, res);
+};
 let c: PolicyCluster;
 
 beforeAll(async () => {
-  c = await startPolicyCluster({ name: 'ngrokvars', host: HOST });
+  c = await startPolicyCluster({ name: 'ngrokvars', host: HOST, upstream: upstreamSettingCookies });
 }, 90_000);
 
 afterAll(async () => {
@@ -78,9 +88,9 @@ function send(path: string, o: { body?: string; chunked?: boolean; headers?: Rec
 describe("ngrok's variables on live traffic", () => {
   it("refuses a policy naming an ngrok variable or macro Warren does not have, saying so", async () => {
     const cases: [unknown, RegExp][] = [
-      [{ on_http_request: [{ expressions: ['conn.bytes_in > 1000'], actions: [{ type: 'deny' }] }] }, /expressions\[0\]: does not compile: ngrok's conn\.bytes_in is not supported by Warren/],
-      [{ on_http_request: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-start': '${conn.ts.start}' } } }] }] }, /x-start: \$\{…\} does not compile: ngrok's conn\.ts\.start is not supported by Warren/],
-      [{ on_http_request: [{ expressions: ["hash.xxhash64(getReqHeader('x')[0]) == 'a'"], actions: [{ type: 'deny' }] }] }, /ngrok's hash\.xxhash64\(\) is not supported by Warren/],
+      [{ on_http_request: [{ expressions: ["conn.tls.ja4_fingerprint == 'x'"], actions: [{ type: 'deny' }] }] }, /expressions\[0\]: does not compile: ngrok's conn\.tls\.ja4_fingerprint is not supported by Warren/],
+      [{ on_http_request: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-trailers': '${req.trailers}' } } }] }] }, /x-trailers: \$\{…\} does not compile: ngrok's req\.trailers is not supported by Warren/],
+      [{ on_http_request: [{ expressions: ["rand.int(0, 10) == 1"], actions: [{ type: 'deny' }] }] }, /ngrok's rand\.int\(\) is not supported by Warren/],
     ];
     for (const [policy, msg] of cases) {
       const r = await c.tryPolicy(policy);
@@ -137,5 +147,84 @@ describe("ngrok's variables on live traffic", () => {
     expect([r.status, r.body]).toEqual([200, '1 then 3']);
     // One cookie of the name: the rule does not apply.
     expect(JSON.parse((await send('/cookies/x', { headers: { cookie: 'a=1' } })).body).url).toBe('/cookies/x');
+  });
+
+  it('conn.ts.start, conn.bytes_in/out, conn.server_region, req.content_encoding, req.location', async () => {
+    await c.policyRoute('/connvars', {
+      on_http_request: [
+        {
+          actions: [
+            {
+              type: 'add-headers',
+              config: {
+                headers: {
+                  'x-start': '${conn.ts.start}',
+                  'x-bytes': '${conn.bytes_in} ${conn.bytes_out}',
+                  'x-region': '${conn.server_region}',
+                  'x-encodings': "${req.content_encoding.join(',')}",
+                  'x-location': '${req.location}',
+                },
+              },
+            },
+          ],
+        },
+      ],
+    });
+    // Two requests on one keep-alive connection: the same start, bytes that grow.
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const get = (headers: Record<string, string> = {}) =>
+      new Promise<{ status: number; seen: Record<string, string> }>((resolve, reject) => {
+        const req = http.request({ host: '127.0.0.1', port: c.a.http, path: '/connvars/x', agent, headers: { host: HOST, ...headers } }, (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (d: Buffer) => chunks.push(d));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, seen: (JSON.parse(Buffer.concat(chunks).toString()) as { headers: Record<string, string> }).headers }));
+        });
+        req.setTimeout(10_000, () => req.destroy(new Error('timed out')));
+        req.on('error', reject);
+        req.end();
+      });
+    const before = Date.now();
+    try {
+      const first = await get({ 'content-encoding': 'GZIP, br', location: '/from-client' });
+      await new Promise((r) => setTimeout(r, 50));
+      const second = await get();
+      expect([first.status, second.status]).toEqual([200, 200]);
+      const start = Date.parse(first.seen['x-start']!);
+      expect(first.seen['x-start']).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+      expect(start).toBeGreaterThanOrEqual(before - 1000);
+      expect(start).toBeLessThanOrEqual(Date.now());
+      expect(second.seen['x-start']).toBe(first.seen['x-start']);
+      const [in1, out1] = first.seen['x-bytes']!.split(' ').map(Number);
+      const [in2, out2] = second.seen['x-bytes']!.split(' ').map(Number);
+      // The first request's head was read and nothing sent yet; the second sees the first's answer.
+      expect(in1).toBeGreaterThan(50);
+      expect(out1).toBe(0);
+      expect(in2).toBeGreaterThan(in1!);
+      expect(out2).toBeGreaterThan(100);
+      expect(first.seen['x-region']).toBe(c.a.nodeId);
+      expect(first.seen['x-encodings']).toBe('gzip,br');
+      expect(first.seen['x-location']).toBe('/from-client');
+      expect(second.seen['x-encodings']).toBe('');
+      expect(second.seen['x-location']).toBe('');
+    } finally {
+      agent.destroy();
+    }
+  });
+
+  it('res.cookies, res.location, res.content_encoding on the response', async () => {
+    await c.policyRoute('/resvars', {
+      on_http_response: [
+        {
+          expressions: ["res.cookies['sid'][0].path == '/resvars/app' && res.cookies['sid'][1].secure && res.cookies['theme'][0].max_age == duration('60s') && size(res.cookies) == 2"],
+          actions: [{ type: 'add-headers', config: { headers: { 'x-cookies-checked': 'yes' } } }],
+        },
+        // The longest path first.
+        { expressions: ["res.cookies['sid'][0].value == 'deeper' && res.cookies['sid'][1].value == 'abc'"], actions: [{ type: 'add-headers', config: { headers: { 'x-sid-order': 'ok' } } }] },
+        { expressions: ["res.location == '/next' && res.content_encoding == ['identity']"], actions: [{ type: 'add-headers', config: { headers: { 'x-location-encoding': 'ok' } } }] },
+      ],
+    });
+    const r = await send('/resvars/app/page');
+    expect(r.status, r.body).toBe(200);
+    expect([r.headers['x-cookies-checked'], r.headers['x-sid-order'], r.headers['x-location-encoding']]).toEqual(['yes', 'ok', 'ok']);
   });
 });

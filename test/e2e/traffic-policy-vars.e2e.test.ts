@@ -246,8 +246,43 @@ inbound:
     expect((await c.request('/str/x', { headers: { ...key, 'x-name': 'a', 'x-b64': 'not base64!' } })).status).toBe(403);
     expect((await c.request('/str/x', { headers: { ...key, 'x-name': 'a', 'x-b64': Buffer.from('fine').toString('base64') } })).status).toBe(200);
     // A name Warren still lacks is a 400 naming it.
-    const bad = await c.tryPolicy(`inbound:\n  - expressions: ["hash.xxhash64(req.path) == 'x'"]\n    actions: [{type: deny}]\n`);
+    const bad = await c.tryPolicy(`inbound:\n  - expressions: ["rand.int(0, 10) > 5"]\n    actions: [{type: deny}]\n`);
     expect(bad.status).toBe(400);
-    expect(bad.body.msg).toMatch(/ngrok's hash\.xxhash64\(\) is not supported by Warren/);
+    expect(bad.body.msg).toMatch(/ngrok's rand\.int\(\) is not supported by Warren/);
+  });
+
+  it("ngrok's JSON, query string, URL, basic auth, list and 64-bit hash macros on live traffic", async () => {
+    await c.policyRoute(
+      '/more',
+      `
+inbound:
+  - expressions: ["hasReqHeader('x-next') && !getReqHeader('x-next')[0].isURL()"]
+    actions: [{type: deny, config: {status_code: 400}}]
+  - expressions: ["hasReqHeader('x-next') && url.parse(getReqHeader('x-next')[0])['hostname'] != 'app.example.com'"]
+    actions: [{type: deny, config: {status_code: 403}}]
+  - actions:
+      - type: add-headers
+        config:
+          headers:
+            x-q: "\${queryString.decode(req.url.query)['who']}"
+            x-qs: "\${queryString.encode({'b': 'x y', 'a': '&'})}"
+            x-json: "\${json.encode({'path': req.path, 'n': size(lists.range(3)), 'ok': true})}"
+            x-auth: "\${basic_auth.encode('user', 'pa:ss')}"
+            x-hash: "\${hash.xxhash64('hello')} \${'hello'.crc64()}"
+`,
+    );
+    const ok = await c.request('/more/p?who=J%C3%B6rg&x=1', { headers: { 'x-next': 'https://app.example.com:8443/a?b=c' } });
+    expect(ok.status).toBe(200);
+    const seen = Object.fromEntries(Object.entries(ok.json().headers as Record<string, string>).map(([k, v]) => [k, Buffer.from(v, 'latin1').toString('utf8')]));
+    expect(seen['x-q']).toBe('Jörg');
+    expect(seen['x-qs']).toBe('a=%26&b=x+y');
+    expect(JSON.parse(seen['x-json']!)).toEqual({ n: 3, ok: true, path: '/more/p' });
+    expect(seen['x-json']).toBe('{"n":3,"ok":true,"path":"/more/p"}');
+    expect(seen['x-auth']).toBe(`Basic ${Buffer.from('user:pa:ss').toString('base64')}`);
+    // ngrok's documented values for 'hello'.
+    expect(seen['x-hash']).toBe('26c7827d889f6da3 3c3eeee2d8100000');
+    // Not a URL: 400; another host: 403.
+    expect((await c.request('/more/p', { headers: { 'x-next': 'not a url' } })).status).toBe(400);
+    expect((await c.request('/more/p', { headers: { 'x-next': 'https://evil.example.net/' } })).status).toBe(403);
   });
 });

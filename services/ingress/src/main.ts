@@ -22,6 +22,7 @@ import { createSecureContext, type SecureContext, type TLSSocket } from 'node:tl
 import { LocalSlidingWindowLimiter, RedisSlidingWindowLimiter } from './ratelimit/index.js';
 import { createTrafficEvents } from './events/index.js';
 import { startGeo } from './policy/geo.js';
+import { setServerRegion, stampConnection } from './http/conn-facts.js';
 import { compileEndpointPolicy, recompileEndpointPolicies, type EndpointPolicy } from './policy/endpoint.js';
 import { FIND_REPLACE_PROCESS_LIMITS } from './policy/find-replace.js';
 
@@ -56,6 +57,7 @@ async function main(): Promise<void> {
     throw new EnvError(`INTERNAL_HOST=${env.INTERNAL_HOST} is not a loopback address: set WARREN_NODE_TOKEN, or other hosts could send requests into this node's tunnels`);
   }
   const nodeId = env.NODE_ID;
+  setServerRegion(nodeId);
   // `conn.geo.*` for traffic policies: the GeoIP database, read before anything listens.
   const geo = startGeo(env.WARREN_GEOIP_DB || undefined, log.child({ component: 'geoip' }));
   const metrics = createIngressMetrics(nodeId);
@@ -315,6 +317,8 @@ async function main(): Promise<void> {
   // A request Node's parser refuses is answered as Node's default handler would (400, 431 or 408,
   // Connection: close; the ingress's JSON error shape), then the socket is closed.
   for (const s of [publicHttp, publicHttps]) s.on('clientError', (err: Error & { code?: string }, socket) => answerClientError(err, socket));
+  // `conn.ts.start` for traffic policies: when each client connection was accepted.
+  for (const s of [publicHttp, publicHttps]) s.prependListener('connection', stampConnection);
 
   httpPort = await listen(publicHttp, env.HTTP_PORT, env.HOST);
   httpsPort = await listen(publicHttps, env.HTTPS_PORT, env.HOST);

@@ -56,4 +56,16 @@ describe('x-warren-conn (a Bind endpoint policy over a hop)', () => {
     expect([h.rawTarget, h.message]).toEqual(['/x/../%61dmin', { httpVersion: '1.0', headers: { 'content-length': '5', 'transfer-encoding': undefined } }]);
     expect(decodeHopConn(JSON.stringify({ hv: '1.1', te: true }), '1.2.3.4:5')!.message).toEqual({ httpVersion: '1.1', headers: { 'content-length': undefined, 'transfer-encoding': 'chunked' } });
   });
+
+  it("carries the connection's accept time, bytes so far and the sending node's region; bad values dropped", () => {
+    const h = decodeHopConn(JSON.stringify({ sip: '10.0.0.1', ts: 1_790_000_000_123, bi: 1834, bo: 77, rg: 'ingress-b' }), '1.2.3.4:5')!;
+    const conn = new CelConn('1.2.3.4', 443, h.tls, false, null, h.socket, h.facts);
+    expect([conn.ts.start.getTime(), conn.bytes_in, conn.bytes_out, conn.server_region]).toEqual([1_790_000_000_123, 1834n, 77n, 'ingress-b']);
+    for (const bad of [-1, 1.5, '7', 2 ** 60, null]) {
+      const x = decodeHopConn(JSON.stringify({ ts: bad, bi: bad, bo: bad, rg: typeof bad === 'string' ? bad.repeat(300) : bad }), '1.2.3.4:5')!;
+      const c = new CelConn('1.2.3.4', 443, x.tls, false, null, x.socket, x.facts);
+      expect([c.bytes_in, c.bytes_out, c.server_region], String(bad)).toEqual([0n, 0n, '']);
+      expect(() => c.ts.start, String(bad)).toThrow(/not known/);
+    }
+  });
 });

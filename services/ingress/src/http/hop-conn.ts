@@ -1,7 +1,8 @@
 import type http from 'node:http';
 import type { X509Certificate } from 'node:crypto';
 import type { TLSSocket } from 'node:tls';
-import type { CelConnSocket, CelRequestMessage, CelTlsSocket } from '@warren/shared';
+import type { CelConnFacts, CelConnSocket, CelRequestMessage, CelTlsSocket } from '@warren/shared';
+import { connectionStartedAt, serverRegion, wireSocket } from './conn-facts.js';
 
 /**
  * The public connection's facts for a request carried over a hop (header `x-warren-conn`), for a
@@ -25,8 +26,10 @@ import type { CelConnSocket, CelRequestMessage, CelTlsSocket } from '@warren/sha
 export interface HopConn {
   /** What `conn.tls` reads; null when the client came over plain HTTP. */
   tls: CelTlsSocket | null;
-  /** What `conn.client_port` and `conn.server_ip` read. */
+  /** What `conn.client_port`, `conn.server_ip` and `conn.bytes_*` read (the bytes as the sending node counted them). */
   socket: CelConnSocket;
+  /** What `conn.ts.start` and `conn.server_region` read: the sending node's. */
+  facts: CelConnFacts;
   /** What `req.version` and `req.content_length` read (the client's request, not the hop's). */
   message: CelRequestMessage | null;
   /** The request target as the client sent it, when the sending node changed it; else undefined. */
@@ -36,6 +39,11 @@ export interface HopConn {
 interface Wire {
   /** Server (ingress) address the client connected to. */
   sip?: string;
+  /** The connection: accepted at (ms since the epoch), bytes in and out so far, the node's region. */
+  ts?: number;
+  bi?: number;
+  bo?: number;
+  rg?: string;
   /** TLS: protocol, cipher name and standard name, SNI, ALPN, resumed. */
   v?: string;
   c?: string;
@@ -64,7 +72,10 @@ const MAX_TARGET = 16 * 1024;
  */
 export function encodeHopConn(req: http.IncomingMessage, rawTarget?: string): string {
   const socket = req.socket;
-  const w: Wire = { sip: socket.localAddress ?? '', hv: req.httpVersion };
+  const wire = wireSocket(socket);
+  const w: Wire = { sip: socket.localAddress ?? '', hv: req.httpVersion, bi: wire.bytesRead, bo: wire.bytesWritten, rg: serverRegion() };
+  const ts = connectionStartedAt(socket);
+  if (ts !== undefined) w.ts = ts;
   const cl = req.headers['content-length'];
   if (typeof cl === 'string') w.cl = cl;
   if (req.headers['transfer-encoding'] !== undefined) w.te = true;
@@ -107,6 +118,8 @@ export function asciiJson(v: unknown): string {
 }
 
 const str = (v: unknown): string | undefined => (typeof v === 'string' && v.length <= MAX_FIELD ? v : undefined);
+/** A count or a time in ms: a non-negative safe integer, else undefined. */
+const count = (v: unknown): number | undefined => (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : undefined);
 
 /**
  * The facts of `x-warren-conn` (`value`) with the client's port from `clientAddr` (`ip:port`, the
@@ -125,12 +138,13 @@ export function decodeHopConn(value: string | string[] | undefined, clientAddr: 
   }
   const colon = clientAddr.lastIndexOf(':');
   const port = Number(clientAddr.slice(colon + 1));
-  const socket: CelConnSocket = { remotePort: colon > 0 && Number.isInteger(port) && port >= 0 && port < 65536 ? port : 0, localAddress: str(w.sip) ?? '' };
+  const socket: CelConnSocket = { remotePort: colon > 0 && Number.isInteger(port) && port >= 0 && port < 65536 ? port : 0, localAddress: str(w.sip) ?? '', bytesRead: count(w.bi), bytesWritten: count(w.bo) };
+  const facts: CelConnFacts = { startedAt: count(w.ts), region: str(w.rg) ?? '' };
   const hv = typeof w.hv === 'string' && /^\d\.\d$/.test(w.hv) ? w.hv : undefined;
   const message: CelRequestMessage | null = hv === undefined ? null : { httpVersion: hv, headers: { 'content-length': str(w.cl), 'transfer-encoding': w.te === true ? 'chunked' : undefined } };
   const rawTarget = typeof w.rt === 'string' && w.rt.length <= MAX_TARGET ? w.rt : undefined;
   const version = str(w.v);
-  if (version === undefined) return { tls: null, socket, message, rawTarget };
+  if (version === undefined) return { tls: null, socket, facts, message, rawTarget };
   const cipher = str(w.c);
   const standardName = str(w.cs);
   const sni = str(w.sni);
@@ -146,5 +160,5 @@ export function decodeHopConn(value: string | string[] | undefined, clientAddr: 
     getPeerX509Certificate: () => undefined,
     getX509Certificate: () => server,
   };
-  return { tls, socket, message, rawTarget };
+  return { tls, socket, facts, message, rawTarget };
 }

@@ -3,6 +3,7 @@ import { CEL_TIME, CelActions, CelConn, CelEndpoint, CelRequest, CelResponse, ty
 import type { RequestState, ResponseState } from '../pipeline/types.js';
 import { geoLookupOf } from './geo.js';
 import { servedPort as routingServedPort } from '../http/routing.js';
+import { connectionStartedAt, serverRegion, wireSocket } from '../http/conn-facts.js';
 
 /**
  * The CEL activation of one request (or response): every variable is built on first read, so
@@ -35,8 +36,13 @@ export class Activation {
     const s = this.s;
     // Over a hop (a Bind endpoint's policy on the node holding the tunnel), the client's
     // connection as the sending node saw it (`hop-conn.ts`), not the one between the nodes.
+    // `conn.bytes_*` count the TCP socket's bytes (TLS records included), `conn.ts.start` is when
+    // it was accepted (`conn-facts.ts`).
     const hop = s.conn;
-    return (this.connView ??= new CelConn(s.clientIp, servedPort(s), hop ? hop.tls : tlsSocket(s), s.edge.mutualTls?.enabled === true, geoLookupOf(s), hop ? hop.socket : (s.req.socket ?? null)));
+    if (this.connView) return this.connView;
+    const socket = hop ? hop.socket : s.req.socket ? wireSocket(s.req.socket) : null;
+    const facts = hop ? hop.facts : { startedAt: connectionStartedAt(s.req.socket), region: serverRegion() };
+    return (this.connView = new CelConn(s.clientIp, servedPort(s), hop ? hop.tls : tlsSocket(s), s.edge.mutualTls?.enabled === true, geoLookupOf(s), socket, facts));
   }
 
   /** `endpoint`: the edge (a Bind endpoint's synthetic edge has its tunnel's id) at the hostport that served the request. */

@@ -3,6 +3,8 @@ import { EvaluationError } from '@marcbachmann/cel-js';
 import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse } from './cel-vars.js';
 import { compileExpression } from './cel.js';
 import { charAt, isJson, lower, MAX_BUILT_STRING, MAX_JSON_DECODE_DEPTH, quote, replace, reverse, upper, UPPER_SPECIAL_CODE_POINTS, urlEscape, urlUnescape } from './ngrok-macros.js';
+import { crc64Iso, jsonEncode, MAX_JSON_ENCODE_DEPTH, MAX_LIST_RANGE, queryDecode, sortUtf8, xxhash64 } from './ngrok-macros.js';
+import { estimateCost, MAX_EXPRESSION_COST } from './cost.js';
 import { parseTrafficPolicy } from './parse.js';
 import { refusal } from './testing.js';
 
@@ -290,9 +292,9 @@ describe('the namespaces are constants', () => {
     expect(run("['x'].map(url, url + '!')")).toEqual(['x!']);
   });
 
-  it("ngrok's macros of the namespaces Warren lacks are still named", () => {
-    expect(() => run("url.parse('https://x').host == 'x'")).toThrow(/ngrok's url\.parse\(\) is not supported by Warren/);
-    expect(() => run("hash.xxhash64('hello') == ''")).toThrow(/ngrok's hash\.xxhash64\(\) is not supported by Warren/);
+  it("ngrok's macros Warren lacks are still named", () => {
+    expect(() => run('rand.int(0, 10) >= 5')).toThrow(/ngrok's rand\.int\(\) is not supported by Warren/);
+    expect(() => run("'a=b'.isQueryString()")).toThrow(/ngrok's string\.isQueryString\(\) is not supported by Warren/);
   });
 });
 
@@ -324,5 +326,277 @@ inbound:
     // estimate over the limit.
     const nested = "req.path.replace('', req.path).replace('', req.path).replace('', req.path).replace('', req.path).replace('', req.path).size() > 0";
     expect(refusal({ inbound: [{ expressions: [nested], actions: [{ type: 'deny' }] }] }, true).reason).toMatch(/^too expensive to evaluate/);
+  });
+});
+
+/** `expr` on a request whose raw query is `query`. */
+function withQuery(expr: string, query: string): unknown {
+  const act = activation();
+  act.req = new CelRequest({ method: 'GET', scheme: 'https', host: 'app.example.com', authority: 'app.example.com', path: '/', rawQuery: query, headers: () => [] });
+  return compileExpression('inbound', expr, false)(act);
+}
+
+/** xxHash64 (seed 0) straight from its specification, with BigInt: the reference `xxhash64` is checked against. */
+function xxhash64Reference(b: Uint8Array): string {
+  const M = (1n << 64n) - 1n;
+  const [P1, P2, P3, P4, P5] = [0x9e3779b185ebca87n, 0xc2b2ae3d27d4eb4fn, 0x165667b19e3779f9n, 0x85ebca77c2b2ae63n, 0x27d4eb2f165667c5n];
+  const rotl = (x: bigint, r: bigint) => ((x << r) | (x >> (64n - r))) & M;
+  const r64 = (i: number) => Buffer.from(b).readBigUInt64LE(i);
+  const round = (acc: bigint, x: bigint) => (rotl((acc + x * P2) & M, 31n) * P1) & M;
+  const merge = (h: bigint, v: bigint) => (((h ^ round(0n, v)) * P1 + P4) & M);
+  let i = 0;
+  let h: bigint;
+  if (b.length >= 32) {
+    let [v1, v2, v3, v4] = [(P1 + P2) & M, P2, 0n, (M + 1n - P1) & M];
+    for (; i + 32 <= b.length; i += 32) [v1, v2, v3, v4] = [round(v1, r64(i)), round(v2, r64(i + 8)), round(v3, r64(i + 16)), round(v4, r64(i + 24))];
+    h = (rotl(v1, 1n) + rotl(v2, 7n) + rotl(v3, 12n) + rotl(v4, 18n)) & M;
+    for (const v of [v1, v2, v3, v4]) h = merge(h, v);
+  } else h = P5;
+  h = (h + BigInt(b.length)) & M;
+  for (; i + 8 <= b.length; i += 8) h = (rotl(h ^ round(0n, r64(i)), 27n) * P1 + P4) & M;
+  if (i + 4 <= b.length) {
+    h = (rotl(h ^ ((BigInt(Buffer.from(b).readUInt32LE(i)) * P1) & M), 23n) * P2 + P3) & M;
+    i += 4;
+  }
+  for (; i < b.length; i++) h = (rotl(h ^ ((BigInt(b[i]!) * P5) & M), 11n) * P1) & M;
+  h = ((h ^ (h >> 33n)) * P2) & M;
+  h = ((h ^ (h >> 29n)) * P3) & M;
+  return (h ^ (h >> 32n)).toString(16).padStart(16, '0');
+}
+
+describe("ngrok's documented examples: the second batch", () => {
+  it('Basic Auth', () => {
+    expect(run("basic_auth.encode('username', 'password1')")).toBe('Basic dXNlcm5hbWU6cGFzc3dvcmQx');
+    expect(run("basic_auth.encode('username', 'password1') == 'Basic dXNlcm5hbWU6cGFzc3dvcmQx'")).toBe(true);
+  });
+
+  it('Hash: crc64 (ISO polynomial) and xxhash64', () => {
+    const hello: Record<string, [string, string]> = { crc64: ['3c3eeee2d8100000', 'PD7u4tgQAAA='], xxhash64: ['26c7827d889f6da3', 'JseCfYifbaM='] };
+    for (const [h, [hex, b64]] of Object.entries(hello)) {
+      expect(run(`hash.${h}('hello')`), h).toBe(hex);
+      expect(run(`hash.${h}('hello', 'hex')`), h).toBe(hex);
+      expect(run(`hash.${h}('hello', 'base64')`), h).toBe(b64);
+      expect(run(`'hello'.${h}()`), h).toBe(hex);
+      expect(run(`'hello'.${h}('hex')`), h).toBe(hex);
+      expect(run(`'hello'.${h}('base64')`), h).toBe(b64);
+    }
+  });
+
+  it('JSON: json.encode, list.encodeJson, map.encodeJson', () => {
+    expect(run(`json.encode({'a': 'b'})`)).toBe('{"a":"b"}');
+    expect(run(`json.encode(["a","b","c"])`)).toBe('["a","b","c"]');
+    expect(run(`["a","b","c"].encodeJson()`)).toBe('["a","b","c"]');
+    expect(run(`{'a':"b",'c':"d"}.encodeJson()`)).toBe('{"a":"b","c":"d"}');
+    expect(run(`json.encode(req.content_type.parameters) == '{"charset":"UTF-8"}'`, ['content-type', 'text/plain; charset=UTF-8'])).toBe(true);
+  });
+
+  it('Lists: lists.range', () => {
+    expect(run('lists.range(5)')).toEqual([0n, 1n, 2n, 3n, 4n]);
+  });
+
+  it('Query string: queryString.decode / encode, decodeQueryString, encodeQueryString', () => {
+    expect(run('queryString.decode("a=b&c=d")')).toEqual(new Map([['a', 'b'], ['c', 'd']]));
+    expect(run('"a=b&c=d".decodeQueryString()')).toEqual(new Map([['a', 'b'], ['c', 'd']]));
+    expect(withQuery(`queryString.decode(req.url.query)["q"] == "hello"`, 'q=hello')).toBe(true);
+    expect(run(`queryString.encode({'a': 'b', 'c': 'd'})`)).toBe('a=b&c=d');
+    expect(run(`{'a': "b", 'c': "d"}.encodeQueryString()`)).toBe('a=b&c=d');
+    expect(withQuery(`queryString.encode({"q":"policy"}) == req.url.query`, 'q=policy')).toBe(true);
+  });
+
+  it('Random: rand.double', () => {
+    const seen = new Set<unknown>();
+    for (let i = 0; i < 20; i++) {
+      const d = run('rand.double()') as number;
+      expect(d).toBeGreaterThanOrEqual(0);
+      expect(d).toBeLessThan(1);
+      seen.add(d);
+    }
+    // Not folded into a constant when compiled.
+    expect(seen.size).toBeGreaterThan(1);
+    expect(typeof run('rand.double() >= 0.5')).toBe('boolean');
+  });
+
+  it('URL: url.parse, parseUrl, isURL', () => {
+    expect(run(`url.parse("https://ngrok.com").host`)).toBe('ngrok.com');
+    expect(run(`url.parse("https://ngrok.com").scheme`)).toBe('https');
+    expect(run(`"https://ngrok.com".parseUrl().host`)).toBe('ngrok.com');
+    expect(run(`url.parse(req.url).host == 'app.example.com'`)).toBe(true);
+    expect(run(`'https://ngrok.com'.isURL()`)).toBe(true);
+    expect(run(`'not a url'.isURL()`)).toBe(false);
+  });
+});
+
+describe('json.encode(): Go’s json.Marshal', () => {
+  it('sorts keys by their UTF-8 bytes, writes no spaces, escapes as Go (HTML-safe)', () => {
+    expect(run(`json.encode({'b': 1, 'a': [true, null, 2.5], 'A': {}})`)).toBe('{"A":{},"a":[true,null,2.5],"b":1}');
+    expect(run(`json.encode({'<&>': '\\u2028"\\\\\\n\\x01'})`)).toBe('{"\\u003c\\u0026\\u003e":"\\u2028\\"\\\\\\n\\u0001"}');
+    // U+FF61 sorts before U+1F600 in UTF-8 (not in UTF-16).
+    expect(run(`json.encode({'😀': 1, '｡': 2, 'z': 3})`)).toBe('{"z":3,"｡":2,"😀":1}');
+    expect(sortUtf8(['\uffff', '\ud83d\ude00', '\ue000', 'a'])).toEqual(['a', '\ue000', '\uffff', '\ud83d\ude00']);
+  });
+
+  it('numbers, bytes, timestamps, uints, and values that stand for a string', () => {
+    expect(run(`json.encode([1, -2, 3u, 1.0, -0.0, 0.1, 1e21, 1.5e-7, 123456789.0])`)).toBe('[1,-2,3,1,-0,0.1,1e+21,1.5e-7,123456789]');
+    expect(run(`json.encode([b'hello', timestamp('2023-01-01T00:00:00.500Z'), timestamp('2023-01-01T00:00:00Z')])`)).toBe('["aGVsbG8=","2023-01-01T00:00:00.5Z","2023-01-01T00:00:00Z"]');
+    expect(run(`json.encode({1: 'a'})`)).toBe('{"1":"a"}');
+    expect(run(`json.encode(req.url)`, [], '/p?x=1')).toBe('"https://app.example.com/p?x=1"');
+    // Scalars alone are JSON too.
+    expect(run(`json.encode('x')`)).toBe('"x"');
+    expect(run(`json.encode(null)`)).toBe('null');
+    // A header byte in no UTF-8 sequence, as Go writes it: U+FFFD.
+    expect(run(`json.encode(getReqHeader('x')[0])`, ['x', 'a\xffb'])).toBe('"a\ufffdb"');
+    // What json.decode reads, json.encode writes back (keys sorted).
+    expect(run(`json.encode(json.decode('{"b":[1,{"c":null}],"a":"x"}'))`)).toBe('{"a":"x","b":[1,{"c":null}]}');
+  });
+
+  it('values JSON cannot hold are an evaluation error naming the function', () => {
+    expect(evalError('json.encode(1.0 / 0.0)').message).toMatch(/json\.encode\(\): unsupported value: \+Inf/);
+    expect(evalError('json.encode([0.0 / 0.0])').message).toMatch(/json\.encode\(\): unsupported value: NaN/);
+    expect(evalError(`json.encode({'d': duration('1s')})`).message).toMatch(/json\.encode\(\): cannot encode a value of type google\.protobuf\.Duration/);
+    expect(evalError(`[req].encodeJson()`).message).toMatch(/encodeJson\(\): cannot encode a value of type Request/);
+    expect(() => jsonEncode(new Map([[true, 1]]))).toThrow(/json\.encode\(\): cannot encode a map key of type bool/);
+    expect(() => jsonEncode(new Map<unknown, number>([['1', 1], [1n, 2]]))).toThrow(/duplicate key "1"/);
+    let deep: unknown = 0;
+    for (let i = 0; i < MAX_JSON_ENCODE_DEPTH; i++) deep = [deep];
+    expect(() => jsonEncode(deep)).not.toThrow();
+    expect(() => jsonEncode([deep])).toThrow(/nested more than 100 deep/);
+  });
+
+  it(`refuses to build a string over ${MAX_BUILT_STRING} characters`, () => {
+    const big = '<'.repeat(MAX_BUILT_STRING / 6);
+    expect(jsonEncode(big.slice(1)).length).toBeLessThanOrEqual(MAX_BUILT_STRING);
+    expect(() => jsonEncode(big + '<<')).toThrow(/result too long/);
+    expect(() => jsonEncode('x'.repeat(MAX_BUILT_STRING))).toThrow(/result too long/);
+    expect(() => jsonEncode(new Map(Array.from({ length: MAX_BUILT_STRING / 5 }, (_, i) => [String(i), 0])))).toThrow(/result too long/);
+    expect(evalError(`json.encode(lists.range(10000).map(i, 'xxxxxxx'))`).message).toMatch(/json\.encode\(\): result too long/);
+  });
+});
+
+describe('queryString: Go’s url.ParseQuery / url.Values.Encode', () => {
+  it('decodes as Go does: pairs at &, + and %XX unescaped, the first value of a key', () => {
+    expect(queryDecode('a=1&a=2&b&&c=x%3Dy+z&%E3%81%82=%F0%9F%98%80')).toEqual(new Map([['a', '1'], ['b', ''], ['c', 'x=y z'], ['あ', '😀']]));
+    expect(queryDecode('')).toEqual(new Map());
+    expect(queryDecode('=v&k=')).toEqual(new Map([['', 'v'], ['k', '']]));
+    // %26 and %3D decode to & and = inside a key or value, after the split.
+    expect(queryDecode('a%26b=c%3Dd')).toEqual(new Map([['a&b', 'c=d']]));
+    // Bytes in no UTF-8 sequence: as url.unescape reads them.
+    expect(run(`queryString.decode('a=%FF%C3%A9%E3')['a'] == url.unescape('%FF%C3%A9%E3')`)).toBe(true);
+  });
+
+  it('a semicolon or an invalid escape is an evaluation error naming the function', () => {
+    expect(evalError(`queryString.decode('a=1;b=2')`).message).toMatch(/queryString\.decode\(\): invalid semicolon separator in query/);
+    expect(evalError(`queryString.decode('a=%zz')`).message).toMatch(/queryString\.decode\(\): invalid URL escape "%zz"/);
+    expect(evalError(`'a=%4'.decodeQueryString()`).message).toMatch(/decodeQueryString\(\): invalid URL escape "%4"/);
+  });
+
+  it('encodes sorted by key, escaped as url.QueryEscape; lists of strings repeat the key', () => {
+    expect(run(`queryString.encode({'b': 'x y', 'a': ['1', '&'], 'é': '/'})`)).toBe('a=1&a=%26&b=x+y&%C3%A9=%2F');
+    expect(run(`queryString.encode({})`)).toBe('');
+    expect(withQuery(`queryString.encode(req.url.query_params)`, 'z=1&a=2&z=3')).toBe('a=2&z=1&z=3');
+    expect(evalError(`queryString.encode({'a': 1})`).message).toMatch(/queryString\.encode\(\): the value of "a" is not a string or a list of strings \(int\)/);
+    expect(evalError(`{'a': [1]}.encodeQueryString()`).message).toMatch(/encodeQueryString\(\): the value of "a" is not a string or a list of strings/);
+    expect(evalError(`queryString.encode({'a': lists.range(10000).map(i, 'xxxxxxx')})`).message).toMatch(/result too long/);
+  });
+});
+
+describe('url.parse(), parseUrl(), isURL(): Go’s url.Parse', () => {
+  it('reads every part, unescaping path, user and fragment', () => {
+    expect(Object.fromEntries(run(`url.parse('HTTPS://u%40s:p%3A@[::1]:8443/a%2Fb/c%20d?x=1&y#f%20g')`) as Map<string, string>)).toEqual({
+      scheme: 'https',
+      opaque: '',
+      user: 'u%40s:p%3A',
+      username: 'u@s',
+      password: 'p:',
+      host: '[::1]:8443',
+      hostname: '::1',
+      port: '8443',
+      path: '/a/b/c d',
+      raw_path: '/a%2Fb/c%20d',
+      raw_query: 'x=1&y',
+      fragment: 'f g',
+      raw_fragment: '',
+    });
+    expect(run(`url.parse('mailto:x@example.com').opaque`)).toBe('x@example.com');
+    expect(run(`url.parse('/just/a/path?q').path`)).toBe('/just/a/path');
+    expect(run(`url.parse('//h:80').hostname + ':' + url.parse('//h:80').port`)).toBe('h:80');
+    expect(run(`url.parse('http://h/é').path`)).toBe('/é');
+  });
+
+  it('an invalid URL is an evaluation error naming the function', () => {
+    expect(evalError(`url.parse(':x')`).message).toMatch(/url\.parse\(\): missing protocol scheme/);
+    expect(evalError(`url.parse('1a:b/c')`).message).toMatch(/url\.parse\(\): first path segment in URL cannot contain colon/);
+    expect(run(`url.parse('ab/c:d').path`)).toBe('ab/c:d');
+    expect(run(`'x:1/y'.parseUrl().opaque`)).toBe('1/y');
+    expect(evalError(`url.parse('http://h/%zz')`).message).toMatch(/url\.parse\(\): invalid URL escape "%zz"/);
+    expect(evalError(`url.parse('http://a b/')`).message).toMatch(/invalid character " " in host name/);
+    expect(evalError(`url.parse('http://h:8x/')`).message).toMatch(/invalid port ":8x" after host/);
+    expect(evalError(`url.parse('http://[::1/')`).message).toMatch(/missing '\]' in host/);
+    expect(evalError(`url.parse('http://u[@h/')`).message).toMatch(/invalid userinfo/);
+    expect(evalError(`'http://h/\\n'.parseUrl()`).message).toMatch(/parseUrl\(\): invalid control character in URL/);
+  });
+
+  it('isURL(): an absolute URL with a host', () => {
+    for (const ok of ['https://ngrok.com', 'http://h:1/p?q#f', 'ftp://u@h']) expect(run(`'${ok}'.isURL()`), ok).toBe(true);
+    for (const bad of ['not a url', '/path', 'mailto:x@example.com', 'http://a b', 'http://h/%zz', '', 'https://']) expect(run(`'${bad}'.isURL()`), bad).toBe(false);
+  });
+});
+
+describe('hash.crc64() / hash.xxhash64()', () => {
+  it("crc64 is Go's crc64.ISO; xxhash64 is xxHash64 with seed 0, checked against a BigInt implementation", () => {
+    expect(crc64Iso(Buffer.from('')).toString('hex')).toBe('0000000000000000');
+    expect(crc64Iso(Buffer.from('123456789')).toString('hex')).toBe('b90956c775a41001');
+    expect(xxhash64(Buffer.from('')).toString('hex')).toBe('ef46db3751d8e999');
+    expect(xxhash64(Buffer.from('abc')).toString('hex')).toBe('44bc2cf5ad770999');
+    let seed = 7;
+    const rnd = () => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) & 0xff;
+    for (const len of [0, 1, 3, 4, 7, 8, 15, 31, 32, 33, 63, 64, 100, 1000]) {
+      const b = Uint8Array.from({ length: len }, rnd);
+      expect(xxhash64(b).toString('hex'), String(len)).toBe(xxhash64Reference(b));
+    }
+    // The string's UTF-8.
+    expect(run(`hash.xxhash64('é')`)).toBe(xxhash64Reference(Buffer.from('é')));
+    expect(evalError(`hash.crc64('x', 'hex2')`).message).toMatch(/crc64\(\): unknown format "hex2"/);
+  });
+});
+
+describe('lists.range()', () => {
+  it(`0 … n-1; empty for n ≤ 0; over ${MAX_LIST_RANGE} an evaluation error`, () => {
+    expect(run('lists.range(0)')).toEqual([]);
+    expect(run('lists.range(-3)')).toEqual([]);
+    expect(run(`size(lists.range(${MAX_LIST_RANGE}))`)).toBe(BigInt(MAX_LIST_RANGE));
+    expect(evalError(`lists.range(${MAX_LIST_RANGE + 1})`).message).toMatch(/lists\.range\(\): 10001 is too large \(at most 10000\)/);
+    expect(evalError(`lists.range(int(getReqHeader('x')[0]))`, ['x', '9223372036854775807']).message).toMatch(/too large/);
+    expect(run('lists.range(3).map(i, i * 2)')).toEqual([0n, 2n, 4n]);
+  });
+});
+
+describe('the second batch in policies, with its cost', () => {
+  const cost = (expr: string) => estimateCost(compileExpression('inbound', expr));
+  it("accepts ngrok's examples, and charges what each builds", () => {
+    const doc = `
+inbound:
+  - expressions:
+      - "basic_auth.encode('username', 'password1') == getReqHeader('authorization')[0]"
+      - "queryString.decode(req.url.query)['q'] == 'hello'"
+      - "url.parse(req.url).host == 'ngrok.com'"
+      - "json.encode(req.content_type.parameters) == '{\\"charset\\":\\"UTF-8\\"}'"
+      - "lists.range(5).exists(i, i == 4)"
+      - "rand.double() >= 0.5"
+    actions: [{type: deny}]
+  - actions:
+      - type: add-headers
+        config:
+          headers:
+            x-query: "\${queryString.encode({'q': 'policy'})}"
+            x-hash: "\${hash.xxhash64(conn.client_ip)}"
+`;
+    expect(() => parseTrafficPolicy(doc)).not.toThrow();
+    expect(() => parseTrafficPolicy(JSON.stringify({ inbound: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-json': "${json.encode({'ip': conn.client_ip})}" } } }] }] }))).not.toThrow();
+    // A literal n is charged for n elements; a computed one for MAX_LIST_RANGE.
+    expect(cost('lists.range(5).exists(i, i == 4)')).toBeLessThan(cost(`lists.range(int(getReqHeader('n')[0])).exists(i, i == 4)`));
+    // What json.encode() and queryString.encode() build is charged to what follows.
+    expect(cost("json.encode(req.headers).matches('a')")).toBeGreaterThan(cost("json.encode(req.headers) != ''"));
+    // Re-encoding a whole JSON header (json.decode's cost, then up to thousands of keys sorted) is over the budget.
+    expect(cost("json.encode(json.decode(getReqHeader('x')[0])) != ''")).toBeGreaterThan(MAX_EXPRESSION_COST);
   });
 });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { celCompileError } from './testing.js';
-import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse, MAX_CONTENT_TYPE_PARSED, MAX_REQUEST_COOKIES, normalizeAuthority } from './cel-vars.js';
+import { CEL_TIME, CelActions, CelConn, CelRequest, CelResponse, MAX_CONTENT_CODINGS, MAX_CONTENT_TYPE_PARSED, MAX_REQUEST_COOKIES, normalizeAuthority } from './cel-vars.js';
 import { compileExpression } from './cel.js';
 
 /**
@@ -314,5 +314,107 @@ describe('conn.client_port, conn.server_ip', () => {
   it("without a socket (or once it is closed): 0 and ''", () => {
     expect(on("conn.client_port == 0 && conn.server_ip == ''", req())).toBe(true);
     expect(on("conn.client_port == 0 && conn.server_ip == ''", req(), new CelConn('203.0.113.7', 443, null, false, null, {}))).toBe(true);
+  });
+});
+
+describe('conn.bytes_in, conn.bytes_out, conn.ts.start, conn.server_region', () => {
+  it("read the connection's byte counts (ints), when it was accepted (a timestamp) and the node", () => {
+    const startedAt = Date.now() - 2500;
+    const conn = new CelConn('203.0.113.7', 443, null, false, null, { remotePort: 1, bytesRead: 1834, bytesWritten: 77 }, { startedAt, region: 'ingress-a' });
+    expect(on('conn.bytes_in', req(), conn)).toBe(1834n);
+    expect(on('conn.bytes_out', req(), conn)).toBe(77n);
+    expect(on('conn.bytes_in > 1000 && conn.bytes_out < 100', req(), conn)).toBe(true);
+    expect((on('conn.ts.start', req(), conn) as Date).getTime()).toBe(startedAt);
+    expect(on("time.now - conn.ts.start > duration('2s') && conn.ts.start > timestamp('2023-12-31T00:00:00Z')", req(), conn)).toBe(true);
+    expect(on("conn.server_region == 'ingress-a'", req(), conn)).toBe(true);
+    expect(on("'region ' + conn.server_region", req(), conn)).toBe('region ingress-a');
+    expect(notCompiling("conn.bytes_in == '1'")).toMatch(/does not compile/);
+    expect(notCompiling("conn.ts.start == 'x'")).toMatch(/does not compile/);
+  });
+
+  it("without a socket: 0 bytes and '' for the region; conn.ts.start not known is an evaluation error", () => {
+    expect(on("conn.bytes_in == 0 && conn.bytes_out == 0 && conn.server_region == ''", req())).toBe(true);
+    expect(() => on('conn.ts.start < time.now', req())).toThrow(/conn\.ts\.start is not known/);
+  });
+});
+
+describe('req.content_encoding, res.content_encoding, req.location, res.location', () => {
+  it('content_encoding: the codings of every Content-Encoding header, in order, trimmed and lower-case', () => {
+    expect(on('req.content_encoding', req({ headers: ['Content-Encoding', 'GZip , br', 'content-encoding', ' deflate,,'] }))).toEqual(['gzip', 'br', 'deflate']);
+    expect(on("'gzip' in req.content_encoding", req({ headers: ['Content-Encoding', 'gzip'] }))).toBe(true);
+    expect(on('size(req.content_encoding)', req())).toBe(0n);
+    expect(out("res.content_encoding == ['br'] && !('gzip' in res.content_encoding)", response(200, ['Content-Encoding', 'br']))).toBe(true);
+    expect(out('res.content_encoding', response(200, []))).toEqual([]);
+    expect(notCompiling("res.content_encoding == 'x'", 'outbound')).toMatch(/does not compile/);
+  });
+
+  it(`content_encoding: an evaluation error past ${MAX_CONTENT_CODINGS} codings (empty parts do not count)`, () => {
+    const most = req({ headers: ['content-encoding', 'a,'.repeat(MAX_CONTENT_CODINGS) + ', ,\t,'.repeat(1000)] });
+    expect(on('size(req.content_encoding)', most)).toBe(BigInt(MAX_CONTENT_CODINGS));
+    expect(() => on("'gzip' in req.content_encoding", req({ headers: ['content-encoding', 'a,'.repeat(MAX_CONTENT_CODINGS + 1)] }))).toThrow(/more than 32 codings/);
+    expect(() => out("'gzip' in res.content_encoding", response(200, ['content-encoding', 'a,'.repeat(MAX_CONTENT_CODINGS), 'Content-Encoding', 'b']))).toThrow(/res\.content_encoding: Content-Encoding names more than 32/);
+  });
+
+  it('location: the first Location header, "" without one', () => {
+    expect(on("req.location == '/next'", req({ headers: ['Location', '/next', 'location', '/other'] }))).toBe(true);
+    expect(on("req.location == ''", req())).toBe(true);
+    expect(out("res.location.startsWith('https://login.example.com/')", response(302, ['Location', 'https://login.example.com/?r=1']))).toBe(true);
+    expect(out('res.location', response(200, []))).toBe('');
+    expect(notCompiling("res.location == ''")).toMatch(/Unknown variable: res/);
+  });
+
+  it('see header edits', () => {
+    const headers = ['content-encoding', 'gzip', 'location', '/a'];
+    const r = new CelResponse({ status: () => 200, headers: () => headers });
+    expect(r.content_encoding).toEqual(['gzip']);
+    expect(r.location).toBe('/a');
+    headers[1] = 'br';
+    headers[3] = '/b';
+    r.headersChanged();
+    expect(r.content_encoding).toEqual(['br']);
+    expect(r.location).toBe('/b');
+  });
+});
+
+describe('res.cookies', () => {
+  const setCookies = (...lines: string[]) => response(200, lines.flatMap((l) => ['Set-Cookie', l]));
+
+  it('is a map of name to the cookies the response sets, with their attributes', () => {
+    const r = setCookies('sessionId=abc; Path=/; Secure; HttpOnly; SameSite=lax; Max-Age=60', 'theme=dark; Domain=example.com; Expires=Wed, 21 Oct 2065 07:28:00 GMT; Priority=High');
+    expect(out("res.cookies['sessionId'][0].secure && res.cookies['sessionId'][0].http_only", r)).toBe(true);
+    expect(out("res.cookies['sessionId'][0].value + '|' + res.cookies['sessionId'][0].same_site + '|' + res.cookies['sessionId'][0].path", r)).toBe('abc|Lax|/');
+    expect(out("res.cookies['sessionId'][0].max_age == duration('60s')", r)).toBe(true);
+    expect(out("res.cookies['theme'][0].domain == 'example.com' && res.cookies['theme'][0].expires == timestamp('2065-10-21T07:28:00Z')", r)).toBe(true);
+    expect(out("res.cookies['theme'][0].unparsed_attributes['Priority']", r)).toBe('High');
+    expect(out('size(res.cookies)', r)).toBe(2n);
+    expect(out('size(res.cookies)', response(200, []))).toBe(0n);
+  });
+
+  it('orders the cookies of one name longest path first, the order sent at a tie', () => {
+    const r = setCookies('a=root; Path=/', 'a=deep; Path=/app/admin', 'a=none', 'a=mid; Path=/app', 'a=mid2; Path=/api');
+    expect(out("res.cookies['a'].map(c, c.value)", r)).toEqual(['deep', 'mid', 'mid2', 'root', 'none']);
+    // getResCookie picks the same first one.
+    expect(out("res.cookies['a'][0].value == getResCookie('a').value", r)).toBe(true);
+  });
+
+  it('reads what getResCookie reads: the same lines skipped', () => {
+    const lines = ['=nameless', 'no equals', 'h i=1', 'ü=1', 'bad="q', ' sp = 1 ; Path=/x', 'ok=1'];
+    const r = setCookies(...lines);
+    for (const n of ['', 'no equals', 'h i', 'ü', 'bad', 'sp', 'ok']) {
+      const q = JSON.stringify(n);
+      expect(out(`(${q} in res.cookies) == hasResCookie(${q})`, r), n).toBe(true);
+      expect(out(`!(${q} in res.cookies) || res.cookies[${q}][0].value == getResCookie(${q}).value`, r), n).toBe(true);
+    }
+    expect(out('size(res.cookies)', r)).toBe(2n);
+  });
+
+  it('is outbound only and sees header edits', () => {
+    expect(notCompiling("size(res.cookies) > 0")).toMatch(/Unknown variable: res/);
+    const headers = ['set-cookie', 'a=1'];
+    const r = new CelResponse({ status: () => 200, headers: () => headers });
+    expect([...r.cookies.keys()]).toEqual(['a']);
+    headers[1] = 'b=2';
+    r.headersChanged();
+    expect([...r.cookies.keys()]).toEqual(['b']);
   });
 });

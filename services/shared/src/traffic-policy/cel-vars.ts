@@ -5,7 +5,7 @@ import { CelJwtValidation } from './jwt-action-vars.js';
 import { CelCompress, CelVerifyWebhook } from './body-action-vars.js';
 import { CEL_NO_GEO, type CelGeo } from './geo-vars.js';
 import { CelOAuth, CelOidc } from './auth-action-vars.js';
-import { CelCookie, requestCookie, requestCookies, responseCookie } from './cookie-vars.js';
+import { CelCookie, requestCookie, requestCookies, responseCookie, responseCookies } from './cookie-vars.js';
 export { MAX_REQUEST_COOKIES } from './cookie-vars.js';
 
 /**
@@ -336,6 +336,41 @@ const PARAM_RE = new RegExp(`\\s*;\\s*(${TOKEN})\\s*=\\s*(?:"((?:[^"\\\\]|\\\\.)
 /** A `Content-Type` view over no header. */
 const NO_CONTENT_TYPE = new CelContentType('');
 
+/**
+ * Most codings `content_encoding` lists: a message that names more is not read (reading it is an
+ * evaluation error), which bounds the list a policy iterates (`cost.ts`). A real one names one
+ * or two.
+ */
+export const MAX_CONTENT_CODINGS = 32;
+
+/**
+ * `req.content_encoding` / `res.content_encoding`: the codings the `Content-Encoding` headers list,
+ * in order (`gzip, br` → `['gzip', 'br']`), each trimmed and lower-cased (codings are
+ * case-insensitive, RFC 9110 §8.4.1, so `'gzip' in res.content_encoding` holds for `GZIP`); empty
+ * items dropped; `[]` without the header. Throws past `MAX_CONTENT_CODINGS`.
+ */
+export function contentEncodings(values: readonly string[], side: 'req' | 'res'): string[] {
+  const out: string[] = [];
+  for (const v of values) {
+    let at = 0;
+    while (at <= v.length) {
+      let end = v.indexOf(',', at);
+      if (end < 0) end = v.length;
+      // Trimmed of spaces and tabs (OWS) by index: an empty part costs no string.
+      let a = at;
+      let b = end;
+      while (a < b && (v.charCodeAt(a) === 0x20 || v.charCodeAt(a) === 0x09)) a++;
+      while (b > a && (v.charCodeAt(b - 1) === 0x20 || v.charCodeAt(b - 1) === 0x09)) b--;
+      if (a < b) {
+        if (out.length === MAX_CONTENT_CODINGS) throw new Error(`${side}.content_encoding: Content-Encoding names more than ${MAX_CONTENT_CODINGS} codings`);
+        out.push(v.slice(a, b).toLowerCase());
+      }
+      at = end + 1;
+    }
+  }
+  return out;
+}
+
 /** `req.ts`: ngrok's request timestamps (only `header_received` is known here). */
 export class CelRequestTimestamps {
   constructor(private readonly receivedAt: number | undefined) {}
@@ -392,6 +427,7 @@ export class CelRequest extends CelHeaderView {
   private u?: CelUrl;
   private cks?: Map<string, CelCookie[]>;
   private ct?: CelContentType;
+  private ce?: string[];
   private t?: CelRequestTimestamps;
   constructor(private readonly init: CelRequestInit) {
     super();
@@ -452,6 +488,14 @@ export class CelRequest extends CelHeaderView {
   get headers(): Map<string, string[]> {
     return this.headersMap();
   }
+  /** The codings of `Content-Encoding` (`contentEncodings`). */
+  get content_encoding(): string[] {
+    return (this.ce ??= contentEncodings(this.header('content-encoding'), 'req'));
+  }
+  /** The `Location` header (the first one), `""` without one. */
+  get location(): string {
+    return this.header('location')[0] ?? '';
+  }
   get user_agent(): string {
     return this.headers.get('user-agent')?.[0] ?? '';
   }
@@ -459,6 +503,7 @@ export class CelRequest extends CelHeaderView {
     super.headersChanged();
     this.cks = undefined;
     this.ct = undefined;
+    this.ce = undefined;
   }
 }
 
@@ -702,6 +747,27 @@ export class CelTls {
 export interface CelConnSocket {
   readonly remotePort?: number;
   readonly localAddress?: string;
+  /** Bytes received from and sent to the client on this connection so far (`conn.bytes_in`, `conn.bytes_out`). */
+  readonly bytesRead?: number;
+  readonly bytesWritten?: number;
+}
+
+/** What `conn.ts` and `conn.server_region` read. */
+export interface CelConnFacts {
+  /** When the ingress accepted the client's connection (ms since the epoch); undefined: not known. */
+  readonly startedAt: number | undefined;
+  /** The ingress node the client connected to (the `Region` its agents are told). */
+  readonly region: string;
+}
+
+/** `conn.ts`: ngrok's connection timestamps (`start`). */
+export class CelConnTimestamps {
+  constructor(private readonly startedAt: number | undefined) {}
+  /** When the ingress accepted the client's TCP connection, as a wall-clock time. */
+  get start(): Date {
+    if (this.startedAt === undefined) throw new Error('conn.ts.start is not known for this connection');
+    return new Date(this.startedAt);
+  }
 }
 
 /** `::ffff:a.b.c.d` (a dual-stack listener's IPv4 peer) → `a.b.c.d`. */
@@ -721,6 +787,7 @@ export const CEL_NO_TLS = new CelTls(null, false);
 export class CelConn {
   private t?: CelTls;
   private g?: CelGeo;
+  private cts?: CelConnTimestamps;
   constructor(
     readonly client_ip: string,
     private readonly port: number,
@@ -728,9 +795,24 @@ export class CelConn {
     /** The client certificate was verified (the edge's `mutual_tls`): `conn.tls.client` shows it. */
     private readonly verifiedClientCertificate = false,
     private readonly geoLookup: (() => CelGeo) | null = null,
-    /** The connection's socket, for `conn.client_port` and `conn.server_ip` (read when used). */
+    /** The connection's socket, for `conn.client_port`, `conn.server_ip` and `conn.bytes_*` (read when used). */
     private readonly socket: CelConnSocket | null = null,
+    private readonly facts: CelConnFacts | null = null,
   ) {}
+  /** Bytes the client has sent on this connection so far, as received (TLS records included). */
+  get bytes_in(): bigint {
+    return BigInt(this.socket?.bytesRead ?? 0);
+  }
+  /** Bytes sent to the client on this connection so far (before this request's answer). */
+  get bytes_out(): bigint {
+    return BigInt(this.socket?.bytesWritten ?? 0);
+  }
+  get server_region(): string {
+    return this.facts?.region ?? '';
+  }
+  get ts(): CelConnTimestamps {
+    return (this.cts ??= new CelConnTimestamps(this.facts?.startedAt));
+  }
   get server_port(): bigint {
     return BigInt(this.port);
   }
@@ -796,6 +878,8 @@ export interface CelResponseInit {
 /** `res` (outbound rules only). */
 export class CelResponse extends CelHeaderView {
   private ct?: CelContentType;
+  private ce?: string[];
+  private cks?: Map<string, CelCookie[]>;
   constructor(private readonly init: CelResponseInit) {
     super();
   }
@@ -826,9 +910,23 @@ export class CelResponse extends CelHeaderView {
   get headers(): Map<string, string[]> {
     return this.headersMap();
   }
+  /** The codings of `Content-Encoding` (`contentEncodings`). */
+  get content_encoding(): string[] {
+    return (this.ce ??= contentEncodings(this.header('content-encoding'), 'res'));
+  }
+  /** The `Location` header (the first one), `""` without one. */
+  get location(): string {
+    return this.header('location')[0] ?? '';
+  }
+  /** Name → the cookies the response sets, longest path first (see `responseCookies`). */
+  get cookies(): Map<string, CelCookie[]> {
+    return (this.cks ??= responseCookies(this.header('set-cookie')));
+  }
   override headersChanged(): void {
     super.headersChanged();
     this.ct = undefined;
+    this.ce = undefined;
+    this.cks = undefined;
   }
 }
 

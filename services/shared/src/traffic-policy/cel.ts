@@ -12,8 +12,11 @@
  * - `req.version` (`HTTP/1.1`), `req.content_length` (int: `Content-Length`; -1 for a body of
  *   unknown length, chunked; 0 without a body), `req.content_type` (the media type; compares and
  *   concatenates as a string) with `.raw` and `.parameters` (map), `req.cookies` (map: name →
- *   list of `Cookie`), `req.ts.header_received` (timestamp). See `CelRequest`.
- * - `conn.client_ip`, `conn.client_port` (int), `conn.server_ip`, `conn.server_port` (int).
+ *   list of `Cookie`), `req.ts.header_received` (timestamp), `req.content_encoding` (list of
+ *   the `Content-Encoding` codings, lower-case), `req.location` (the `Location` header). See `CelRequest`.
+ * - `conn.client_ip`, `conn.client_port` (int), `conn.server_ip`, `conn.server_port` (int),
+ *   `conn.bytes_in` / `conn.bytes_out` (int: the client connection's bytes so far, on the wire),
+ *   `conn.ts.start` (timestamp: when it was accepted), `conn.server_region` (the node's id).
  * - `conn.geo.{city, country, country_code, latitude, longitude, radius, subdivision}`, all
  *   strings as ngrok's (`""` for an address the GeoIP database does not hold; an evaluation
  *   error on an ingress without a database; see `geo-vars.ts` and the ingress's `geo.ts`).
@@ -24,10 +27,11 @@
  *   `serial_number`, `signature_algorithm`, `validity.{not_before, not_after}`,
  *   `extensions[i].{id, critical, value}`, and `conn.tls.client.pem`. See `CelTls`.
  * - `res.status_code` (int), `res.headers`, `res.content_length` (int; -1 when not known),
- *   `res.content_type` (as `req.content_type`) — outbound rules only.
+ *   `res.content_type` (as `req.content_type`), `res.content_encoding`, `res.location` (as the
+ *   request's), `res.cookies` (map: name → list of `Cookie`, longest path first) — outbound rules only.
  * - `endpoint.{id, host, port, protocol, addr}`: the edge (or Bind endpoint) at the hostport that
  *   served the request (`CelEndpoint`).
- * - Other ngrok variables and macros (`conn.ts.*`, `json.encode()`,
+ * - Other ngrok variables and macros (`req.trailers`, `conn.k8s.*`,
  *   `string.format()`, …) do not compile, and the message names them (`unsupportedNgrokName`).
  * - `actions.ngrok.rate_limit.{bucket_key, limited, error.code, error.message}` and the same
  *   under `actions.service.rate_limit` — the last rate-limit action's result.
@@ -64,8 +68,11 @@
  * ngrok's string, base64, URL, hash and JSON macros (`s.lower()`, `s.upper()`, `s.replace()`,
  * `s.charAt()`, `s.reverse()`, `base64.decode()` / `.encode()`, `s.encodeBase64()`,
  * `s.decodeBase64()`, `url.escape()` / `.unescape()`, `s.escapeUrl()`, `s.unescapeUrl()`,
- * `hash.md5|sha1|sha256|sha512|crc32()`, `s.sha256()`, …, `s.isJson()`, `json.decode()`,
- * `s.decodeJson()`, `strings.quote()`): see `ngrok-macros.ts`, with their costs in `cost.ts`.
+ * `hash.md5|sha1|sha256|sha512|crc32|crc64|xxhash64()`, `s.sha256()`, …, `s.isJson()`,
+ * `json.decode()`, `s.decodeJson()`, `json.encode()`, `encodeJson()`, `strings.quote()`,
+ * `queryString.decode()` / `.encode()`, `s.decodeQueryString()`, `m.encodeQueryString()`,
+ * `url.parse()`, `s.parseUrl()`, `s.isURL()`, `basic_auth.encode()`, `lists.range()`,
+ * `rand.double()`): see `ngrok-macros.ts`, with their costs in `cost.ts`.
  *
  * A saved policy's expressions are also costed (`cost.ts`): one whose worst case per request is
  * too slow is refused.
@@ -81,6 +88,7 @@ import {
   CelCertificateValidity,
   CelClientCertificate,
   CelConn,
+  CelConnTimestamps,
   CelEndpoint,
   CelContentType,
   CelDistinguishedName,
@@ -456,13 +464,19 @@ function baseEnvironment(): Environment {
         content_type: 'ContentType',
         cookies: 'map<string, list<Cookie>>',
         ts: 'RequestTimestamps',
+        content_encoding: strList,
+        location: str,
       },
     })
     .registerType('Geo', {
       ctor: CelGeo,
       fields: { city: str, country: str, country_code: str, latitude: str, longitude: str, radius: str, subdivision: str },
     })
-    .registerType('Connection', { ctor: CelConn, fields: { client_ip: str, client_port: 'int', server_ip: str, server_port: 'int', tls: 'TLS', geo: 'Geo' } })
+    .registerType('ConnectionTimestamps', { ctor: CelConnTimestamps, fields: { start: 'google.protobuf.Timestamp' } })
+    .registerType('Connection', {
+      ctor: CelConn,
+      fields: { client_ip: str, client_port: 'int', server_ip: str, server_port: 'int', server_region: str, bytes_in: 'int', bytes_out: 'int', ts: 'ConnectionTimestamps', tls: 'TLS', geo: 'Geo' },
+    })
     .registerType('Endpoint', { ctor: CelEndpoint, fields: { addr: str, host: str, id: str, port: 'int', protocol: str } })
     .registerType('RateLimitError', { ctor: CelRateLimitError, fields: { code: str, message: str } })
     .registerType('RateLimitResult', { ctor: CelRateLimit, fields: { bucket_key: str, limited: 'bool', error: 'RateLimitError' } })
@@ -515,7 +529,7 @@ function baseEnvironment(): Environment {
       .registerOperator(`${t} in list<string>`, (a: object, l: readonly string[]) => l.includes(a.toString()));
   }
   // ngrok's string, base64, URL, hash and JSON macros (`ngrok-macros.ts`).
-  registerNgrokMacros(env, STRING_LIKE);
+  registerNgrokMacros(env, STRING_LIKE, stringLikeText);
   env.registerFunction('getReqHeader(ast): list<string>', lookupMacro('getReqHeader', (ctx, k) => reqOf(ctx)?.header(k) ?? []));
   env.registerFunction('hasReqHeader(ast): bool', presenceMacro('hasReqHeader', (ctx, k) => reqOf(ctx)?.hasHeader(k) ?? false));
   env.registerFunction('getQueryParam(ast): list<string>', lookupMacro('getQueryParam', (ctx, k) => reqOf(ctx)?.url.query_params.get(k) ?? []));
@@ -535,7 +549,18 @@ function buildEnvironments(): Record<PolicyDirection, Environment> {
   const inbound = base.clone();
   const outbound = base
     .clone()
-    .registerType('Response', { ctor: CelResponse, fields: { status_code: 'int', headers: 'map<string, list<string>>', content_length: 'int', content_type: 'ContentType' } })
+    .registerType('Response', {
+      ctor: CelResponse,
+      fields: {
+        status_code: 'int',
+        headers: 'map<string, list<string>>',
+        content_length: 'int',
+        content_type: 'ContentType',
+        content_encoding: 'list<string>',
+        location: 'string',
+        cookies: 'map<string, list<Cookie>>',
+      },
+    })
     .registerVariable('res', 'Response');
   outbound.registerFunction('getResHeader(ast): list<string>', lookupMacro('getResHeader', (ctx, k) => resOf(ctx)?.header(k) ?? []));
   outbound.registerFunction('hasResHeader(ast): bool', presenceMacro('hasResHeader', (ctx, k) => resOf(ctx)?.hasHeader(k) ?? false));
@@ -560,21 +585,12 @@ function env(direction: PolicyDirection): Environment {
  * under it; one ending in `.*` is a namespace, reported as written (`conn.ts.start`).
  */
 const NGROK_VARIABLES_NOT_SUPPORTED: readonly string[] = [
-  'req.content_encoding',
-  'req.location',
   'req.trailers',
   'req.ts.body_received',
   'req.url.uri',
   'req.url.user_password',
   ...['name', 'version', 'os', 'os_version', 'device', 'is_mobile', 'is_tablet', 'is_desktop', 'is_bot', 'url'].map((f) => `req.user_agent.${f}`),
-  'res.content_encoding',
-  'res.cookies',
-  'res.location',
   'res.trailers',
-  'conn.bytes_in',
-  'conn.bytes_out',
-  'conn.server_region',
-  'conn.ts.*',
   'conn.k8s.*',
   'conn.tls.ja4_fingerprint',
   'conn.client_ip.categories',
@@ -588,14 +604,8 @@ const NGROK_VARIABLES_NOT_SUPPORTED: readonly string[] = [
 
 /** ngrok's namespaced macros (https://ngrok.com/docs/traffic-policy/macros/) Warren does not have. */
 const NGROK_FUNCTIONS_NOT_SUPPORTED: Readonly<Record<string, readonly string[]>> = {
-  basic_auth: ['encode'],
-  hash: ['crc64', 'xxhash64'],
-  json: ['encode'],
-  lists: ['range'],
-  queryString: ['decode', 'encode'],
-  rand: ['double', 'int'],
+  rand: ['int'],
   secrets: ['get'],
-  url: ['parse'],
 };
 
 /**
@@ -607,12 +617,9 @@ const NGROK_FUNCTIONS_NOT_SUPPORTED: Readonly<Record<string, readonly string[]>>
  */
 const NGROK_METHODS_NOT_SUPPORTED: Readonly<Record<string, string>> = {
   ...Object.fromEntries(
-    ['format', 'decodeQueryString', 'isPrivateIp', 'isQueryString', 'isURL', 'parseUrl', 'crc64', 'xxhash64'].map((m) => [m, 'string']),
+    ['format', 'isPrivateIp', 'isQueryString'].map((m) => [m, 'string']),
   ),
   ...Object.fromEntries(['slice', 'flatten', 'sort', 'sortBy', 'distinct'].map((m) => [m, 'list'])),
-  encodeQueryString: 'map',
-  // On lists and maps alike.
-  encodeJson: '',
 };
 
 /** A cel-js AST node (`op`, `args`, `start`; see `cost.ts`). */

@@ -147,6 +147,38 @@ export function responseCookie(lines: readonly string[], name: string): CelCooki
   return best;
 }
 
+/**
+ * `res.cookies`: every cookie the response sets (one per `Set-Cookie` line whose name is an HTTP
+ * token and whose value reads, as Go's `readSetCookies` takes them), name → the cookies of that
+ * name, longest path first (the order sent at a tie), as ngrok documents it. A response carries
+ * at most RESPONSE_LIMITS.headers lines, which bounds the map.
+ */
+export function responseCookies(lines: readonly string[]): Map<string, CelCookie[]> {
+  const out = new Map<string, CelCookie[]>();
+  for (const raw of lines) {
+    const line = trimmed(raw);
+    let semi = line.indexOf(';');
+    if (semi < 0) semi = line.length;
+    const first = trimmed(line, 0, semi);
+    const eq = first.indexOf('=');
+    if (eq < 0) continue;
+    const name = trimmed(first, 0, eq);
+    if (!TOKEN_RE.test(name)) continue;
+    const value = cookieValue(first.slice(eq + 1), true);
+    if (value === null) continue;
+    const c = new CelCookie();
+    c.name = name;
+    c.value = value;
+    readAttributes(c, line, semi + 1);
+    const list = out.get(name);
+    if (list) list.push(c);
+    else out.set(name, [c]);
+  }
+  // Array#sort is stable: at a tie, the order sent.
+  for (const list of out.values()) if (list.length > 1) list.sort((a, b) => b.path.length - a.path.length);
+  return out;
+}
+
 const SAME_SITE: Record<string, string> = { lax: 'Lax', strict: 'Strict', none: 'None' };
 /** strconv.Atoi's syntax; Go refuses a Max-Age with a leading zero (other than `0`). */
 const MAX_AGE_RE = /^[+-]?\d{1,18}$/;

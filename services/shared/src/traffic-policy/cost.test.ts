@@ -8,6 +8,7 @@ import { compileRegex, MAX_MATCH_INPUT, regexCostInfo } from './regex.js';
 import type { PolicyDirection } from './types.js';
 import { atv, buildCertificate, derOf, extension, fakeTlsSocket, largestCertificate, LEAF_PEM, name, seq, tlv } from './testing.js';
 import { MAX_CERTIFICATE_BYTES } from './x509.js';
+import { MAX_LIST_RANGE } from './ngrok-macros.js';
 
 const cost = (expr: string, direction: PolicyDirection = 'inbound') => estimateCost(compileExpression(direction, expr));
 
@@ -421,6 +422,23 @@ describe('traffic policy cost limits: the macros besides getReqHeader', () => {
   });
 });
 
+describe('traffic policy cost limits: the headers the policy adds', () => {
+  it('make dearer only the expressions that run after them', () => {
+    const e = "hasReqHeader('x-next') && getReqHeader('x-next')[0].isURL()";
+    const adding = { actions: [{ type: 'add-headers', config: { headers: Object.fromEntries(Array.from({ length: 5 }, (_, i) => [`x-${i}`, '${req.path}'])) } }] };
+    const check = { expressions: [e], actions: [{ type: 'deny' }] };
+    // The check runs before the headers are added: its cost is that of the request as received.
+    expect(() => parseTrafficPolicy(JSON.stringify({ inbound: [check, adding] }))).not.toThrow();
+    // After them, the header it reads may be as long as all of them: refused.
+    expect(refused(JSON.stringify({ inbound: [adding, check] })).message).toMatch(/^inbound\[1\]\.expressions\[0\]: too expensive to evaluate/);
+    // An outbound rule runs after every inbound one.
+    expect(refused(JSON.stringify({ inbound: [adding], outbound: [check] })).message).toMatch(/^outbound\[0\]\.expressions\[0\]: too expensive to evaluate/);
+    // Within an action, a value's interpolation runs before the action adds any of its headers.
+    const selfRead = { actions: [{ type: 'add-headers', config: { headers: { ...adding.actions[0]!.config.headers, 'x-url': "${string(hasReqHeader('x-next') && getReqHeader('x-next')[0].isURL())}" } } }] };
+    expect(() => parseTrafficPolicy(JSON.stringify({ inbound: [selfRead] }))).not.toThrow();
+  });
+});
+
 describe('traffic policy cost limits: the ngrok variables of the request, connection and response', () => {
   it('costs every new variable, and accepts common uses of each in a policy', () => {
     const inbound = [
@@ -434,12 +452,21 @@ describe('traffic policy cost limits: the ngrok variables of the request, connec
       "size(req.cookies) > 0 && req.cookies['sessionId'][0].value != ''",
       "req.ts.header_received > timestamp('2023-12-31T00:00:00Z')",
       "conn.client_port > 1024 && conn.server_ip != ''",
+      "'gzip' in req.content_encoding && req.location == ''",
+      "conn.bytes_in > 1000 && conn.bytes_out < 100 && conn.server_region != ''",
+      "time.now - conn.ts.start > duration('1h')",
     ];
     for (const e of inbound) {
       expect(cost(e), e).toBeLessThan(MAX_EXPRESSION_COST);
       expect(() => parseTrafficPolicy(policy(e)), e).not.toThrow();
     }
-    for (const e of ['res.content_length != 0', "res.content_type == 'text/html' && res.content_type.parameters['charset'] == 'utf-8'"]) {
+    for (const e of [
+      'res.content_length != 0',
+      "res.content_type == 'text/html' && res.content_type.parameters['charset'] == 'utf-8'",
+      "'br' in res.content_encoding && res.location.startsWith('/login')",
+      "'sessionId' in res.cookies && res.cookies['sessionId'][0].secure",
+      "res.cookies.exists(n, !res.cookies[n][0].http_only)",
+    ]) {
       expect(cost(e, 'outbound'), e).toBeLessThan(MAX_EXPRESSION_COST);
       expect(() => parseTrafficPolicy(JSON.stringify({ outbound: [{ expressions: [e], actions: [{ type: 'deny' }] }] })), e).not.toThrow();
     }
@@ -481,6 +508,16 @@ describe('traffic policy cost limits: the ngrok variables of the request, connec
     check(`req.content_type behind 2,000 headers`, `req.content_type == 'a/b'`, () => activation({ headers: manyHeaders('x-h', 'v', 2000).concat('content-type', 'a/b') }));
     check(`res.content_type.parameters over ${max} bytes of parameters`, `res.content_type.parameters['zz'] == 'x'`, () => activation({ resHeaders: ['content-type', params] }), 'outbound');
     check(`res.content_length behind 4,000 headers`, `res.content_length > 0`, () => activation({ resHeaders: manyHeaders('x', '', 4000) }), 'outbound');
+    // Content-Encoding: a head of empty or one-letter codings; Location behind 2,000 headers.
+    check(`req.content_encoding over ${head} bytes of 'a,'`, `'gzip' in req.content_encoding`, () => activation({ headers: ['content-encoding', 'a,'.repeat(head / 2 - 50)] }));
+    check(`res.content_encoding over ${head} bytes of ','`, `'gzip' in res.content_encoding`, () => activation({ resHeaders: ['content-encoding', ','.repeat(head - 100)] }), 'outbound');
+    check(`req.location behind 2,000 headers`, `req.location == '/'`, () => activation({ headers: manyHeaders('x-h', 'v', 2000).concat('location', '/') }));
+    // res.cookies: as many Set-Cookie lines as fit, of one name with paths to sort, or distinct
+    // names each looked at; one line of every attribute.
+    const lines = Math.floor(head / 16);
+    check(`res.cookies: ${lines} lines of one name, paths to sort`, `res.cookies['a'][0].secure`, () => activation({ resHeaders: Array.from({ length: lines }, (_, i) => ['set-cookie', `a=1;Path=/${'p'.repeat(i % 7)}`]).flat() }), 'outbound');
+    check(`res.cookies: ${lines} distinct names, each looked at`, `res.cookies.exists(n, res.cookies[n][0].value == 'x')`, () => activation({ resHeaders: Array.from({ length: lines }, (_, i) => ['set-cookie', `c${i}=v`]).flat() }), 'outbound');
+    check(`res.cookies: one line of ${head} bytes of attributes`, `size(res.cookies) > 0`, () => activation({ resHeaders: ['set-cookie', 'a=1' + '; x=y'.repeat(head / 5 - 10)] }), 'outbound');
     console.log(`traffic policy cost limits, ngrok variables:\n  ${report.join('\n  ')}`);
   });
 });
@@ -537,7 +574,7 @@ describe("traffic policy cost limits: ngrok's string, base64, URL and hash macro
     check(`url.escape() of ${n} bytes with lone surrogates`, `url.escape(${x}) != ''`, fill('\xff '));
     check(`url.unescape() of ${n} bytes of '+'`, `url.unescape(${x}) != ''`, fill('+'));
     check(`url.unescape() of ${n} bytes of '%41'`, `url.unescape(${x}) != ''`, fill('%41'));
-    for (const h of ['md5', 'sha1', 'sha256', 'sha512', 'crc32']) check(`hash.${h}() of ${n} bytes of 'あ'`, `hash.${h}(${x}, 'base64') != ''`, utf8(fill('あ')));
+    for (const h of ['md5', 'sha1', 'sha256', 'sha512', 'crc32', 'crc64', 'xxhash64']) check(`hash.${h}() of ${n} bytes of 'あ'`, `hash.${h}(${x}, 'base64') != ''`, utf8(fill('あ')));
     // isJson(): many small values, deep nesting; strings.quote(): every unit escaped.
     check(`isJson() of ${n} characters of '{},'`, `${x}.isJson()`, '[' + fill('{},').slice(0, n - 3) + '0]');
     check(`isJson() of ${n} characters of '[],'`, `${x}.isJson()`, '[' + fill('[],').slice(0, n - 3) + '0]');
@@ -548,6 +585,25 @@ describe("traffic policy cost limits: ngrok's string, base64, URL and hash macro
     check(`json.decode() of ${n / 2} nested arrays (refused: too deep)`, `size(json.decode(${x})) > 0`, '['.repeat(n / 2) + ']'.repeat(n / 2));
     check(`strings.quote() of ${n} bytes of '\\n'`, `strings.quote(${x}) != ''`, fill('\n'));
     check(`strings.quote() of ${n} bytes with lone surrogates`, `strings.quote(${x}) != ''`, fill('\xff"'));
+    // json.encode(), queryString.encode(): many keys to sort (headers of distinct names, in no
+    // order), characters escaped, numbers formatted; queryString.decode(): many pairs, escapes.
+    const names = Array.from({ length: 1200 }, (_, i) => `h${((i * 7919) % 1200).toString(36)}`).flatMap((h) => [h, 'v']);
+    check(`json.encode(req.headers) of 1,200 distinct names`, `json.encode(req.headers) != ''`, '', names);
+    check(`json.encode() of ${n} bytes of '<' and bytes in no UTF-8`, `json.encode(${x}) != ''`, fill('\xff<'));
+    check(`json.encode() of ${n} bytes of '\x01' (refused: too long)`, `json.encode(${x}) != ''`, fill('\x01'));
+    check(`encodeJson() of ${n} characters split at ','`, `${x}.split(',').encodeJson() != ''`, fill('a,'));
+    check(`json.encode() of ${MAX_LIST_RANGE / 2} doubles`, `json.encode(lists.range(${MAX_LIST_RANGE / 2}).map(i, double(i) * 1.2345678901234567e-7)) != ''`, '');
+    check(`queryString.decode() of ${n} characters of 'a&'`, `size(queryString.decode(${x})) > 0`, fill('a&'));
+    check(`queryString.decode() of ${n} characters of distinct keys`, `size(queryString.decode(${x})) > 0`, Array.from({ length: n / 4 }, (_, i) => i.toString(36)).join('&').slice(0, n));
+    check(`decodeQueryString() of ${n} characters of '%FF=%C3&'`, `size(${x}.decodeQueryString()) > 0`, fill('%FF=%C3&'));
+    check(`decodeQueryString() of ${n} characters of '%E3%81%82=&'`, `size(${x}.decodeQueryString()) > 0`, fill('%E3%81%82=&'));
+    check(`encodeQueryString() of ${n} bytes of 'あ'`, `{'k': ${x}}.encodeQueryString() != ''`, utf8(fill('あ')));
+    // url.parse(), isURL(): escapes in the path, a long host, userinfo.
+    check(`url.parse() of ${n} characters of '%41' in the path`, `url.parse(${x}).path != ''`, 'http://h/' + fill('%41').slice(0, n - 12));
+    check(`parseUrl() of a ${n}-character host and userinfo`, `${x}.parseUrl().host != ''`, 'http://' + fill('u:').slice(0, n / 2) + '@' + fill('h').slice(0, n / 2 - 20) + ':1/');
+    check(`isURL() of ${n} bytes of 'あ' in the fragment`, `${x}.isURL()`, utf8('http://h/#' + fill('あ')));
+    check(`basic_auth.encode() of two ${n / 2}-byte strings`, `basic_auth.encode(${x}, ${x}) != ''`, utf8(fill('あ')).slice(0, n / 2));
+    check(`lists.range() of a computed ${MAX_LIST_RANGE}`, `lists.range(int(${x})).size() > 0`, String(MAX_LIST_RANGE));
     // Short strings: the fixed cost of a hash.
     check('hash.sha256() of a client address', `hash.sha256(getReqHeader('x')[0]) != ''`, '203.0.113.7');
     console.log(`traffic policy cost limits, ngrok string macros:\n  ${report.join('\n  ')}`);

@@ -22,9 +22,9 @@ import { MAX_MATCH_INPUT, MAX_REGEX_PROGRAM_SIZE, type DfaExploreBudget, type Re
 import { MAX_CERTIFICATE_BYTES } from './x509.js';
 import { JWT_MAX_TOKENS } from './jwt-action-vars.js';
 import { GEO_LIMITS, GEO_LOOKUP_COST } from './geo-vars.js';
-import { MAX_CONTENT_TYPE_PARSED } from './cel-vars.js';
+import { MAX_CONTENT_CODINGS, MAX_CONTENT_TYPE_PARSED } from './cel-vars.js';
 import { MAX_REQUEST_COOKIES } from './cookie-vars.js';
-import { HASH_DIGEST_BYTES, MAX_BUILT_STRING, NGROK_HASHES, type NgrokHash } from './ngrok-macros.js';
+import { HASH_DIGEST_BYTES, MAX_BUILT_STRING, MAX_LIST_RANGE, NGROK_HASHES, type NgrokHash } from './ngrok-macros.js';
 
 /** Largest estimated cost of one expression (or one `${…}` of a header value): about 2 ms. */
 export const MAX_EXPRESSION_COST = 2_000_000;
@@ -235,6 +235,22 @@ const C = {
   hashCall: 3_000,
   /** Per unit hashed (its UTF-8: up to 3 bytes): 0.3–5.5 ns, the most for MD5 and SHA-512. */
   hashChar: 12,
+  /** `hash.crc64()` / `hash.xxhash64()` (JavaScript, not `node:crypto`): per call, and per unit hashed. */
+  hash64Call: 1_000,
+  hash64Char: 40,
+  /**
+   * `json.encode()` / `encodeJson()`, per unit of the value's weight written (a string's
+   * characters, escaped; an element; a number formatted).
+   */
+  jsonEncodeChar: 30,
+  /** Per key and comparison of sorting a map's keys (`json.encode()`, `queryString.encode()`): ~12 ns (`Array.prototype.sort`). */
+  sortKey: 15,
+  /** `queryString.decode()` / `decodeQueryString()`, per character (each pair unescaped and filed). */
+  queryDecodeChar: 40,
+  /** `url.parse()`, `parseUrl()`, `isURL()`: Go's `url.Parse` byte by byte, per character. */
+  urlParseChar: 60,
+  /** Per call of those (a map of 13 strings built). */
+  urlParseCall: 3_000,
 } as const;
 
 /**
@@ -460,8 +476,39 @@ function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cos
       const shape: Shape = { n: MAX_REQUEST_COOKIES, w: values.w, o: 1, key: str(b.reqString), elem: list };
       return { shape, cost: 0, once: headerScan(b.reqHeaders) + values.w * C.reqCookieChar + MAX_REQUEST_COOKIES * C.cookieEntry };
     }
+    case 'Request.content_encoding':
+    case 'Response.content_encoding': {
+      // The header's values found by a scan, split at `,` (a part per two characters, `a,`), each
+      // trimmed and lower-cased; at most MAX_CONTENT_CODINGS kept (more is an evaluation error).
+      const headers = obj === 'Request' ? b.reqHeaders : b.resHeaders;
+      const values = headers.elem!;
+      return { shape: { n: MAX_CONTENT_CODINGS, w: values.w, o: 1, elem: str(values.w) }, cost: 0, once: headerScan(headers) + values.w * C.parseChar + (values.w / 2) * C.node };
+    }
+    case 'Request.location':
+      return { shape: str(b.reqString), cost: headerScan(b.reqHeaders) };
+    case 'Response.location':
+      return { shape: str(b.resString), cost: headerScan(b.resHeaders) };
+    case 'Response.cookies': {
+      // Every `Set-Cookie` line read once (on first use, kept for the response): each character,
+      // each line a cookie built and filed, then each name's list sorted by path length.
+      const values = b.resHeaders.elem!;
+      const lines = Math.min(values.n, Math.floor(values.w / SET_COOKIE_LINE_BYTES));
+      const cookie: Shape = { n: 0, w: b.resString, obj: 'Cookie' };
+      const list: Shape = { n: lines, w: values.w, o: 1, elem: cookie };
+      const shape: Shape = { n: lines, w: values.w, o: 1, key: str(b.resString), elem: list };
+      const sort = lines * Math.log2(Math.max(2, lines)) * C.node;
+      return { shape, cost: 0, once: headerScan(b.resHeaders) + values.w * C.resCookieChar + lines * (C.cookieLine + C.cookieEntry) + sort };
+    }
     case 'Request.ts':
       return { shape: { n: 0, w: 0, obj: 'RequestTimestamps' }, cost: 0 };
+    case 'Connection.ts':
+      return { shape: { n: 0, w: 0, obj: 'ConnectionTimestamps' }, cost: 0 };
+    case 'ConnectionTimestamps.start':
+    case 'Connection.bytes_in':
+    case 'Connection.bytes_out':
+      return { shape: SCALAR, cost: 0 };
+    case 'Connection.server_region':
+      return s(64); // a node id
     case 'RequestTimestamps.header_received':
       return { shape: SCALAR, cost: 0 };
     case 'Connection.client_port':
@@ -1162,19 +1209,78 @@ class Estimator {
       case 'json.decode':
         // A value of unknown shape, no larger than its text.
         return fn(len * C.jsonChar, dyn(len));
+      case 'encodeJson':
+      case 'json.encode': {
+        // The writer stops past MAX_BUILT_STRING characters (each unit of weight writes at least
+        // one; a string or map that cannot fit is refused before it is escaped or sorted): work
+        // on at most that much. A number writes up to 24 characters, a character up to 6.
+        const v = xs[0]!.shape;
+        const w = Math.min(v.w, MAX_BUILT_STRING);
+        // Keys sorted: each takes at least 5 characters (`"":0,`); a flat map has at most its n.
+        const keys = v.key && !(v.elem && hasMap(v.elem)) ? Math.min(v.n, w / 5) : hasMap(v) ? w / 5 : 0;
+        return fn(w * C.jsonEncodeChar + sortCost(keys), str(Math.min(MAX_BUILT_STRING, 24 * v.w + 2)));
+      }
+      case 'decodeQueryString':
+      case 'queryString.decode': {
+        // At most one pair per 2 characters (`a&`); keys and values no longer than the text.
+        const n = Math.floor(len / 2) + 1;
+        return fn(len * C.queryDecodeChar + n * C.element, { n, w: len + n, key: str(len), elem: str(len) });
+      }
+      case 'encodeQueryString':
+      case 'queryString.encode': {
+        // Each unit of the map's weight escaped (up to 9 characters), its keys sorted; the
+        // result stops past MAX_BUILT_STRING.
+        const m = xs[0]!.shape;
+        const w = Math.min(m.w, MAX_BUILT_STRING);
+        return fn(w * C.urlEscapeChar + sortCost(Math.min(m.n, w / 2)), str(Math.min(MAX_BUILT_STRING, 11 * m.w)));
+      }
+      case 'parseUrl':
+      case 'url.parse':
+        // 13 strings (`PARSED_URL_KEYS`), each at most the URL's bytes escaped (`user`: 3 per byte).
+        return fn(C.urlParseCall + len * C.urlParseChar, { n: 13, w: 13 * (9 * len + 1), key: str(12), elem: str(9 * len) });
+      case 'isURL':
+        return fn(C.urlParseCall + len * C.urlParseChar, SCALAR);
+      case 'basic_auth.encode': {
+        const chars = len + (xs[1]?.shape.w ?? 0) + 1;
+        return fn(chars * C.base64Char, str(6 + base64Of(3 * chars)));
+      }
+      case 'lists.range': {
+        // A literal n: that many elements; a computed one: up to MAX_LIST_RANGE (past it, an error).
+        const nNode = argNodes[0];
+        const literal = nNode?.op === 'value' && typeof nNode.args === 'bigint' ? Number(nNode.args) : undefined;
+        const n = Math.max(0, Math.min(MAX_LIST_RANGE, literal ?? MAX_LIST_RANGE));
+        return fn(C.node + n * C.element, { n, w: 2 * n, elem: SCALAR });
+      }
+      case 'rand.double':
+        return fn(C.node, SCALAR);
     }
     const hash = method ? name : name.startsWith('hash.') ? name.slice(5) : '';
     const digest = Object.hasOwn(HASH_DIGEST_BYTES, hash) ? HASH_DIGEST_BYTES[hash as NgrokHash] : undefined;
     // Hex is the longer of the two formats.
+    if (digest !== undefined && (hash === 'crc64' || hash === 'xxhash64')) return fn(C.hash64Call + len * C.hash64Char, str(2 * digest));
     if (digest !== undefined) return fn(C.hashCall + len * C.hashChar, str(2 * digest));
     throw new CostEstimateError(`no cost known for ${name}()`);
   }
 }
 
 /** The namespaces of ngrok's macros Warren has (`ngrok-macros.ts`): constants, not variables. */
-const NAMESPACES = new Set(['base64', 'url', 'hash', 'strings', 'json']);
-/** ngrok's string methods (`ngrok-macros.ts`), costed by `ngrokMacro`. */
-const NGROK_STRING_METHODS = new Set(['lower', 'upper', 'reverse', 'charAt', 'replace', 'encodeBase64', 'decodeBase64', 'escapeUrl', 'unescapeUrl', 'isJson', 'decodeJson', ...NGROK_HASHES]);
+const NAMESPACES = new Set(['base64', 'url', 'hash', 'strings', 'json', 'queryString', 'basic_auth', 'lists', 'rand']);
+/** ngrok's string (and list and map) methods (`ngrok-macros.ts`), costed by `ngrokMacro`. */
+const NGROK_STRING_METHODS = new Set([
+  ...['lower', 'upper', 'reverse', 'charAt', 'replace', 'encodeBase64', 'decodeBase64', 'escapeUrl', 'unescapeUrl', 'isJson', 'decodeJson', ...NGROK_HASHES],
+  ...['encodeJson', 'decodeQueryString', 'encodeQueryString', 'parseUrl', 'isURL'],
+]);
+
+/** Cost of sorting `n` map keys (Go's order; `sortUtf8`). */
+const sortCost = (n: number): number => (n > 1 ? n * Math.log2(n) * C.sortKey : 0);
+
+/** Whether a value of shape `s` may hold a map (at any depth). */
+function hasMap(s: Shape, seen = new Set<Shape>()): boolean {
+  if (s.key !== undefined) return true;
+  if (seen.has(s) || !s.elem) return false;
+  seen.add(s);
+  return hasMap(s.elem, seen);
+}
 
 /**
  * The largest total cost of a range of at most `n` elements whose sizes (each plus `o`) add up

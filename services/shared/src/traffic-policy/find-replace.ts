@@ -390,7 +390,7 @@ export function applyFindReplace(c: CompiledFindReplace, body: Buffer, evaluate:
 
 /** What parsing records for the cost check (parse.ts's `Gathered`). */
 interface Gather {
-  programs: { path: string; program: CelProgram; interpolation: boolean }[];
+  programs: { push(e: { path: string; program: CelProgram; interpolation: boolean }): void };
   work: UrlActionWork[];
 }
 

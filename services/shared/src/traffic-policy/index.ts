@@ -49,6 +49,7 @@ export {
   type CelRequestInit,
   type CelResponseInit,
   type CelConnSocket,
+  type CelConnFacts,
   type CelRequestMessage,
   type CelTlsSocket,
 } from './cel-vars.js';

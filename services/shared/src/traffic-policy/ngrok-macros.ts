@@ -28,6 +28,16 @@
  *   invalid JSON, or JSON nested more than `MAX_JSON_DECODE_DEPTH` (100) deep, is an error.
  * - `strings.quote(s)`: cel-go's (`"` + `s` with CEL's escapes for `\a \b \f \n \r \t \v \\ "` +
  *   `"`; a lone surrogate as U+FFFD).
+ * - `hash.crc64|xxhash64(s[, format])`, `s.crc64()`, `s.xxhash64()`: Go's `crc64.ISO` and xxHash64
+ *   (seed 0), 8 bytes big-endian, as the other hashes.
+ * - `json.encode(v)`, `list.encodeJson()`, `map.encodeJson()`: Go's `json.Marshal` (keys sorted
+ *   by UTF-8 bytes, HTML-safe escapes; see `jsonEncode`).
+ * - `queryString.decode(s)` / `s.decodeQueryString()`: Go's `url.ParseQuery`, each key's first
+ *   value; `queryString.encode(m)` / `m.encodeQueryString()`: Go's `url.Values.Encode`.
+ * - `url.parse(s)` / `s.parseUrl()`: Go's `url.Parse` as a map of strings (`parseUrl`);
+ *   `s.isURL()`: it parses with a scheme and a host.
+ * - `basic_auth.encode(user, password)`: `Basic ` + base64 of `user:password`.
+ * - `lists.range(n)`: `[0, …, n-1]`, n at most `MAX_LIST_RANGE`. `rand.double()`: [0, 1).
  *
  * Every failure is a CEL `EvaluationError` (the rule does not apply / the interpolation fails),
  * never another exception. Their worst-case costs are in `cost.ts`.
@@ -45,11 +55,11 @@ import { EvaluationError, type Environment } from '@marcbachmann/cel-js';
 export const MAX_BUILT_STRING = 65_536;
 
 /** The hashes ngrok has that Warren computes (`hash.<name>()`, `s.<name>()`). */
-export const NGROK_HASHES = ['md5', 'sha1', 'sha256', 'sha512', 'crc32'] as const;
+export const NGROK_HASHES = ['md5', 'sha1', 'sha256', 'sha512', 'crc32', 'crc64', 'xxhash64'] as const;
 export type NgrokHash = (typeof NGROK_HASHES)[number];
 
 /** Bytes of each hash's digest (the cost estimate's shapes: twice as many hex digits). */
-export const HASH_DIGEST_BYTES: Readonly<Record<NgrokHash, number>> = { md5: 16, sha1: 20, sha256: 32, sha512: 64, crc32: 4 };
+export const HASH_DIGEST_BYTES: Readonly<Record<NgrokHash, number>> = { md5: 16, sha1: 20, sha256: 32, sha512: 64, crc32: 4, crc64: 8, xxhash64: 8 };
 
 const evalError = (code: string, message: string) => new EvaluationError({ code, message });
 
@@ -301,6 +311,8 @@ export function hashOf(name: NgrokHash, s: string, format = 'hex'): string {
     b.writeUInt32BE(crc32(textBytes(s)) >>> 0);
     return b.toString(format);
   }
+  if (name === 'crc64') return crc64Iso(textBytes(s)).toString(format);
+  if (name === 'xxhash64') return xxhash64(textBytes(s)).toString(format);
   return createHash(name).update(textBytes(s)).digest(format);
 }
 
@@ -404,18 +416,651 @@ function jsonDepth(s: string): number {
   return max;
 }
 
+/** Go's `hash/crc64` table for the ISO polynomial (reversed `0xD800000000000000`), as 32-bit halves. */
+const CRC64_HI = new Uint32Array(256);
+const CRC64_LO = new Uint32Array(256);
+for (let i = 0; i < 256; i++) {
+  let hi = 0;
+  let lo = i;
+  for (let k = 0; k < 8; k++) {
+    const odd = lo & 1;
+    lo = ((lo >>> 1) | (hi << 31)) >>> 0;
+    hi >>>= 1;
+    if (odd) hi = (hi ^ 0xd8000000) >>> 0;
+  }
+  CRC64_HI[i] = hi;
+  CRC64_LO[i] = lo;
+}
+
+/** Go's `crc64.Checksum(b, crc64.MakeTable(crc64.ISO))`, as its 8 bytes big-endian. */
+export function crc64Iso(b: Uint8Array): Buffer {
+  let hi = 0xffffffff;
+  let lo = 0xffffffff;
+  for (let i = 0; i < b.length; i++) {
+    const t = (lo ^ b[i]!) & 0xff;
+    lo = (((lo >>> 8) | (hi << 24)) ^ CRC64_LO[t]!) >>> 0;
+    hi = ((hi >>> 8) ^ CRC64_HI[t]!) >>> 0;
+  }
+  const out = Buffer.allocUnsafe(8);
+  out.writeUInt32BE(~hi >>> 0, 0);
+  out.writeUInt32BE(~lo >>> 0, 4);
+  return out;
+}
+
+/** High 32 bits of the 64-bit product of two unsigned 32-bit numbers (16-bit halves: exact in doubles). */
+function mulHi32(a: number, b: number): number {
+  const a0 = a & 0xffff;
+  const a1 = a >>> 16;
+  const b0 = b & 0xffff;
+  const b1 = b >>> 16;
+  const lo = a0 * b0;
+  const m1 = a1 * b0;
+  const m2 = a0 * b1;
+  const mid = (lo >>> 16) + (m1 & 0xffff) + (m2 & 0xffff);
+  return (a1 * b1 + Math.floor(m1 / 0x10000) + Math.floor(m2 / 0x10000) + Math.floor(mid / 0x10000)) >>> 0;
+}
+
+/** A 64-bit unsigned number as two 32-bit halves (xxHash64's arithmetic, modulo 2^64). */
+interface U64 {
+  hi: number;
+  lo: number;
+}
+const u64 = (hi: number, lo: number): U64 => ({ hi: hi >>> 0, lo: lo >>> 0 });
+function add64(a: U64, b: U64): U64 {
+  const lo = a.lo + b.lo;
+  return u64(a.hi + b.hi + (lo > 0xffffffff ? 1 : 0), lo);
+}
+const sub64 = (a: U64, b: U64): U64 => add64(a, add64(u64(~b.hi, ~b.lo), u64(0, 1)));
+const mul64 = (a: U64, b: U64): U64 => u64(mulHi32(a.lo, b.lo) + Math.imul(a.hi, b.lo) + Math.imul(a.lo, b.hi), Math.imul(a.lo, b.lo));
+const xor64 = (a: U64, b: U64): U64 => u64(a.hi ^ b.hi, a.lo ^ b.lo);
+function rotl64(a: U64, r: number): U64 {
+  if (r >= 32) return rotl64(u64(a.lo, a.hi), r - 32);
+  if (r === 0) return a;
+  return u64((a.hi << r) | (a.lo >>> (32 - r)), (a.lo << r) | (a.hi >>> (32 - r)));
+}
+const shr64 = (a: U64, r: number): U64 => (r >= 32 ? u64(0, a.hi >>> (r - 32)) : u64(a.hi >>> r, (a.lo >>> r) | (a.hi << (32 - r))));
+
+const XXH_P1 = u64(0x9e3779b1, 0x85ebca87);
+const XXH_P2 = u64(0xc2b2ae3d, 0x27d4eb4f);
+const XXH_P3 = u64(0x165667b1, 0x9e3779f9);
+const XXH_P4 = u64(0x85ebca77, 0xc2b2ae63);
+const XXH_P5 = u64(0x27d4eb2f, 0x165667c5);
+
+const read64 = (b: Uint8Array, i: number): U64 => u64(b[i + 4]! | (b[i + 5]! << 8) | (b[i + 6]! << 16) | (b[i + 7]! << 24), b[i]! | (b[i + 1]! << 8) | (b[i + 2]! << 16) | (b[i + 3]! << 24));
+const read32 = (b: Uint8Array, i: number): U64 => u64(0, b[i]! | (b[i + 1]! << 8) | (b[i + 2]! << 16) | (b[i + 3]! << 24));
+const xxRound = (acc: U64, input: U64): U64 => mul64(rotl64(add64(acc, mul64(input, XXH_P2)), 31), XXH_P1);
+const xxMerge = (acc: U64, val: U64): U64 => add64(mul64(xor64(acc, xxRound(u64(0, 0), val)), XXH_P1), XXH_P4);
+
+/** xxHash64 with seed 0 (Go's `github.com/cespare/xxhash/v2`), as its 8 bytes big-endian. */
+export function xxhash64(b: Uint8Array): Buffer {
+  const n = b.length;
+  let i = 0;
+  let h: U64;
+  if (n >= 32) {
+    let v1 = add64(XXH_P1, XXH_P2);
+    let v2 = XXH_P2;
+    let v3 = u64(0, 0);
+    let v4 = sub64(u64(0, 0), XXH_P1);
+    for (; i + 32 <= n; i += 32) {
+      v1 = xxRound(v1, read64(b, i));
+      v2 = xxRound(v2, read64(b, i + 8));
+      v3 = xxRound(v3, read64(b, i + 16));
+      v4 = xxRound(v4, read64(b, i + 24));
+    }
+    h = add64(add64(rotl64(v1, 1), rotl64(v2, 7)), add64(rotl64(v3, 12), rotl64(v4, 18)));
+    h = xxMerge(xxMerge(xxMerge(xxMerge(h, v1), v2), v3), v4);
+  } else h = XXH_P5;
+  h = add64(h, u64(Math.floor(n / 0x100000000), n));
+  for (; i + 8 <= n; i += 8) h = add64(mul64(rotl64(xor64(h, xxRound(u64(0, 0), read64(b, i))), 27), XXH_P1), XXH_P4);
+  if (i + 4 <= n) {
+    h = add64(mul64(rotl64(xor64(h, mul64(read32(b, i), XXH_P1)), 23), XXH_P2), XXH_P3);
+    i += 4;
+  }
+  for (; i < n; i++) h = mul64(rotl64(xor64(h, mul64(u64(0, b[i]!), XXH_P5)), 11), XXH_P1);
+  h = mul64(xor64(h, shr64(h, 33)), XXH_P2);
+  h = mul64(xor64(h, shr64(h, 29)), XXH_P3);
+  h = xor64(h, shr64(h, 32));
+  const out = Buffer.allocUnsafe(8);
+  out.writeUInt32BE(h.hi, 0);
+  out.writeUInt32BE(h.lo, 4);
+  return out;
+}
+
+/** A lone surrogate (no UTF-8 in Go: written as U+FFFD). */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+/** What Go's `json.Marshal` escapes besides what `JSON.stringify` does (its HTML-safe escapes). */
+const JSON_HTML = /[<>&\u2028\u2029]/g;
+/** A character `jsonString` must do more than quote. */
+const JSON_SPECIAL = /[\x00-\x1f"\\<>&\u2028\u2029\ud800-\udfff]/;
+const JSON_HTML_ESCAPES: Readonly<Record<string, string>> = { '<': '\\u003c', '>': '\\u003e', '&': '\\u0026', '\u2028': '\\u2028', '\u2029': '\\u2029' };
+
+/** A string as Go's `json.Marshal` writes it (bytes in no UTF-8 sequence as `\ufffd`). */
+function jsonString(text: string): string {
+  // Nearly every string: nothing to escape.
+  if (!JSON_SPECIAL.test(text)) return `"${text}"`;
+  let s = escapesAsReplacement(text);
+  if (/[\ud800-\udfff]/.test(s)) s = s.replace(LONE_SURROGATE, '\ufffd');
+  const q = JSON.stringify(s);
+  return /[<>&\u2028\u2029]/.test(q) ? q.replace(JSON_HTML, (c) => JSON_HTML_ESCAPES[c]!) : q;
+}
+
+const HIGH_UNIT = /[\ud800-\uffff]/;
+const HIGH_UNITS = /[\ud800-\uffff]/g;
+
+/**
+ * Distinct strings sorted in place as Go sorts them (`strings.Compare`: by their UTF-8 bytes).
+ * That is UTF-16's order (`Array.prototype.sort`'s, the fastest) but for code units past
+ * U+D7FF: those are remapped (U+E000… before surrogates) to sort in code point order; strings
+ * with a lone surrogate (a header byte in no UTF-8 sequence) are compared byte by byte.
+ */
+export function sortUtf8(keys: string[]): string[] {
+  if (!keys.some((k) => HIGH_UNIT.test(k))) return keys.sort();
+  if (keys.some((k) => HIGH_UNIT.test(k) && LONE_SURROGATE_1.test(k))) {
+    const bytes = new Map(keys.map((k) => [k, textBytes(k)]));
+    return keys.sort((a, b) => Buffer.compare(bytes.get(a)!, bytes.get(b)!));
+  }
+  const byOrder = new Map<string, string>();
+  for (const k of keys) {
+    const c = (u: string) => String.fromCharCode(u.charCodeAt(0) >= 0xe000 ? u.charCodeAt(0) - 0x800 : u.charCodeAt(0) + 0x2000);
+    byOrder.set(HIGH_UNIT.test(k) ? k.replace(HIGH_UNITS, c) : k, k);
+  }
+  const order = [...byOrder.keys()].sort();
+  for (let i = 0; i < order.length; i++) keys[i] = byOrder.get(order[i]!)!;
+  return keys;
+}
+const LONE_SURROGATE_1 = new RegExp(LONE_SURROGATE.source);
+
+/** A map's entries (a `Map` or a plain object, as the CEL library holds them), undefined for other values. */
+function mapEntries(v: unknown): [unknown, unknown][] | undefined {
+  if (v instanceof Map) return [...v.entries()];
+  if (v !== null && typeof v === 'object' && Object.getPrototypeOf(v) === Object.prototype) return Object.entries(v);
+  return undefined;
+}
+
+/** The CEL type name of a value, for messages. */
+function celTypeName(v: unknown): string {
+  if (v === null) return 'null';
+  if (typeof v === 'bigint') return 'int';
+  if (typeof v === 'number') return 'double';
+  if (typeof v === 'string') return 'string';
+  if (typeof v === 'boolean') return 'bool';
+  if (v instanceof Uint8Array) return 'bytes';
+  if (v instanceof Date) return 'google.protobuf.Timestamp';
+  if (Array.isArray(v)) return 'list';
+  if (mapEntries(v) !== undefined) return 'map';
+  const name = (v as object).constructor?.name ?? 'object';
+  if (name === 'UnsignedInt') return 'uint';
+  if (name === 'Duration') return 'google.protobuf.Duration';
+  return name.startsWith('Cel') ? name.slice(3) : name;
+}
+
+/** Deepest nesting `json.encode()` writes (what `json.decode()` reads: `MAX_JSON_DECODE_DEPTH`). */
+export const MAX_JSON_ENCODE_DEPTH = MAX_JSON_DECODE_DEPTH;
+
+/** A timestamp as Go's `time.Time` marshals it: RFC 3339 in UTC, the fraction without trailing zeros. */
+function rfc3339(d: Date): string {
+  const iso = d.toISOString();
+  return iso.replace(/\.?0*Z$/, 'Z');
+}
+
+/**
+ * `json.encode(v)` / `v.encodeJson()`: the value as Go's `json.Marshal` writes it. Maps' keys
+ * (strings; ints and uints written as strings, as Go writes `map[int64]…` keys) in the order
+ * of their UTF-8 bytes, as Go sorts them; no spaces; `<`, `>`, `&`, U+2028 and U+2029 escaped
+ * as `\u003c` …; ints and uints as integers; doubles as Go writes them (shortest, `-0`, `1e+21`,
+ * `1e-7`); bytes as standard base64 strings; timestamps as RFC 3339 strings; `req.url` and the
+ * other values that stand for a string as that string. NaN and infinities, durations, `bool`
+ * keys and other objects have no JSON here (an evaluation error), as does a value nested more
+ * than `MAX_JSON_ENCODE_DEPTH` deep or whose JSON would be over `MAX_BUILT_STRING` characters
+ * (found while it is written).
+ */
+export function jsonEncode(value: unknown, fn = 'json.encode()', stringLike: (v: unknown) => string | undefined = () => undefined): string {
+  const parts: string[] = [];
+  let chars = 0;
+  const tooLong = () => evalError('invalid_argument', `${fn}: result too long (over ${MAX_BUILT_STRING} characters)`);
+  const push = (s: string) => {
+    chars += s.length;
+    if (chars > MAX_BUILT_STRING) throw tooLong();
+    parts.push(s);
+  };
+  const fail = (why: string) => evalError('invalid_argument', `${fn}: ${why}`);
+  const write = (v: unknown, depth: number): void => {
+    if (v === null) return push('null');
+    switch (typeof v) {
+      case 'string':
+        // Escaped, it is at least 2 characters longer: one that cannot fit is not escaped.
+        if (chars + v.length + 2 > MAX_BUILT_STRING) throw tooLong();
+        return push(jsonString(v));
+      case 'boolean':
+        return push(v ? 'true' : 'false');
+      case 'bigint':
+        return push(v.toString());
+      case 'number':
+        if (!Number.isFinite(v)) throw fail(`unsupported value: ${v === v ? (v > 0 ? '+Inf' : '-Inf') : 'NaN'}`);
+        return push(Object.is(v, -0) ? '-0' : String(v));
+    }
+    if (v instanceof Uint8Array) return push(`"${base64Encode(v)}"`);
+    if (v instanceof Date) {
+      if (Number.isNaN(v.getTime())) throw fail('invalid timestamp');
+      return push(`"${rfc3339(v)}"`);
+    }
+    const text = stringLike(v);
+    if (text !== undefined) return write(text, depth);
+    if ((v as object).constructor?.name === 'UnsignedInt') return push(String((v as { value: bigint }).value));
+    if (depth >= MAX_JSON_ENCODE_DEPTH) throw fail(`value nested more than ${MAX_JSON_ENCODE_DEPTH} deep`);
+    if (Array.isArray(v)) {
+      push('[');
+      for (let i = 0; i < v.length; i++) {
+        if (i > 0) push(',');
+        write(v[i], depth + 1);
+      }
+      return push(']');
+    }
+    const entries = mapEntries(v);
+    if (entries === undefined) throw fail(`cannot encode a value of type ${celTypeName(v)}`);
+    // Each entry takes at least 5 characters (`"":0,`): one that cannot fit is refused before its keys are sorted.
+    if (chars + 5 * entries.length + 1 > MAX_BUILT_STRING) throw tooLong();
+    const values = new Map<string, unknown>();
+    for (const [k, e] of entries) {
+      const key = typeof k === 'string' ? k : typeof k === 'bigint' || celTypeName(k) === 'uint' ? String(k) : undefined;
+      if (key === undefined) throw fail(`cannot encode a map key of type ${celTypeName(k)}`);
+      if (values.has(key)) throw fail(`duplicate key ${jsonString(key.slice(0, 32))}`);
+      values.set(key, e);
+    }
+    push('{');
+    let first = true;
+    for (const key of sortUtf8([...values.keys()])) {
+      if (!first) push(',');
+      first = false;
+      write(key, depth + 1);
+      push(':');
+      write(values.get(key), depth + 1);
+    }
+    return push('}');
+  };
+  write(value, 0);
+  return parts.join('');
+}
+
+/**
+ * `queryString.decode(s)` / `s.decodeQueryString()`: Go's `url.ParseQuery` (pairs split at `&`,
+ * each `key=value` or `key` alone, both unescaped as by `url.QueryUnescape`), as a map of each
+ * key to its first value (as `url.Values.Get` reads it: ngrok's `queryString.decode(q)['q'] ==
+ * 'hello'`). A pair with `;` or an invalid escape is an evaluation error (Go returns one).
+ */
+export function queryDecode(s: string, fn = 'queryString.decode()'): Map<string, string> {
+  // Any `;` is in a pair; an invalid escape is one in its pair too.
+  if (s.includes(';')) throw evalError('invalid_argument', `${fn}: invalid semicolon separator in query`);
+  const bad = BAD_ESCAPE.exec(s);
+  if (bad) throw evalError('invalid_argument', `${fn}: invalid URL escape ${JSON.stringify(s.slice(bad.index, bad.index + 3))}`);
+  const plain = !s.includes('%') && !s.includes('+');
+  const out = new Map<string, string>();
+  for (const pair of s.split('&')) {
+    if (pair === '') continue;
+    const eq = pair.indexOf('=');
+    const key = eq < 0 ? pair : pair.slice(0, eq);
+    const value = eq < 0 ? '' : pair.slice(eq + 1);
+    const k = plain ? key : queryUnescape(key, fn);
+    if (!out.has(k)) out.set(k, plain ? value : queryUnescape(value, fn));
+  }
+  return out;
+}
+
+/** `url.QueryUnescape` of a part already checked for invalid escapes: without a `Buffer` per part. */
+function queryUnescape(s: string, fn: string): string {
+  if (!s.includes('%')) return s.includes('+') ? s.replaceAll('+', ' ') : s;
+  // A header byte in no UTF-8 sequence may make one with escaped bytes: byte by byte.
+  if (/[\ud800-\udfff]/.test(s)) return urlUnescape(s, fn);
+  return (s.includes('+') ? s.replaceAll('+', ' ') : s).replace(ESCAPE_RUN, decodeEscapeRun);
+}
+
+const ESCAPE_RUN = /(?:%[0-9A-Fa-f]{2})+/g;
+
+/** A run of `%XX` escapes as text: their bytes as UTF-8, a byte in no UTF-8 sequence as `bytesText` writes it. */
+function decodeEscapeRun(run: string): string {
+  const n = run.length / 3;
+  const b = new Array<number>(n);
+  for (let i = 0; i < n; i++) b[i] = (hexValue(run.charCodeAt(3 * i + 1)) << 4) | hexValue(run.charCodeAt(3 * i + 2));
+  let out = '';
+  for (let i = 0; i < n; ) {
+    const c = b[i]!;
+    if (c < 0x80) {
+      out += String.fromCharCode(c);
+      i++;
+      continue;
+    }
+    // UTF-8's well-formed sequences (Unicode table 3-7): length, and the range of the second byte.
+    const [len, lo, hi] = c >= 0xc2 && c <= 0xdf ? [2, 0x80, 0xbf] : c === 0xe0 ? [3, 0xa0, 0xbf] : c === 0xed ? [3, 0x80, 0x9f] : c >= 0xe1 && c <= 0xef ? [3, 0x80, 0xbf] : c === 0xf0 ? [4, 0x90, 0xbf] : c === 0xf4 ? [4, 0x80, 0x8f] : c >= 0xf1 && c <= 0xf3 ? [4, 0x80, 0xbf] : [0, 0, 0];
+    let ok = len > 0 && i + len <= n && b[i + 1]! >= lo && b[i + 1]! <= hi;
+    for (let k = 2; ok && k < len; k++) ok = b[i + k]! >= 0x80 && b[i + k]! <= 0xbf;
+    if (!ok) {
+      // As `headerText` escapes it (`bytesText`): U+DC00 + the byte.
+      out += String.fromCharCode(0xdc00 + c);
+      i++;
+      continue;
+    }
+    let cp = c & (len === 2 ? 0x1f : len === 3 ? 0x0f : 0x07);
+    for (let k = 1; k < len; k++) cp = (cp << 6) | (b[i + k]! & 0x3f);
+    out += String.fromCodePoint(cp);
+    i += len;
+  }
+  return out;
+}
+
+/**
+ * `queryString.encode(m)` / `m.encodeQueryString()`: Go's `url.Values.Encode`: `key=value`
+ * pairs joined by `&`, sorted by key (UTF-8 bytes), both escaped as by `url.QueryEscape`. A
+ * value is a string, or a list of strings (one pair each, in order: `req.url.query_params`
+ * encodes back); any other value is an evaluation error, as is a result over `MAX_BUILT_STRING`.
+ */
+export function queryEncode(m: unknown, fn = 'queryString.encode()'): string {
+  const entries = mapEntries(m);
+  if (entries === undefined) throw evalError('invalid_argument', `${fn}: needs a map, got ${celTypeName(m)}`);
+  // Each pair takes at least 2 characters (`k=`, `&`): a map that cannot fit is refused before its keys are sorted.
+  if (2 * entries.length - 1 > MAX_BUILT_STRING) throw evalError('invalid_argument', `${fn}: result too long (over ${MAX_BUILT_STRING} characters)`);
+  const byKey = new Map<string, readonly string[]>();
+  for (const [k, v] of entries) {
+    if (typeof k !== 'string') throw evalError('invalid_argument', `${fn}: a key is not a string (${celTypeName(k)})`);
+    const values = typeof v === 'string' ? [v] : Array.isArray(v) && v.every((e) => typeof e === 'string') ? (v as string[]) : undefined;
+    if (values === undefined) throw evalError('invalid_argument', `${fn}: the value of ${JSON.stringify(k.slice(0, 32))} is not a string or a list of strings (${celTypeName(v)})`);
+    byKey.set(k, values);
+  }
+  let out = '';
+  for (const k of sortUtf8([...byKey.keys()])) {
+    const key = urlEscape(k);
+    for (const v of byKey.get(k)!) {
+      out += `${out === '' ? '' : '&'}${key}=${urlEscape(v)}`;
+      if (out.length > MAX_BUILT_STRING) throw evalError('invalid_argument', `${fn}: result too long (over ${MAX_BUILT_STRING} characters)`);
+    }
+  }
+  return out;
+}
+
+/** `basic_auth.encode(user, password)`: `Basic ` and the standard base64 of `user:password` (UTF-8). */
+export const basicAuthEncode = (user: string, password: string): string => `Basic ${textBytes(`${user}:${password}`).toString('base64')}`;
+
+/** Longest list `lists.range(n)` builds: a larger `n` is an evaluation error. */
+export const MAX_LIST_RANGE = 10_000;
+
+/** `lists.range(n)`: `[0, 1, …, n - 1]` (empty for n ≤ 0, as cel-go's); n over `MAX_LIST_RANGE` is an evaluation error. */
+export function listsRange(n: bigint): bigint[] {
+  if (n > BigInt(MAX_LIST_RANGE)) throw evalError('invalid_argument', `lists.range(): ${n} is too large (at most ${MAX_LIST_RANGE})`);
+  const out: bigint[] = [];
+  for (let i = 0n; i < n; i++) out.push(i);
+  return out;
+}
+
+/** Go's `net/url` escaping modes (`shouldEscape`). */
+type UrlMode = 'path' | 'host' | 'zone' | 'userPassword' | 'fragment';
+
+function isAlnum(c: number): boolean {
+  return (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a);
+}
+
+/** Go's `url.shouldEscape(c, mode)` for one byte. */
+function shouldEscape(c: number, mode: UrlMode): boolean {
+  if (isAlnum(c)) return false;
+  const ch = String.fromCharCode(c);
+  if ((mode === 'host' || mode === 'zone') && `!$&'()*+,;=:[]<>"`.includes(ch)) return false;
+  if ('-_.~'.includes(ch)) return false;
+  if ('$&+,/:;=?@'.includes(ch)) {
+    if (mode === 'path') return ch === '?';
+    if (mode === 'userPassword') return ch === '@' || ch === '/' || ch === '?' || ch === ':';
+    if (mode === 'fragment') return false;
+    return true;
+  }
+  if (mode === 'fragment' && "!()*".includes(ch)) return false;
+  return true;
+}
+
+const urlError = (fn: string, why: string) => evalError('invalid_argument', `${fn}: ${why}`);
+
+/** Go's `url.unescape(s, mode)` over a byte string (one character per byte). */
+function unescapeBytes(s: string, mode: UrlMode, fn: string): string {
+  let n = 0;
+  for (let i = 0; i < s.length; ) {
+    const c = s.charCodeAt(i);
+    if (c === 0x25) {
+      n++;
+      if (i + 2 >= s.length || !isHex(s.charCodeAt(i + 1)) || !isHex(s.charCodeAt(i + 2))) throw urlError(fn, `invalid URL escape ${JSON.stringify(visible(s.slice(i, i + 3)))}`);
+      // Only %25 and bytes past ASCII may be escaped in a host (RFC 6874 allows more in a zone).
+      if (mode === 'host' && hexValue(s.charCodeAt(i + 1)) < 8 && s.slice(i, i + 3) !== '%25') throw urlError(fn, `invalid URL escape ${JSON.stringify(s.slice(i, i + 3))}`);
+      if (mode === 'zone') {
+        const v = (hexValue(s.charCodeAt(i + 1)) << 4) | hexValue(s.charCodeAt(i + 2));
+        if (s.slice(i, i + 3) !== '%25' && v !== 0x20 && shouldEscape(v, 'host')) throw urlError(fn, `invalid URL escape ${JSON.stringify(s.slice(i, i + 3))}`);
+      }
+      i += 3;
+    } else {
+      if ((mode === 'host' || mode === 'zone') && c < 0x80 && shouldEscape(c, mode)) throw urlError(fn, `invalid character ${JSON.stringify(String.fromCharCode(c))} in host name`);
+      i++;
+    }
+  }
+  if (n === 0) return s;
+  return s.replace(/%([0-9A-Fa-f]{2})/g, (_, h: string) => String.fromCharCode(parseInt(h, 16)));
+}
+
+function isHex(c: number): boolean {
+  return (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66);
+}
+
+/** A byte string's bytes as text, for messages (UTF-8, else escaped). */
+const visible = (bytes: string): string => bytesText(Buffer.from(bytes, 'latin1'));
+
+/** Go's `url.escape(s, mode)` over a byte string (upper-case `%XX`). */
+function escapeBytes(s: string, mode: UrlMode): string {
+  let out = '';
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    out += shouldEscape(c, mode) ? `%${HEX_UPPER[c]!}` : s[i];
+  }
+  return out;
+}
+const HEX_UPPER = Array.from({ length: 256 }, (_, b) => b.toString(16).toUpperCase().padStart(2, '0'));
+
+/** Go's `validUserinfo`: the characters RFC 3986 allows in userinfo, and `%`, `@`. */
+function validUserinfo(s: string): boolean {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (isAlnum(c) || "-._:~!$&'()*+,;=%@".includes(s[i]!)) continue;
+    return false;
+  }
+  return true;
+}
+
+/** Go's `validOptionalPort`: empty, or `:` and digits. */
+const validOptionalPort = (p: string): boolean => p === '' || /^:[0-9]*$/.test(p);
+
+/** Go's `parseHost`. */
+function parseHost(host: string, fn: string): string {
+  if (host.startsWith('[')) {
+    const i = host.lastIndexOf(']');
+    if (i < 0) throw urlError(fn, "missing ']' in host");
+    const colonPort = host.slice(i + 1);
+    if (!validOptionalPort(colonPort)) throw urlError(fn, `invalid port ${JSON.stringify(visible(colonPort))} after host`);
+    const zone = host.slice(0, i).indexOf('%25');
+    if (zone >= 0) return unescapeBytes(host.slice(0, zone), 'host', fn) + unescapeBytes(host.slice(zone, i), 'zone', fn) + unescapeBytes(host.slice(i), 'host', fn);
+  } else {
+    const i = host.lastIndexOf(':');
+    if (i >= 0) {
+      const colonPort = host.slice(i);
+      if (!validOptionalPort(colonPort)) throw urlError(fn, `invalid port ${JSON.stringify(visible(colonPort))} after host`);
+    }
+  }
+  return unescapeBytes(host, 'host', fn);
+}
+
+/** Go's `url.URL`, its fields as byte strings. */
+interface GoUrl {
+  scheme: string;
+  opaque: string;
+  user?: { username: string; password?: string };
+  host: string;
+  path: string;
+  rawPath: string;
+  rawQuery: string;
+  fragment: string;
+  rawFragment: string;
+}
+
+/** Go's `url.Parse` (of its `net/url`, Go 1.22) over a byte string; an error as a CEL evaluation error. */
+function goParseUrl(raw: string, fn: string): GoUrl {
+  const hash = raw.indexOf('#');
+  const [rest0, frag] = hash < 0 ? [raw, undefined] : [raw.slice(0, hash), raw.slice(hash + 1)];
+  // The control characters Go refuses anywhere in the URL.
+  if (/[\x00-\x1f\x7f]/.test(rest0)) throw urlError(fn, 'invalid control character in URL');
+  const u: GoUrl = { scheme: '', opaque: '', host: '', path: '', rawPath: '', rawQuery: '', fragment: '', rawFragment: '' };
+  if (rest0 === '*') u.path = '*';
+  else {
+    // getScheme: letters, then letters, digits, + - . up to a colon.
+    let rest = rest0;
+    for (let i = 0; i < rest0.length; i++) {
+      const c = rest0.charCodeAt(i);
+      const letter = (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a);
+      if (letter) continue;
+      if ((c >= 0x30 && c <= 0x39) || c === 0x2b || c === 0x2d || c === 0x2e) {
+        if (i === 0) break;
+        continue;
+      }
+      if (c === 0x3a) {
+        if (i === 0) throw urlError(fn, 'missing protocol scheme');
+        u.scheme = rest0.slice(0, i).toLowerCase();
+        rest = rest0.slice(i + 1);
+      }
+      break;
+    }
+    if (rest.endsWith('?') && rest.indexOf('?') === rest.length - 1) rest = rest.slice(0, -1);
+    else {
+      const q = rest.indexOf('?');
+      if (q >= 0) {
+        u.rawQuery = rest.slice(q + 1);
+        rest = rest.slice(0, q);
+      }
+    }
+    if (!rest.startsWith('/')) {
+      if (u.scheme !== '') {
+        // An opaque URL (`mailto:x@example.com`): the rest as it is.
+        u.opaque = rest;
+        return withFragment(u, frag, fn);
+      }
+      const slash = rest.indexOf('/');
+      if ((slash < 0 ? rest : rest.slice(0, slash)).includes(':')) throw urlError(fn, 'first path segment in URL cannot contain colon');
+    }
+    if ((u.scheme !== '' || !rest.startsWith('///')) && rest.startsWith('//')) {
+      let authority = rest.slice(2);
+      rest = '';
+      const slash = authority.indexOf('/');
+      if (slash >= 0) {
+        rest = authority.slice(slash);
+        authority = authority.slice(0, slash);
+      }
+      const at = authority.lastIndexOf('@');
+      u.host = parseHost(at < 0 ? authority : authority.slice(at + 1), fn);
+      if (at >= 0) {
+        const userinfo = authority.slice(0, at);
+        if (!validUserinfo(userinfo)) throw urlError(fn, 'invalid userinfo');
+        const colon = userinfo.indexOf(':');
+        u.user =
+          colon < 0
+            ? { username: unescapeBytes(userinfo, 'userPassword', fn) }
+            : { username: unescapeBytes(userinfo.slice(0, colon), 'userPassword', fn), password: unescapeBytes(userinfo.slice(colon + 1), 'userPassword', fn) };
+      }
+    }
+    // setPath: RawPath only when the path's default escaping would not give it back.
+    u.path = unescapeBytes(rest, 'path', fn);
+    if (escapeBytes(u.path, 'path') !== rest) u.rawPath = rest;
+  }
+  return withFragment(u, frag, fn);
+}
+
+function withFragment(u: GoUrl, frag: string | undefined, fn: string): GoUrl {
+  if (frag === undefined || frag === '') return u;
+  u.fragment = unescapeBytes(frag, 'fragment', fn);
+  if (escapeBytes(u.fragment, 'fragment') !== frag) u.rawFragment = frag;
+  return u;
+}
+
+/** Go's `Userinfo.String()`: the user name and password escaped as in a URL. */
+function userinfoString(user: GoUrl['user']): string {
+  if (!user) return '';
+  const name = escapeBytes(user.username, 'userPassword');
+  return user.password === undefined ? name : `${name}:${escapeBytes(user.password, 'userPassword')}`;
+}
+
+/** Go's `URL.Hostname()` / `URL.Port()`. */
+function hostPort(host: string): [string, string] {
+  let name = host;
+  let port = '';
+  const colon = host.lastIndexOf(':');
+  if (colon >= 0 && validOptionalPort(host.slice(colon))) {
+    name = host.slice(0, colon);
+    port = host.slice(colon + 1);
+  }
+  if (name.startsWith('[') && name.endsWith(']')) name = name.slice(1, -1);
+  return [name, port];
+}
+
+/** The keys of the map `url.parse()` returns. */
+export const PARSED_URL_KEYS = ['scheme', 'opaque', 'user', 'username', 'password', 'host', 'hostname', 'port', 'path', 'raw_path', 'raw_query', 'fragment', 'raw_fragment'] as const;
+
+/**
+ * `url.parse(s)` / `s.parseUrl()`: Go's `url.Parse` (an invalid URL is an evaluation error),
+ * as a map of strings named after Go's `url.URL` fields: `scheme` (lower-case), `opaque`,
+ * `user` (`Userinfo.String()`: `name:password`, escaped), `host` (with the port, as Go's
+ * `Host`), `path` (unescaped), `raw_path`, `raw_query`, `fragment` (unescaped), `raw_fragment`;
+ * and what Go's methods read from them: `username`, `password`, `hostname` (`Hostname()`:
+ * without the port and IPv6 brackets), `port` (`Port()`: a string, `''` when none). Every key
+ * is there (`''` for a part the URL does not have).
+ */
+export function parseUrl(s: string, fn = 'url.parse()'): Map<string, string> {
+  const u = goParseUrl(textBytes(s).toString('latin1'), fn);
+  const [hostname, port] = hostPort(u.host);
+  const text = (b: string) => (/[\x80-\xff]/.test(b) ? bytesText(Buffer.from(b, 'latin1')) : b);
+  const fields: Record<(typeof PARSED_URL_KEYS)[number], string> = {
+    scheme: u.scheme,
+    opaque: u.opaque,
+    user: userinfoString(u.user),
+    username: u.user?.username ?? '',
+    password: u.user?.password ?? '',
+    host: u.host,
+    hostname,
+    port,
+    path: u.path,
+    raw_path: u.rawPath,
+    raw_query: u.rawQuery,
+    fragment: u.fragment,
+    raw_fragment: u.rawFragment,
+  };
+  return new Map(PARSED_URL_KEYS.map((k) => [k, text(fields[k])]));
+}
+
+/** `s.isURL()`: whether Go's `url.Parse` reads it as an absolute URL with a host (a scheme and a host). */
+export function isUrl(s: string): boolean {
+  try {
+    const u = goParseUrl(textBytes(s).toString('latin1'), 'isURL()');
+    return u.scheme !== '' && u.host !== '';
+  } catch (err) {
+    if (err instanceof EvaluationError) return false;
+    throw err;
+  }
+}
+
 class Base64Namespace {}
 class UrlNamespace {}
 class HashNamespace {}
 class StringsNamespace {}
 class JsonNamespace {}
+class QueryStringNamespace {}
+class BasicAuthNamespace {}
+class ListsNamespace {}
+class RandNamespace {}
 
 /**
  * Registers the macros on `env`: the string methods on `string` and on each of `stringLike`
- * (types that stand for their string, `cel.ts`'s `STRING_LIKE`), and the `base64`, `url` and
- * `hash` namespaces as constants whose methods take the string.
+ * (types that stand for their string, `cel.ts`'s `STRING_LIKE`; `stringLikeText` gives the
+ * string of such a value, for `json.encode()`), and the `base64`, `url` and `hash` namespaces
+ * as constants whose methods take the string.
  */
-export function registerNgrokMacros(env: Environment, stringLike: readonly string[]): void {
+export function registerNgrokMacros(env: Environment, stringLike: readonly string[], stringLikeText: (v: unknown) => string | undefined): void {
   env
     .registerType('Base64Namespace', Base64Namespace)
     .registerConstant('base64', 'Base64Namespace', new Base64Namespace())
@@ -429,7 +1074,23 @@ export function registerNgrokMacros(env: Environment, stringLike: readonly strin
     .registerConstant('strings', 'StringsNamespace', new StringsNamespace())
     .registerFunction('StringsNamespace.quote(string): string', (_: unknown, s: string) => quote(s))
     .registerFunction('Base64Namespace.decode(string): bytes', (_: unknown, s: string) => base64Decode(s))
-    .registerFunction('Base64Namespace.encode(bytes): string', (_: unknown, b: Uint8Array) => base64Encode(b));
+    .registerFunction('Base64Namespace.encode(bytes): string', (_: unknown, b: Uint8Array) => base64Encode(b))
+    .registerFunction('JsonNamespace.encode(dyn): string', (_: unknown, v: unknown) => jsonEncode(v, 'json.encode()', stringLikeText))
+    .registerFunction('list.encodeJson(): string', (v: unknown) => jsonEncode(v, 'encodeJson()', stringLikeText))
+    .registerFunction('map.encodeJson(): string', (v: unknown) => jsonEncode(v, 'encodeJson()', stringLikeText))
+    .registerType('QueryStringNamespace', QueryStringNamespace)
+    .registerConstant('queryString', 'QueryStringNamespace', new QueryStringNamespace())
+    .registerFunction('QueryStringNamespace.encode(map): string', (_: unknown, m: unknown) => queryEncode(m))
+    .registerFunction('map.encodeQueryString(): string', (m: unknown) => queryEncode(m, 'encodeQueryString()'))
+    .registerType('BasicAuthNamespace', BasicAuthNamespace)
+    .registerConstant('basic_auth', 'BasicAuthNamespace', new BasicAuthNamespace())
+    .registerFunction('BasicAuthNamespace.encode(string, string): string', (_: unknown, u: string, p: string) => basicAuthEncode(u, p))
+    .registerType('ListsNamespace', ListsNamespace)
+    .registerConstant('lists', 'ListsNamespace', new ListsNamespace())
+    .registerFunction('ListsNamespace.range(int): list<int>', (_: unknown, n: bigint) => listsRange(n))
+    .registerType('RandNamespace', RandNamespace)
+    .registerConstant('rand', 'RandNamespace', new RandNamespace())
+    .registerFunction('RandNamespace.double(): double', () => Math.random());
   for (const t of ['string', ...stringLike]) {
     const text = t === 'string' ? (v: unknown) => v as string : (v: unknown) => String(v);
     env
@@ -454,6 +1115,11 @@ export function registerNgrokMacros(env: Environment, stringLike: readonly strin
     }
     env
       .registerFunction(`UrlNamespace.escape(${t}): string`, (_: unknown, v: unknown) => urlEscape(text(v)))
-      .registerFunction(`UrlNamespace.unescape(${t}): string`, (_: unknown, v: unknown) => urlUnescape(text(v)));
+      .registerFunction(`UrlNamespace.unescape(${t}): string`, (_: unknown, v: unknown) => urlUnescape(text(v)))
+      .registerFunction(`UrlNamespace.parse(${t}): map<string, string>`, (_: unknown, v: unknown) => parseUrl(text(v)))
+      .registerFunction(`${t}.parseUrl(): map<string, string>`, (v: unknown) => parseUrl(text(v), 'parseUrl()'))
+      .registerFunction(`${t}.isURL(): bool`, (v: unknown) => isUrl(text(v)))
+      .registerFunction(`QueryStringNamespace.decode(${t}): map<string, string>`, (_: unknown, v: unknown) => queryDecode(text(v)))
+      .registerFunction(`${t}.decodeQueryString(): map<string, string>`, (v: unknown) => queryDecode(text(v), 'decodeQueryString()'));
   }
 }

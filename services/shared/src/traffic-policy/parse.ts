@@ -109,12 +109,26 @@ type Obj = Record<string, unknown>;
  * expression with its path, and the headers the policy adds (later expressions see them).
  */
 interface Gathered {
-  programs: { path: string; program: CelProgram; interpolation: boolean }[];
+  programs: GatheredPrograms;
   growth: PolicyHeaderGrowth;
   /** Work other than CEL, charged to the policy's total: the url-rewrite / redirect / body find-replace regexp searches (`url-actions.ts`). */
   work: UrlActionWork[];
   /** The policy is being saved (`checkCost`): checks that depend on the saving process's environment run (jwt-validation JKU hosts). */
   saving?: boolean;
+}
+
+/**
+ * The expressions gathered, in the order they run (inbound rules, then outbound; in a rule its
+ * expressions, then its actions in order), each with the header growth it can see: what the
+ * policy's add-headers actions before it add. A later action's headers are not there yet when it
+ * runs, so they do not make an earlier expression dearer.
+ */
+class GatheredPrograms {
+  readonly entries: { path: string; program: CelProgram; interpolation: boolean; growth: PolicyHeaderGrowth }[] = [];
+  constructor(private readonly growth: PolicyHeaderGrowth) {}
+  push(e: { path: string; program: CelProgram; interpolation: boolean }): void {
+    this.entries.push({ ...e, growth: { count: this.growth.count, bytes: this.growth.bytes } });
+  }
 }
 
 /**
@@ -254,7 +268,7 @@ function checkStaticHost(headers: Record<string, string>, path: string): void {
   }
 }
 
-export function parseHeaderMap(v: unknown, path: string, required: boolean, direction: PolicyDirection | null, g: Gathered | null): Record<string, string> {
+export function parseHeaderMap(v: unknown, path: string, required: boolean, direction: PolicyDirection | null, g: { programs: Pick<GatheredPrograms, 'push'>; growth: PolicyHeaderGrowth } | null): Record<string, string> {
   if (v === undefined || v === null) {
     if (required) throw new TrafficPolicyError(path, 'is required');
     return {};
@@ -265,6 +279,7 @@ export function parseHeaderMap(v: unknown, path: string, required: boolean, dire
   if (names.length > HEADER_ACTION_LIMITS.maxHeaders) throw new TrafficPolicyError(path, `must have at most ${HEADER_ACTION_LIMITS.maxHeaders} headers, got ${names.length}`);
   const seen = new Set<string>();
   const out: Record<string, string> = {};
+  const added = { count: 0, bytes: 0 };
   for (const name of names) {
     const p = at(path, name);
     const lower = checkHeaderName(name, p);
@@ -284,13 +299,17 @@ export function parseHeaderMap(v: unknown, path: string, required: boolean, dire
         if (err instanceof CelCompileError) throw new TrafficPolicyError(p, `\${…} ${err.reason}`);
         throw err;
       }
-      if (g) {
-        // `name: value` and its CRLF.
-        g.growth.count++;
-        g.growth.bytes += name.length + 4 + (templated ? MAX_INTERPOLATED_VALUE : Buffer.byteLength(value, 'utf8'));
-      }
+      // `name: value` and its CRLF.
+      added.count++;
+      added.bytes += name.length + 4 + (templated ? MAX_INTERPOLATED_VALUE : Buffer.byteLength(value, 'utf8'));
     }
     out[name] = value;
+  }
+  // Added once every value is worked out (the engine sets the headers after all of them): the
+  // action's own interpolations do not see them.
+  if (g) {
+    g.growth.count += added.count;
+    g.growth.bytes += added.bytes;
   }
   return out;
 }
@@ -509,11 +528,11 @@ function parseRule(v: unknown, path: string, direction: PolicyDirection, g: Gath
 function checkCost(g: Gathered): void {
   let total = 0;
   const dfaBudget = { steps: DFA_EXPLORE_STEPS };
-  for (const { path, program, interpolation } of g.programs) {
+  for (const { path, program, interpolation, growth } of g.programs.entries) {
     const what = interpolation ? '${…} ' : '';
     let cost: number;
     try {
-      cost = estimateCost(program, g.growth, dfaBudget);
+      cost = estimateCost(program, growth, dfaBudget);
     } catch (err) {
       if (err instanceof CostEstimateError) throw new TrafficPolicyError(path, `${what}cannot be accepted: ${err.message}`);
       throw err;
@@ -610,7 +629,8 @@ function asWritten(err: TrafficPolicyError): TrafficPolicyError {
 export function validateTrafficPolicy(doc: unknown, opts: ValidateOptions = {}): TrafficPolicy {
   const top = expectObj(doc, '', 'the traffic policy');
   const written = phaseKeys(top);
-  const g: Gathered = { programs: [], growth: { count: 0, bytes: 0 }, work: [], saving: opts.checkCost === true };
+  const growth = { count: 0, bytes: 0 };
+  const g: Gathered = { programs: new GatheredPrograms(growth), growth, work: [], saving: opts.checkCost === true };
   try {
     // One budget for all the policy's matches() patterns (cel.ts).
     const policy = withPolicyRegexBudget(() => {
@@ -624,7 +644,7 @@ export function validateTrafficPolicy(doc: unknown, opts: ValidateOptions = {}):
     checkJwkSetUrls(policy);
     if (opts.checkCost) {
       checkRateLimitNames(policy);
-      for (const { path, program, interpolation } of g.programs) {
+      for (const { path, program, interpolation } of g.programs.entries) {
         const unknown = unknownHasField(program);
         if (unknown) throw new TrafficPolicyError(path, `${interpolation ? '${…} ' : ''}does not compile: ${unknown}`);
       }

@@ -79,7 +79,7 @@ export interface UrlActionWork {
 
 /** What parsing a url action records for the cost check (parse.ts's `Gathered`). */
 interface Gather {
-  programs: { path: string; program: CelProgram; interpolation: boolean }[];
+  programs: { push(e: { path: string; program: CelProgram; interpolation: boolean }): void };
   work: UrlActionWork[];
   /** The policy is being saved: checks that only help a new document (see {@link neverMatches}) run. */
   saving?: boolean;
