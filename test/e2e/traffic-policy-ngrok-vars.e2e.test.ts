@@ -227,4 +227,23 @@ describe("ngrok's variables on live traffic", () => {
     expect(r.status, r.body).toBe(200);
     expect([r.headers['x-cookies-checked'], r.headers['x-sid-order'], r.headers['x-location-encoding']]).toEqual(['yes', 'ok', 'ok']);
   });
+
+  it("req.user_agent's fields: ngrok's user agent filtering examples (Edge users, bots denied)", async () => {
+    await c.policyRoute('/ua', {
+      on_http_request: [
+        { expressions: ["req.user_agent.name == 'Edge'"], actions: [{ type: 'custom-response', config: { status_code: 200, body: 'Hello Edge User!' } }] },
+        { expressions: ['req.user_agent.is_bot'], actions: [{ type: 'deny', config: { status_code: 403 } }] },
+        { actions: [{ type: 'add-headers', config: { headers: { 'x-ua': "${req.user_agent.name}|${req.user_agent.os}|${req.user_agent.device}|${string(req.user_agent.is_mobile)}|${req.user_agent}" } } }] },
+      ],
+    });
+    const edge = 'Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36 Edg/120.0.2210.91';
+    const iphone = 'Mozilla/5.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.1 Mobile/15E148 Safari/604.1';
+    const e = await send('/ua/x', { headers: { 'user-agent': edge } });
+    expect([e.status, e.body]).toEqual([200, 'Hello Edge User!']);
+    expect((await send('/ua/x', { headers: { 'user-agent': 'Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)' } })).status).toBe(403);
+    expect((await send('/ua/x', { headers: { 'user-agent': 'curl/8.5.0' } })).status).toBe(403);
+    const phone = await send('/ua/x', { headers: { 'user-agent': iphone } });
+    expect(phone.status).toBe(200);
+    expect(JSON.parse(phone.body).headers['x-ua']).toBe(`Safari|iOS|iPhone|true|${iphone}`);
+  });
 });

@@ -26,8 +26,6 @@ describe("ngrok's variables Warren does not have", () => {
       ["req.ts.body_received > timestamp('2023-12-31T00:00:00Z')", 'req.ts.body_received'],
       ["req.url.uri.contains('/api')", 'req.url.uri'],
       ["req.url.user_password == 'a:b'", 'req.url.user_password'],
-      ["req.user_agent.name == 'Safari'", 'req.user_agent.name'],
-      ['req.user_agent.is_bot', 'req.user_agent.is_bot'],
       ["'fizz' in res.trailers['baz']", 'res.trailers', 'outbound'],
       ["conn.k8s.pod.metadata.namespace != 'payments'", 'conn.k8s.pod.metadata.namespace'],
       ["conn.tls.ja4_fingerprint == 't13d'", 'conn.tls.ja4_fingerprint'],

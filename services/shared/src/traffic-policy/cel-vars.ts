@@ -6,6 +6,7 @@ import { CelCompress, CelVerifyWebhook } from './body-action-vars.js';
 import { CEL_NO_GEO, type CelGeo } from './geo-vars.js';
 import { CelOAuth, CelOidc } from './auth-action-vars.js';
 import { CelCookie, requestCookie, requestCookies, responseCookie, responseCookies } from './cookie-vars.js';
+import { CelUserAgent } from './user-agent-vars.js';
 export { MAX_REQUEST_COOKIES } from './cookie-vars.js';
 
 /**
@@ -429,6 +430,7 @@ export class CelRequest extends CelHeaderView {
   private ct?: CelContentType;
   private ce?: string[];
   private t?: CelRequestTimestamps;
+  private ua?: CelUserAgent;
   constructor(private readonly init: CelRequestInit) {
     super();
   }
@@ -496,14 +498,16 @@ export class CelRequest extends CelHeaderView {
   get location(): string {
     return this.header('location')[0] ?? '';
   }
-  get user_agent(): string {
-    return this.headers.get('user-agent')?.[0] ?? '';
+  /** The `User-Agent` header (the first), a string with ngrok's parsed fields (`user-agent-vars.ts`). */
+  get user_agent(): CelUserAgent {
+    return (this.ua ??= new CelUserAgent(this.header('user-agent')[0] ?? ''));
   }
   override headersChanged(): void {
     super.headersChanged();
     this.cks = undefined;
     this.ct = undefined;
     this.ce = undefined;
+    this.ua = undefined;
   }
 }
 

@@ -4,7 +4,9 @@
  *
  * Variables (ngrok's names where they exist):
  * - `req.method`, `req.host` (lower-case, no port), `req.path`, `req.query` (raw, without `?`),
- *   `req.user_agent`, `req.headers` (map: lower-case name → list of values),
+ *   `req.user_agent` (the `User-Agent`; compares as a string) with ngrok's parsed `.name`,
+ *   `.version`, `.os`, `.os_version`, `.device`, `.is_mobile`, `.is_tablet`, `.is_desktop`,
+ *   `.is_bot`, `.url` (`user-agent-vars.ts`), `req.headers` (map: lower-case name → list of values),
  *   `req.url` (the full URL; compares and concatenates as a string) with `req.url.scheme`,
  *   `.host`, `.authority`, `.path`, `.query`, `.raw_query`, `.query_params` (map → list),
  *   `.port` (int: the URL's, else the scheme's default), `.raw` and `.raw_path` (as the client
@@ -104,6 +106,7 @@ import {
   CelTls,
   CelUrl,
 } from './cel-vars.js';
+import { CelUserAgent } from './user-agent-vars.js';
 import type { RegexCostInfo } from './cost.js';
 import { cachedRegex, compileRegex, MAX_MATCH_INPUT, MAX_POLICY_REGEX_PROGRAM_SIZE, RegexError, regexCostInfo, regexSearch, type DfaExploreBudget } from './regex.js';
 import type { PolicyDirection } from './types.js';
@@ -270,10 +273,10 @@ function cidrMacro(many: boolean) {
  * fields: `req.url`, a certificate's `issuer` / `subject` and `san`, and `req.content_type` /
  * `res.content_type`, which ngrok types as strings with fields.
  */
-const STRING_LIKE = ['URL', 'DistinguishedName', 'SubjectAltNames', 'ContentType'] as const;
+const STRING_LIKE = ['URL', 'DistinguishedName', 'SubjectAltNames', 'ContentType', 'UserAgent'] as const;
 
 function stringLikeText(v: unknown): string | undefined {
-  return v instanceof CelUrl || v instanceof CelDistinguishedName || v instanceof CelSubjectAltNames || v instanceof CelContentType ? v.toString() : undefined;
+  return v instanceof CelUrl || v instanceof CelDistinguishedName || v instanceof CelSubjectAltNames || v instanceof CelContentType || v instanceof CelUserAgent ? v.toString() : undefined;
 }
 
 /** The error code a refused `matches()` pattern carries (compile and evaluation time). */
@@ -411,6 +414,10 @@ function baseEnvironment(): Environment {
       fields: { scheme: str, host: str, authority: str, path: str, query: str, raw_query: str, query_params: 'map<string, list<string>>', port: 'int', raw: str, raw_path: str },
     })
     .registerType('ContentType', { ctor: CelContentType, fields: { raw: str, parameters: 'map<string, string>' } })
+    .registerType('UserAgent', {
+      ctor: CelUserAgent,
+      fields: { name: str, version: str, os: str, os_version: str, device: str, is_mobile: 'bool', is_tablet: 'bool', is_desktop: 'bool', is_bot: 'bool', url: str },
+    })
     .registerType('RequestTimestamps', { ctor: CelRequestTimestamps, fields: { header_received: 'google.protobuf.Timestamp' } })
     .registerType('DistinguishedName', {
       ctor: CelDistinguishedName,
@@ -456,7 +463,7 @@ function baseEnvironment(): Environment {
         host: str,
         path: str,
         query: str,
-        user_agent: str,
+        user_agent: 'UserAgent',
         url: 'URL',
         headers: 'map<string, list<string>>',
         version: str,
@@ -589,7 +596,6 @@ const NGROK_VARIABLES_NOT_SUPPORTED: readonly string[] = [
   'req.ts.body_received',
   'req.url.uri',
   'req.url.user_password',
-  ...['name', 'version', 'os', 'os_version', 'device', 'is_mobile', 'is_tablet', 'is_desktop', 'is_bot', 'url'].map((f) => `req.user_agent.${f}`),
   'res.trailers',
   'conn.k8s.*',
   'conn.tls.ja4_fingerprint',

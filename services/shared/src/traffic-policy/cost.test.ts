@@ -439,6 +439,28 @@ describe('traffic policy cost limits: the headers the policy adds', () => {
   });
 });
 
+describe("traffic policy cost limits: the agent parse is charged to a policy once", () => {
+  it('whichever expressions and interpolations read req.user_agent, once per agent string the policy may make', () => {
+    const reads = {
+      inbound: [
+        { expressions: ["req.user_agent.name == 'Edge'"], actions: [{ type: 'custom-response', config: { body: 'hi' } }] },
+        { expressions: ['req.user_agent.is_bot'], actions: [{ type: 'deny' }] },
+        { actions: [{ type: 'add-headers', config: { headers: { 'x-a': '${req.user_agent.name}', 'x-b': '${req.user_agent.os}', 'x-c': '${req.user_agent.device}', 'x-d': '${req.user_agent.version}' } } }] },
+      ],
+    };
+    expect(() => parseTrafficPolicy(JSON.stringify(reads))).not.toThrow();
+    // Each `user-agent` the policy replaces is another string to parse.
+    const replacing = (n: number) => ({
+      inbound: [
+        ...Array.from({ length: n }, (_, i) => ({ actions: [{ type: 'remove-headers', config: { headers: ['user-agent'] } }, { type: 'add-headers', config: { headers: { 'user-agent': `agent-${i}` } } }] })),
+        { expressions: ['req.user_agent.is_bot'], actions: [{ type: 'deny' }] },
+      ],
+    });
+    expect(() => parseTrafficPolicy(JSON.stringify(replacing(2)))).not.toThrow();
+    expect(refused(JSON.stringify(replacing(6))).message).toMatch(/too expensive together/);
+  });
+});
+
 describe('traffic policy cost limits: the ngrok variables of the request, connection and response', () => {
   it('costs every new variable, and accepts common uses of each in a policy', () => {
     const inbound = [
@@ -455,6 +477,7 @@ describe('traffic policy cost limits: the ngrok variables of the request, connec
       "'gzip' in req.content_encoding && req.location == ''",
       "conn.bytes_in > 1000 && conn.bytes_out < 100 && conn.server_region != ''",
       "time.now - conn.ts.start > duration('1h')",
+      "req.user_agent.is_bot || req.user_agent.name == 'Edge' && req.user_agent.version.startsWith('12')",
     ];
     for (const e of inbound) {
       expect(cost(e), e).toBeLessThan(MAX_EXPRESSION_COST);
@@ -512,6 +535,13 @@ describe('traffic policy cost limits: the ngrok variables of the request, connec
     check(`req.content_encoding over ${head} bytes of 'a,'`, `'gzip' in req.content_encoding`, () => activation({ headers: ['content-encoding', 'a,'.repeat(head / 2 - 50)] }));
     check(`res.content_encoding over ${head} bytes of ','`, `'gzip' in res.content_encoding`, () => activation({ resHeaders: ['content-encoding', ','.repeat(head - 100)] }), 'outbound');
     check(`req.location behind 2,000 headers`, `req.location == '/'`, () => activation({ headers: manyHeaders('x-h', 'v', 2000).concat('location', '/') }));
+    // req.user_agent's fields: the slowest agents found for the parser (parsed from their first
+    // 512 characters), each a different string (no cache).
+    let n = 0;
+    for (const unit of [' Android', ' a', ' Windows NT ']) {
+      const ua = unit.repeat(Math.ceil(600 / unit.length));
+      check(`req.user_agent.is_bot of '${unit}' repeated`, `req.user_agent.is_bot`, () => activation({ headers: ['user-agent', `${n++}${ua}`] }));
+    }
     // res.cookies: as many Set-Cookie lines as fit, of one name with paths to sort, or distinct
     // names each looked at; one line of every attribute.
     const lines = Math.floor(head / 16);

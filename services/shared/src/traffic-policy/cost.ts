@@ -23,6 +23,7 @@ import { MAX_CERTIFICATE_BYTES } from './x509.js';
 import { JWT_MAX_TOKENS } from './jwt-action-vars.js';
 import { GEO_LIMITS, GEO_LOOKUP_COST } from './geo-vars.js';
 import { MAX_CONTENT_CODINGS, MAX_CONTENT_TYPE_PARSED } from './cel-vars.js';
+import { MAX_USER_AGENT_PARSED } from './user-agent-vars.js';
 import { MAX_REQUEST_COOKIES } from './cookie-vars.js';
 import { HASH_DIGEST_BYTES, MAX_BUILT_STRING, MAX_LIST_RANGE, NGROK_HASHES, type NgrokHash } from './ngrok-macros.js';
 
@@ -235,6 +236,13 @@ const C = {
   hashCall: 3_000,
   /** Per unit hashed (its UTF-8: up to 3 bytes): 0.3–5.5 ns, the most for MD5 and SHA-512. */
   hashChar: 12,
+  /**
+   * `req.user_agent`'s fields: the agent parsed (ua-parser-js and isbot, at most
+   * MAX_USER_AGENT_PARSED characters) when a field is first read, unless its string is cached.
+   * Real agents took 20–40 µs; the worst shapes found (384 characters of ` Android`) 0.2–0.5
+   * ms, growing faster than the length (512 characters: 0.4–0.8 ms).
+   */
+  userAgentParse: 1_000_000,
   /** `hash.crc64()` / `hash.xxhash64()` (JavaScript, not `node:crypto`): per call, and per unit hashed. */
   hash64Call: 1_000,
   hash64Char: 40,
@@ -421,7 +429,7 @@ function bounds(growth: PolicyHeaderGrowth): Bounds {
  * Fields of the registered object types (`cel.ts`, `cel-vars.ts`) and their bounds. `once`: the
  * cost of building the field's value on first read (the views cache it for the request).
  */
-function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cost: number; once?: number } | undefined {
+function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cost: number; once?: number; onceKey?: string } | undefined {
   const s = (n: number) => ({ shape: str(n), cost: 0 });
   switch (`${obj}.${field}`) {
     case 'Request.method':
@@ -429,7 +437,6 @@ function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cos
     case 'Request.host':
     case 'Request.path':
     case 'Request.query':
-    case 'Request.user_agent':
     case 'URL.host':
     case 'URL.authority':
     case 'URL.path':
@@ -438,6 +445,22 @@ function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cos
       return s(b.reqString);
     case 'Request.url':
       return { shape: { n: 0, w: b.reqString + 16, obj: 'URL' }, cost: 0 };
+    case 'Request.user_agent':
+      // The header, found by a scan; its fields parsed on first read (userAgentParse, once).
+      return { shape: { n: 0, w: b.reqString, obj: 'UserAgent' }, cost: 0, once: headerScan(b.reqHeaders) };
+    case 'UserAgent.name':
+    case 'UserAgent.version':
+    case 'UserAgent.os':
+    case 'UserAgent.os_version':
+    case 'UserAgent.device':
+    case 'UserAgent.url':
+      return { shape: str(MAX_USER_AGENT_PARSED), cost: 0, once: C.userAgentParse, onceKey: 'UserAgent.parse' };
+    case 'UserAgent.is_mobile':
+    case 'UserAgent.is_tablet':
+    case 'UserAgent.is_desktop':
+    case 'UserAgent.is_bot':
+      // One parse, whichever fields are read.
+      return { shape: SCALAR, cost: 0, once: C.userAgentParse, onceKey: 'UserAgent.parse' };
     case 'URL.scheme':
       return s(5);
     // `raw` is the scheme, `Host` and the target as sent: two parts of one head.
@@ -955,7 +978,7 @@ class Estimator {
     const t = this.est(target);
     if (t.shape.obj) {
       const f = objectField(this.b, t.shape.obj, name);
-      if (f?.once) this.once.set(`${t.shape.obj}.${name}`, f.once);
+      if (f?.once) this.once.set(f.onceKey ?? `${t.shape.obj}.${name}`, f.once);
       if (f) return { cost: t.cost + f.cost, shape: f.shape };
       return { cost: t.cost, shape: DYN };
     }
@@ -969,7 +992,7 @@ class Estimator {
     const cost = t.cost + k.cost + k.shape.w * C.scanChar;
     if (t.shape.obj) {
       const f = key.op === 'value' && typeof key.args === 'string' ? objectField(this.b, t.shape.obj, key.args) : undefined;
-      if (f?.once) this.once.set(`${t.shape.obj}.${key.args as string}`, f.once);
+      if (f?.once) this.once.set(f.onceKey ?? `${t.shape.obj}.${key.args as string}`, f.once);
       return f ? { cost: cost + f.cost, shape: f.shape } : { cost, shape: DYN };
     }
     return { cost, shape: t.shape.elem ?? DYN };
@@ -1304,14 +1327,27 @@ function mix(n: number, w: number, o: number, p: number, g0: number, gp: number)
  * policy's expressions (see `DFA_EXPLORE_STEPS`). Throws `CostEstimateError` for
  * an expression beyond what the estimator bounds (which the caller refuses).
  */
-export function estimateCost(program: CelProgram, growth: PolicyHeaderGrowth = { count: 0, bytes: 0 }, dfaBudget: DfaExploreBudget = { steps: DFA_EXPLORE_STEPS }): number {
+export function estimateCost(program: CelProgram, growth: PolicyHeaderGrowth = { count: 0, bytes: 0 }, dfaBudget: DfaExploreBudget = { steps: DFA_EXPLORE_STEPS }, shared?: Map<string, number>): number {
   const ast = (program as unknown as { ast: Node }).ast;
   const e = new Estimator(growth, dfaBudget);
   const cost = e.est(ast).cost;
   let once = 0;
-  for (const c of e.once.values()) once += c;
+  for (const [key, c] of e.once) {
+    once += c;
+    if (shared && POLICY_SHARED_ONCE.has(key)) shared.set(key, Math.max(shared.get(key) ?? 0, c));
+  }
   return C.evaluation + cost + once;
 }
+
+/**
+ * Work done once per request however many of a policy's expressions need it: charged to each
+ * expression's own cost, but to the policy's total once (`parse.ts`, `shared` above). The
+ * agent parse (`user-agent-vars.ts`) keeps its result per string for the process, so
+ * `req.user_agent`'s fields read by several expressions or interpolations parse the agent
+ * once; a policy that sets `user-agent` itself may make another string to parse per such
+ * header it adds, which `parse.ts` counts.
+ */
+export const POLICY_SHARED_ONCE: ReadonlySet<string> = new Set(['UserAgent.parse']);
 
 /** `1234567` → `"1.23 ms"`: a cost as the time it stands for. */
 export function formatCost(cost: number): string {

@@ -520,19 +520,33 @@ function parseRule(v: unknown, path: string, direction: PolicyDirection, g: Gath
   return { name, expressions, actions };
 }
 
+/** How many `user-agent` headers the policy's add-headers actions add (each may be a new agent to parse). */
+function userAgentsAdded(policy: TrafficPolicy): number {
+  let n = 0;
+  for (const dir of ['inbound', 'outbound'] as const)
+    for (const rule of policy[dir]) for (const a of rule.actions) if (a.type === 'add-headers' && Object.keys(a.config.headers).some((h) => h.toLowerCase() === 'user-agent')) n++;
+  return n;
+}
+
 /**
  * Refuses a policy whose expressions may cost too much per request (`cost.ts`): one over
  * `MAX_EXPRESSION_COST`, or the one that takes the policy's total over `MAX_POLICY_COST`
  * (every rule's expressions and interpolations may run on the same request).
  */
-function checkCost(g: Gathered): void {
+function checkCost(g: Gathered, policy: TrafficPolicy): void {
   let total = 0;
   const dfaBudget = { steps: DFA_EXPLORE_STEPS };
+  // Shared work (`POLICY_SHARED_ONCE`): the most any expression is charged for it, once per
+  // string it may be done on: the agent as received, and each `user-agent` the policy adds.
+  const sharedMax = new Map<string, number>();
+  const copies = 1 + userAgentsAdded(policy);
+  let sharedCharged = 0;
   for (const { path, program, interpolation, growth } of g.programs.entries) {
     const what = interpolation ? '${…} ' : '';
     let cost: number;
+    const shared = new Map<string, number>();
     try {
-      cost = estimateCost(program, growth, dfaBudget);
+      cost = estimateCost(program, growth, dfaBudget, shared);
     } catch (err) {
       if (err instanceof CostEstimateError) throw new TrafficPolicyError(path, `${what}cannot be accepted: ${err.message}`);
       throw err;
@@ -542,13 +556,20 @@ function checkCost(g: Gathered): void {
         path,
         `${what}too expensive to evaluate: its worst case is estimated at ${formatCost(cost)} per request, more than the ${formatCost(MAX_EXPRESSION_COST)} allowed for one expression (exists/all/map/filter multiply their body's cost by the size of their list, and matches() grows with the pattern and the string)`,
       );
+    for (const [key, c] of shared) {
+      cost -= c;
+      sharedMax.set(key, Math.max(sharedMax.get(key) ?? 0, c));
+    }
     total += cost;
-    if (total > MAX_POLICY_COST)
+    sharedCharged = 0;
+    for (const c of sharedMax.values()) sharedCharged += c * copies;
+    if (total + sharedCharged > MAX_POLICY_COST)
       throw new TrafficPolicyError(
         path,
-        `${what}the policy's expressions are too expensive together: with this one, their worst case is estimated at ${formatCost(total)} per request, more than the ${formatCost(MAX_POLICY_COST)} allowed for a policy`,
+        `${what}the policy's expressions are too expensive together: with this one, their worst case is estimated at ${formatCost(total + sharedCharged)} per request, more than the ${formatCost(MAX_POLICY_COST)} allowed for a policy`,
       );
   }
+  total += sharedCharged;
   // One bounded search per action, not an expression: charged to the policy's total only.
   for (const w of g.work) {
     const cost = w.cost();
@@ -648,7 +669,7 @@ export function validateTrafficPolicy(doc: unknown, opts: ValidateOptions = {}):
         const unknown = unknownHasField(program);
         if (unknown) throw new TrafficPolicyError(path, `${interpolation ? '${…} ' : ''}does not compile: ${unknown}`);
       }
-      checkCost(g);
+      checkCost(g, policy);
     }
     return policy;
   } catch (err) {
