@@ -78,7 +78,10 @@ const upstream: http.RequestListener = (req, res) => {
       res.end(PAGE);
     } else if (path.endsWith('/badreason')) {
       // A reason phrase with a control character: undici takes it, Node's writeHead refuses it.
-      req.socket.write(`HTTP/1.1 200 OK\x01\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(DOC)}\r\n\r\n${DOC}`);
+      // Written past Node's response, so this connection can serve nothing more (its `res` never
+      // ends): it says so and closes. Left open, the tunnel stream over it went back to the pool,
+      // and a later test's request on it waited for an answer that never came.
+      req.socket.end(`HTTP/1.1 200 OK\x01\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(DOC)}\r\nConnection: close\r\n\r\n${DOC}`);
     } else if (path.endsWith('/garbage')) {
       // A head, then broken chunk framing in the same segment: the body fails before the response stages answer.
       req.socket.write('HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n0123456789abcdef\r\nZZZ\r\n');
