@@ -392,6 +392,9 @@ export class CelRequestTimestamps {
 abstract class CelHeaderView {
   protected h?: Map<string, string[]>;
   private ck?: Map<string, CelCookie>;
+  private ce?: string[];
+  /** `req` or `res`, for messages. */
+  protected abstract readonly side: 'req' | 'res';
   /** The raw header pairs (name, value, …) as they stand. */
   protected abstract pairs(): readonly string[];
   /** The cookie `name` as this side reads it (`requestCookie` / `responseCookie`). */
@@ -416,10 +419,19 @@ abstract class CelHeaderView {
     if (!c) ck.set(name, (c = this.readCookie(name)));
     return c;
   }
+  /** `content_encoding`: the codings of `Content-Encoding` (`contentEncodings`). */
+  get content_encoding(): string[] {
+    return (this.ce ??= contentEncodings(this.header('content-encoding'), this.side));
+  }
+  /** `location`: the `Location` header (the first one), `""` without one. */
+  get location(): string {
+    return this.header('location')[0] ?? '';
+  }
   /** Call after editing the headers so later expressions see the edit. */
   headersChanged(): void {
     this.h = undefined;
     this.ck = undefined;
+    this.ce = undefined;
   }
 }
 
@@ -428,9 +440,9 @@ export class CelRequest extends CelHeaderView {
   private u?: CelUrl;
   private cks?: Map<string, CelCookie[]>;
   private ct?: CelContentType;
-  private ce?: string[];
   private t?: CelRequestTimestamps;
   private ua?: CelUserAgent;
+  protected readonly side = 'req';
   constructor(private readonly init: CelRequestInit) {
     super();
   }
@@ -490,14 +502,6 @@ export class CelRequest extends CelHeaderView {
   get headers(): Map<string, string[]> {
     return this.headersMap();
   }
-  /** The codings of `Content-Encoding` (`contentEncodings`). */
-  get content_encoding(): string[] {
-    return (this.ce ??= contentEncodings(this.header('content-encoding'), 'req'));
-  }
-  /** The `Location` header (the first one), `""` without one. */
-  get location(): string {
-    return this.header('location')[0] ?? '';
-  }
   /** The `User-Agent` header (the first), a string with ngrok's parsed fields (`user-agent-vars.ts`). */
   get user_agent(): CelUserAgent {
     return (this.ua ??= new CelUserAgent(this.header('user-agent')[0] ?? ''));
@@ -506,7 +510,6 @@ export class CelRequest extends CelHeaderView {
     super.headersChanged();
     this.cks = undefined;
     this.ct = undefined;
-    this.ce = undefined;
     this.ua = undefined;
   }
 }
@@ -882,8 +885,8 @@ export interface CelResponseInit {
 /** `res` (outbound rules only). */
 export class CelResponse extends CelHeaderView {
   private ct?: CelContentType;
-  private ce?: string[];
   private cks?: Map<string, CelCookie[]>;
+  protected readonly side = 'res';
   constructor(private readonly init: CelResponseInit) {
     super();
   }
@@ -914,14 +917,6 @@ export class CelResponse extends CelHeaderView {
   get headers(): Map<string, string[]> {
     return this.headersMap();
   }
-  /** The codings of `Content-Encoding` (`contentEncodings`). */
-  get content_encoding(): string[] {
-    return (this.ce ??= contentEncodings(this.header('content-encoding'), 'res'));
-  }
-  /** The `Location` header (the first one), `""` without one. */
-  get location(): string {
-    return this.header('location')[0] ?? '';
-  }
   /** Name → the cookies the response sets, longest path first (see `responseCookies`). */
   get cookies(): Map<string, CelCookie[]> {
     return (this.cks ??= responseCookies(this.header('set-cookie')));
@@ -929,7 +924,6 @@ export class CelResponse extends CelHeaderView {
   override headersChanged(): void {
     super.headersChanged();
     this.ct = undefined;
-    this.ce = undefined;
     this.cks = undefined;
   }
 }

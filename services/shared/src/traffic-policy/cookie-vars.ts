@@ -115,17 +115,22 @@ export function requestCookie(lines: readonly string[], name: string): CelCookie
   return CEL_NO_COOKIE;
 }
 
-/** The value of a `Set-Cookie` line named `name`, and where its attributes start; null otherwise. */
-function setCookieHead(raw: string, name: string): { line: string; value: string; rest: number } | null {
-  if (raw.indexOf(name) < 0) return null;
+/**
+ * The name and value of a `Set-Cookie` line, and where its attributes start; null when it has
+ * no `=` or its value does not read, or (given `name`) when it sets another cookie.
+ */
+function setCookieHead(raw: string, name?: string): { line: string; name: string; value: string; rest: number } | null {
+  if (name !== undefined && raw.indexOf(name) < 0) return null;
   const line = trimmed(raw);
   let semi = line.indexOf(';');
   if (semi < 0) semi = line.length;
   const first = trimmed(line, 0, semi);
   const eq = first.indexOf('=');
-  if (eq < 0 || trimmed(first, 0, eq) !== name) return null;
+  if (eq < 0) return null;
+  const n = trimmed(first, 0, eq);
+  if (name !== undefined && n !== name) return null;
   const value = cookieValue(first.slice(eq + 1), true);
-  return value === null ? null : { line, value, rest: semi + 1 };
+  return value === null ? null : { line, name: n, value, rest: semi + 1 };
 }
 
 /**
@@ -156,23 +161,15 @@ export function responseCookie(lines: readonly string[], name: string): CelCooki
 export function responseCookies(lines: readonly string[]): Map<string, CelCookie[]> {
   const out = new Map<string, CelCookie[]>();
   for (const raw of lines) {
-    const line = trimmed(raw);
-    let semi = line.indexOf(';');
-    if (semi < 0) semi = line.length;
-    const first = trimmed(line, 0, semi);
-    const eq = first.indexOf('=');
-    if (eq < 0) continue;
-    const name = trimmed(first, 0, eq);
-    if (!TOKEN_RE.test(name)) continue;
-    const value = cookieValue(first.slice(eq + 1), true);
-    if (value === null) continue;
+    const head = setCookieHead(raw);
+    if (!head || !TOKEN_RE.test(head.name)) continue;
     const c = new CelCookie();
-    c.name = name;
-    c.value = value;
-    readAttributes(c, line, semi + 1);
-    const list = out.get(name);
+    c.name = head.name;
+    c.value = head.value;
+    readAttributes(c, head.line, head.rest);
+    const list = out.get(head.name);
     if (list) list.push(c);
-    else out.set(name, [c]);
+    else out.set(head.name, [c]);
   }
   // Array#sort is stable: at a tie, the order sent.
   for (const list of out.values()) if (list.length > 1) list.sort((a, b) => b.path.length - a.path.length);
