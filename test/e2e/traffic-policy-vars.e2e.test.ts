@@ -25,6 +25,8 @@ let destId: string;
 const api = (method: string, p: string, body?: unknown) => c.api(method, p, body);
 const request = (p: string, headers: Record<string, string> = {}) => c.request(p, { headers });
 const routeBody = (match: string, policy: string) => c.routeBody(match, { traffic_policy: { value: policy } });
+/** The echo upstream's view of the request headers, each read as the UTF-8 text its bytes are (node:http gives them one character per byte). */
+const echoedHeaders = (echo: { headers: Record<string, string> }) => Object.fromEntries(Object.entries(echo.headers).map(([k, v]) => [k, Buffer.from(v, 'latin1').toString('utf8')]));
 
 beforeAll(async () => {
   redis = new Redis(redisUrl);
@@ -235,7 +237,7 @@ inbound:
     const utf8 = (text: string) => Buffer.from(text, 'utf8').toString('latin1');
     const ok = await c.request('/str/a;b/c', { headers: { ...key, 'x-name': utf8('ÄLICE') } });
     expect(ok.status).toBe(200);
-    const seen = Object.fromEntries(Object.entries(ok.json().headers as Record<string, string>).map(([k, v]) => [k, Buffer.from(v, 'latin1').toString('utf8')]));
+    const seen = echoedHeaders(ok.json());
     expect(seen['x-lower']).toBe('älice');
     const crc = Buffer.alloc(4);
     crc.writeUInt32BE(zlib.crc32('älice'));
@@ -273,7 +275,7 @@ inbound:
     );
     const ok = await c.request('/more/p?who=J%C3%B6rg&x=1', { headers: { 'x-next': 'https://app.example.com:8443/a?b=c' } });
     expect(ok.status).toBe(200);
-    const seen = Object.fromEntries(Object.entries(ok.json().headers as Record<string, string>).map(([k, v]) => [k, Buffer.from(v, 'latin1').toString('utf8')]));
+    const seen = echoedHeaders(ok.json());
     expect(seen['x-q']).toBe('Jörg');
     expect(seen['x-qs']).toBe('a=%26&b=x+y');
     expect(JSON.parse(seen['x-json']!)).toEqual({ n: 3, ok: true, path: '/more/p' });
