@@ -14,6 +14,7 @@ import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
 import { listenEchoingUpgrades, upgradeEcho } from '../support/upgrade.js';
+import { clientJa4 } from '../support/client-hello.js';
 
 /**
  * The official agent SDK's `traffic_policy` option (`@ngrok/ngrok` 1.7.0, unmodified; Bind
@@ -266,7 +267,7 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
   it("shows the client's own connection (conn.tls.*, conn.client_port, conn.server_ip), not the one between the nodes, when a hop carries the request", async () => {
     const host = 'conn.sdk-tp.e2e.test';
     const s = await session(a.agent, tokenA);
-    const policy = 'on_http_response:\n  - actions:\n      - type: add-headers\n        config:\n          headers:\n            x-conn: "${conn.tls.version}|${conn.tls.cipher_suite}|${conn.tls.sni}|${conn.client_port}|${conn.server_ip}|${conn.tls.server.serial_number}"\n            x-conn-more: "${conn.server_region}|${conn.bytes_in}|${conn.bytes_out}|${conn.ts.start}"\n';
+    const policy = 'on_http_response:\n  - actions:\n      - type: add-headers\n        config:\n          headers:\n            x-conn: "${conn.tls.version}|${conn.tls.cipher_suite}|${conn.tls.sni}|${conn.client_port}|${conn.server_ip}|${conn.tls.server.serial_number}"\n            x-conn-more: "${conn.server_region}|${conn.bytes_in}|${conn.bytes_out}|${conn.ts.start}|${conn.tls.ja4_fingerprint}"\n';
     await s.httpEndpoint().domain(host).trafficPolicy(policy).listenAndForward(upstreamUrl);
     const viaTls = (n: IngressProcess) =>
       new Promise<{ status: number; conn: string; more: string; local: { port: number; tls: string; cipher: string; serial: string } }>((resolve, reject) => {
@@ -292,7 +293,10 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
       expect(serial).not.toBe('');
       // The node the client reached, its connection's bytes on the wire (the TLS handshake
       // included: the certificate went out before any answer) and when it was accepted.
-      const [region, bytesIn, bytesOut, start] = r.more.split('|');
+      const [region, bytesIn, bytesOut, start, ja4] = r.more.split('|');
+      // The JA4 of the client's ClientHello, read by the node it reached (carried over the hop).
+      expect(ja4, n.nodeId).toBe(await clientJa4({ servername: host, rejectUnauthorized: false }));
+      expect(ja4).toMatch(/^t13d/);
       expect(region, n.nodeId).toBe(n.nodeId);
       expect(Number(bytesIn), r.more).toBeGreaterThan(300);
       expect(Number(bytesOut), r.more).toBeGreaterThan(500);
@@ -300,6 +304,7 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
     }
     // Over plain HTTP through the hop: no TLS, as on the holding node itself.
     expect((await request(b.http, host, '/')).headers['x-conn']).toMatch(/^\|\|\|\d+\|127\.0\.0\.1\|$/);
+    expect((await request(b.http, host, '/')).headers['x-conn-more']).toMatch(/\|$/);
   });
 
   it('shows the request as the client sent it over a hop too: req.url.raw_path, req.version, req.content_length (an audit: a deny on raw_path applied on one node only)', async () => {

@@ -88,7 +88,7 @@ function send(path: string, o: { body?: string; chunked?: boolean; headers?: Rec
 describe("ngrok's variables on live traffic", () => {
   it("refuses a policy naming an ngrok variable or macro Warren does not have, saying so", async () => {
     const cases: [unknown, RegExp][] = [
-      [{ on_http_request: [{ expressions: ["conn.tls.ja4_fingerprint == 'x'"], actions: [{ type: 'deny' }] }] }, /expressions\[0\]: does not compile: ngrok's conn\.tls\.ja4_fingerprint is not supported by Warren/],
+      [{ on_http_request: [{ expressions: ["req.url.user_password == 'x'"], actions: [{ type: 'deny' }] }] }, /expressions\[0\]: does not compile: ngrok's req\.url\.user_password is not supported by Warren/],
       [{ on_http_request: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-trailers': '${req.trailers}' } } }] }] }, /x-trailers: \$\{…\} does not compile: ngrok's req\.trailers is not supported by Warren/],
       [{ on_http_request: [{ expressions: ["rand.int(0, 10) == 1"], actions: [{ type: 'deny' }] }] }, /ngrok's rand\.int\(\) is not supported by Warren/],
     ];

@@ -12,6 +12,7 @@ import { createDb, createPool } from '../../services/control-plane/src/db/pool.j
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { clientJa4 } from '../support/client-hello.js';
 
 /**
  * The traffic policy's `conn.tls` variables on live traffic, through real processes: a control
@@ -109,6 +110,7 @@ inbound:
             x-client-dns: "\${conn.tls.client.san.dns_names}"
             x-client-valid: "\${conn.tls.client.validity.not_after > time.now}"
             x-server-cn: "\${conn.tls.server.subject.common_name}"
+            x-tls-ja4: "\${conn.tls.ja4_fingerprint}"
 `;
 
 async function edgeWithPolicy(host: string): Promise<string> {
@@ -190,6 +192,11 @@ describe('traffic policy conn.tls on an edge with mutual_tls', () => {
           'x-server-cn': 'localhost',
         });
         expect(r.seen!['x-tls-cipher']).toMatch(version === 'TLSv1.3' ? /^TLS_(AES_\d+_GCM|CHACHA20_POLY1305)_SHA\d+$/ : /^TLS_ECDHE_ECDSA_WITH_/);
+        // The JA4 of the ClientHello this client sends (read off one sent to a recorder): with
+        // SNI, no ALPN, its top version.
+        const ja4 = await clientJa4({ servername: MTLS_HOST, ca: ingressCa, cert: allowed.certificatePem, key: allowed.privateKeyPem, maxVersion: version });
+        expect(ja4).toMatch(new RegExp(`^t${version.slice(4).replace('.', '')}d\\d{4}00_[0-9a-f]{12}_[0-9a-f]{12}$`));
+        expect(r.seen!['x-tls-ja4'], n.nodeId).toBe(ja4);
       }
     }
   });
@@ -230,7 +237,7 @@ describe('traffic policy conn.tls on an edge without mutual_tls', () => {
   });
 
   it('refuses a policy with a TLS variable ngrok does not have, naming the expression', async () => {
-    for (const expr of ["conn.tls.client_cert.subject.cn != 'allowed'", "conn.tls.ja4_fingerprint == ''"]) {
+    for (const expr of ["conn.tls.client_cert.subject.cn != 'allowed'", "conn.tls.ja3_fingerprint == ''"]) {
       const r = await api('POST', `/edges/https/${openEdgeId}/routes`, {
         match_type: 'path_prefix',
         match: '/bad',

@@ -23,6 +23,7 @@ import { LocalSlidingWindowLimiter, RedisSlidingWindowLimiter } from './ratelimi
 import { createTrafficEvents } from './events/index.js';
 import { startGeo } from './policy/geo.js';
 import { setServerRegion, stampConnection } from './http/conn-facts.js';
+import { captureClientHello } from './http/client-hello.js';
 import { compileEndpointPolicy, recompileEndpointPolicies, type EndpointPolicy } from './policy/endpoint.js';
 import { FIND_REPLACE_PROCESS_LIMITS } from './policy/find-replace.js';
 
@@ -305,6 +306,8 @@ async function main(): Promise<void> {
     handler.handler('https'),
   );
   publicHttps.on('upgrade', handler.upgradeHandler('https'));
+  // `conn.tls.ja4_fingerprint`: each client's ClientHello is read before node:tls takes the socket.
+  captureClientHello(publicHttps);
   // OpenSSL has chosen the protocol version before the SNI callback swaps contexts, so an edge's
   // tls_termination minimum is enforced here: a connection below it is closed before any request.
   // This covers only connections whose SNI names the edge; routing goes by Host, so the public

@@ -57,6 +57,16 @@ describe('x-warren-conn (a Bind endpoint policy over a hop)', () => {
     expect(decodeHopConn(JSON.stringify({ hv: '1.1', te: true }), '1.2.3.4:5')!.message).toEqual({ httpVersion: '1.1', headers: { 'content-length': undefined, 'transfer-encoding': 'chunked' } });
   });
 
+  it("carries the client's JA4 over TLS; a bad value is dropped", () => {
+    const ja4 = 't13d1516h2_8daaf6152771_d8a2da3f94cd';
+    const view = (j4: unknown) => {
+      const h = decodeHopConn(JSON.stringify({ sip: '10.0.0.1', v: 'TLSv1.3', j4 }), '1.2.3.4:5')!;
+      return new CelConn('1.2.3.4', 443, h.tls, false, null, h.socket, h.facts).tls.ja4_fingerprint;
+    };
+    expect(view(ja4)).toBe(ja4);
+    for (const bad of [undefined, 7, 'x'.repeat(300), null, `${ja4}0`, ja4.replace('_', '-')]) expect(view(bad), String(bad)).toBe('');
+  });
+
   it("carries the connection's accept time, bytes so far and the sending node's region; bad values dropped", () => {
     const h = decodeHopConn(JSON.stringify({ sip: '10.0.0.1', ts: 1_790_000_000_123, bi: 1834, bo: 77, rg: 'ingress-b' }), '1.2.3.4:5')!;
     const conn = new CelConn('1.2.3.4', 443, h.tls, false, null, h.socket, h.facts);

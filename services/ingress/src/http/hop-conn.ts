@@ -2,6 +2,7 @@ import type http from 'node:http';
 import type { X509Certificate } from 'node:crypto';
 import type { TLSSocket } from 'node:tls';
 import type { CelConnFacts, CelConnSocket, CelRequestMessage, CelTlsSocket } from '@warren/shared';
+import { ja4Of } from './client-hello.js';
 import { connectionStartedAt, serverRegion, wireSocket } from './conn-facts.js';
 
 /**
@@ -21,7 +22,7 @@ import { connectionStartedAt, serverRegion, wireSocket } from './conn-facts.js';
  * anyway. For `conn.tls.server` the sending node sends the SHA-256 fingerprint of the certificate
  * it served: the holding node shows its own certificate when that is the one (nodes sharing
  * TLS_CERT_FILE, as a cluster behind one name does), and nothing otherwise (each node with a
- * certificate it made itself).
+ * certificate it made itself). The ClientHello's JA4 goes as `j4` (`client-hello.ts`).
  */
 export interface HopConn {
   /** What `conn.tls` reads; null when the client came over plain HTTP. */
@@ -53,6 +54,8 @@ interface Wire {
   r?: boolean;
   /** SHA-256 fingerprint of the certificate served (`X509Certificate#fingerprint256`). */
   fp?: string;
+  /** JA4 of the client's ClientHello. */
+  j4?: string;
   /** The request: HTTP version, Content-Length as sent, sent chunked, raw target (when changed). */
   hv?: string;
   cl?: string;
@@ -62,6 +65,8 @@ interface Wire {
 
 /** Bounds what a header value may make the holding node keep (the header comes from a node, but still). */
 const MAX_FIELD = 256;
+/** A JA4 as `client-hello.ts` writes it (36 characters; the cost model counts on that bound). */
+const JA4_SHAPE = /^t[0-9a-z]{2}[di]\d{4}[0-9A-Za-z]{2}_[0-9a-f]{12}_[0-9a-f]{12}$/;
 /** A request target is bounded by Node's 16 KiB head limit. */
 const MAX_TARGET = 16 * 1024;
 
@@ -93,6 +98,8 @@ export function encodeHopConn(req: http.IncomingMessage, rawTarget?: string): st
     w.r = t.isSessionReused?.() === true;
     const fp = servedFingerprint(t);
     if (fp) w.fp = fp;
+    const j4 = ja4Of(wire);
+    if (j4) w.j4 = j4;
   }
   return asciiJson(w);
 }
@@ -139,7 +146,7 @@ export function decodeHopConn(value: string | string[] | undefined, clientAddr: 
   const colon = clientAddr.lastIndexOf(':');
   const port = Number(clientAddr.slice(colon + 1));
   const socket: CelConnSocket = { remotePort: colon > 0 && Number.isInteger(port) && port >= 0 && port < 65536 ? port : 0, localAddress: str(w.sip) ?? '', bytesRead: count(w.bi), bytesWritten: count(w.bo) };
-  const facts: CelConnFacts = { startedAt: count(w.ts), region: str(w.rg) ?? '' };
+  const facts: CelConnFacts = { startedAt: count(w.ts), region: str(w.rg) ?? '', ja4: typeof w.j4 === 'string' && JA4_SHAPE.test(w.j4) ? w.j4 : '' };
   const hv = typeof w.hv === 'string' && /^\d\.\d$/.test(w.hv) ? w.hv : undefined;
   const message: CelRequestMessage | null = hv === undefined ? null : { httpVersion: hv, headers: { 'content-length': str(w.cl), 'transfer-encoding': w.te === true ? 'chunked' : undefined } };
   const rawTarget = typeof w.rt === 'string' && w.rt.length <= MAX_TARGET ? w.rt : undefined;

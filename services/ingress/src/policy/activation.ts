@@ -4,6 +4,7 @@ import type { RequestState, ResponseState } from '../pipeline/types.js';
 import { geoLookupOf } from './geo.js';
 import { servedPort as routingServedPort } from '../http/routing.js';
 import { connectionStartedAt, serverRegion, wireSocket } from '../http/conn-facts.js';
+import { ja4Of } from '../http/client-hello.js';
 
 /**
  * The CEL activation of one request (or response): every variable is built on first read, so
@@ -37,11 +38,13 @@ export class Activation {
     // Over a hop (a Bind endpoint's policy on the node holding the tunnel), the client's
     // connection as the sending node saw it (`hop-conn.ts`), not the one between the nodes.
     // `conn.bytes_*` count the TCP socket's bytes (TLS records included), `conn.ts.start` is when
-    // it was accepted (`conn-facts.ts`).
+    // it was accepted (`conn-facts.ts`); the ClientHello's JA4 was read before the handshake
+    // (`client-hello.ts`).
     const hop = s.conn;
     if (this.connView) return this.connView;
-    const socket = hop ? hop.socket : s.req.socket ? wireSocket(s.req.socket) : null;
-    const facts = hop ? hop.facts : { startedAt: connectionStartedAt(s.req.socket), region: serverRegion() };
+    const wire = s.req.socket ? wireSocket(s.req.socket) : null;
+    const socket = hop ? hop.socket : wire;
+    const facts = hop ? hop.facts : { startedAt: connectionStartedAt(s.req.socket), region: serverRegion(), ja4: ja4Of(wire) };
     return (this.connView = new CelConn(s.clientIp, servedPort(s), hop ? hop.tls : tlsSocket(s), s.edge.mutualTls?.enabled === true, geoLookupOf(s), socket, facts));
   }
 

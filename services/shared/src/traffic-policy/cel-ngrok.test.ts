@@ -28,7 +28,6 @@ describe("ngrok's variables Warren does not have", () => {
       ["req.url.user_password == 'a:b'", 'req.url.user_password'],
       ["'fizz' in res.trailers['baz']", 'res.trailers', 'outbound'],
       ["conn.k8s.pod.metadata.namespace != 'payments'", 'conn.k8s.pod.metadata.namespace'],
-      ["conn.tls.ja4_fingerprint == 't13d'", 'conn.tls.ja4_fingerprint'],
       ["'proxy.anonymous.tor' in conn.client_ip.categories", 'conn.client_ip.categories'],
       ['conn.client_ip.as.number == 12345', 'conn.client_ip.as.number'],
       ["conn.client_ip.geo.location.country_code != 'US'", 'conn.client_ip.geo.location.country_code'],
@@ -40,7 +39,7 @@ describe("ngrok's variables Warren does not have", () => {
   });
 
   it("names the first one in the expression; other errors keep the library's message", () => {
-    expect(message("conn.tls.ja4_fingerprint == 'x' && endpoint.id == 'x'")).toMatch(unsupported('conn.tls.ja4_fingerprint'));
+    expect(message("req.url.uri == 'x' && endpoint.id == 'x'")).toMatch(unsupported('req.url.uri'));
     // ngrok's `conn.ts` has only `start`.
     expect(message('conn.ts.end < time.now')).toBe('does not compile: No such key: end (at column 9)');
     expect(message("req.nope == 'x'")).toBe('does not compile: No such key: nope (at column 5)');
@@ -124,7 +123,7 @@ describe('through a policy: the 400 names the rule', () => {
       }
       throw new Error('expected the policy to be refused');
     };
-    expect(fails({ on_http_request: [{ expressions: ['conn.tls.ja4_fingerprint != ""'], actions: [{ type: 'deny' }] }] })).toMatch(/expressions\[0\]: does not compile: ngrok's conn\.tls\.ja4_fingerprint is not supported by Warren \(at column 1\)/);
+    expect(fails({ on_http_request: [{ expressions: ['req.url.user_password != ""'], actions: [{ type: 'deny' }] }] })).toMatch(/expressions\[0\]: does not compile: ngrok's req\.url\.user_password is not supported by Warren \(at column 1\)/);
     expect(fails({ on_http_request: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-trailers': '${req.trailers}' } } }] }] })).toMatch(/\$\{…\} does not compile: ngrok's req\.trailers is not supported by Warren/);
   });
 });

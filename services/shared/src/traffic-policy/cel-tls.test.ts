@@ -134,6 +134,20 @@ describe('conn.tls in expressions', () => {
     expect(run("conn.tls.negotiated_alpn == ''", activation(fakeTlsSocket({ alpn: false })))).toBe(true);
   });
 
+  it("reads the ClientHello's JA4 from the connection's facts; \"\" when unknown or over plain HTTP", () => {
+    const ja4 = 't13d1516h2_8daaf6152771_d8a2da3f94cd';
+    const withFacts = (socket: CelTlsSocket | null, facts: { ja4?: string } | null) => ({
+      ...activation(socket),
+      conn: new CelConn('203.0.113.7', 443, socket, false, null, null, facts ? { startedAt: undefined, region: '', ...facts } : null),
+    });
+    expect(run('conn.tls.ja4_fingerprint', withFacts(fakeTlsSocket(), { ja4 }))).toBe(ja4);
+    expect(run("conn.tls.ja4_fingerprint.startsWith('t13d')", withFacts(fakeTlsSocket(), { ja4 }))).toBe(true);
+    expect(run('conn.tls.ja4_fingerprint', withFacts(fakeTlsSocket(), {}))).toBe('');
+    expect(run('conn.tls.ja4_fingerprint', withFacts(fakeTlsSocket(), null))).toBe('');
+    // Plain HTTP has no TLS, whatever the facts say.
+    expect(run('conn.tls.ja4_fingerprint', withFacts(null, { ja4 }))).toBe('');
+  });
+
   it('reads the verified client certificate with ngrok names and types', () => {
     const act = activation(leafSocket());
     const yes = [
@@ -199,7 +213,7 @@ describe('conn.tls in expressions', () => {
         expect(run(e, act), e).toBe(true);
     }
     expect(unverified.calls.getPeerX509Certificate).toBeUndefined();
-    for (const e of ["conn.tls.version == ''", "conn.tls.cipher_suite == ''", "conn.tls.sni == ''", "conn.tls.negotiated_alpn == ''", '!conn.tls.session_resumed', "conn.tls.server.subject == ''"])
+    for (const e of ["conn.tls.version == ''", "conn.tls.cipher_suite == ''", "conn.tls.sni == ''", "conn.tls.negotiated_alpn == ''", '!conn.tls.session_resumed', "conn.tls.server.subject == ''", "conn.tls.ja4_fingerprint == ''"])
       expect(run(e, plain), e).toBe(true);
   });
 
@@ -255,7 +269,7 @@ describe('conn.tls in expressions', () => {
       "conn.tls.server.san.dns_names.size() > 0",
     ])
       expect(() => validateTrafficPolicy(policy(ok), { checkCost: true }), ok).not.toThrow();
-    for (const bad of ['conn.tls.ja4_fingerprint == ""', 'conn.tls.client_cert.subject.cn == ""', 'conn.tls.client.subject.cn == ""', 'conn.tls.server.pem == ""', 'conn.tls.client.subject.common_name == 1']) {
+    for (const bad of ['conn.tls.client_cert.subject.cn == ""', 'conn.tls.client.subject.cn == ""', 'conn.tls.server.pem == ""', 'conn.tls.client.subject.common_name == 1']) {
       let err: unknown;
       try {
         validateTrafficPolicy(policy(bad), { checkCost: true });

@@ -716,6 +716,8 @@ export class CelTls {
   constructor(
     private readonly socket: CelTlsSocket | null,
     private readonly verifiedClient: boolean,
+    /** The ClientHello's JA4 fingerprint, read off the connection before its handshake (the ingress's `client-hello.ts`). */
+    private readonly ja4 = '',
   ) {}
   get version(): string {
     return this.socket ? tlsVersion(this.socket.getProtocol()) : '';
@@ -735,6 +737,10 @@ export class CelTls {
   }
   get session_resumed(): boolean {
     return this.socket ? this.socket.isSessionReused() : false;
+  }
+  /** JA4 (`t13d1516h2_8daaf6152771_b186095e22b6`); `""` over plain HTTP or when the ClientHello was not read whole. */
+  get ja4_fingerprint(): string {
+    return this.socket ? this.ja4 : '';
   }
   get client(): CelClientCertificate {
     if (this.c) return this.c;
@@ -765,6 +771,8 @@ export interface CelConnFacts {
   readonly startedAt: number | undefined;
   /** The ingress node the client connected to (the `Region` its agents are told). */
   readonly region: string;
+  /** The JA4 fingerprint of the client's ClientHello (`conn.tls.ja4_fingerprint`); `""` or absent: not known. */
+  readonly ja4?: string;
 }
 
 /** `conn.ts`: ngrok's connection timestamps (`start`). */
@@ -832,7 +840,7 @@ export class CelConn {
     return unmappedIp(this.socket?.localAddress ?? '');
   }
   get tls(): CelTls {
-    return (this.t ??= this.tlsSocket ? new CelTls(this.tlsSocket, this.verifiedClientCertificate) : CEL_NO_TLS);
+    return (this.t ??= this.tlsSocket ? new CelTls(this.tlsSocket, this.verifiedClientCertificate, this.facts?.ja4) : CEL_NO_TLS);
   }
   get geo(): CelGeo {
     return (this.g ??= this.geoLookup ? this.geoLookup() : CEL_NO_GEO);

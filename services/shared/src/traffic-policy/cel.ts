@@ -22,7 +22,7 @@
  * - `conn.geo.{city, country, country_code, latitude, longitude, radius, subdivision}`, all
  *   strings as ngrok's (`""` for an address the GeoIP database does not hold; an evaluation
  *   error on an ingress without a database; see `geo-vars.ts` and the ingress's `geo.ts`).
- * - `conn.tls.{version, cipher_suite, sni, negotiated_alpn, session_resumed}` and the client
+ * - `conn.tls.{version, cipher_suite, sni, negotiated_alpn, session_resumed, ja4_fingerprint}` and the client
  *   and server certificates `conn.tls.client.*` / `conn.tls.server.*` (ngrok's names):
  *   `issuer` / `subject` (as strings, RFC 2253-like, with `.common_name`, `.country`, …),
  *   `san` (as a string, with `.dns_names`, `.email_addresses`, `.ip_addresses`, `.uris`),
@@ -439,7 +439,7 @@ function baseEnvironment(): Environment {
     .registerType('ClientCertificate', { ctor: CelClientCertificate, fields: { ...certFields, pem: str } })
     .registerType('TLS', {
       ctor: CelTls,
-      fields: { version: str, cipher_suite: str, sni: str, negotiated_alpn: str, session_resumed: 'bool', client: 'ClientCertificate', server: 'Certificate' },
+      fields: { version: str, cipher_suite: str, sni: str, negotiated_alpn: str, session_resumed: 'bool', ja4_fingerprint: str, client: 'ClientCertificate', server: 'Certificate' },
     })
     .registerType('Cookie', {
       ctor: CelCookie,
@@ -598,7 +598,6 @@ const NGROK_VARIABLES_NOT_SUPPORTED: readonly string[] = [
   'req.url.user_password',
   'res.trailers',
   'conn.k8s.*',
-  'conn.tls.ja4_fingerprint',
   'conn.client_ip.categories',
   'conn.client_ip.as.*',
   'conn.client_ip.geo.*',

@@ -70,6 +70,8 @@ export const TLS_LIMITS = {
   version: 16,
   /** IANA cipher suite names are under 64 characters. */
   cipherSuite: 128,
+  /** JA4: `t13d1516h2_8daaf6152771_b186095e22b6`, 36 characters. */
+  ja4: 36,
 } as const;
 
 /**
@@ -598,6 +600,8 @@ function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cos
       return s(TLS_LIMITS.serverName);
     case 'TLS.negotiated_alpn':
       return s(TLS_LIMITS.alpn);
+    case 'TLS.ja4_fingerprint':
+      return s(TLS_LIMITS.ja4);
     case 'TLS.client':
       // Fetched and parsed on first use, then cached for the request.
       return { shape: { n: 0, w: 0, obj: 'ClientCertificate' }, cost: 0, once: CERTIFICATE_ONCE };
