@@ -90,7 +90,7 @@ describe("ngrok's variables on live traffic", () => {
     const cases: [unknown, RegExp][] = [
       [{ on_http_request: [{ expressions: ["req.url.user_password == 'x'"], actions: [{ type: 'deny' }] }] }, /expressions\[0\]: does not compile: ngrok's req\.url\.user_password is not supported by Warren/],
       [{ on_http_request: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-trailers': '${req.trailers}' } } }] }] }, /x-trailers: \$\{…\} does not compile: ngrok's req\.trailers is not supported by Warren/],
-      [{ on_http_request: [{ expressions: ["rand.int(0, 10) == 1"], actions: [{ type: 'deny' }] }] }, /ngrok's rand\.int\(\) is not supported by Warren/],
+      [{ on_http_request: [{ expressions: ["secrets.get('vault', 'key') == 'x'"], actions: [{ type: 'deny' }] }] }, /ngrok's secrets\.get\(\) is not supported by Warren/],
     ];
     for (const [policy, msg] of cases) {
       const r = await c.tryPolicy(policy);

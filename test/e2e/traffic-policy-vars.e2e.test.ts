@@ -248,9 +248,9 @@ inbound:
     expect((await c.request('/str/x', { headers: { ...key, 'x-name': 'a', 'x-b64': 'not base64!' } })).status).toBe(403);
     expect((await c.request('/str/x', { headers: { ...key, 'x-name': 'a', 'x-b64': Buffer.from('fine').toString('base64') } })).status).toBe(200);
     // A name Warren still lacks is a 400 naming it.
-    const bad = await c.tryPolicy(`inbound:\n  - expressions: ["rand.int(0, 10) > 5"]\n    actions: [{type: deny}]\n`);
+    const bad = await c.tryPolicy(`inbound:\n  - expressions: ["secrets.get('vault', 'key') == 'x'"]\n    actions: [{type: deny}]\n`);
     expect(bad.status).toBe(400);
-    expect(bad.body.msg).toMatch(/ngrok's rand\.int\(\) is not supported by Warren/);
+    expect(bad.body.msg).toMatch(/ngrok's secrets\.get\(\) is not supported by Warren/);
   });
 
   it("ngrok's JSON, query string, URL, basic auth, list and 64-bit hash macros on live traffic", async () => {
@@ -286,5 +286,43 @@ inbound:
     // Not a URL: 400; another host: 403.
     expect((await c.request('/more/p', { headers: { 'x-next': 'not a url' } })).status).toBe(400);
     expect((await c.request('/more/p', { headers: { 'x-next': 'https://evil.example.net/' } })).status).toBe(403);
+  });
+
+  it("ngrok's format, list, rand.int, isQueryString and isPrivateIp macros on live traffic", async () => {
+    await c.policyRoute(
+      '/fmt',
+      `
+inbound:
+  - expressions: ["req.url.query != '' && !req.url.query.isQueryString()"]
+    actions: [{type: deny, config: {status_code: 400}}]
+  - actions:
+      - type: add-headers
+        config:
+          headers:
+            x-fmt: "\${'%s has %d items costing %.2f'.format([req.path, size(getReqHeader('x-list')[0].split(',')), 2.5])}"
+            x-sorted: "\${['pear', getReqHeader('x-fruit')[0], 'apple', 'fig'].sort().join(',')}"
+            x-distinct: "\${['pear', getReqHeader('x-fruit')[0], 'apple', 'fig'].distinct().join(',')}"
+            x-by-length: "\${['pear', getReqHeader('x-fruit')[0], 'apple', 'fig'].sortBy(s, size(s)).join(',')}"
+            x-slice: "\${['pear', getReqHeader('x-fruit')[0], 'apple', 'fig'].slice(1, 3).join(',')}"
+            x-flat: "\${json.encode([[1, [2]], [3]].flatten())}"
+            x-private: "\${conn.client_ip.isPrivateIp()} \${'10.1.2.3'.isPrivateIp()}"
+            x-dice: "\${rand.int(1, 6)}"
+`,
+    );
+    const ok = await c.request('/fmt/p?a=1&b=2', { headers: { 'x-list': 'pear,fig,apple,fig', 'x-fruit': 'fig' } });
+    expect(ok.status).toBe(200);
+    const seen = echoedHeaders(ok.json());
+    expect(seen['x-fmt']).toBe('/fmt/p has 4 items costing 2.50');
+    expect(seen['x-sorted']).toBe('apple,fig,fig,pear');
+    expect(seen['x-distinct']).toBe('pear,fig,apple');
+    expect(seen['x-by-length']).toBe('fig,fig,pear,apple');
+    expect(seen['x-slice']).toBe('fig,apple');
+    expect(seen['x-flat']).toBe('[1,[2],3]');
+    // The client is 127.0.0.1: loopback is not private (Go's net.IP.IsPrivate).
+    expect(seen['x-private']).toBe('false true');
+    expect(Number(seen['x-dice'])).toBeGreaterThanOrEqual(1);
+    expect(Number(seen['x-dice'])).toBeLessThanOrEqual(6);
+    // A pair without a key is not a query string.
+    expect((await c.request('/fmt/p?a=1&=b', { headers: { 'x-list': 'a', 'x-fruit': 'b' } })).status).toBe(400);
   });
 });

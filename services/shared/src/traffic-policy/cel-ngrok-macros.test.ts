@@ -5,6 +5,10 @@ import { compileExpression } from './cel.js';
 import { charAt, isJson, lower, MAX_BUILT_STRING, MAX_JSON_DECODE_DEPTH, quote, replace, reverse, upper, UPPER_SPECIAL_CODE_POINTS, urlEscape, urlUnescape } from './ngrok-macros.js';
 import { crc64Iso, jsonEncode, MAX_JSON_ENCODE_DEPTH, MAX_LIST_RANGE, queryDecode, sortUtf8, xxhash64 } from './ngrok-macros.js';
 import { estimateCost, MAX_EXPRESSION_COST } from './cost.js';
+import { isPrivateIp, isQueryString, MAX_RAND_INT, randInt } from './ngrok-macros.js';
+import { formatFixed, formatScientific, formatString, MAX_FORMAT_PRECISION, shortestFixed } from './string-format.js';
+import { listDistinct, listFlatten, listSort, MAX_BUILT_LIST, MAX_DISTINCT_CHARS, MAX_FLATTEN_DEPTH } from './list-macros.js';
+import { MAX_VALUE_DEPTH } from './cel-values.js';
 import { parseTrafficPolicy } from './parse.js';
 import { refusal } from './testing.js';
 
@@ -295,8 +299,7 @@ describe('the namespaces are constants', () => {
   });
 
   it("ngrok's macros Warren lacks are still named", () => {
-    expect(() => run('rand.int(0, 10) >= 5')).toThrow(/ngrok's rand\.int\(\) is not supported by Warren/);
-    expect(() => run("'a=b'.isQueryString()")).toThrow(/ngrok's string\.isQueryString\(\) is not supported by Warren/);
+    expect(() => run("secrets.get('vault', 'key') == 'x'")).toThrow(/ngrok's secrets\.get\(\) is not supported by Warren/);
   });
 });
 
@@ -594,5 +597,336 @@ inbound:
     expect(cost("json.encode(req.headers).matches('a')")).toBeGreaterThan(cost("json.encode(req.headers) != ''"));
     // Re-encoding a whole JSON header (json.decode's cost, then up to thousands of keys sorted) is over the budget.
     expect(cost("json.encode(json.decode(getReqHeader('x')[0])) != ''")).toBeGreaterThan(MAX_EXPRESSION_COST);
+  });
+});
+
+describe("ngrok's documented examples: the third batch (rand.int, format, isPrivateIp, isQueryString, list methods)", () => {
+  it('Random: rand.int', () => {
+    // The defaults are 0 and 1, both included (`rand.int() == 1` can be true).
+    const seen = new Set<unknown>();
+    for (let i = 0; i < 64; i++) seen.add(run('rand.int()'));
+    expect([...seen].sort()).toEqual([0n, 1n]);
+    expect(typeof run('rand.int() == 1')).toBe('boolean');
+    expect(typeof run('rand.int(0, 10) >= 5')).toBe('boolean');
+    for (let i = 0; i < 64; i++) {
+      const n = run('rand.int(0, 10)') as bigint;
+      expect(n >= 0n && n <= 10n, String(n)).toBe(true);
+    }
+  });
+
+  it('String: format', () => {
+    expect(run('"hello %s".format(["world"])')).toBe('hello world');
+    expect(run('"integer: %d".format([42])')).toBe('integer: 42');
+    expect(run('"%f".format([3.14])')).toBe('3.140000');
+    expect(run('"%x".format([26])')).toBe('1a');
+    expect(run('"binary: %b".format([5])')).toBe('binary: 101');
+    expect(run('"bool: %b".format([true])')).toBe('bool: 1');
+  });
+
+  it('String: isPrivateIp, isQueryString', () => {
+    expect(run("'192.168.1.1'.isPrivateIp()")).toBe(true);
+    expect(run("'a=b&c=d'.isQueryString()")).toBe(true);
+    expect(run("'not a query string'.isQueryString()")).toBe(false);
+  });
+
+  it('Lists: slice, flatten, sort, sortBy, distinct', () => {
+    expect(run('[1,2,3,4].slice(1, 3)')).toEqual([2n, 3n]);
+    expect(run('[1,2,3,4].slice(2, 4)')).toEqual([3n, 4n]);
+    expect(run('[1,[2,3],[4]].flatten()')).toEqual([1n, 2n, 3n, 4n]);
+    expect(run('[1,[2,[3,4]]].flatten()')).toEqual([1n, 2n, [3n, 4n]]);
+    expect(run('[1,2,[],[],[3,4]].flatten()')).toEqual([1n, 2n, 3n, 4n]);
+    expect(run('[1,[2,[3,[4]]]].flatten(2)')).toEqual([1n, 2n, 3n, [4n]]);
+    expect(evalError('[1,[2,[3,[4]]]].flatten(-1)').message).toMatch(/flatten\(\): level must be non-negative, got -1/);
+    expect(run('[3, 2, 1].sort()')).toEqual([1n, 2n, 3n]);
+    expect(run('["b", "c", "a"].sort()')).toEqual(['a', 'b', 'c']);
+    expect(evalError('[1, "b"].sort()').message).toMatch(/sort\(\): list elements must have the same type \(int and string\)/);
+    expect(evalError('[[1, 2, 3]].sort()').message).toMatch(/sort\(\): list elements must be comparable/);
+    // ngrok's example sorts Player messages; maps with the same fields stand for them here.
+    const players = `[{'name': "foo", 'score': 0}, {'name': "bar", 'score': -10}, {'name': "baz", 'score': 1000}]`;
+    expect(run(`${players}.sortBy(e, e.score).map(e, e.name)`)).toEqual(['bar', 'foo', 'baz']);
+    expect(run('[1, 2, 2, 3, 3, 3].distinct()')).toEqual([1n, 2n, 3n]);
+    expect(run('["b", "b", "c", "a", "c"].distinct()')).toEqual(['b', 'c', 'a']);
+    expect(run('[1, "b", 2, "b"].distinct()')).toEqual([1n, 'b', 2n]);
+  });
+});
+
+describe('rand.int()', () => {
+  it('draws from min to max, both included; refuses negative bounds and min > max', () => {
+    expect(run('rand.int(7, 7)')).toBe(7n);
+    const seen = new Set<bigint>();
+    for (let i = 0; i < 200; i++) seen.add(randInt(3n, 5n));
+    expect([...seen].sort()).toEqual([3n, 4n, 5n]);
+    // Ranges of 2^48 and more (64-bit draws), up to CEL's largest int.
+    for (let i = 0; i < 50; i++) {
+      const a = randInt(0n, MAX_RAND_INT);
+      expect(a >= 0n && a <= MAX_RAND_INT).toBe(true);
+      const b = randInt(2n ** 62n, 2n ** 62n + 2n ** 50n);
+      expect(b >= 2n ** 62n && b <= 2n ** 62n + 2n ** 50n).toBe(true);
+    }
+    expect(new Set(Array.from({ length: 20 }, () => randInt(0n, MAX_RAND_INT))).size).toBeGreaterThan(15);
+    expect(run('rand.int(0, 9223372036854775807) >= 0')).toBe(true);
+    expect(evalError('rand.int(10, 0)').message).toMatch(/rand\.int\(\): min must not be larger than max \(got 10, 0\)/);
+    expect(evalError('rand.int(-1, 5)').message).toMatch(/rand\.int\(\): min and max must not be negative/);
+    expect(evalError('rand.int(0, -5)').message).toMatch(/must not be negative/);
+    // Computed bounds.
+    expect(run("rand.int(int(getReqHeader('n')[0]), 3) == 3", ['n', '3'])).toBe(true);
+    expect(() => run('rand.int(1) == 1')).toThrow(/found no matching overload/);
+    expect(() => run("rand.int('a', 'b') == 1")).toThrow(/found no matching overload/);
+  });
+});
+
+describe('format(): cel-go’s string.format', () => {
+  it('cel-go’s examples', () => {
+    expect(run('"this is a string: %s\\nand an integer: %d".format(["str", 42])')).toBe('this is a string: str\nand an integer: 42');
+    expect(run('"a double substituted with %%s: %s".format([64.2])')).toBe('a double substituted with %s: 64.2');
+    expect(run('"timestamp: %s".format([timestamp("2023-02-03T23:31:20+00:00")])')).toBe('timestamp: 2023-02-03T23:31:20Z');
+    expect(run('"duration: %s".format([duration("1h45m47s")])')).toBe('duration: 6347s');
+    expect(run('"5 in binary: %b".format([5])')).toBe('5 in binary: 101');
+    expect(run('"26 in hex (uppercase): %X".format([26])')).toBe('26 in hex (uppercase): 1A');
+    expect(run('"30 in octal: %o".format([30])')).toBe('30 in octal: 36');
+    expect(run('"true bool: %s - false bool: %s\\nbinary bool: %b".format([true, false, true])')).toBe('true bool: true - false bool: false\nbinary bool: 1');
+    // cel-go's formatter writes lists and maps' strings without quotes, map keys sorted.
+    expect(run(`"a map inside a list: %s".format([[1, 2, 3, {"a": "x", "c": "z", "b": "y"}]])`)).toBe('a map inside a list: [1, 2, 3, {a: x, b: y, c: z}]');
+    expect(run('"scientific notation: %e".format([2.71828])')).toBe('scientific notation: 2.718280e+00');
+  });
+
+  it('%s: every value that has a string', () => {
+    expect(run(`'%s|%s|%s|%s|%s'.format([null, 3u, -7, b'hi', [b'\\xff']])`)).toBe('null|3|-7|hi|[\udcff]');
+    expect(run(`'%s %s'.format([type(1), string])`)).toBe('int string');
+    expect(run(`'%s'.format([duration('-1.5s')])`)).toBe('-1.5s');
+    expect(run(`'%s'.format([timestamp('2023-01-01T00:00:00.250Z')])`)).toBe('2023-01-01T00:00:00.25Z');
+    expect(run(`'%s %s %s %s %s %s'.format([1e21, 1.5e-7, -0.0, 0.1 + 0.2, 1.0 / 0.0, 0.0 / 0.0])`)).toBe('1000000000000000000000 0.00000015 -0 0.30000000000000004 Infinity NaN');
+    // Map keys in Go's order (UTF-8 bytes), whatever their type.
+    expect(run(`'%s'.format([{'😀': 1, '｡': 2, 'z': {'b': [], 'a': {}}}])`)).toBe('{z: {a: {}, b: []}, ｡: 2, 😀: 1}');
+    expect(run(`'%s'.format([{2: 'b', 10: 'a'}])`)).toBe('{10: a, 2: b}');
+    // Values that stand for a string; a header's bytes as they are.
+    expect(run(`'<%s>'.format([req.url])`, [], '/p')).toBe('<https://app.example.com/p>');
+    expect(run(`'%s'.format([getReqHeader('x')])`, ['x', 'a\xffb'])).toBe('[a\udcffb]');
+    expect(evalError(`'%s'.format([getReqCookie('a')])`).message).toMatch(/format\(\): string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, types, durations, and timestamps, was given Cookie/);
+  });
+
+  it('%d, %f, %e, %b, %x, %X, %o: ints, uints and doubles as Go writes them', () => {
+    expect(run(`'%d %d %d %d'.format([-42, 42u, 1.5, 9223372036854775807])`)).toBe('-42 42 1.5 9223372036854775807');
+    expect(run(`'%f %.2f %.0f %f'.format([1, 2u, 2.5, -0.0])`)).toBe('1.000000 2.00 2 -0.000000');
+    expect(run(`'%.3e %e %.0e'.format([123456, 1e-7, 25.0])`)).toBe('1.235e+05 1.000000e-07 2e+01');
+    expect(run(`'%b %b %b %b'.format([-5, 5u, false, 0])`)).toBe('-101 101 0 0');
+    expect(run(`'%x %X %x %X %x'.format([-26, 255u, 'hé', b'\\x01\\xab', getReqHeader('x')[0]])`, ['x', '\xff'])).toBe('-1a FF 68c3a9 01AB ff');
+    expect(run(`'%o %o'.format([-30, 8u])`)).toBe('-36 10');
+    // Precision is read for every clause, used by %f and %e.
+    expect(run(`'%.2s %.1d'.format(['abc', 7])`)).toBe('abc 7');
+  });
+
+  it('rounds an exact tie to even, as Go (JavaScript rounds it away from zero)', () => {
+    expect(run(`'%.0f %.0f %.0f %.0f %.1f %.2f'.format([0.5, 1.5, 2.5, -2.5, 0.25, 1.005])`)).toBe('0 2 2 -2 0.2 1.00');
+    expect(formatFixed(0.125, 2)).toBe('0.12');
+    expect(formatFixed(0.375, 2)).toBe('0.38');
+    expect(formatFixed(2 ** -20, 19)).toBe('0.0000009536743164062');
+    expect(formatScientific(125, 1)).toBe('1.2e+02');
+    expect(formatScientific(135, 1)).toBe('1.4e+02');
+    expect(formatScientific(9.5, 0)).toBe('1e+01');
+    expect(formatScientific(35, 0)).toBe('4e+01');
+    expect(formatScientific(0.125, 1)).toBe('1.2e-01');
+    expect(formatScientific(-2.5, 0)).toBe('-2e+00');
+  });
+
+  it('numbers at the edges of doubles', () => {
+    expect(formatFixed(1e21, 6)).toBe('1000000000000000000000.000000');
+    expect(formatFixed(1.7976931348623157e308, 0)).toBe('179769313486231570814527423731704356798070567525844996598917476803157260780028538760589558632766878171540458953514382464234321326889464182768467546703537516986049910576551282076245490090389328944075868508455133942304583236903222948165808559332123348274797826204144723168738177180919299881250404026184124858368');
+    expect(formatFixed(5e-324, 2)).toBe('0.00');
+    expect(formatFixed(-1e-10, 3)).toBe('-0.000');
+    expect(formatScientific(5e-324, 6)).toBe('4.940656e-324');
+    expect(formatScientific(1.7976931348623157e308, 3)).toBe('1.798e+308');
+    expect(formatScientific(1e100, 2)).toBe('1.00e+100');
+    expect(formatScientific(0, 0)).toBe('0e+00');
+    expect(formatFixed(NaN, 2)).toBe('NaN');
+    expect(formatScientific(-Infinity, 2)).toBe('-Infinity');
+    expect(shortestFixed(5e-324)).toBe(`0.${'0'.repeat(323)}5`);
+    expect(shortestFixed(123456789012345680000)).toBe('123456789012345680000');
+    expect(formatFixed(0.1, 100)).toBe((0.1).toFixed(100));
+  });
+
+  it('other clauses, missing arguments, bad precisions: an evaluation error naming format()', () => {
+    for (const bad of ['%q', '%v', '%c', '%i', '%u', '%E', '%g', '%F', '%5d', '%-s', '%+d'])
+      expect(evalError(`'${bad}'.format([1])`).message, bad).toMatch(/format\(\): unrecognized formatting clause "%.*" at position 0 \(the clauses are %s, %d, %f, %e, %b, %x, %X, %o/);
+    expect(evalError(`'50%'.format([1])`).message).toMatch(/format\(\): the format ends inside a clause at position 2/);
+    expect(evalError(`'%.'.format([1])`).message).toMatch(/invalid precision/);
+    expect(evalError(`'%.f'.format([1.0])`).message).toMatch(/invalid precision/);
+    expect(evalError(`'%.${MAX_FORMAT_PRECISION + 1}f'.format([1.0])`).message).toMatch(/precision 101 is too large \(at most 100\)/);
+    expect(evalError(`'%s and %s'.format(['a'])`).message).toMatch(/the clause "%s" at position 7 has no argument \(the list has 1\)/);
+    expect(evalError(`'%d'.format(['a'])`).message).toMatch(/decimal clause can only be used on ints, uints, and doubles, was given string/);
+    expect(evalError(`'%f'.format(['a'])`).message).toMatch(/fixed-point clause can only be used on ints, uints, and doubles, was given string/);
+    expect(evalError(`'%e'.format([true])`).message).toMatch(/scientific clause can only be used on ints, uints, and doubles, was given bool/);
+    expect(evalError(`'%b'.format([1.5])`).message).toMatch(/only ints, uints, and bools can be formatted as binary, was given double/);
+    expect(evalError(`'%x'.format([1.5])`).message).toMatch(/only ints, uints, bytes, and strings can be formatted as hex, was given double/);
+    expect(evalError(`'%o'.format(['a'])`).message).toMatch(/octal clause can only be used on ints and uints, was given string/);
+    // Arguments past the last clause are ignored; %% takes none.
+    expect(run(`'%d%%'.format([5, 6])`)).toBe('5%');
+    expect(run(`'no clause'.format([])`)).toBe('no clause');
+    expect(run(`'%%d'.format([])`)).toBe('%d');
+  });
+
+  it(`refuses a result over ${MAX_BUILT_STRING} characters and values nested more than ${MAX_VALUE_DEPTH} deep`, () => {
+    expect(evalError(`'%s'.format([lists.range(10000).map(i, 'xxxxxxxx')])`).message).toMatch(/format\(\): result too long \(over 65536 characters\)/);
+    expect(evalError(`'%x%x'.format([getReqHeader('x')[0], getReqHeader('x')[0]])`, ['x', 'a'.repeat(20000)]).message).toMatch(/result too long/);
+    expect(evalError(`'%s'.format([lists.range(3000).map(i, {'k': 'v' + string(i) + 'xxxxxxxxxxxxxxxxxx'})])`).message).toMatch(/result too long/);
+    expect(formatString('%s', [Array.from({ length: 20 }, () => 'x'.repeat(3000))]).length).toBe(60_000 + 2 + 19 * 2);
+    let deep: unknown = [];
+    for (let i = 0; i < MAX_VALUE_DEPTH; i++) deep = [deep];
+    expect(() => formatString('%s', [deep])).toThrow(/value nested more than 100 deep/);
+    expect(formatString('%s', [(deep as unknown[])[0]])).toBe('['.repeat(MAX_VALUE_DEPTH) + ']'.repeat(MAX_VALUE_DEPTH));
+  });
+
+  it('works on req.url and dyn values as their strings', () => {
+    expect(run(`dyn('%s!').format(['a'])`)).toBe('a!');
+    expect(run(`req.url.format([])`, [], '/a')).toBe('https://app.example.com/a');
+    expect(run(`'%s/b'.format([req.url])`, [], '/a')).toBe('https://app.example.com/a/b');
+  });
+});
+
+describe('isPrivateIp(): Go’s net.IP.IsPrivate', () => {
+  it('RFC 1918 and fc00::/7; not loopback, link-local or public addresses', () => {
+    for (const ip of ['10.0.0.0', '10.255.255.255', '172.16.0.0', '172.31.255.255', '192.168.0.0', '192.168.255.255', 'fc00::', 'fd12:3456::1', 'FDFF:FFFF::', '::ffff:10.1.2.3', '::ffff:c0a8:101'])
+      expect(isPrivateIp(ip), ip).toBe(true);
+    for (const ip of ['9.255.255.255', '11.0.0.0', '172.15.255.255', '172.32.0.0', '192.167.1.1', '192.169.0.0', '127.0.0.1', '169.254.1.1', '0.0.0.0', '255.255.255.255', '100.64.0.1', '::1', 'fe80::1', 'fec0::1', 'fbff::1', 'fe00::', '2001:db8::1', '::', '::10.0.0.1', '::ffff:8.8.8.8'])
+      expect(isPrivateIp(ip), ip).toBe(false);
+    for (const bad of ['', 'x', '10.0.0', '10.0.0.1.2', '010.0.0.1', '10.0.0.256', '10.0.0.1/8', '10.0.0.1:80', ' 10.0.0.1', 'fd00::1%eth0', '[fd00::1]', 'fd00:::1', '10.0.0.1'.padEnd(100, ' ')])
+      expect(isPrivateIp(bad), JSON.stringify(bad)).toBe(false);
+    expect(run('conn.client_ip.isPrivateIp()')).toBe(false);
+    expect(run("getReqHeader('x')[0].isPrivateIp()", ['x', '10.1.1.1'])).toBe(true);
+  });
+});
+
+describe('isQueryString()', () => {
+  it('what url.ParseQuery reads, with keys, and nothing a query cannot hold', () => {
+    for (const q of ['a=b&c=d', 'a=b', 'a', 'debug&x=1', 'a=', 'a=b&&c=d', '&a=1&', 'q=hello+world', 'q=%E3%81%82', 'a[]=1&a[]=2', 'x=a/b?c:d@e', 'é=ü', 'a=b=c'])
+      expect(isQueryString(q), q).toBe(true);
+    for (const q of ['', 'not a query string', 'a=b c', 'a=b\tc', 'a=%zz', 'a=%4', 'a=1;b=2', '=b', 'a=1&=2', '&', '&&', 'a=1#frag', 'a=\n', 'a\u00a0=1'])
+      expect(isQueryString(q), JSON.stringify(q)).toBe(false);
+    expect(run('req.url.query.isQueryString()')).toBe(false);
+    expect(withQuery('req.url.query.isQueryString()', 'a=1&b=2')).toBe(true);
+  });
+});
+
+describe('slice(), flatten(), sort(), sortBy(), distinct(): cel-go’s lists extension', () => {
+  it('slice(): the elements from start to end (excluded); bad indexes are an evaluation error', () => {
+    expect(run('[1, 2, 3].slice(0, 0)')).toEqual([]);
+    expect(run('[1, 2, 3].slice(3, 3)')).toEqual([]);
+    expect(run('[1, 2, 3].slice(0, 3)')).toEqual([1n, 2n, 3n]);
+    expect(run("getReqHeader('x').slice(1, 2)", ['x', 'a', 'x', 'b', 'x', 'c'])).toEqual(['b']);
+    expect(evalError('[1, 2, 3].slice(-1, 2)').message).toMatch(/cannot slice\(-1, 2\), negative indexes not supported/);
+    expect(evalError('[1, 2, 3].slice(2, 1)').message).toMatch(/cannot slice\(2, 1\), start index must be less than or equal to end index/);
+    expect(evalError('[1, 2, 3].slice(1, 4)').message).toMatch(/cannot slice\(1, 4\), list is length 3/);
+    expect(() => run("'abc'.slice(0, 1) == 'a'")).toThrow(/found no matching overload/);
+  });
+
+  it(`flatten(): depth 1 by default; at most ${MAX_FLATTEN_DEPTH} levels and ${MAX_BUILT_LIST} elements walked`, () => {
+    expect(run('[[1], [[2]], 3].flatten(0)')).toEqual([[1n], [[2n]], 3n]);
+    expect(run('[[1], [[2, [3]]], {"a": [4]}].flatten(5)')).toEqual([1n, 2n, 3n, { a: [4n] }]);
+    expect(run('[].flatten()')).toEqual([]);
+    let deep: unknown = [1n];
+    for (let i = 0; i < 150; i++) deep = [deep];
+    expect(listFlatten(deep as unknown[], BigInt(MAX_FLATTEN_DEPTH)).length).toBe(1);
+    expect(evalError(`[[1]].flatten(${MAX_FLATTEN_DEPTH + 1})`).message).toMatch(/flatten\(\): depth 101 is too large \(at most 100\)/);
+    expect(run('size(lists.range(100).map(i, lists.range(100)).flatten())')).toBe(10000n);
+    expect(evalError('lists.range(300).map(i, lists.range(300)).flatten()').message).toMatch(/flatten\(\): list too long \(more than 65536 elements to walk\)/);
+    // Empty lists walked count as well (a list of many aliases of one large list).
+    const empties = Array.from({ length: MAX_BUILT_LIST + 1 }, () => []);
+    expect(() => listFlatten(empties)).toThrow(/list too long/);
+  });
+
+  it('sort(): one comparable type, in Go’s order; otherwise an evaluation error', () => {
+    expect(run('[3u, 1u, 2u].sort()')).toEqual(run('[1u, 2u, 3u]'));
+    expect(run('[2.5, -1.0, 1e100, -0.5].sort()')).toEqual([-1, -0.5, 2.5, 1e100]);
+    expect(run('[true, false, true].sort()')).toEqual([false, true, true]);
+    expect(run("[b'\\x02', b'\\x01\\xff', b'\\x01'].sort()")).toEqual([new Uint8Array([1]), new Uint8Array([1, 255]), new Uint8Array([2])]);
+    expect(run("[duration('2s'), duration('-1s'), duration('1ms')].sort().map(d, '%s'.format([d]))")).toEqual(['-1s', '0.001s', '2s']);
+    expect(run("[timestamp('2024-01-02T00:00:00Z'), timestamp('2023-01-01T00:00:00Z')].sort()[0] == timestamp('2023-01-01T00:00:00Z')")).toBe(true);
+    // Strings by their UTF-8 bytes (code points), not UTF-16: U+FF61 before U+1F600.
+    expect(run(`['😀', '｡', 'z', 'Z', '', 'a'].sort()`)).toEqual(['', 'Z', 'a', 'z', '｡', '😀']);
+    expect(listSort(['\udcff', 'a\udc80', 'a'])).toEqual(['a', 'a\udc80', '\udcff']);
+    expect(run('[].sort()')).toEqual([]);
+    expect(evalError('[1, 2.0].sort()').message).toMatch(/must have the same type \(int and double\)/);
+    expect(evalError('[1.0, 0.0 / 0.0].sort()').message).toMatch(/sort\(\): NaN values cannot be ordered/);
+    expect(evalError('[{"a": 1}].sort()').message).toMatch(/must be comparable.*got map/);
+    expect(evalError('[null, null].sort()').message).toMatch(/must be comparable.*got null/);
+  });
+
+  it('sortBy(): the elements by their keys, stably; the key once per element', () => {
+    expect(run("['ccc', 'a', 'bb', 'dd'].sortBy(s, s.size())")).toEqual(['a', 'bb', 'dd', 'ccc']);
+    expect(run("['b', 'a', 'c'].sortBy(s, s)")).toEqual(['a', 'b', 'c']);
+    expect(run('[1, 2, 3].sortBy(x, -x)')).toEqual([3n, 2n, 1n]);
+    expect(run("getReqHeader('x').sortBy(v, int(v))", ['x', '10', 'x', '9', 'x', '-1'])).toEqual(['-1', '9', '10']);
+    // The variable is scoped to the key; an outer one of the same name is untouched.
+    expect(run('[[2, 1], [1]].map(x, x.sortBy(x, x)).sortBy(x, x.size())')).toEqual([[1n], [1n, 2n]]);
+    expect(run('cel.bind(x, 5, [3, 1].sortBy(x, x)[0] + x)')).toBe(6n);
+    expect(run('[].sortBy(x, x)')).toEqual([]);
+    // Keys must be of one comparable type: a key of a known other type does not compile.
+    expect(() => run('[1, 2].sortBy(e, [e])')).toThrow(/sortBy\(\): the key must be an int, uint, double, bool, string, bytes, duration or timestamp, got list<int>/);
+    expect(() => run('[1].sortBy(1, 1)')).toThrow(/sortBy\(var, key\): the first argument must be a variable name/);
+    expect(() => run("'abc'.sortBy(c, c)")).toThrow(/found no matching overload for 'string\.sortBy\(var, key\)'/);
+    expect(evalError("[1, 2].sortBy(e, e == 1 ? dyn('a') : dyn(2))").message).toMatch(/sortBy\(\): list elements must have the same type/);
+    expect(evalError("dyn('abc').sortBy(c, c)").message).toMatch(/sortBy\(\): needs a list, got string/);
+  });
+
+  it('distinct(): the first of each equal element, numbers equal across types', () => {
+    expect(run('[1, 1u, 1.0, 2, 2.5, 2.5].distinct()')).toEqual([1n, 2n, 2.5]);
+    expect(run('[[1, 2], [1, 2], [2, 1], [1.0, 2u]].distinct()')).toEqual([[1n, 2n], [2n, 1n]]);
+    expect(run('[{"a": 1, "b": 2}, {"b": 2, "a": 1}, {"a": 1}].distinct()')).toEqual([{ a: 1n, b: 2n }, { a: 1n }]);
+    expect(run("[b'a', b'a', 'a', null, null, true, true, false].distinct()")).toEqual([new Uint8Array([97]), 'a', null, true, false]);
+    expect(run("[duration('1s'), duration('1000ms'), timestamp('2023-01-01T00:00:00Z'), timestamp('2023-01-01T00:00:00Z')].distinct().size()")).toBe(2n);
+    // -0.0 == 0.0; NaN equals nothing, not even itself.
+    expect(run('[0.0, -0.0, 0].distinct()')).toEqual([0]);
+    expect(run('[0.0 / 0.0, 0.0 / 0.0].distinct().size()')).toBe(2n);
+    expect(run('[1, "1", [1], {"1": 1}].distinct().size()')).toBe(4n);
+    expect(run("['ab', 'a' + 'b', getReqHeader('x')[0]].distinct()", ['x', 'ab'])).toEqual(['ab']);
+    // Objects of the registered types equal only themselves.
+    expect(run('[req.url, req.url, getReqCookie("a"), getReqCookie("a")].distinct().size()')).toBe(2n);
+    expect(() => listDistinct(['x'.repeat(MAX_DISTINCT_CHARS)])).not.toThrow();
+    expect(() => listDistinct([['x'.repeat(MAX_DISTINCT_CHARS - 10)]])).not.toThrow();
+    expect(() => listDistinct(['x'.repeat(MAX_DISTINCT_CHARS / 2), 'y'.repeat(MAX_DISTINCT_CHARS / 2 + 1)])).toThrow(/distinct\(\): elements too large to compare/);
+    let deep: unknown = [];
+    for (let i = 0; i < MAX_VALUE_DEPTH; i++) deep = [deep];
+    expect(() => listDistinct([deep])).toThrow(/distinct\(\): value nested more than 100 deep/);
+  });
+
+  it(`sort(), sortBy() and distinct() refuse lists of more than ${MAX_BUILT_LIST} elements`, () => {
+    const long = Array.from({ length: MAX_BUILT_LIST + 1 }, (_, i) => BigInt(i));
+    expect(() => listSort(long)).toThrow(/sort\(\): list too long \(65537 elements, at most 65536\)/);
+    expect(() => listDistinct(long)).toThrow(/distinct\(\): list too long/);
+    expect(listSort(long.slice(0, MAX_BUILT_LIST).reverse())[0]).toBe(0n);
+  });
+});
+
+describe('the third batch in policies, with its cost', () => {
+  const cost = (expr: string) => estimateCost(compileExpression('inbound', expr));
+  it("accepts ngrok's examples, and charges what each does", () => {
+    const doc = `
+inbound:
+  - expressions:
+      - "rand.int() == 1"
+      - "rand.int(0, 10) >= 5"
+      - "conn.client_ip.isPrivateIp()"
+      - "req.url.query.isQueryString()"
+      - "getReqHeader('x-tags')[0].split(',').slice(0, 10).distinct().sort()[0] == 'a'"
+      - "[[1], [2, 3]].flatten().size() == 3"
+      - "getReqHeader('x-ids').sortBy(v, int(v))[0] == '1'"
+    actions: [{type: deny}]
+  - actions:
+      - type: add-headers
+        config:
+          headers:
+            x-who: "\${'%s from %s (%d)'.format([req.method, conn.client_ip, conn.client_port])}"
+            x-ratio: "\${'%.2f'.format([rand.double()])}"
+`;
+    expect(() => parseTrafficPolicy(doc)).not.toThrow();
+    // A literal format string: its clauses; a computed one: up to one per two characters.
+    expect(cost("'%s'.format([req.path]) != ''")).toBeLessThan(cost("getReqHeader('f')[0].format([req.path]) != ''"));
+    expect(cost("getReqHeader('f')[0].format(lists.range(1000).map(i, 2.5)) != ''")).toBeGreaterThan(MAX_EXPRESSION_COST);
+    // Literal slice bounds: that many elements.
+    expect(cost("getReqHeader('x').slice(0, 2).exists(v, v == 'a')")).toBeLessThan(cost("getReqHeader('x').slice(0, size(getReqHeader('x'))).exists(v, v == 'a')"));
+    // sortBy's key runs once per element, as a comprehension's body.
+    expect(cost("getReqHeader('x').sortBy(v, v.lower()).size() > 0")).toBeGreaterThan(cost("getReqHeader('x').sort().size() > 0"));
+    // Each is charged to what follows.
+    expect(cost("getReqHeader('x').sort().exists(v, v.matches('a+b'))")).toBeGreaterThan(cost("getReqHeader('x').exists(v, v.matches('a+b'))"));
   });
 });

@@ -34,7 +34,7 @@
  * - `endpoint.{id, host, port, protocol, addr}`: the edge (or Bind endpoint) at the hostport that
  *   served the request (`CelEndpoint`).
  * - Other ngrok variables and macros (`req.trailers`, `conn.k8s.*`,
- *   `string.format()`, …) do not compile, and the message names them (`unsupportedNgrokName`).
+ *   `secrets.get()`, …) do not compile, and the message names them (`unsupportedNgrokName`).
  * - `actions.ngrok.rate_limit.{bucket_key, limited, error.code, error.message}` and the same
  *   under `actions.service.rate_limit` — the last rate-limit action's result.
  * - `actions.ngrok.restrict_ips.{action, matched_cidr, error.code, error.message}` and
@@ -74,7 +74,9 @@
  * `json.decode()`, `s.decodeJson()`, `json.encode()`, `encodeJson()`, `strings.quote()`,
  * `queryString.decode()` / `.encode()`, `s.decodeQueryString()`, `m.encodeQueryString()`,
  * `url.parse()`, `s.parseUrl()`, `s.isURL()`, `basic_auth.encode()`, `lists.range()`,
- * `rand.double()`): see `ngrok-macros.ts`, with their costs in `cost.ts`.
+ * `rand.double()`, `rand.int()`, `s.isQueryString()`, `s.isPrivateIp()`, `s.format(list)`, and
+ * the list methods `slice()`, `flatten()`, `sort()`, `sortBy()`, `distinct()`): see
+ * `ngrok-macros.ts`, with their costs in `cost.ts`.
  *
  * A saved policy's expressions are also costed (`cost.ts`): one whose worst case per request is
  * too slow is refused.
@@ -609,23 +611,18 @@ const NGROK_VARIABLES_NOT_SUPPORTED: readonly string[] = [
 
 /** ngrok's namespaced macros (https://ngrok.com/docs/traffic-policy/macros/) Warren does not have. */
 const NGROK_FUNCTIONS_NOT_SUPPORTED: Readonly<Record<string, readonly string[]>> = {
-  rand: ['int'],
   secrets: ['get'],
 };
 
 /**
  * ngrok's methods (the same page: string, list and map extensions) that Warren has in no form,
- * with the type ngrok documents them on. Those it has (`split`, `join`, `indexOf`, `substring`,
- * `trim`, `lowerAscii`, the timestamp getters, and `lower`, `replace`, `sha256`, … of
- * `ngrok-macros.ts`) are not listed: a call of one that does not compile keeps the library's
- * message (a wrong argument, say).
+ * with the type ngrok documents them on (none at present: `format`, `isQueryString`,
+ * `isPrivateIp` and the list methods are in `ngrok-macros.ts`). Those it has (`split`, `join`,
+ * `indexOf`, `substring`, `trim`, `lowerAscii`, the timestamp getters, and `lower`, `replace`,
+ * `sha256`, `format`, `sort`, … of `ngrok-macros.ts`) are not listed: a call of one that does not
+ * compile keeps the library's message (a wrong argument, say).
  */
-const NGROK_METHODS_NOT_SUPPORTED: Readonly<Record<string, string>> = {
-  ...Object.fromEntries(
-    ['format', 'isPrivateIp', 'isQueryString'].map((m) => [m, 'string']),
-  ),
-  ...Object.fromEntries(['slice', 'flatten', 'sort', 'sortBy', 'distinct'].map((m) => [m, 'list'])),
-};
+const NGROK_METHODS_NOT_SUPPORTED: Readonly<Record<string, string>> = {};
 
 /** A cel-js AST node (`op`, `args`, `start`; see `cost.ts`). */
 interface AstNode {

@@ -636,6 +636,34 @@ describe("traffic policy cost limits: ngrok's string, base64, URL and hash macro
     check(`lists.range() of a computed ${MAX_LIST_RANGE}`, `lists.range(int(${x})).size() > 0`, String(MAX_LIST_RANGE));
     // Short strings: the fixed cost of a hash.
     check('hash.sha256() of a client address', `hash.sha256(getReqHeader('x')[0]) != ''`, '203.0.113.7');
+    // rand.int(): 64-bit draws; isQueryString(), isPrivateIp() on a whole header.
+    check('rand.int() over all ints', `rand.int(0, 9223372036854775807) >= 0`, '');
+    check(`isQueryString() of ${n} characters of 'a=%41&'`, `${x}.isQueryString()`, fill('a=%41&'));
+    check(`isPrivateIp() of ${n} characters`, `${x}.isPrivateIp()`, fill('1'));
+    check('isPrivateIp() of an IPv4-mapped IPv6 address', `${x}.isPrivateIp()`, '0000:0000:0000:0000:0000:ffff:192.168.100.200');
+    // format(): clauses of a computed format string, each the dearest (ties, subnormal doubles at
+    // the largest precision), %s of large values, %x of a header.
+    const clauses = (clause: string, count: number) => clause.repeat(count);
+    check(`format() of 150 clauses '%.0e' of ties`, `${x}.format(lists.range(150).map(i, 25.0)) != ''`, clauses('%.0e', 150));
+    check(`format() of 150 clauses '%.100e' of subnormal doubles`, `${x}.format(lists.range(150).map(i, 5e-324)) != ''`, clauses('%.100e', 150));
+    check(`format() of 150 clauses '%.100f' of 1e308`, `${x}.format(lists.range(150).map(i, 1.7e308)) != ''`, clauses('%.100f', 150));
+    check(`format() '%s' of ${MAX_LIST_RANGE / 10} doubles`, `'%s'.format([lists.range(${MAX_LIST_RANGE / 10}).map(i, double(i) * 1.2345678901234567e-7)]) != ''`, '');
+    check(`format() '%s' of 300 maps`, `'%s'.format([lists.range(300).map(i, {'k' + string(i): i})]) != ''`, '');
+    check(`format() '%x' of ${n} bytes of 'あ'`, `'%x'.format([${x}]) != ''`, utf8(fill('あ')));
+    check(`format() '%s' of the ${n / 2} values of one header`, `'%s'.format([getReqHeader('x')]) != ''`, '', Array.from({ length: n / 8 }, () => ['x', 'v']).flat());
+    // The list methods: the most elements the budget lets each take, of the dearest kinds.
+    check(`sort() of ${n / 2} header values`, `getReqHeader('x').sort().size() > 0`, '', Array.from({ length: 2000 }, (_, i) => ['x', ((i * 7919) % 2000).toString(36)]).flat());
+    check(`sort() of 1,000 header values of astral characters`, `getReqHeader('x').sort().size() > 0`, '', Array.from({ length: 1000 }, (_, i) => ['x', headerWire(String.fromCodePoint(0x1f600 + ((i * 7) % 64)) + '\uff61' + ((i * 7919) % 1000).toString(36))]).flat());
+    check(`sort() of 100 header values with a common prefix of 150 characters`, `getReqHeader('x').sort().size() > 0`, '', Array.from({ length: 100 }, (_, i) => ['x', 'a'.repeat(150) + ((i * 7919) % 100).toString(36)]).flat());
+    check(`sort() of ${MAX_LIST_RANGE / 10} ints`, `lists.range(${MAX_LIST_RANGE / 10}).map(i, (i * 7919) % ${MAX_LIST_RANGE / 10}).sort().size() > 0`, '');
+    check(`sort() of ${MAX_LIST_RANGE / 10} uints`, `lists.range(${MAX_LIST_RANGE / 10}).map(i, uint((i * 7919) % ${MAX_LIST_RANGE / 10})).sort().size() > 0`, '');
+    check(`sortBy() of 2,000 header values by their size`, `getReqHeader('x').sortBy(v, v.size()).size() > 0`, '', Array.from({ length: 2000 }, (_, i) => ['x', 'v'.repeat(i % 7)]).flat());
+    check(`distinct() of the values of a header`, `getReqHeader('x').distinct().size() > 0`, '', Array.from({ length: 2000 }, (_, i) => ['x', (i % 500).toString(36)]).flat());
+    check(`distinct() of ${MAX_LIST_RANGE / 5} doubles`, `lists.range(${MAX_LIST_RANGE / 5}).map(i, double(i % 1000) / 7.0).distinct().size() > 0`, '');
+    check(`distinct() of 1,000 lists`, `lists.range(1000).map(i, [i % 10, 'a']).distinct().size() > 0`, '');
+    check(`flatten() of json.decode() of ${n} characters of '[0],'`, `json.decode(${x}).flatten().size() > 0`, '[' + fill('[0],').slice(0, n - 4) + '0]');
+    check(`flatten(100) of json.decode() of ${n} characters of '[[]],'`, `json.decode(${x}).flatten(100).size() >= 0`, '[' + fill('[[]],').slice(0, n - 4) + '0]');
+    check(`slice() of a header's ${n} characters split`, `${x}.split(',').slice(1, 1000).size() > 0`, fill('a,'));
     console.log(`traffic policy cost limits, ngrok string macros:\n  ${report.join('\n  ')}`);
   });
 

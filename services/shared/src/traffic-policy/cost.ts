@@ -26,6 +26,8 @@ import { MAX_CONTENT_CODINGS, MAX_CONTENT_TYPE_PARSED } from './cel-vars.js';
 import { MAX_USER_AGENT_PARSED } from './user-agent-vars.js';
 import { MAX_REQUEST_COOKIES } from './cookie-vars.js';
 import { HASH_DIGEST_BYTES, MAX_BUILT_STRING, MAX_LIST_RANGE, NGROK_HASHES, type NgrokHash } from './ngrok-macros.js';
+import { MAX_BUILT_LIST, MAX_DISTINCT_CHARS, MAX_FLATTEN_DEPTH } from './list-macros.js';
+import { formatClauses, MAX_FORMAT_PRECISION } from './string-format.js';
 
 /** Largest estimated cost of one expression (or one `${…}` of a header value): about 2 ms. */
 export const MAX_EXPRESSION_COST = 2_000_000;
@@ -261,6 +263,35 @@ const C = {
   urlParseChar: 60,
   /** Per call of those (a map of 13 strings built). */
   urlParseCall: 3_000,
+  /** `rand.int()`: crypto randomness (a 64-bit draw for ranges of 2^48 or more). */
+  randInt: 1_000,
+  /** `isQueryString()`, per character: a few regexp scans and a split at `&`. */
+  queryCheckChar: 20,
+  /**
+   * `format()`, per clause that takes an argument: the clause read, its value formatted (a double
+   * exactly as Go writes it: up to 309 digits and 100 decimals, BigInt arithmetic for a tie).
+   * Measured: 0.6 µs for most, 2–4 µs for ties and `%.100e` of subnormal doubles.
+   */
+  formatClause: 8_000,
+  /**
+   * `format()`, per value `%s` writes inside a list or map: ~0.8 µs for a double (its shortest
+   * digits) or a map entry (sorted by key), ~80 ns for an int; a string ~20 ns (`formatString`).
+   */
+  formatValue: 1_000,
+  formatString: 50,
+  /** `format()`, per map `%s` writes inside a list or map (its entries formatted on their own, sorted): ~2.5 µs. */
+  formatMap: 3_000,
+  /** `format()`, per character written (copied, hex-encoded). */
+  formatChar: 5,
+  /** `sort()` / `sortBy()`, per comparison of two elements (an index sort through a comparator). */
+  listCompare: 60,
+  /**
+   * `distinct()`, per element (its equality key built and looked up: ~100 ns), per value inside a
+   * list or map element (its part of the key: ~300 ns), and per character in them.
+   */
+  distinctElement: 200,
+  distinctValue: 500,
+  distinctChar: 10,
 } as const;
 
 /**
@@ -1118,6 +1149,34 @@ class Estimator {
       const e = this.bind((argNodes[0]!.args as string) ?? '', v.shape, () => this.est(argNodes[2]!));
       return { cost: v.cost + e.cost, shape: e.shape };
     }
+    if (name === 'sortBy' && macro && receiver) {
+      // l.sortBy(x, key): the key once per element (as a comprehension's step, its characters
+      // compared once per level of the sort), then the keys sorted.
+      if (++this.depth > MAX_COMPREHENSION_NESTING) throw new CostEstimateError(`comprehensions (exists, all, map, filter…) are nested more than ${MAX_COMPREHENSION_NESTING} deep`);
+      try {
+        const range = this.est(receiver);
+        const r = range.shape;
+        const n = Math.min(r.n, MAX_BUILT_LIST);
+        const levels = n > 1 ? Math.log2(n) + 1 : 0;
+        const step = (e: Shape) => {
+          const key = this.bind((argNodes[0]!.args as string) ?? '', e, () => this.est(argNodes[1]!));
+          return key.cost + C.iteration + C.element + key.shape.w * levels * C.scanChar;
+        };
+        const elem = r.elem ?? DYN;
+        const full = step(elem);
+        let total = n * full;
+        // As for a comprehension: the most expensive mix of empty and full-size elements that fits the list.
+        if (elem.w > 0) {
+          const g0 = step(scaled(elem, 0));
+          let mixed = 0;
+          for (const p of new Set([elem.w, Math.min(elem.w, MAX_MATCH_INPUT)])) mixed = Math.max(mixed, mix(n, r.w, r.o ?? 0, p, g0, p === elem.w ? full : step(scaled(elem, p))));
+          total = Math.min(total, mixed);
+        }
+        return { cost: range.cost + total + (n > 1 ? n * Math.log2(n) * C.listCompare : 0), shape: r };
+      } finally {
+        this.depth--;
+      }
+    }
     if (macro) throw new CostEstimateError(`no cost known for ${name}()`);
 
     // `base64.decode(s)`, `url.escape(s)`, `hash.sha256(s)`: the namespace is a constant, the
@@ -1126,7 +1185,7 @@ class Estimator {
     if (ns !== undefined) return this.ngrokMacro(`${ns}.${name}`, argNodes.map((n) => this.est(n)), argNodes);
     const recv = receiver ? this.est(receiver) : undefined;
     const xs = argNodes.map((n) => this.est(n));
-    if (recv && NGROK_STRING_METHODS.has(name)) return this.ngrokMacro(name, [recv, ...xs], argNodes, true);
+    if (recv && NGROK_STRING_METHODS.has(name)) return this.ngrokMacro(name, [recv, ...xs], argNodes, true, receiver);
     const cost0 = (recv?.cost ?? 0) + xs.reduce((t, x) => t + x.cost, 0);
     const self = recv?.shape ?? xs[0]?.shape ?? SCALAR;
     const arg = (recv ? xs[0] : xs[1])?.shape;
@@ -1188,7 +1247,7 @@ class Estimator {
    * the string worked on and the call's arguments (`s.replace(a, b)`: s, a, b; `hash.md5(s)`: s),
    * `argNodes` the call's argument nodes (literals give tighter bounds).
    */
-  private ngrokMacro(name: string, xs: Est[], argNodes: Node[], method = false): Est {
+  private ngrokMacro(name: string, xs: Est[], argNodes: Node[], method = false, receiverNode?: Node): Est {
     const cost0 = xs.reduce((t, x) => t + x.cost, 0);
     const len = xs[0]?.shape.w ?? 0;
     const fn = (cost: number, shape: Shape): Est => ({ cost: cost0 + cost, shape });
@@ -1280,6 +1339,68 @@ class Estimator {
       }
       case 'rand.double':
         return fn(C.node, SCALAR);
+      case 'rand.int':
+        return fn(C.randInt, SCALAR);
+      case 'isQueryString':
+        return fn(len * C.queryCheckChar, SCALAR);
+      case 'isPrivateIp':
+        // Only a string of at most 64 characters is parsed.
+        return fn(C.ipParse, SCALAR);
+      case 'format': {
+        // Clauses: a literal format string's, else one per 2 characters (`%s`); each takes an
+        // element of the list (past its end, an error).
+        const list = xs[1]!.shape;
+        const literal = receiverNode?.op === 'value' && typeof receiverNode.args === 'string' ? formatClauses(receiverNode.args) : undefined;
+        const clauses = Math.min(list.n, literal?.clauses ?? Math.floor(len / 2));
+        const precision = literal?.precision ?? MAX_FORMAT_PRECISION;
+        // Written: the format's text, and per clause a double in fixed point (309 digits, a
+        // point, the precision) or its element by %s (each unit of weight up to 330 characters:
+        // a double's digits); at most MAX_BUILT_STRING (past it, an error, found as it is written).
+        const out = Math.min(MAX_BUILT_STRING, len + clauses * (310 + precision) + 330 * list.w);
+        // Values inside lists and maps (each writes at least one character, with its separator).
+        const elem = list.elem ?? DYN;
+        const inside = Math.min(clauses * elem.n, list.w);
+        const nested = Math.min((elem.elem ? formatValuesCost(elem.elem, inside, list.w) : 0) + (elem.key ? formatValuesCost(elem.key, inside, list.w) : 0), out * C.formatValue);
+        // Each map's keys sorted (an entry writes at least 4 characters).
+        const maps = formatMapKeys(list.elem ?? DYN, out / 4);
+        const keys = clauses > 0 && maps.keys > 1 ? Math.min(out / 4, clauses * maps.keys) * Math.log2(Math.max(2, maps.largest)) * C.sortKey : 0;
+        return fn(len * C.scanChar + clauses * C.formatClause + nested + out * C.formatChar + keys, str(out));
+      }
+      case 'slice': {
+        // Literal bounds: that many elements; else up to the whole list.
+        const l = xs[0]!.shape;
+        const [a, b] = argNodes.map((x) => (x.op === 'value' && typeof x.args === 'bigint' ? Number(x.args) : undefined));
+        const n = a !== undefined && b !== undefined ? Math.max(0, Math.min(l.n, b - a)) : l.n;
+        return fn(C.node + n * C.element, { ...l, n });
+      }
+      case 'flatten': {
+        // Walks every element down to the depth (each counts in the list's weight), at most
+        // MAX_BUILT_LIST; the result's elements are of any of those levels.
+        const l = xs[0]!.shape;
+        const dNode = argNodes[0];
+        const depth = dNode === undefined ? 1 : dNode.op === 'value' && typeof dNode.args === 'bigint' ? Math.max(0, Math.min(MAX_FLATTEN_DEPTH, Number(dNode.args))) : MAX_FLATTEN_DEPTH;
+        const walked = Math.min(MAX_BUILT_LIST, l.w);
+        let elem = l.elem ?? DYN;
+        for (let level = elem, i = 0; i < depth && level.elem && !level.key; i++) {
+          level = level.elem;
+          elem = widest(elem, level);
+        }
+        return fn(C.node + walked * C.element, { n: walked, w: l.w, elem });
+      }
+      case 'sort': {
+        const l = xs[0]!.shape;
+        const n = Math.min(l.n, MAX_BUILT_LIST);
+        return fn(n * C.element + listSortCost(n, l.w), l);
+      }
+      case 'distinct': {
+        // An equality key per element, of its characters (at most MAX_DISTINCT_CHARS together).
+        const l = xs[0]!.shape;
+        const n = Math.min(l.n, MAX_BUILT_LIST);
+        const e = l.elem ?? DYN;
+        const inside = Math.min(n * e.n, l.w);
+        const values = (e.elem ? valuesWithin(e.elem, inside, l.w) : 0) + (e.key ? valuesWithin(e.key, inside, l.w) : 0);
+        return fn(n * C.distinctElement + Math.min(values, l.w, MAX_DISTINCT_CHARS) * C.distinctValue + Math.min(l.w, MAX_DISTINCT_CHARS) * C.distinctChar, l);
+      }
     }
     const hash = method ? name : name.startsWith('hash.') ? name.slice(5) : '';
     const digest = Object.hasOwn(HASH_DIGEST_BYTES, hash) ? HASH_DIGEST_BYTES[hash as NgrokHash] : undefined;
@@ -1296,10 +1417,69 @@ const NAMESPACES = new Set(['base64', 'url', 'hash', 'strings', 'json', 'querySt
 const NGROK_STRING_METHODS = new Set([
   ...['lower', 'upper', 'reverse', 'charAt', 'replace', 'encodeBase64', 'decodeBase64', 'escapeUrl', 'unescapeUrl', 'isJson', 'decodeJson', ...NGROK_HASHES],
   ...['encodeJson', 'decodeQueryString', 'encodeQueryString', 'parseUrl', 'isURL'],
+  ...['isQueryString', 'isPrivateIp', 'format', 'slice', 'flatten', 'sort', 'distinct'],
 ]);
 
 /** Cost of sorting `n` map keys (Go's order; `sortUtf8`). */
 const sortCost = (n: number): number => (n > 1 ? n * Math.log2(n) * C.sortKey : 0);
+
+/**
+ * Cost of `format()`'s `%s` writing `count` values of shape `e` and every value inside them (a
+ * list's elements, a map's keys and values, at any depth): a string ~`formatString`, any other
+ * `formatValue`. The values inside are at most `count` times the elements each holds, and at
+ * most what fits in `budget` (the weight of the value they are drawn from, each element taking
+ * its `o` besides itself). Infinite for values of unknown shape (the caller caps it by what can be
+ * written).
+ */
+function formatValuesCost(e: Shape, count: number, budget: number, seen = new Set<Shape>()): number {
+  if (count <= 0) return 0;
+  const collection = e.elem !== undefined || e.key !== undefined;
+  const here = count * (e.key ? C.formatMap : collection || e.n === 0 ? C.formatValue : C.formatString);
+  if (!collection) return here;
+  if (seen.has(e)) return Infinity;
+  seen.add(e);
+  const inside = Math.min(count * e.n, budget / Math.max(1, e.o ?? 0));
+  const cost = here + (e.elem ? formatValuesCost(e.elem, inside, budget, seen) : 0) + (e.key ? formatValuesCost(e.key, inside, budget, seen) : 0);
+  seen.delete(e);
+  return cost;
+}
+
+/**
+ * How many values `count` values of shape `e` are, with every value inside them (as
+ * `formatValuesCost` counts them, within `budget`); infinite for values of unknown shape.
+ */
+function valuesWithin(e: Shape, count: number, budget: number, seen = new Set<Shape>()): number {
+  if (count <= 0) return 0;
+  if (!e.elem && !e.key) return count;
+  if (seen.has(e)) return Infinity;
+  seen.add(e);
+  const inside = Math.min(count * e.n, budget / Math.max(1, e.o ?? 0));
+  const total = count + (e.elem ? valuesWithin(e.elem, inside, budget, seen) : 0) + (e.key ? valuesWithin(e.key, inside, budget, seen) : 0);
+  seen.delete(e);
+  return total;
+}
+
+/**
+ * The map keys inside a value of shape `s` (at any depth, `s` itself included), and the most
+ * one map holds; `cap` for a value of unknown shape.
+ */
+function formatMapKeys(s: Shape, cap: number, seen = new Set<Shape>()): { keys: number; largest: number } {
+  if (!s.elem && !s.key) return { keys: 0, largest: 0 };
+  if (seen.has(s)) return { keys: cap, largest: cap };
+  seen.add(s);
+  const inner = [s.elem, s.key].map((e) => (e ? formatMapKeys(e, cap, seen) : { keys: 0, largest: 0 }));
+  seen.delete(s);
+  const own = s.key ? s.n : 0;
+  return { keys: Math.min(cap, own + s.n * (inner[0]!.keys + inner[1]!.keys)), largest: Math.min(cap, Math.max(own, inner[0]!.largest, inner[1]!.largest)) };
+}
+
+/**
+ * Cost of `sort()` / `sortBy()` over `n` elements (keys) of `w` characters together: n log n
+ * comparisons, and their characters: a comparison stops at the first difference, so costs at most
+ * the shorter key, which is charged to the key a merge outputs: each key's characters once per
+ * level of the merge sort (log n levels), plus a pass putting strings in Go's order.
+ */
+const listSortCost = (n: number, w: number): number => (n > 1 ? n * Math.log2(n) * C.listCompare + w * (Math.log2(n) + 1) * C.scanChar : 0);
 
 /** Whether a value of shape `s` may hold a map (at any depth). */
 function hasMap(s: Shape, seen = new Set<Shape>()): boolean {

@@ -38,21 +38,32 @@
  *   `s.isURL()`: it parses with a scheme and a host.
  * - `basic_auth.encode(user, password)`: `Basic ` + base64 of `user:password`.
  * - `lists.range(n)`: `[0, …, n-1]`, n at most `MAX_LIST_RANGE`. `rand.double()`: [0, 1).
+ * - `rand.int()`, `rand.int(min, max)`: an int from `min` to `max` included (see `randInt` for
+ *   how ngrok's self-contradicting page is read).
+ * - `s.isQueryString()` (see `isQueryString`), `s.isPrivateIp()` (RFC 1918 and `fc00::/7`, as
+ *   Go's `net.IP.IsPrivate`).
+ * - `s.format(list)`: cel-go's `format` (`string-format.ts`); the list methods `slice`,
+ *   `flatten`, `sort`, `sortBy`, `distinct` of cel-go's lists extension (`list-macros.ts`).
  *
  * Every failure is a CEL `EvaluationError` (the rule does not apply / the interpolation fails),
  * never another exception. Their worst-case costs are in `cost.ts`.
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomFillSync, randomInt } from 'node:crypto';
 import { crc32 } from 'node:zlib';
 import { bytesText, escapesAsReplacement, textBytes } from '../http-headers.js';
 import { EvaluationError, type Environment } from '@marcbachmann/cel-js';
+import { parseIPv4, parseIPv6 } from '../cidr.js';
+import { celTypeName, evalError, LONE_SURROGATE, MAX_BUILT_STRING, MAX_VALUE_DEPTH, mapEntries, rfc3339, sortUtf8 } from './cel-values.js';
+import { registerListMacros } from './list-macros.js';
+import { registerStringFormat } from './string-format.js';
 
 /**
- * Longest string `replace()` builds (UTF-16 units): a longer result is an evaluation error,
- * found before anything is built. Bounds what a replacement that lengthens the string (an empty
- * `old`, a long `new`) can cost and hand on to later operations.
+ * Longest string `replace()` (and `json.encode()`, `queryString.encode()`, `format()`) builds
+ * (UTF-16 units): a longer result is an evaluation error, found before anything is built. Bounds
+ * what a replacement that lengthens the string (an empty `old`, a long `new`) can cost and hand
+ * on to later operations. (Defined in `cel-values.ts`.)
  */
-export const MAX_BUILT_STRING = 65_536;
+export { MAX_BUILT_STRING, sortUtf8 };
 
 /** The hashes ngrok has that Warren computes (`hash.<name>()`, `s.<name>()`). */
 export const NGROK_HASHES = ['md5', 'sha1', 'sha256', 'sha512', 'crc32', 'crc64', 'xxhash64'] as const;
@@ -61,7 +72,6 @@ export type NgrokHash = (typeof NGROK_HASHES)[number];
 /** Bytes of each hash's digest (the cost estimate's shapes: twice as many hex digits). */
 export const HASH_DIGEST_BYTES: Readonly<Record<NgrokHash, number>> = { md5: 16, sha1: 20, sha256: 32, sha512: 64, crc32: 4, crc64: 8, xxhash64: 8 };
 
-const evalError = (code: string, message: string) => new EvaluationError({ code, message });
 
 /** Go's simple upper-case mapping of the code points whose full mapping (JavaScript's) is longer. */
 const UPPER_SPECIAL = new Map<number, { full: number; simple: number }>();
@@ -377,7 +387,7 @@ export function isJson(s: string): boolean {
  * library walks values recursively (equality, type checks), and a value nested a few thousand
  * deep would exhaust the stack there. Deeper JSON is an evaluation error.
  */
-export const MAX_JSON_DECODE_DEPTH = 100;
+export const MAX_JSON_DECODE_DEPTH = MAX_VALUE_DEPTH;
 
 /**
  * `json.decode(s)` / `s.decodeJson()`: the JSON value (objects as maps, numbers as doubles, as
@@ -526,8 +536,6 @@ export function xxhash64(b: Uint8Array): Buffer {
   return out;
 }
 
-/** A lone surrogate (no UTF-8 in Go: written as U+FFFD). */
-const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
 /** What Go's `json.Marshal` escapes besides what `JSON.stringify` does (its HTML-safe escapes). */
 const JSON_HTML = /[<>&\u2028\u2029]/g;
 /** A character `jsonString` must do more than quote. */
@@ -544,64 +552,8 @@ function jsonString(text: string): string {
   return /[<>&\u2028\u2029]/.test(q) ? q.replace(JSON_HTML, (c) => JSON_HTML_ESCAPES[c]!) : q;
 }
 
-const HIGH_UNIT = /[\ud800-\uffff]/;
-const HIGH_UNITS = /[\ud800-\uffff]/g;
-
-/**
- * Distinct strings sorted in place as Go sorts them (`strings.Compare`: by their UTF-8 bytes).
- * That is UTF-16's order (`Array.prototype.sort`'s, the fastest) but for code units past
- * U+D7FF: those are remapped (U+E000… before surrogates) to sort in code point order; strings
- * with a lone surrogate (a header byte in no UTF-8 sequence) are compared byte by byte.
- */
-export function sortUtf8(keys: string[]): string[] {
-  if (!keys.some((k) => HIGH_UNIT.test(k))) return keys.sort();
-  if (keys.some((k) => HIGH_UNIT.test(k) && LONE_SURROGATE_1.test(k))) {
-    const bytes = new Map(keys.map((k) => [k, textBytes(k)]));
-    return keys.sort((a, b) => Buffer.compare(bytes.get(a)!, bytes.get(b)!));
-  }
-  const byOrder = new Map<string, string>();
-  for (const k of keys) {
-    const c = (u: string) => String.fromCharCode(u.charCodeAt(0) >= 0xe000 ? u.charCodeAt(0) - 0x800 : u.charCodeAt(0) + 0x2000);
-    byOrder.set(HIGH_UNIT.test(k) ? k.replace(HIGH_UNITS, c) : k, k);
-  }
-  const order = [...byOrder.keys()].sort();
-  for (let i = 0; i < order.length; i++) keys[i] = byOrder.get(order[i]!)!;
-  return keys;
-}
-const LONE_SURROGATE_1 = new RegExp(LONE_SURROGATE.source);
-
-/** A map's entries (a `Map` or a plain object, as the CEL library holds them), undefined for other values. */
-function mapEntries(v: unknown): [unknown, unknown][] | undefined {
-  if (v instanceof Map) return [...v.entries()];
-  if (v !== null && typeof v === 'object' && Object.getPrototypeOf(v) === Object.prototype) return Object.entries(v);
-  return undefined;
-}
-
-/** The CEL type name of a value, for messages. */
-function celTypeName(v: unknown): string {
-  if (v === null) return 'null';
-  if (typeof v === 'bigint') return 'int';
-  if (typeof v === 'number') return 'double';
-  if (typeof v === 'string') return 'string';
-  if (typeof v === 'boolean') return 'bool';
-  if (v instanceof Uint8Array) return 'bytes';
-  if (v instanceof Date) return 'google.protobuf.Timestamp';
-  if (Array.isArray(v)) return 'list';
-  if (mapEntries(v) !== undefined) return 'map';
-  const name = (v as object).constructor?.name ?? 'object';
-  if (name === 'UnsignedInt') return 'uint';
-  if (name === 'Duration') return 'google.protobuf.Duration';
-  return name.startsWith('Cel') ? name.slice(3) : name;
-}
-
 /** Deepest nesting `json.encode()` writes (what `json.decode()` reads: `MAX_JSON_DECODE_DEPTH`). */
 export const MAX_JSON_ENCODE_DEPTH = MAX_JSON_DECODE_DEPTH;
-
-/** A timestamp as Go's `time.Time` marshals it: RFC 3339 in UTC, the fraction without trailing zeros. */
-function rfc3339(d: Date): string {
-  const iso = d.toISOString();
-  return iso.replace(/\.?0*Z$/, 'Z');
-}
 
 /**
  * `json.encode(v)` / `v.encodeJson()`: the value as Go's `json.Marshal` writes it. Maps' keys
@@ -788,6 +740,94 @@ export function listsRange(n: bigint): bigint[] {
   const out: bigint[] = [];
   for (let i = 0n; i < n; i++) out.push(i);
   return out;
+}
+
+/** Largest `max` of `rand.int(min, max)`: CEL's largest int. */
+export const MAX_RAND_INT = 9_223_372_036_854_775_807n;
+
+/** Random 64-bit draws, filled 64 at a time (a `randomFillSync` call takes microseconds). */
+const RANDOM_POOL = new BigUint64Array(64);
+let randomPoolNext = RANDOM_POOL.length;
+
+/** 8 random bytes as an unsigned 64-bit integer. */
+function random64(): bigint {
+  if (randomPoolNext >= RANDOM_POOL.length) {
+    randomFillSync(RANDOM_POOL);
+    randomPoolNext = 0;
+  }
+  return RANDOM_POOL[randomPoolNext++]!;
+}
+
+/**
+ * `rand.int()`, `rand.int(min, max)`: a uniformly random int from `min` to `max`, both included;
+ * `rand.int()` is `rand.int(0, 1)`. ngrok's page says "only supports positive integers and `min`
+ * must be larger than the provided `max`", and its examples are `rand.int() == 1` (with the
+ * defaults 0 and 1: only meaningful if 1 can come out, so `max` is included) and
+ * `rand.int(0, 10) >= 5` (`min` below `max`). The examples are taken as the truth: `min` must be
+ * at most `max` (the sentence has them swapped), and both at least 0 ("positive" read as not
+ * negative, since the default `min` is 0). Any other arguments are an evaluation error. The
+ * arguments are CEL ints (up to `MAX_RAND_INT`, 2^63 - 1); the draw is constant time (crypto
+ * randomness, rejection sampling over 64 bits only for ranges of 2^48 or more).
+ */
+export function randInt(min = 0n, max = 1n): bigint {
+  if (min < 0n || max < 0n) throw evalError('invalid_argument', `rand.int(): min and max must not be negative (got ${min}, ${max})`);
+  if (min > max) throw evalError('invalid_argument', `rand.int(): min must not be larger than max (got ${min}, ${max})`);
+  if (max > MAX_RAND_INT) throw evalError('invalid_argument', `rand.int(): max ${max} is too large (at most ${MAX_RAND_INT})`);
+  const range = max - min + 1n;
+  if (range < 2n ** 48n) return min + BigInt(randomInt(Number(range)));
+  // Uniform over [0, range) from 64 random bits: draws past the largest multiple of range are
+  // drawn again (fewer than half of them, so in all but 2^-64 of cases at most a few draws).
+  const limit = 2n ** 64n - (2n ** 64n % range);
+  for (;;) {
+    const r = random64();
+    if (r < limit) return min + (r % range);
+  }
+}
+
+/** What no query string holds: white space, control characters, and `#` (which ends the query of a URL). */
+const NOT_IN_QUERY = /[\s\x00-\x1f\x7f#]/;
+
+/**
+ * `s.isQueryString()`: whether `s` is a query string (the part of a URL after `?`). ngrok's page
+ * gives `'a=b&c=d'` as one and `'not a query string'` as not, which Go's `url.ParseQuery` alone
+ * accepts (one key with an empty value), so more is asked: a non-empty string that
+ * `url.ParseQuery` reads without an error (no `;`, every `%` followed by two hex digits, as
+ * `queryString.decode()` requires), holding no white space, control character or `#`, and whose
+ * every `&`-separated pair has a key (`=b` has none; empty pairs, `a=1&&b=2`, are skipped as Go
+ * skips them; a key alone, `debug`, is a key with an empty value as for `hasQueryParam`).
+ */
+export function isQueryString(s: string): boolean {
+  if (s === '' || NOT_IN_QUERY.test(s) || s.includes(';') || BAD_ESCAPE.test(s)) return false;
+  let pairs = 0;
+  for (const pair of s.split('&')) {
+    if (pair === '') continue;
+    if (pair.startsWith('=')) return false;
+    pairs++;
+  }
+  return pairs > 0;
+}
+
+/**
+ * `s.isPrivateIp()`: whether `s` is an IP address in a private range, as Go's `net.IP.IsPrivate`
+ * (of `net.ParseIP(s)`) says: ngrok documents the IPv4 ranges of RFC 1918 (`10.0.0.0/8`,
+ * `172.16.0.0/12`, `192.168.0.0/16`), and Go adds IPv6's unique local addresses (`fc00::/7`,
+ * RFC 4193). An IPv4-mapped IPv6 address (`::ffff:10.0.0.1`) is its IPv4 address, as in Go.
+ * Loopback (`127.0.0.0/8`, `::1`), link-local (`169.254.0.0/16`, `fe80::/10`) and other special
+ * ranges are not private, as in Go. Anything that is not an address (a zone `%eth0`, a port, a
+ * CIDR, leading zeros `010.0.0.1`, as Go refuses them) is false.
+ */
+export function isPrivateIp(s: string): boolean {
+  if (s.length > 64) return false;
+  let b = parseIPv4(s);
+  if (!b) {
+    if (!s.includes(':')) return false;
+    const v6 = parseIPv6(s);
+    if (!v6) return false;
+    const mapped = v6.slice(0, 10).every((x) => x === 0) && v6[10] === 0xff && v6[11] === 0xff;
+    if (!mapped) return (v6[0]! & 0xfe) === 0xfc;
+    b = v6.slice(12);
+  }
+  return b[0] === 10 || (b[0] === 172 && (b[1]! & 0xf0) === 16) || (b[0] === 192 && b[1] === 168);
 }
 
 /** Go's `net/url` escaping modes (`shouldEscape`). */
@@ -1090,7 +1130,11 @@ export function registerNgrokMacros(env: Environment, stringLike: readonly strin
     .registerFunction('ListsNamespace.range(int): list<int>', (_: unknown, n: bigint) => listsRange(n))
     .registerType('RandNamespace', RandNamespace)
     .registerConstant('rand', 'RandNamespace', new RandNamespace())
-    .registerFunction('RandNamespace.double(): double', () => Math.random());
+    .registerFunction('RandNamespace.double(): double', () => Math.random())
+    .registerFunction('RandNamespace.int(): int', () => randInt())
+    .registerFunction('RandNamespace.int(int, int): int', (_: unknown, min: bigint, max: bigint) => randInt(min, max));
+  registerListMacros(env);
+  registerStringFormat(env, stringLike, stringLikeText);
   for (const t of ['string', ...stringLike]) {
     const text = t === 'string' ? (v: unknown) => v as string : (v: unknown) => String(v);
     env
@@ -1120,6 +1164,8 @@ export function registerNgrokMacros(env: Environment, stringLike: readonly strin
       .registerFunction(`${t}.parseUrl(): map<string, string>`, (v: unknown) => parseUrl(text(v), 'parseUrl()'))
       .registerFunction(`${t}.isURL(): bool`, (v: unknown) => isUrl(text(v)))
       .registerFunction(`QueryStringNamespace.decode(${t}): map<string, string>`, (_: unknown, v: unknown) => queryDecode(text(v)))
-      .registerFunction(`${t}.decodeQueryString(): map<string, string>`, (v: unknown) => queryDecode(text(v), 'decodeQueryString()'));
+      .registerFunction(`${t}.decodeQueryString(): map<string, string>`, (v: unknown) => queryDecode(text(v), 'decodeQueryString()'))
+      .registerFunction(`${t}.isQueryString(): bool`, (v: unknown) => isQueryString(text(v)))
+      .registerFunction(`${t}.isPrivateIp(): bool`, (v: unknown) => isPrivateIp(text(v)));
   }
 }
