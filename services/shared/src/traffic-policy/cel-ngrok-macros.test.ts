@@ -442,6 +442,19 @@ describe('json.encode(): Go’s json.Marshal', () => {
     expect(run(`json.encode(json.decode('{"b":[1,{"c":null}],"a":"x"}'))`)).toBe('{"a":"x","b":[1,{"c":null}]}');
   });
 
+  it('writes any string as JSON.stringify does, with Go\'s HTML escapes and lone surrogates (escaped header bytes) as U+FFFD', () => {
+    // The reference: JSON.stringify of the text with every lone surrogate replaced, then the HTML escapes.
+    const reference = (t: string) =>
+      JSON.stringify(t.replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, '\ufffd')).replace(/[<>&\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+    const alphabet = ['a', 'é', '<', '>', '&', '"', '\\', '\n', '\b', '\x00', '\x1f', '\x7f', '\u2028', '\u2029', '😀', '\ud83d', '\ude00', '\udcff', '\udc80', '\uffff', '\ufffd'];
+    for (let i = 0; i < 3000; i++) {
+      let t = '';
+      for (let k = Math.floor(Math.random() * 12); k > 0; k--) t += alphabet[Math.floor(Math.random() * alphabet.length)];
+      expect(jsonEncode(t), JSON.stringify(t)).toBe(reference(t));
+    }
+    for (let c = 0; c < 0x80; c++) expect(jsonEncode(String.fromCharCode(c)), String(c)).toBe(reference(String.fromCharCode(c)));
+  });
+
   it('values JSON cannot hold are an evaluation error naming the function', () => {
     expect(evalError('json.encode(1.0 / 0.0)').message).toMatch(/json\.encode\(\): unsupported value: \+Inf/);
     expect(evalError('json.encode([0.0 / 0.0])').message).toMatch(/json\.encode\(\): unsupported value: NaN/);

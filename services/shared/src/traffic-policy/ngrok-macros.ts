@@ -53,7 +53,7 @@ import { crc32 } from 'node:zlib';
 import { bytesText, escapesAsReplacement, textBytes } from '../http-headers.js';
 import { EvaluationError, type Environment } from '@marcbachmann/cel-js';
 import { parseIPv4, parseIPv6 } from '../cidr.js';
-import { celTypeName, evalError, LONE_SURROGATE, MAX_BUILT_STRING, MAX_VALUE_DEPTH, mapEntries, rfc3339, sortUtf8 } from './cel-values.js';
+import { celTypeName, evalError, MAX_BUILT_STRING, MAX_VALUE_DEPTH, mapEntries, rfc3339, sortUtf8 } from './cel-values.js';
 import { registerListMacros } from './list-macros.js';
 import { registerStringFormat } from './string-format.js';
 
@@ -536,20 +536,55 @@ export function xxhash64(b: Uint8Array): Buffer {
   return out;
 }
 
-/** What Go's `json.Marshal` escapes besides what `JSON.stringify` does (its HTML-safe escapes). */
-const JSON_HTML = /[<>&\u2028\u2029]/g;
 /** A character `jsonString` must do more than quote. */
 const JSON_SPECIAL = /[\x00-\x1f"\\<>&\u2028\u2029\ud800-\udfff]/;
-const JSON_HTML_ESCAPES: Readonly<Record<string, string>> = { '<': '\\u003c', '>': '\\u003e', '&': '\\u0026', '\u2028': '\\u2028', '\u2029': '\\u2029' };
+/**
+ * How `jsonString` writes each character below U+0080 that it escapes: control characters as
+ * `JSON.stringify` does (`\n`, `\u001f`, …), `"` and `\`, and `<`, `>`, `&` as `\u003c` … (Go's
+ * HTML-safe escapes).
+ */
+const JSON_ESCAPES: readonly (string | undefined)[] = Array.from({ length: 0x80 }, (_, c) => {
+  const ch = String.fromCharCode(c);
+  if (c < 0x20 || ch === '"' || ch === '\\') return JSON.stringify(ch).slice(1, -1);
+  if (ch === '<' || ch === '>' || ch === '&') return `\\u00${c.toString(16)}`;
+  return undefined;
+});
 
-/** A string as Go's `json.Marshal` writes it (bytes in no UTF-8 sequence as `\ufffd`). */
+/**
+ * A string as Go's `json.Marshal` writes it: the characters of `JSON_ESCAPES` escaped, U+2028 and
+ * U+2029 as `\u2028` and `\u2029`, and a byte in no UTF-8 sequence (an escaped header byte) or
+ * any other lone surrogate as U+FFFD. One pass, copying the runs between escapes (three regexp
+ * replaces took 1.4 ms on a 16 KB header of `\xff<`).
+ */
 function jsonString(text: string): string {
   // Nearly every string: nothing to escape.
   if (!JSON_SPECIAL.test(text)) return `"${text}"`;
-  let s = escapesAsReplacement(text);
-  if (/[\ud800-\udfff]/.test(s)) s = s.replace(LONE_SURROGATE, '\ufffd');
-  const q = JSON.stringify(s);
-  return /[<>&\u2028\u2029]/.test(q) ? q.replace(JSON_HTML, (c) => JSON_HTML_ESCAPES[c]!) : q;
+  let out = '"';
+  let from = 0;
+  const n = text.length;
+  for (let i = 0; i < n; i++) {
+    const c = text.charCodeAt(i);
+    let esc: string | undefined;
+    if (c < 0x80) {
+      esc = JSON_ESCAPES[c];
+      if (esc === undefined) continue;
+    } else if (c === 0x2028 || c === 0x2029) esc = c === 0x2028 ? '\\u2028' : '\\u2029';
+    else if (c >= 0xd800 && c <= 0xdfff) {
+      if (c <= 0xdbff && i + 1 < n) {
+        const d = text.charCodeAt(i + 1);
+        if (d >= 0xdc00 && d <= 0xdfff) {
+          i++; // a pair: an astral character, copied as it is
+          continue;
+        }
+      }
+      esc = '\ufffd';
+    } else continue;
+    if (i > from) out += text.slice(from, i);
+    out += esc;
+    from = i + 1;
+  }
+  if (from < n) out += text.slice(from);
+  return out + '"';
 }
 
 /** Deepest nesting `json.encode()` writes (what `json.decode()` reads: `MAX_JSON_DECODE_DEPTH`). */
