@@ -25,7 +25,6 @@ function clientHello(o: { version?: number; ciphers: number[]; extensions: Buffe
   return Buffer.concat([Buffer.from([0x01, body.length >> 16, (body.length >> 8) & 0xff, body.length & 0xff]), body]);
 }
 
-const record = (payload: Buffer) => Buffer.concat([Buffer.from([0x16, 0x03, 0x01]), u16(payload.length), payload]);
 const alpnExt = (...protocols: string[]) => ext(0x0010, withU16Length(Buffer.concat(protocols.map((p) => Buffer.concat([Buffer.from([p.length]), Buffer.from(p, 'latin1')])))));
 const versionsExt = (...v: number[]) => ext(0x002b, Buffer.concat([Buffer.from([v.length * 2]), ...v.map(u16)]));
 const sigalgsExt = (...v: number[]) => ext(0x000d, withU16Length(Buffer.concat(v.map(u16))));
