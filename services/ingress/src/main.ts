@@ -24,6 +24,7 @@ import { createTrafficEvents } from './events/index.js';
 import { startGeo } from './policy/geo.js';
 import { setServerRegion, stampConnection } from './http/conn-facts.js';
 import { captureClientHello } from './http/client-hello.js';
+import { clearChainVerifyErrors } from './http/tls-error-queue.js';
 import { compileEndpointPolicy, recompileEndpointPolicies, type EndpointPolicy } from './policy/endpoint.js';
 import { FIND_REPLACE_PROCESS_LIMITS } from './policy/find-replace.js';
 
@@ -308,6 +309,8 @@ async function main(): Promise<void> {
   publicHttps.on('upgrade', handler.upgradeHandler('https'));
   // `conn.tls.ja4_fingerprint`: each client's ClientHello is read before node:tls takes the socket.
   captureClientHello(publicHttps);
+  // A client chain that failed OpenSSL's own check leaves its error queued; cleared at once (`tls-error-queue.ts`).
+  clearChainVerifyErrors(publicHttps);
   // OpenSSL has chosen the protocol version before the SNI callback swaps contexts, so an edge's
   // tls_termination minimum is enforced here: a connection below it is closed before any request.
   // This covers only connections whose SNI names the edge; routing goes by Host, so the public
