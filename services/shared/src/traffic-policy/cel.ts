@@ -609,20 +609,14 @@ const NGROK_VARIABLES_NOT_SUPPORTED: readonly string[] = [
   ...['add_headers', 'ai_gateway', 'http_request', 'log', 'remove_headers'].flatMap((a) => [`actions.ngrok.${a}`, `actions.service.${a}`]),
 ];
 
-/** ngrok's namespaced macros (https://ngrok.com/docs/traffic-policy/macros/) Warren does not have. */
+/**
+ * ngrok's namespaced macros (https://ngrok.com/docs/traffic-policy/macros/) Warren does not have.
+ * Every method on that page (string, list and map extensions) is in `ngrok-macros.ts`, so none is
+ * refused by name: a call of one that does not compile keeps the library's message.
+ */
 const NGROK_FUNCTIONS_NOT_SUPPORTED: Readonly<Record<string, readonly string[]>> = {
   secrets: ['get'],
 };
-
-/**
- * ngrok's methods (the same page: string, list and map extensions) that Warren has in no form,
- * with the type ngrok documents them on (none at present: `format`, `isQueryString`,
- * `isPrivateIp` and the list methods are in `ngrok-macros.ts`). Those it has (`split`, `join`,
- * `indexOf`, `substring`, `trim`, `lowerAscii`, the timestamp getters, and `lower`, `replace`,
- * `sha256`, `format`, `sort`, … of `ngrok-macros.ts`) are not listed: a call of one that does not
- * compile keeps the library's message (a wrong argument, say).
- */
-const NGROK_METHODS_NOT_SUPPORTED: Readonly<Record<string, string>> = {};
 
 /** A cel-js AST node (`op`, `args`, `start`; see `cost.ts`). */
 interface AstNode {
@@ -660,8 +654,6 @@ function ngrokNameOf(n: AstNode): string | undefined {
   if (n.op === 'rcall') {
     const [fn, receiver] = n.args as [string, AstNode];
     if (receiver.op === 'id' && typeof receiver.args === 'string' && NGROK_FUNCTIONS_NOT_SUPPORTED[receiver.args]?.includes(fn)) return `${receiver.args}.${fn}()`;
-    const on = Object.hasOwn(NGROK_METHODS_NOT_SUPPORTED, fn) ? NGROK_METHODS_NOT_SUPPORTED[fn] : undefined;
-    if (on !== undefined) return on ? `${on}.${fn}()` : `${fn}()`;
   }
   return undefined;
 }
