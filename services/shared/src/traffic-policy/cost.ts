@@ -1424,40 +1424,30 @@ const NGROK_STRING_METHODS = new Set([
 const sortCost = (n: number): number => (n > 1 ? n * Math.log2(n) * C.sortKey : 0);
 
 /**
- * Cost of `format()`'s `%s` writing `count` values of shape `e` and every value inside them (a
- * list's elements, a map's keys and values, at any depth): a string ~`formatString`, any other
- * `formatValue`. The values inside are at most `count` times the elements each holds, and at
- * most what fits in `budget` (the weight of the value they are drawn from, each element taking
- * its `o` besides itself). Infinite for values of unknown shape (the caller caps it by what can be
- * written).
+ * The sum of `each(shape, k)` over `count` values of shape `e` and every value inside them (a
+ * list's elements, a map's keys and values, at any depth): the values inside are at most `count`
+ * times the elements each holds, and at most what fits in `budget` (the weight of the value they
+ * are drawn from, each element taking its `o` besides itself). Infinite for values of unknown
+ * shape (callers cap it by what can be written).
  */
-function formatValuesCost(e: Shape, count: number, budget: number, seen = new Set<Shape>()): number {
+function overValuesWithin(e: Shape, count: number, budget: number, each: (s: Shape, k: number) => number, seen = new Set<Shape>()): number {
   if (count <= 0) return 0;
-  const collection = e.elem !== undefined || e.key !== undefined;
-  const here = count * (e.key ? C.formatMap : collection || e.n === 0 ? C.formatValue : C.formatString);
-  if (!collection) return here;
+  const here = each(e, count);
+  if (!e.elem && !e.key) return here;
   if (seen.has(e)) return Infinity;
   seen.add(e);
   const inside = Math.min(count * e.n, budget / Math.max(1, e.o ?? 0));
-  const cost = here + (e.elem ? formatValuesCost(e.elem, inside, budget, seen) : 0) + (e.key ? formatValuesCost(e.key, inside, budget, seen) : 0);
-  seen.delete(e);
-  return cost;
-}
-
-/**
- * How many values `count` values of shape `e` are, with every value inside them (as
- * `formatValuesCost` counts them, within `budget`); infinite for values of unknown shape.
- */
-function valuesWithin(e: Shape, count: number, budget: number, seen = new Set<Shape>()): number {
-  if (count <= 0) return 0;
-  if (!e.elem && !e.key) return count;
-  if (seen.has(e)) return Infinity;
-  seen.add(e);
-  const inside = Math.min(count * e.n, budget / Math.max(1, e.o ?? 0));
-  const total = count + (e.elem ? valuesWithin(e.elem, inside, budget, seen) : 0) + (e.key ? valuesWithin(e.key, inside, budget, seen) : 0);
+  const total = here + (e.elem ? overValuesWithin(e.elem, inside, budget, each, seen) : 0) + (e.key ? overValuesWithin(e.key, inside, budget, each, seen) : 0);
   seen.delete(e);
   return total;
 }
+
+/** Cost of `format()`'s `%s` writing `count` values of shape `e` and every value inside them: a string ~`formatString`, a map `formatMap`, any other `formatValue`. */
+const formatValuesCost = (e: Shape, count: number, budget: number): number =>
+  overValuesWithin(e, count, budget, (s, k) => k * (s.key ? C.formatMap : s.elem !== undefined || s.n === 0 ? C.formatValue : C.formatString));
+
+/** How many values `count` values of shape `e` are, with every value inside them (within `budget`). */
+const valuesWithin = (e: Shape, count: number, budget: number): number => overValuesWithin(e, count, budget, (_, k) => k);
 
 /**
  * The map keys inside a value of shape `s` (at any depth, `s` itself included), and the most
