@@ -288,7 +288,7 @@ inbound:
     expect((await c.request('/more/p', { headers: { 'x-next': 'https://evil.example.net/' } })).status).toBe(403);
   });
 
-  it("ngrok's format, list, rand.int, isQueryString and isPrivateIp macros on live traffic", async () => {
+  it("ngrok's format, list, rand.int, isQueryString and isPrivateIp macros, and add-headers' headers_added, on live traffic", async () => {
     await c.policyRoute(
       '/fmt',
       `
@@ -307,6 +307,11 @@ inbound:
             x-flat: "\${json.encode([[1, [2]], [3]].flatten())}"
             x-private: "\${conn.client_ip.isPrivateIp()} \${'10.1.2.3'.isPrivateIp()}"
             x-dice: "\${rand.int(1, 6)}"
+  - actions:
+      - type: add-headers
+        config:
+          headers:
+            x-added: "\${size(actions.ngrok.add_headers.headers_added)} \${actions.ngrok.add_headers.headers_added['x-slice']}"
 `,
     );
     const ok = await c.request('/fmt/p?a=1&b=2', { headers: { 'x-list': 'pear,fig,apple,fig', 'x-fruit': 'fig' } });
@@ -322,6 +327,8 @@ inbound:
     expect(seen['x-private']).toBe('false true');
     expect(Number(seen['x-dice'])).toBeGreaterThanOrEqual(1);
     expect(Number(seen['x-dice'])).toBeLessThanOrEqual(6);
+    // The previous add-headers' result: its 8 headers, each as sent.
+    expect(seen['x-added']).toBe('8 fig,apple');
     // A pair without a key is not a query string.
     expect((await c.request('/fmt/p?a=1&=b', { headers: { 'x-list': 'a', 'x-fruit': 'b' } })).status).toBe(400);
   });

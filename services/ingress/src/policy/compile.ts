@@ -47,6 +47,12 @@ export interface CompiledAddHeaders {
    * does (remove-headers first to replace one).
    */
   replace: Set<string>;
+  /**
+   * Record what was added for `actions.ngrok.add_headers.headers_added`: only in a policy that
+   * names `add_headers` somewhere (its expressions or interpolations), so that the many
+   * policies that add headers and never read the result pay nothing per request.
+   */
+  record: boolean;
 }
 
 export interface CompiledRemoveHeaders {
@@ -81,7 +87,7 @@ export interface CompiledPolicy {
  * rate-limit keys. `nameTaken`: a rate-limit whose name an earlier rate-limit of the direction
  * already has (its key takes `where` too). `ipPolicyRules`: for restrict-ips `ip_policies`.
  */
-function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirection, where: string, nameTaken: boolean, ipPolicyRules?: IpPolicyRules): CompiledAction {
+function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirection, where: string, nameTaken: boolean, readsAddHeaders: boolean, ipPolicyRules?: IpPolicyRules): CompiledAction {
   switch (a.type) {
     case 'rate-limit':
       return {
@@ -100,7 +106,7 @@ function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirect
     case 'add-headers': {
       const headers = Object.entries(a.config.headers).map(([name, raw]) => ({ name, lower: name.toLowerCase(), value: compileHeaderValue(raw, direction) }));
       const replace = new Set(direction === 'inbound' ? headers.map((h) => h.lower).filter((n) => n === 'host') : []);
-      return { kind: 'add-headers', headers, replace };
+      return { kind: 'add-headers', headers, replace, record: readsAddHeaders };
     }
     case 'remove-headers':
       return { kind: 'remove-headers', lower: new Set(a.config.headers.map((h) => h.toLowerCase())) };
@@ -135,7 +141,7 @@ function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirect
   }
 }
 
-function compileRules(rules: PolicyRule[], routeId: string, direction: PolicyDirection, ipPolicyRules?: IpPolicyRules): CompiledRule[] {
+function compileRules(rules: PolicyRule[], routeId: string, direction: PolicyDirection, readsAddHeaders: boolean, ipPolicyRules?: IpPolicyRules): CompiledRule[] {
   // Rate-limit names seen so far: the first action of a name keeps the plain key (its bucket
   // survives), a later one of the same name is keyed by its place as well.
   const seen = new Set<string>();
@@ -147,7 +153,7 @@ function compileRules(rules: PolicyRule[], routeId: string, direction: PolicyDir
       actions: rule.actions.map((a, j) => {
         const nameTaken = a.type === 'rate-limit' && seen.has(a.config.name);
         if (a.type === 'rate-limit') seen.add(a.config.name);
-        return compileAction(a, routeId, direction, `${where}.actions[${j}]`, nameTaken, ipPolicyRules);
+        return compileAction(a, routeId, direction, `${where}.actions[${j}]`, nameTaken, readsAddHeaders, ipPolicyRules);
       }),
       failClosed: rule.actions.some((a) => a.type === 'deny'),
     };
@@ -159,5 +165,7 @@ function compileRules(rules: PolicyRule[], routeId: string, direction: PolicyDir
  * does not compile, and an Error if a restrict-ips IP policy is not found by `ipPolicyRules`.
  */
 export function compilePolicy(policy: TrafficPolicy, routeId: string, ipPolicyRules?: IpPolicyRules): CompiledPolicy {
-  return { inbound: compileRules(policy.inbound, routeId, 'inbound', ipPolicyRules), outbound: compileRules(policy.outbound, routeId, 'outbound', ipPolicyRules) };
+  // A textual test: a string that merely contains `add_headers` only costs the recording.
+  const readsAddHeaders = JSON.stringify(policy).includes('add_headers');
+  return { inbound: compileRules(policy.inbound, routeId, 'inbound', readsAddHeaders, ipPolicyRules), outbound: compileRules(policy.outbound, routeId, 'outbound', readsAddHeaders, ipPolicyRules) };
 }

@@ -125,6 +125,35 @@ describe('trafficPolicyStage', () => {
     expect(res.headers).toEqual(['Set-Cookie', 'a=1', 'set-cookie', 'b=2', 'Host', 'up', 'set-cookie', 'c=3', 'Host', 'h', 'X-Multi', 'only']);
   });
 
+  it("sets actions.ngrok.add_headers.headers_added: the last add-headers' headers as sent, lower-case names, a failed one left out", async () => {
+    const s = stage({
+      inbound: [
+        { actions: [{ type: 'add-headers', config: { headers: { 'X-First': 'one' } } }] },
+        { actions: [{ type: 'add-headers', config: { headers: { 'X-Who': '${req.method}', 'X-Cafe': 'caf\u00e9', 'X-Missing': '${req.headers["x-none"][0]}' } } }] },
+        {
+          expressions: ["actions.ngrok.add_headers.headers_added['x-who'] == 'GET'", "!('x-first' in actions.service.add_headers.headers_added)", "!('x-missing' in actions.ngrok.add_headers.headers_added)"],
+          actions: [{ type: 'add-headers', config: { headers: { 'X-Seen': '${json.encode(actions.ngrok.add_headers.headers_added)}' } } }],
+        },
+      ],
+      outbound: [{ actions: [{ type: 'add-headers', config: { headers: { 'X-Out': '${size(actions.ngrok.add_headers.headers_added)}' } } }] }],
+    });
+    const r = request();
+    expect(await s.onRequest!(r)).toBeNull();
+    // The values as UTF-8 text: 'café' went out as its UTF-8 bytes.
+    expect(header(r.headers, 'x-seen')).toEqual(['{"x-cafe":"café","x-who":"GET"}'.replace(/é/g, '\xc3\xa9')]);
+    // The response phase sees the last add-headers that ran (the inbound one that added x-seen).
+    const res = { status: 200, headers: [] as string[] };
+    expect(await s.onResponse!(r, res)).toBeNull();
+    expect(header(res.headers, 'x-out')).toEqual(['1']);
+  });
+
+  it('records nothing for a policy that never names add_headers (no per-request cost)', async () => {
+    const s = stage({ inbound: [{ actions: [{ type: 'add-headers', config: { headers: { 'X-A': '1' } } }] }] });
+    const r = request();
+    expect(await s.onRequest!(r)).toBeNull();
+    expect(r.vars.actions).toBeUndefined();
+  });
+
   it('keeps the client Host when an interpolated Host fails', async () => {
     const s = stage({ inbound: [{ actions: [{ type: 'add-headers', config: { headers: { Host: '${req.headers["x-backend"][0]}' } } }] }] });
     const r = request();

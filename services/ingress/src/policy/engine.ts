@@ -316,6 +316,7 @@ export class TrafficPolicyStage implements RouteStage {
    */
   private addHeaders(run: Run, a: CompiledAddHeaders): void {
     let out = run.getHeaders().slice();
+    const added: string[] | undefined = a.record ? [] : undefined;
     for (const h of a.headers) {
       const where = `add-headers ${h.name}`;
       const value = this.interpolate(run, h.value, where);
@@ -328,9 +329,12 @@ export class TrafficPolicyStage implements RouteStage {
         out = withoutHeaders(out, a.replace);
       }
       out.push(h.name, value);
+      added?.push(h.name, value);
     }
     run.setHeaders(out);
     run.act.headersChanged();
+    // `actions.ngrok.add_headers.headers_added` (only for a policy that reads it; see `CompiledAddHeaders.record`).
+    if (added) actionsOf(run.act.s).ngrok.add_headers.record(added);
   }
 
   /** A header value as it is sent (`interpolateHeader`); null (counted and logged at `where`) when a `${…}` fails or the result cannot be sent. */

@@ -996,8 +996,34 @@ export class CelBasicAuth {
   readonly credentials = new CelBasicAuthCredentials();
 }
 
+/**
+ * `actions.<ngrok|service>.add_headers`: what the last add-headers action that ran added
+ * (https://ngrok.com/docs/traffic-policy/variables/action/): `headers_added`, each added header's
+ * lower-case name → its value as sent, read as UTF-8 text (as `req.headers` reads values). A
+ * header whose `${…}` failed was not added and is not there. The map is built on first read.
+ */
+export class CelAddHeaders {
+  private pairs: readonly string[] = [];
+  private map?: Map<string, string>;
+  /** One run's result: `[name, value, …]` as the headers went out (a later name of the same spelling wins). */
+  record(pairs: readonly string[]): void {
+    this.pairs = pairs;
+    this.map = undefined;
+  }
+  get headers_added(): Map<string, string> {
+    if (this.map) return this.map;
+    const map = new Map<string, string>();
+    for (let i = 0; i + 1 < this.pairs.length; i += 2) map.set(this.pairs[i]!.toLowerCase(), headerText(this.pairs[i + 1]!));
+    return (this.map = map);
+  }
+}
+
 export class CelActionResults {
   constructor(readonly rate_limit: CelRateLimit) {}
+  private ah?: CelAddHeaders;
+  get add_headers(): CelAddHeaders {
+    return (this.ah ??= new CelAddHeaders());
+  }
   // The other actions' results are made when first read or written: a request of a rate-limited
   // route builds one of these per request, and seven result objects it never uses cost ~0.4 µs.
   private ri?: CelRestrictIps;

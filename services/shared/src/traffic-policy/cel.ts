@@ -84,6 +84,7 @@
 import { Environment, type ParseResult } from '@marcbachmann/cel-js';
 import {
   CelActionResults,
+  CelAddHeaders,
   CelActions,
   CelBasicAuth,
   CelBasicAuthCredentials,
@@ -501,7 +502,8 @@ function baseEnvironment(): Environment {
     .registerType('JwtValidationError', { ctor: CelJwtValidationError, fields: { code: str, message: str } })
     .registerType('JwtToken', { ctor: CelJwtToken, fields: { header: 'map<string, dyn>', payload: 'map<string, dyn>', signature: str, verified: 'bool', location: str, location_property: str } })
     .registerType('JwtValidationResult', { ctor: CelJwtValidation, fields: { tokens: 'list<JwtToken>', error: 'JwtValidationError' } })
-    .registerType('ActionResults', { ctor: CelActionResults, fields: { jwt_validation: 'JwtValidationResult', rate_limit: 'RateLimitResult', restrict_ips: 'RestrictIpsResult', basic_auth: 'BasicAuthResult', url_rewrite: 'UrlActionResult', redirect: 'UrlActionResult', verify_webhook: 'VerifyWebhookResult', compress: 'CompressResult', oauth: 'OAuthResult', oidc: 'OidcResult' } })
+    .registerType('AddHeadersResult', { ctor: CelAddHeaders, fields: { headers_added: 'map<string, string>' } })
+    .registerType('ActionResults', { ctor: CelActionResults, fields: { add_headers: 'AddHeadersResult', jwt_validation: 'JwtValidationResult', rate_limit: 'RateLimitResult', restrict_ips: 'RestrictIpsResult', basic_auth: 'BasicAuthResult', url_rewrite: 'UrlActionResult', redirect: 'UrlActionResult', verify_webhook: 'VerifyWebhookResult', compress: 'CompressResult', oauth: 'OAuthResult', oidc: 'OidcResult' } })
     .registerType('AuthError', { ctor: CelAuthError, fields: { code: str, message: str } })
     .registerType('OAuthIdentity', { ctor: CelOAuthIdentity, fields: { id: str, email: str, name: str, provider_user_id: str, current_provider_session_id: str } })
     .registerType('OAuthResult', {
@@ -606,7 +608,7 @@ const NGROK_VARIABLES_NOT_SUPPORTED: readonly string[] = [
   'conn.server_ip.categories',
   'conn.server_ip.as.*',
   'conn.server_ip.geo.*',
-  ...['add_headers', 'ai_gateway', 'http_request', 'log', 'remove_headers'].flatMap((a) => [`actions.ngrok.${a}`, `actions.service.${a}`]),
+  ...['ai_gateway', 'http_request', 'log', 'remove_headers'].flatMap((a) => [`actions.ngrok.${a}`, `actions.service.${a}`]),
 ];
 
 /**

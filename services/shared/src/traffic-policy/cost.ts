@@ -426,6 +426,8 @@ interface Bounds {
   queryParams: Shape;
   resString: number;
   resHeaders: Shape;
+  /** `actions.ngrok.add_headers.headers_added`: a subset of what the policy's add-headers before the expression add. */
+  addedHeaders: Shape;
 }
 
 /** Finding one header in the raw pairs (a name compared per pair), when the map was not built. */
@@ -455,7 +457,10 @@ function bounds(growth: PolicyHeaderGrowth): Bounds {
   const resString = rhead + growth.bytes;
   const resValues: Shape = { n: RESPONSE_LIMITS.headers + growth.count, w: resString, o: 3, elem: str(resString) };
   const resHeaders: Shape = { n: RESPONSE_LIMITS.headers + growth.count, w: resString, o: 3, key: str(resString), elem: resValues };
-  return { reqString, reqHeaders, queryParams, resString, resHeaders };
+  // The last add-headers' own headers: at most what the policy's add-headers before the
+  // expression add (`growth`: each name, its value, 4 bytes of line), up to 8192 bytes a value.
+  const addedHeaders: Shape = { n: growth.count, w: growth.bytes, o: 1, key: str(Math.min(128, growth.bytes)), elem: str(Math.min(8192, growth.bytes)) };
+  return { reqString, reqHeaders, queryParams, resString, resHeaders, addedHeaders };
 }
 
 /**
@@ -765,6 +770,11 @@ function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cos
       return s(1024);
     case 'ActionResults.compress':
       return { shape: { n: 0, w: 0, obj: 'CompressResult' }, cost: 0 };
+    case 'ActionResults.add_headers':
+      return { shape: { n: 0, w: 0, obj: 'AddHeadersResult' }, cost: 0 };
+    case 'AddHeadersResult.headers_added':
+      // Built on first read: one entry and one UTF-8 read per header (`Bounds.addedHeaders`).
+      return { shape: b.addedHeaders, cost: 0, once: b.addedHeaders.n * C.entry + b.addedHeaders.w * C.scanChar };
     case 'CompressResult.negotiated_algorithm':
       return s(8); // `br`, `gzip` or `deflate`
     // oauth / openid-connect results (`auth-action-vars.ts`): identity values are capped at

@@ -28,6 +28,7 @@ export {
   CEL_NO_TLS,
   CEL_TIME,
   CelActionResults,
+  CelAddHeaders,
   CelActions,
   CelCertificate,
   CelCertificateExtension,
