@@ -60,8 +60,8 @@ export function celTypeName(v: unknown): string {
   return name.startsWith('Cel') ? name.slice(3) : name;
 }
 
-/** A timestamp as Go's `time.Time` writes it (RFC 3339 in UTC, the fraction without trailing zeros). */
-export function rfc3339(d: Date): string {
+/** A timestamp as Go's `time.Time` writes it (RFC 3339 in UTC, the fraction without trailing zeros; `time.ts`'s `rfc3339` drops the fraction, as the API writes times). */
+export function goTimeText(d: Date): string {
   const iso = d.toISOString();
   return iso.replace(/\.?0*Z$/, 'Z');
 }

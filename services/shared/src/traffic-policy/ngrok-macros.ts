@@ -53,7 +53,7 @@ import { crc32 } from 'node:zlib';
 import { bytesText, escapesAsReplacement, textBytes } from '../http-headers.js';
 import { EvaluationError, type Environment } from '@marcbachmann/cel-js';
 import { parseIPv4, parseIPv6 } from '../cidr.js';
-import { celTypeName, evalError, MAX_BUILT_STRING, MAX_VALUE_DEPTH, mapEntries, rfc3339, sortUtf8 } from './cel-values.js';
+import { celTypeName, evalError, MAX_BUILT_STRING, MAX_VALUE_DEPTH, mapEntries, goTimeText, sortUtf8 } from './cel-values.js';
 import { registerListMacros } from './list-macros.js';
 import { registerStringFormat } from './string-format.js';
 
@@ -629,7 +629,7 @@ export function jsonEncode(value: unknown, fn = 'json.encode()', stringLike: (v:
     if (v instanceof Uint8Array) return push(`"${base64Encode(v)}"`);
     if (v instanceof Date) {
       if (Number.isNaN(v.getTime())) throw fail('invalid timestamp');
-      return push(`"${rfc3339(v)}"`);
+      return push(`"${goTimeText(v)}"`);
     }
     const text = stringLike(v);
     if (text !== undefined) return write(text, depth);

@@ -34,7 +34,7 @@
  */
 import type { Environment } from '@marcbachmann/cel-js';
 import { bytesText, textBytes } from '../http-headers.js';
-import { celTypeName, className, compareOrderKeys, evalError, listItems, mapEntries, MAX_BUILT_STRING, MAX_VALUE_DEPTH, rfc3339, utf8OrderKeys } from './cel-values.js';
+import { celTypeName, className, compareOrderKeys, evalError, listItems, mapEntries, MAX_BUILT_STRING, MAX_VALUE_DEPTH, goTimeText, utf8OrderKeys } from './cel-values.js';
 
 /** Largest precision of a `%.Nf` / `%.Ne` clause (JavaScript's `toFixed` / `toExponential` take up to 100). */
 export const MAX_FORMAT_PRECISION = 100;
@@ -195,7 +195,7 @@ function writeString(w: Writer, v: unknown, depth: number, stringLike: (v: unkno
   }
   if (v instanceof Date) {
     if (Number.isNaN(v.getTime())) throw fail('invalid timestamp');
-    return push(w, rfc3339(v));
+    return push(w, goTimeText(v));
   }
   const text = stringLike(v);
   if (text !== undefined) return push(w, text);
