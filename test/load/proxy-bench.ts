@@ -30,6 +30,8 @@
  * BENCH_OPEN_LOOP=1 runs the open loop with BENCH_CASES too; BENCH_OPEN_LOOP_PAIRED=1 adds a paired open
  * loop (c0 and c requests alternating in one run, so both see the same stalls); BENCH_REDIS=unix|tcp|system picks the
  * limiter's Redis (see REDIS_MODE; default unix); BENCH_INGRESS_ENV (JSON) adds ingress variables, e.g. '{"RATE_LIMIT_TRANSPORT":"ioredis"}'.
+ * BENCH_SEQUENTIAL=1 adds the idle latency of c0 and c (one connection, one request at a time) and the
+ * round trip of a PING to the limiter's Redis from core 1.
  * BENCH_HOLD=1 sets everything up, prints the pids and ports, and waits for SIGINT (for profiling).
  * Writes test/load/results/proxy.json.
  */
@@ -71,6 +73,17 @@ function redisScriptCalls(): number {
   let n = 0;
   for (const m of out.matchAll(/cmdstat_(evalsha|eval):calls=(\d+)/g)) n += Number(m[2]);
   return n;
+}
+/**
+ * Round trips of PING to the bench's Redis from a client pinned to core 1 (the ingress's core),
+ * one at a time, 1 ms apart: what one call to the limiter's Redis costs in latency on this box.
+ */
+function redisPingMicros(cliArgs: string[]): { p50: number; p99: number } {
+  const target = cliArgs[0] === '-s' ? { path: cliArgs[1] } : { host: '127.0.0.1', port: Number(cliArgs[1]) };
+  const script = `const net=require('net');const s=net.connect(${JSON.stringify(target)});s.setNoDelay?.(true);const lat=[];let t0=0,n=0;
+s.on('connect',()=>{t0=process.hrtime.bigint();s.write('PING\\r\\n')});
+s.on('data',()=>{lat.push(Number(process.hrtime.bigint()-t0)/1e3);if(++n===1500){lat.splice(0,100);lat.sort((x,y)=>x-y);console.log(JSON.stringify({p50:lat[lat.length>>1],p99:lat[Math.floor(lat.length*0.99)]}));s.end();return}setTimeout(()=>{t0=process.hrtime.bigint();s.write('PING\\r\\n')},1)});`;
+  return JSON.parse(execFileSync('taskset', ['-c', '1', process.execPath, '-e', script], { encoding: 'utf8' })) as { p50: number; p99: number };
 }
 const RESULTS = fileURLToPath(new URL('./results/proxy.json', import.meta.url));
 
@@ -376,6 +389,18 @@ async function main(): Promise<void> {
         log(`paired open loop @ ${share * 100}% (${rate}/s): added p50 ${fmt(median(diff('p50')), 2)} ms (per round ${diff('p50').map((x) => fmt(x, 2)).join(', ')}), added p99 ${fmt(median(diff('p99')), 2)} ms (per round ${diff('p99').map((x) => fmt(x, 2)).join(', ')})`);
       }
     }
+    // Idle latency (BENCH_SEQUENTIAL=1): one connection, one request at a time, c0 and c
+    // alternating at 200/s, so nothing queues and each request meets idle processes; beside it,
+    // the round trip of a PING to the limiter's Redis from core 1 (where the ingress runs). On a
+    // VM, waking an idle process costs tens to hundreds of µs, and the check adds one round trip.
+    let sequential: Record<string, unknown> | undefined;
+    if (process.env.BENCH_SEQUENTIAL === '1') {
+      const classes = [{ host: HOST, 'x-client': 'hot' }, { host: RL_HOST, 'x-client': 'hot' }];
+      const [c0s, cs] = await openLoopPaired({ url: `http://127.0.0.1:${a.http}/`, classes, rate: 200, durationS: Math.max(5, Math.min(DURATION, 10)), connections: 1 });
+      const ping = redisPingMicros(redisCliArgs);
+      sequential = { c0: c0s, c: cs, added_p50_ms: cs!.p50 - c0s!.p50, added_p99_ms: cs!.p99 - c0s!.p99, redis_ping_from_core1_us: ping };
+      log(`idle latency (1 connection, 200/s): c0 p50 ${fmt(c0s!.p50, 3)} p99 ${fmt(c0s!.p99, 2)} ms; c p50 ${fmt(cs!.p50, 3)} p99 ${fmt(cs!.p99, 2)} ms; added p50 ${fmt(cs!.p50 - c0s!.p50, 3)} ms; Redis PING from core 1 p50 ${fmt(ping.p50, 0)} µs p99 ${fmt(ping.p99, 0)} µs`);
+    }
     const result = {
       bench: 'proxy-throughput',
       at: new Date().toISOString(),
@@ -384,6 +409,7 @@ async function main(): Promise<void> {
       summary,
       ratios: { 'c/c0 per-round median': perRound.length ? median(perRound) : NaN, 'c/b per-round median': perRoundCb.length ? median(perRoundCb) : NaN, 'n/b per-round median': perRoundNb.length ? median(perRoundNb) : NaN, 'h/b per-round median': perRoundHb.length ? median(perRoundHb) : NaN, 'c0/n per-round median': perRoundC0n.length ? median(perRoundC0n) : NaN, 'c/n': ratio('c', 'n'), 'c0/a': ratio('c0', 'a'), 'c0/b0': ratio('c0', 'b0'), 'b0/a': ratio('b0', 'a'), 'c/c0': ratio('c', 'c0'), 'c/b0': ratio('c', 'b0'), 'c/b': ratio('c', 'b'), 'b/b0': ratio('b', 'b0'), 'c10k/c0': ratio('c10k', 'c0'), 'hop/c0': ratio('hop', 'c0') },
       open_loop: openLoopResults,
+      sequential,
       runs,
     };
     mkdirSync(path.dirname(RESULTS), { recursive: true });
@@ -409,7 +435,12 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: unknown) => {
-  console.error(err);
-  process.exit(1);
-});
+main().then(
+  // Exit once cleaned up: BENCH_HOLD's signal handlers (and a keep-alive socket or two) would
+  // otherwise keep the process waiting after its services are gone.
+  () => process.exit(process.exitCode ?? 0),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  },
+);
