@@ -124,3 +124,33 @@ export function normalizeIp(ip: string): { addr: string; type: 'ipv4' | 'ipv6' }
   const m = MAPPED_V4.exec(a);
   return m ? { addr: m[1]!, type: 'ipv4' } : { addr: a, type: 'ipv6' };
 }
+
+/** True when the 16 bytes `b` are an IPv4-mapped IPv6 address (`::ffff:0:0/96`). */
+export function isMappedV4(b: readonly number[]): boolean {
+  for (let i = 0; i < 10; i++) if (b[i] !== 0) return false;
+  return b[10] === 0xff && b[11] === 0xff;
+}
+
+/**
+ * A CIDR (or bare address) as rules match it against {@link normalizeIp}'s client addresses:
+ * `{ type, addr, prefix }` for node:net's BlockList, or null when it is not one. An IPv4-mapped
+ * IPv6 network of prefix 96 or more (`::ffff:10.0.0.0/104`, hex groups too) is the IPv4 network it
+ * maps (`10.0.0.0/8`), as Go's `net.IPNet.Contains` (ngrok) and the `inCidrRange` macro match it:
+ * mapped clients are checked as IPv4, so kept as IPv6 such a rule would never match anything.
+ */
+export function matchableCidr(cidr: string): { type: 'ipv4' | 'ipv6'; addr: string; prefix: number } | null {
+  const slash = cidr.indexOf('/');
+  const addr = slash < 0 ? cidr : cidr.slice(0, slash);
+  const text = slash < 0 ? '' : cidr.slice(slash + 1);
+  if (slash >= 0 && !/^\d{1,3}$/.test(text)) return null;
+  if (isIPv4(addr)) {
+    const prefix = slash < 0 ? 32 : Number(text);
+    return prefix <= 32 ? { type: 'ipv4', addr, prefix } : null;
+  }
+  if (!isIPv6(addr)) return null;
+  const prefix = slash < 0 ? 128 : Number(text);
+  if (prefix > 128) return null;
+  const b = prefix >= 96 ? parseIPv6(addr) : null;
+  if (b && isMappedV4(b)) return { type: 'ipv4', addr: b.slice(12).join('.'), prefix: prefix - 96 };
+  return { type: 'ipv6', addr, prefix };
+}

@@ -51,8 +51,23 @@ describe('ip_restriction', () => {
     expect(await status(['ipp_a'], denyAll6, '10.0.0.1')).toBe(200);
     expect(await status(['ipp_a'], denyAll6, '::ffff:10.0.0.1')).toBe(200);
     expect(await status(['ipp_a'], denyAll6, '2001:db8::1')).toBe(403);
+    const deny6 = [policy('ipp_a', [['::/64', 'deny']])];
+    expect(await status(['ipp_a'], deny6, '::ffff:10.0.0.1')).toBe(200);
+  });
+
+  it('matches rules written as IPv4-mapped IPv6 networks as the IPv4 networks they map (as Go and inCidrRange do)', async () => {
+    // Mapped clients are checked as IPv4, so such a rule kept as IPv6 would silently match nothing.
     const allowMapped = [policy('ipp_a', [['::ffff:0:0/96', 'allow']])];
-    expect(await status(['ipp_a'], allowMapped, '10.0.0.1')).toBe(403);
+    expect(await status(['ipp_a'], allowMapped, '10.0.0.1')).toBe(200);
+    expect(await status(['ipp_a'], allowMapped, '::ffff:10.0.0.1')).toBe(200);
+    expect(await status(['ipp_a'], allowMapped, '2001:db8::1')).toBe(403);
+    const denyOne = [policy('ipp_a', [['::ffff:127.0.0.1/128', 'deny']])];
+    expect(await status(['ipp_a'], denyOne, '127.0.0.1')).toBe(403);
+    expect(await status(['ipp_a'], denyOne, '::ffff:127.0.0.1')).toBe(403);
+    expect(await status(['ipp_a'], denyOne, '127.0.0.2')).toBe(200);
+    const denyHex = [policy('ipp_a', [['::ffff:a00:0/104', 'deny']])]; // 10.0.0.0/8 in hex groups
+    expect(await status(['ipp_a'], denyHex, '10.9.8.7')).toBe(403);
+    expect(await status(['ipp_a'], denyHex, '11.0.0.1')).toBe(200);
   });
 
   it('matches IPv6 allow rules', async () => {

@@ -1,5 +1,5 @@
 import { BlockList, isIPv4, isIPv6 } from 'node:net';
-import { normalizeIp } from '@warren/shared';
+import { matchableCidr, normalizeIp } from '@warren/shared';
 import type { RouteStage, StageFactory } from '../pipeline/types.js';
 import { enabledModule, moduleError } from './common.js';
 
@@ -7,7 +7,8 @@ import { enabledModule, moduleError } from './common.js';
  * `ip_restriction`: the route's IP policies (`route.ipPolicyIds` → `config.ipPolicies`), ngrok
  * semantics over the rules of all of them together: a client matching any deny rule is refused;
  * when there is at least one allow rule, a client matching none is refused; otherwise it passes.
- * IPv4-mapped IPv6 clients (`::ffff:a.b.c.d`) are checked as the IPv4 address. A policy id the
+ * IPv4-mapped IPv6 clients (`::ffff:a.b.c.d`) are checked as the IPv4 address, and rules written as
+ * IPv4-mapped networks (`::ffff:10.0.0.0/104`) as the IPv4 network they map. A policy id the
  * config does not hold (or of another account) contributes no rules. Refusals: 403, 7100.
  */
 
@@ -21,17 +22,22 @@ interface Rules {
   hasAllow: boolean;
 }
 
-const familyOf = (cidr: string): 'ipv4' | 'ipv6' => (cidr.includes(':') ? 'ipv6' : 'ipv4');
+/** The BlockList family a rule's CIDR goes to (IPv4-mapped IPv6 networks are IPv4: see {@link matchableCidr}). */
+export const familyOf = (cidr: string): 'ipv4' | 'ipv6' => matchableCidr(cidr)?.type ?? (cidr.includes(':') ? 'ipv6' : 'ipv4');
 
-/** Adds `cidr` (`a.b.c.d/n`, `x::y/n`, or a bare address) to `list`; throws on anything else. Also used by the traffic-policy `restrict-ips` action. */
+/**
+ * Adds `cidr` (`a.b.c.d/n`, `x::y/n`, or a bare address) to `list`, the list of its
+ * {@link familyOf}; throws on anything else. Also used by the traffic-policy `restrict-ips` action.
+ */
 export function addCidr(list: BlockList, cidr: string): void {
-  const slash = cidr.indexOf('/');
-  const addr = slash < 0 ? cidr : cidr.slice(0, slash);
-  const type = isIPv4(addr) ? 'ipv4' : isIPv6(addr) ? 'ipv6' : null;
-  if (!type) throw new Error(`ip_restriction: ${JSON.stringify(cidr)} is not an IPv4 or IPv6 CIDR`);
-  const prefix = slash < 0 ? (type === 'ipv4' ? 32 : 128) : Number(cidr.slice(slash + 1));
-  if (!Number.isInteger(prefix) || prefix < 0 || prefix > (type === 'ipv4' ? 32 : 128)) throw new Error(`ip_restriction: ${JSON.stringify(cidr)} has a bad prefix length`);
-  list.addSubnet(addr, prefix, type);
+  const c = matchableCidr(cidr);
+  if (!c) {
+    const slash = cidr.indexOf('/');
+    const addr = slash < 0 ? cidr : cidr.slice(0, slash);
+    if (!isIPv4(addr) && !isIPv6(addr)) throw new Error(`ip_restriction: ${JSON.stringify(cidr)} is not an IPv4 or IPv6 CIDR`);
+    throw new Error(`ip_restriction: ${JSON.stringify(cidr)} has a bad prefix length`);
+  }
+  list.addSubnet(c.addr, c.prefix, c.type);
 }
 
 /** The address family and canonical text to check a client address as, or null when it is not an IP. */

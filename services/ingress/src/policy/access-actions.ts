@@ -2,7 +2,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { BlockList, SocketAddress } from 'node:net';
 import type { BasicAuthAction, DpIpPolicyRule, RestrictIpsAction } from '@warren/shared';
 import { errorAnswer } from '../http/error-page.js';
-import { addCidr, normalizeClientIp } from '../modules/ip-restriction.js';
+import { addCidr, familyOf, normalizeClientIp } from '../modules/ip-restriction.js';
 import type { Outcome, RequestState } from '../pipeline/types.js';
 import { actionsOf } from './activation.js';
 
@@ -76,7 +76,7 @@ function cidrSet(cidrs: string[]): CidrSet | null {
   if (built) return built;
   const set: CidrSet = { ipv4: null, ipv6: null, each: [] };
   for (const cidr of cidrs) {
-    const family = cidr.includes(':') ? 'ipv6' : 'ipv4';
+    const family = familyOf(cidr);
     addCidr((set[family] ??= new BlockList()), cidr);
     set.each.push({ cidr, family, list: null });
   }

@@ -1,4 +1,4 @@
-import { parseCidr, parseIPv4, parseIPv6 } from '../cidr.js';
+import { isMappedV4, parseCidr, parseIPv4, parseIPv6 } from '../cidr.js';
 
 /**
  * What the `inCidrRange(ip, cidr)` and `inCidrRanges(ip, [cidrs])` macros match
@@ -24,12 +24,6 @@ export interface MatchCidr {
   readonly prefix: number;
 }
 
-/** The first 12 bytes of an IPv4-mapped IPv6 address (`::ffff:0:0/96`). */
-function isMapped(b: readonly number[]): boolean {
-  for (let i = 0; i < 10; i++) if (b[i] !== 0) return false;
-  return b[10] === 0xff && b[11] === 0xff;
-}
-
 /** The bytes an address is matched as (4 for IPv4 and IPv4-mapped IPv6, else 16), or null when it is not an IP address. */
 export function matchAddress(ip: string): number[] | null {
   const pct = ip.indexOf('%');
@@ -39,7 +33,7 @@ export function matchAddress(ip: string): number[] | null {
   if (a.indexOf(':') < 0) return null;
   const v6 = parseIPv6(a);
   if (!v6) return null;
-  return isMapped(v6) ? v6.slice(12) : v6;
+  return isMappedV4(v6) ? v6.slice(12) : v6;
 }
 
 const PREFIX_RE = /^(?:0|[1-9]\d{0,2})$/;
@@ -59,7 +53,7 @@ export function parseMatchCidr(cidr: string): MatchCidr | null {
     if (addr.indexOf(':') < 0) return null;
     bytes = parseIPv6(addr);
     if (!bytes || prefix > 128) return null;
-    if (prefix >= 96 && isMapped(bytes)) {
+    if (prefix >= 96 && isMappedV4(bytes)) {
       bytes = bytes.slice(12);
       prefix -= 96;
     }
