@@ -44,6 +44,15 @@ describe('compression', () => {
     expect(zlib.gunzipSync(out).equals(big)).toBe(true);
   });
 
+  it('drops the digests of the body as it came, which the compressed bytes no longer match', () => {
+    const digests = ['Content-MD5', 'Q2hlY2sgSW50ZWdyaXR5IQ==', 'Content-Digest', 'sha-256=:AAAA:', 'Repr-Digest', 'sha-256=:BBBB:'];
+    const { t, r } = transform('gzip', ['Content-Type', 'application/json', ...digests]);
+    expect(t).not.toBeNull();
+    expect(r.headers).toEqual(['Content-Type', 'application/json', 'Vary', 'Accept-Encoding', 'Content-Encoding', 'gzip']);
+    // Not compressed: kept as they are.
+    expect(transform(null, ['Content-Type', 'application/json', ...digests]).r.headers).toEqual(['Content-Type', 'application/json', ...digests, 'Vary', 'Accept-Encoding']);
+  });
+
   it('brotli round trip for unknown-length bodies', async () => {
     const { t, r } = transform('br, gzip', ['Content-Type', 'text/html']);
     expect(r.headers).toContain('br');
@@ -57,6 +66,8 @@ describe('compression', () => {
     expect(transform('gzip', ['Content-Encoding', 'gzip', ...len]).t).toBeNull();
     expect(transform('gzip', len, { method: 'HEAD' }).t).toBeNull();
     expect(transform('gzip', [], { status: 204 }).t).toBeNull();
+    // 205 Reset Content carries no content (RFC 9110 §15.3.6); gzip of nothing would be 20 bytes.
+    expect(transform('gzip', ['Content-Type', 'text/plain'], { status: 205 }).t).toBeNull();
     expect(transform('gzip', [], { status: 304 }).t).toBeNull();
     expect(transform('gzip', ['Content-Range', 'bytes 0-9/100'], { status: 206 }).t).toBeNull();
     expect(transform('gzip', ['Content-Length', '100']).t).toBeNull();

@@ -7,11 +7,13 @@ import { enabledModule, rawHeader, removeRawHeaders, setRawHeader } from './comm
  * `compression`: compresses upstream response bodies with brotli or gzip as the request's
  * `Accept-Encoding` allows (q-values respected, `*` understood; on equal q brotli is preferred,
  * `q=0` refuses). Left alone: HEAD requests, statuses other than 2xx/3xx with a body (1xx, 204,
- * 206, 304), bodies already encoded, `Cache-Control: no-transform`, ranges, declared lengths under
+ * 205, 206, 304), bodies already encoded, `Cache-Control: no-transform`, ranges, declared lengths under
  * MIN_LENGTH bytes, `text/event-stream` (compressors buffer, events must flow) and media types
  * that are already compressed (images but SVG, audio, video, archives, fonts but SVG/TTF/OTF…).
  * Bodies of unknown length are compressed. When it compresses it sets `Content-Encoding`, drops
- * `Content-Length` and `Accept-Ranges` and weakens a strong `ETag`. Every response it could
+ * `Content-Length`, `Accept-Ranges` and the digests of the body as it came (`Content-MD5`,
+ * `Content-Digest`, `Repr-Digest`: RFC 9530's digests cover the coded bytes), and weakens a strong
+ * `ETag`. Every response it could
  * compress gets `Vary: Accept-Encoding`, compressed or not (its representation depends on it).
  * Levels favour speed: gzip 5, brotli quality 4.
  *
@@ -109,7 +111,8 @@ export function contentEncoded(h: readonly string[]): boolean {
 /** True when this response could be compressed for some client (its representation varies by Accept-Encoding). */
 export function compressibleResponse(s: RequestState, r: ResponseState): boolean {
   if (s.req.method === 'HEAD') return false;
-  if (r.status < 200 || r.status === 204 || r.status === 206 || r.status === 304) return false;
+  // 205 Reset Content: RFC 9110 §15.3.6, a server MUST NOT generate content (gzip of nothing is 20 bytes).
+  if (r.status < 200 || r.status === 204 || r.status === 205 || r.status === 206 || r.status === 304) return false;
   const h = r.headers;
   if (contentEncoded(h)) return false;
   if (rawHeader(h, 'content-range') !== undefined) return false;
@@ -146,11 +149,12 @@ export function addVary(h: string[]): void {
   setRawHeader(h, 'Vary', members.join(', '));
 }
 
-const DROP = new Set(['content-length', 'accept-ranges', 'content-encoding']);
+/** Framing and the digests of the uncompressed bytes, which the compressed body no longer matches. */
+const DROP = new Set(['content-length', 'accept-ranges', 'content-encoding', 'content-md5', 'content-digest', 'repr-digest']);
 
 /**
  * Edits a response head for a body about to be compressed with `coding`: sets `Content-Encoding`,
- * drops `Content-Length` and `Accept-Ranges`, weakens a strong `ETag`. Returns what
+ * drops `Content-Length`, `Accept-Ranges` and the body's digests, weakens a strong `ETag`. Returns what
  * `createCompressor` needs (the length it had, whether it is text).
  */
 export function encodeHead(h: string[], coding: Coding): { contentLength: number | undefined; text: boolean } {
