@@ -36,7 +36,21 @@ describe('circuit_breaker', () => {
     const { stage } = setup();
     for (let i = 0; i < 3; i++) expect(await send(stage, 500)).toBe(500);
     expect(await send(stage, 200)).toBe(200);
-    expect(await send(stage, 200)).toBe(200);
+  });
+
+  it('checks after a success too: at the volume threshold with the ratio still over it, it trips', async () => {
+    const { stage } = setup();
+    for (let i = 0; i < 3; i++) expect(await send(stage, 500)).toBe(500);
+    expect(await send(stage, 200)).toBe(200); // 4 requests, 75 % errors
+    expect(await send(stage, 200)).toBe(503);
+    const other = setup().stage;
+    for (let i = 0; i < 2; i++) expect(await send(other, 500)).toBe(500);
+    expect(await send(other, 200)).toBe(200);
+    expect(await send(other, 200)).toBe(200); // 4 requests, 50 % errors: at the threshold, trips
+    expect(await send(other, 200)).toBe(503);
+    const below = setup().stage;
+    expect(await send(below, 500)).toBe(500);
+    for (let i = 0; i < 4; i++) expect(await send(below, 200)).toBe(200); // 20 % errors: stays closed
   });
 
   it('trips at volume and error ratio, answers 503 while open, then half-opens with one probe', async () => {
@@ -150,8 +164,7 @@ describe('circuit_breaker', () => {
     expect(await stage.onRequest!(s)).toBeNull();
     stage.onResult!(s, 'none'); // not a result
     expect(await send(stage, 500)).toBe(500); // 3 results: below the volume threshold
-    expect(await send(stage, 200)).toBe(200);
-    expect(await send(stage, 500)).toBe(500); // 5 results, 4 errors: trips
+    expect(await send(stage, 200)).toBe(200); // 4 results, 3 errors: trips
     expect(await send(stage, 200)).toBe(503);
     c.advance(10_000);
     const first = makeState();

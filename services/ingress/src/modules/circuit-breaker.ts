@@ -108,7 +108,9 @@ export class CircuitBreaker {
     }
     this.requests[i]!++;
     if (failed) this.errors[i]!++;
-    if (!failed) return;
+    // Checked after every result, a success too: 3 errors then a success at volume 4 is a window
+    // of 4 requests at 75 % errors, over a 50 % threshold (the check is what Hystrix runs on
+    // admission; a success can only lower the ratio, so it trips only where the ratio still holds).
     let requests = 0;
     let errors = 0;
     const oldest = epoch - this.epochs.length;
