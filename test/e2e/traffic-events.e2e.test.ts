@@ -296,6 +296,33 @@ describe('traffic events from the ingress', () => {
     // Recorded once, by the node the client reached.
     await new Promise((r) => setTimeout(r, 300));
     expect(await httpEvents('/ep-hop-')).toHaveLength(2);
+
+    // A bucket key of large header values (ten of 3,000 bytes) over the hop: the answer is the one
+    // the holding node gives (it was a 502 when the results header outgrew the hop's head limit),
+    // and the event's bucket key is cut to its first 1,024 characters.
+    const bigEp = 'big-key.events.e2e.test';
+    const bigFile = path.join(tempDir('warren-events-ep-'), 'policy.yml');
+    writeFileSync(bigFile, [
+      'on_http_request:',
+      '  - actions:',
+      '      - type: rate-limit',
+      `        config: {name: big, algorithm: sliding_window, capacity: 1000, rate: 60s, bucket_key: [${Array(10).fill('"getReqHeader(\'x-big\')"').join(', ')}]}`,
+      '',
+    ].join('\n'));
+    const bigAgent = startAgentProcess(['http', String(upstreamPort), '--domain', bigEp, '--traffic-policy-file', bigFile, ...agentArgs]);
+    agents.push(bigAgent);
+    await bigAgent.waitForOutput('online');
+    await waitFor('the hop node reaches the second endpoint', async () => (await request('/big-probe', bigEp, {}, hopNode!.http)).status !== 404);
+    const big = 'b'.repeat(3000);
+    expect((await request('/big-hop', bigEp, { 'x-big': big }, hopNode.http)).status).toBe(200);
+    const [bigEvent] = await waitFor('the big-key event', async () => {
+      const e = await httpEvents('/big-hop');
+      return e.length >= 1 ? e : null;
+    });
+    const key = bigEvent!.object.warren.rate_limit.bucket_key as string;
+    expect(key).toHaveLength(1024);
+    expect(key.startsWith(`["${big.slice(0, 100)}`)).toBe(true);
+    await bigAgent.stop({ timeoutMs: 10_000 });
     await agent.stop({ timeoutMs: 10_000 });
     await hopNode.stop({ timeoutMs: 10_000 });
     hopNode = undefined;
@@ -331,7 +358,7 @@ describe('traffic events from the ingress', () => {
     const metrics = await (await fetch(`${node.internalUrl}/metrics`)).text();
     expect(metrics).toMatch(/warren_ingress_events_emitted_total\{[^}]*\} (\d+)/);
     // (The endpoint test's events came from its own node.)
-    expect(Number(/warren_ingress_events_emitted_total\{[^}]*\} (\d+)/.exec(metrics)![1])).toBe(all.filter((e) => !String(e.object.http?.request?.url?.path ?? '').startsWith('/ep-')).length);
+    expect(Number(/warren_ingress_events_emitted_total\{[^}]*\} (\d+)/.exec(metrics)![1])).toBe(all.filter((e) => !/^\/(ep|big)-/.test(String(e.object.http?.request?.url?.path ?? ''))).length);
     expect(metrics).toMatch(/warren_ingress_event_queue\{[^}]*\} 0/);
     expect(metrics).not.toMatch(/warren_ingress_events_dropped_total\{[^}]*\} [1-9]/);
   });

@@ -49,15 +49,26 @@ export function rateLimitVarsOf(state: RequestState | null): RateLimitVars | nul
 const MAX_POLICY_RESULT_CHARS = 8 * 1024;
 
 /**
+ * Characters of a rate-limit bucket key kept in `x-warren-tp` when the whole key does not fit: at
+ * most 6 escaped characters each (`\uXXXX`), so the key stays within {@link MAX_POLICY_RESULT_CHARS}.
+ */
+const CUT_BUCKET_KEY_CHARS = 1024;
+
+/**
  * A Bind endpoint policy's results for the node that records the request's traffic event when the
  * policy ran on the holding node (a hop): `{rl, logs}`, as ASCII JSON. The `log` entries are left
- * out (with `lt`) when they would make it longer than {@link MAX_POLICY_RESULT_CHARS}.
+ * out (with `lt`) when they would make it longer than {@link MAX_POLICY_RESULT_CHARS}; a bucket key
+ * that still does not fit (keyed on large header values: ten of 8 KiB are allowed) is cut to its
+ * first {@link CUT_BUCKET_KEY_CHARS} characters (with `kt`), so the header never grows with it.
  */
 export function encodePolicyResult(state: RequestState): string {
   const rl = rateLimitVarsOf(state);
   const logs = policyLogsOf(state);
   const full = asciiJson({ rl, logs });
-  return full.length <= MAX_POLICY_RESULT_CHARS ? full : asciiJson({ rl, logs: null, lt: true });
+  if (full.length <= MAX_POLICY_RESULT_CHARS) return full;
+  const slim = asciiJson({ rl, logs: null, lt: true });
+  if (slim.length <= MAX_POLICY_RESULT_CHARS || !rl) return slim;
+  return asciiJson({ rl: { ...rl, bucket_key: rl.bucket_key.slice(0, CUT_BUCKET_KEY_CHARS) }, logs: null, lt: true, kt: true });
 }
 
 /** {@link encodePolicyResult} read back; what does not have the expected shape is dropped. */

@@ -31,6 +31,9 @@ export interface InternalServerOptions {
   log: Logger;
 }
 
+/** Longest request head the internal listener reads (see {@link createInternalServer}). */
+const INTERNAL_MAX_HEADER_BYTES = 64 * 1024;
+
 /**
  * The node's internal listener: requests other nodes carry here for tunnels of this node's agents
  * (`x-warren-tunnel`, authenticated by the shared node token), and the operational endpoints
@@ -38,7 +41,10 @@ export interface InternalServerOptions {
  */
 export function createInternalServer(o: InternalServerOptions): http.Server {
   const expected = o.hopToken ? Buffer.from(o.hopToken) : null;
-  const server = http.createServer((req, res) => {
+  // Hops carry a client's request head (up to the public listeners' 16 KiB) plus the hop's own
+  // headers (x-warren-conn, …): read more than the default 16 KiB, or a request the client's node
+  // accepted would be refused here (431).
+  const server = http.createServer({ maxHeaderSize: INTERNAL_MAX_HEADER_BYTES }, (req, res) => {
     if (req.headers[HOP.tunnel] !== undefined) {
       if (!tokenOk(expected, req.headers[HOP.token])) {
         res.writeHead(403, { 'content-type': 'text/plain' }).end('bad node token\n');

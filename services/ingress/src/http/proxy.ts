@@ -267,7 +267,7 @@ export class Forwarder {
   private hopPoolFor(nodeAddress: string): TunnelPool {
     let p = this.hopPools.get(nodeAddress);
     if (!p) {
-      const pool = new Pool(`http://${nodeAddress}`, { ...this.poolOptions(), connections: HOP_CONNECTIONS });
+      const pool = new Pool(`http://${nodeAddress}`, { ...this.poolOptions(), connections: HOP_CONNECTIONS, maxHeaderSize: HOP_MAX_HEADER_BYTES });
       p = { pool, inFlight: 0 };
       this.hopPools.set(nodeAddress, p);
     }
@@ -532,6 +532,14 @@ export class Forwarder {
 
 /** Keep-alive connections kept to each other node (hops). */
 const HOP_CONNECTIONS = 512;
+
+/**
+ * Longest answer head read from another node (hops). The holding node's answer is the upstream's
+ * head (up to the 16 KiB a tunnel's pool reads) plus what it adds: policy headers and `x-warren-tp`
+ * (up to 8 KiB). With the default 16 KiB, an answer the holding node served whole failed here
+ * (502, UND_ERR_HEADERS_OVERFLOW) after the upstream had run the request.
+ */
+const HOP_MAX_HEADER_BYTES = 64 * 1024;
 
 /**
  * What a hop's answer says of itself: a miss (the tunnel is not on that node), the holding node's
