@@ -1,6 +1,6 @@
 export * from './types.js';
 export { parseDurationNs } from './duration.js';
-export { HEADER_ACTION_LIMITS, MAX_TRAFFIC_POLICY_BYTES, RATE_LIMIT_LIMITS, SUPPORTED_ACTION_TYPES, TrafficPolicyError, decodeTrafficPolicy, parseTrafficPolicy, validateTrafficPolicy, type ValidateOptions } from './parse.js';
+export { HEADER_ACTION_LIMITS, MAX_TRAFFIC_POLICY_BYTES, RATE_LIMIT_COST, RATE_LIMIT_LIMITS, SUPPORTED_ACTION_TYPES, rateLimitCost, TrafficPolicyError, decodeTrafficPolicy, parseTrafficPolicy, validateTrafficPolicy, type ValidateOptions } from './parse.js';
 export { MAX_EXPRESSION_COST, MAX_POLICY_COST, REQUEST_LIMITS, RESPONSE_LIMITS, TLS_LIMITS, estimateCost } from './cost.js';
 export { MAX_MATCH_INPUT } from './regex.js';
 export { BASIC_AUTH_LIMITS, DEFAULT_BASIC_AUTH_REALM, IP_POLICY_MAX_RULES, RESTRICT_IPS_LIMITS, restrictIpsPolicyRefs } from './access-actions.js';

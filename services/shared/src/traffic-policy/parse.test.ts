@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { refusal } from './testing.js';
+import { MAX_POLICY_COST } from './cost.js';
+import { RATE_LIMIT_COST } from './index.js';
 import { decodeTrafficPolicy, parseDurationNs, parseTrafficPolicy, SUPPORTED_ACTION_TYPES, validateTrafficPolicy, type RateLimitAction } from './index.js';
 
 const rl = (config: Record<string, unknown>) => ({ inbound: [{ actions: [{ type: 'rate-limit', config }] }] });
@@ -154,6 +156,30 @@ inbound:
     for (const el of ['req.path', "req.headers['bad header']", 'req.headers[x]', "getReqHeader('')", "getReqHeader('a'", 5])
       expect(path({ ...good, bucket_key: ['req.host', el] })).toBe('bucket_key[1]');
     expect(() => validateTrafficPolicy(rl({ ...good, bucket_key: ['req.headers["x-a"]', 'getReqHeader("X-B")'] }))).not.toThrow();
+  });
+
+  it('names the number a non-finite capacity is (YAML .inf, .nan)', () => {
+    expect(fails('inbound:\n  - actions:\n      - type: rate-limit\n        config: {name: a, algorithm: sliding_window, capacity: .inf, rate: 60s, bucket_key: [req.host]}\n').message).toContain('must be an integer, got number Infinity');
+    expect(fails('inbound:\n  - actions:\n      - type: rate-limit\n        config: {name: a, algorithm: sliding_window, capacity: .nan, rate: 60s, bucket_key: [req.host]}\n').message).toContain('got number NaN');
+  });
+
+  it("charges each rate-limit to the policy's cost: the limiter call and the bucket key, header values counted at 16 KiB", () => {
+    const many = (n: number, bucket_key: string[]) => ({ inbound: [{ actions: Array.from({ length: n }, (_, i) => ({ type: 'rate-limit', config: { ...good, name: `rl-${i}`, bucket_key } })) }] });
+    const tenHeaders = Array(10).fill("getReqHeader('a')") as string[];
+    const perTen = RATE_LIMIT_COST.call + 10 * RATE_LIMIT_COST.headerElement;
+    const fit = Math.floor(MAX_POLICY_COST / perTen);
+    expect(fit).toBe(3);
+    expect(() => validateTrafficPolicy(many(fit, tenHeaders), { checkCost: true })).not.toThrow();
+    const e = refusal(many(fit + 1, tenHeaders), true);
+    expect(e.path).toBe(`inbound[0].actions[${fit}].config`);
+    expect(e.reason).toMatch(/^rate-limit: asking the limiter with a bucket key of 10 values \(10 from request headers, counted at 16 KiB each\) is estimated at 1\.52 ms per request at worst, which takes the policy to .* more than the 5\.00 ms allowed for a policy$/);
+    // Keyed on the host: a few hundred (the 64 KiB document of 536 an audit sent is refused).
+    const perHost = RATE_LIMIT_COST.call + RATE_LIMIT_COST.shortElement;
+    const hosts = Math.floor(MAX_POLICY_COST / perHost);
+    expect(() => validateTrafficPolicy(many(hosts, ['req.host']), { checkCost: true })).not.toThrow();
+    expect(refusal(many(hosts + 1, ['req.host']), true).reason).toMatch(/^rate-limit: asking the limiter with a bucket key of 1 value is estimated/);
+    // Stored policies (no cost check) still load.
+    expect(() => validateTrafficPolicy(many(fit + 1, tenHeaders))).not.toThrow();
   });
 });
 
