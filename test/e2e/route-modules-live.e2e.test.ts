@@ -472,6 +472,32 @@ describe('edge mutual_tls with an intermediate CA', () => {
     }
   });
 
+  for (const maxVersion of ['TLSv1.3', 'TLSv1.2'] as const) {
+    it(`${maxVersion}: accepts the client again when it resumes its session (no certificates are sent; the leaf is verified over the intermediate seen in full)`, async () => {
+      const cert = leaf.certificatePem + intermediate.certificatePem;
+      const get2 = (p: string, session?: Buffer) => httpsRequest({ port: c.a.https, host: MTLS_HOST, path: p, ca: c.tls.caPem!, cert, key: leaf.privateKeyPem, session, maxVersion, wantSession: true, headers: { accept: 'application/json' } });
+      const first = await get2('/full');
+      expect([first.status, first.reused, first.protocol], first.body).toEqual([200, false, maxVersion]);
+      expect(first.session).toBeDefined();
+      const again = await get2('/resumed', first.session);
+      expect(again.reused, 'the session was resumed').toBe(true);
+      expect([again.status, code(again)], again.body).toEqual([200, undefined]);
+    });
+  }
+
+  it('a resumed session of a leaf no verified chain vouches for is still refused', async () => {
+    // An intermediate of the trusted root never seen in a full handshake: its leaf, presented alone,
+    // was refused, and resuming that session does not make it pass.
+    const unseen = await createCertificate({ commonName: 'rm e2e other issuing CA', days: 2, ca: true, issuer: root, keyType: 'ec' });
+    const lone = await createCertificate({ commonName: 'client', days: 1, issuer: unseen, keyType: 'ec', dnsNames: ['client.test'] });
+    const get2 = (p: string, session?: Buffer) => httpsRequest({ port: c.a.https, host: MTLS_HOST, path: p, ca: c.tls.caPem!, cert: lone.certificatePem, key: lone.privateKeyPem, session, wantSession: true, headers: { accept: 'application/json' } });
+    const first = await get2('/lone');
+    expect([first.status, code(first)], first.body).toEqual([403, 'ERR_WARREN_7104']);
+    const again = await get2('/lone-resumed', first.session);
+    expect(again.reused).toBe(true);
+    expect([again.status, code(again)], again.body).toEqual([403, 'ERR_WARREN_7104']);
+  });
+
   it('refuses the same leaf without its intermediate (the chain cannot be built to the root)', async () => {
     const r = await get('/no-chain', leaf.certificatePem, leaf.privateKeyPem);
     expect([r.status, code(r)], r.body).toEqual([403, 'ERR_WARREN_7104']);

@@ -18,6 +18,10 @@ export interface HttpsAnswer {
   json: () => any;
   /** The negotiated TLS version. */
   protocol: string | null;
+  /** Whether the TLS session was resumed (`session` given). */
+  reused: boolean;
+  /** The session the server issued (a ticket), to resume with (see `wantSession`). */
+  session: Buffer | undefined;
 }
 
 export interface HttpsRequestOptions {
@@ -35,6 +39,11 @@ export interface HttpsRequestOptions {
   key?: string;
   /** Default 10 s. */
   timeoutMs?: number;
+  /** A session to resume (an earlier answer's `session`). */
+  session?: Buffer;
+  /** Wait for the server's session ticket (TLS 1.3 sends it after the handshake) so the answer's `session` can resume. */
+  wantSession?: boolean;
+  maxVersion?: 'TLSv1.2' | 'TLSv1.3';
 }
 
 export function httpsRequest(o: HttpsRequestOptions): Promise<HttpsAnswer> {
@@ -50,19 +59,28 @@ export function httpsRequest(o: HttpsRequestOptions): Promise<HttpsAnswer> {
         checkServerIdentity: () => undefined,
         cert: o.cert,
         key: o.key,
+        ...(o.session ? { session: o.session } : {}),
+        ...(o.maxVersion ? { maxVersion: o.maxVersion } : {}),
         agent: false,
         headers: { host: o.host, ...o.headers },
       },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
+        const socket = res.socket as TLSSocket;
+        const protocol = socket.getProtocol?.() ?? null;
+        const reused = socket.isSessionReused?.() ?? false;
         res.on('end', () => {
           const raw = Buffer.concat(chunks);
-          resolve({ status: res.statusCode ?? 0, headers: res.headers, raw, body: raw.toString('utf8'), json: () => JSON.parse(raw.toString('utf8')), protocol: (res.socket as TLSSocket).getProtocol?.() ?? null });
+          const answer = () => resolve({ status: res.statusCode ?? 0, headers: res.headers, raw, body: raw.toString('utf8'), json: () => JSON.parse(raw.toString('utf8')), protocol, reused, session });
+          if (!o.wantSession || session || protocol !== 'TLSv1.3') answer();
+          else setTimeout(answer, 50);
         });
         res.on('error', reject);
       },
     );
+    let session: Buffer | undefined;
+    req.on('socket', (sock) => sock.on('session', (x: Buffer) => (session = x)));
     req.setTimeout(o.timeoutMs ?? 10_000, () => req.destroy(new Error('timed out')));
     req.on('error', reject);
     req.end(o.body);

@@ -15,6 +15,13 @@ import { moduleError } from './common.js';
  * refuses everything. The verdict is kept per TLS connection (the certificate cannot change on
  * it), per config version.
  *
+ * A resumed TLS session (a ticket or session id, as browsers, curl and Go clients use) carries no
+ * certificates: OpenSSL keeps only the leaf, so a leaf issued by an intermediate would no longer
+ * chain. The intermediates of chains verified in full handshakes are therefore remembered per
+ * set of CAs ({@link rememberPath}), and a resumed session's lone leaf is verified again, with
+ * every check above, over a remembered path whose first certificate issued it. Sessions are
+ * resumed only on the process that issued them (its own ticket keys), which saw the full chain.
+ *
  * The HTTPS server must request certificates without rejecting: `requestCert: true,
  * rejectUnauthorized: false` (`mutualTlsCaPems` gives the CA names to advertise).
  */
@@ -50,6 +57,35 @@ export function presentedChain(peer: DetailedPeerCertificate): X509Certificate[]
   return chain;
 }
 
+/** Intermediate paths (issuer of the leaf first) of verified chains, by CA set; bounded, oldest out. */
+const learnedPaths = new Map<string, X509Certificate[][]>();
+const MAX_CA_SETS = 256;
+const MAX_PATHS_PER_SET = 16;
+
+/** Remembers the intermediates of a chain verified in a full handshake (a leaf signed by a CA directly needs none). */
+function rememberPath(caKey: string, chain: X509Certificate[]): void {
+  if (chain.length < 2) return;
+  const path = chain.slice(1);
+  let paths = learnedPaths.get(caKey);
+  if (paths?.some((p) => p.length === path.length && p.every((c, i) => c.fingerprint256 === path[i]!.fingerprint256))) return;
+  if (!paths) {
+    if (learnedPaths.size >= MAX_CA_SETS) learnedPaths.delete(learnedPaths.keys().next().value!);
+    learnedPaths.set(caKey, (paths = []));
+  }
+  if (paths.length >= MAX_PATHS_PER_SET) paths.shift();
+  paths.push(path);
+}
+
+/** A resumed session's lone leaf completed with a remembered path that verifies, or null. */
+function resumedChain(caKey: string, leaf: X509Certificate, cas: readonly X509Certificate[], now: number): X509Certificate[] | null {
+  for (const path of learnedPaths.get(caKey) ?? []) {
+    if (!leaf.checkIssued(path[0]!)) continue;
+    const chain = [leaf, ...path];
+    if (verifyClientChain(chain, cas, now) === null) return chain;
+  }
+  return null;
+}
+
 /** null when `chain` (leaf first) chains to one of `cas` and is valid at `now`, else the reason. */
 export function verifyClientChain(chain: X509Certificate[], cas: readonly X509Certificate[], now: number): string | null {
   const leaf = chain[0];
@@ -82,6 +118,7 @@ export function mutualTlsStage(edge: DpEdge, config: DataPlaneConfig, now: () =>
       /* an unparsable CA trusts nothing */
     }
   }
+  const caKey = cas.map((c) => c.fingerprint256).sort().join(',');
   /** Per TLS connection: until when its certificate was found valid (ms); failures are not kept. */
   const validUntil = new WeakMap<object, number>();
   return {
@@ -100,6 +137,14 @@ export function mutualTlsStage(edge: DpEdge, config: DataPlaneConfig, now: () =>
         else {
           chain = presentedChain(peer);
           verdict = verifyClientChain(chain, cas, t);
+          if (verdict === null) rememberPath(caKey, chain);
+          else if (chain.length === 1 && socket.isSessionReused?.() === true) {
+            const completed = resumedChain(caKey, chain[0]!, cas, t);
+            if (completed) {
+              chain = completed;
+              verdict = null;
+            }
+          }
         }
       } catch {
         verdict = 'the client certificate could not be parsed';
