@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { createHash } from 'node:crypto';
 import type http from 'node:http';
 import { Duplex } from 'node:stream';
@@ -9,7 +10,10 @@ import { Duplex } from 'node:stream';
  * only in the sense that bytes are passed on in order) and whose writes are sent to the client
  * as binary frames. Pings are answered with pongs; a close frame from the client is echoed and
  * ends the readable side; ending the writable side sends a close frame (1000) and ends the
- * socket. Protocol errors close with 1002, oversize frames with 1009.
+ * socket. Protocol errors close with 1002 (RFC 6455: unmasked or reserved-bit frames, bad control
+ * frames, a continuation without a message or a new message inside one, a close payload of 1 byte
+ * or a code no endpoint may send), a close reason that is not UTF-8 with 1007, oversize frames
+ * with 1009.
  */
 
 const GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
@@ -82,6 +86,11 @@ export function acceptWebSocketAsTcp(req: http.IncomingMessage, socket: Duplex, 
 
 const EMPTY = Buffer.alloc(0);
 /** The longest frame head: 2 bytes, 8 of extended length, 4 of mask. */
+/** Close codes an endpoint may send (RFC 6455 §7.4.1–2): 1000–1003, 1007–1014, and 3000–4999 (registered and private). */
+function validCloseCode(code: number): boolean {
+  return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1014) || (code >= 3000 && code <= 4999);
+}
+
 const MAX_HEAD_BYTES = 14;
 
 class WebSocketStream extends Duplex {
@@ -90,6 +99,8 @@ class WebSocketStream extends Duplex {
   /** Payload bytes of the current frame still to come; -1 between frames (a head is next). */
   private left = -1;
   private opcode = 0;
+  /** A fragmented data message has started and its last (FIN) frame has not come yet. */
+  private inMessage = false;
   private mask: Buffer = EMPTY;
   /** Where in the mask the next payload byte is. */
   private maskAt = 0;
@@ -191,7 +202,11 @@ class WebSocketStream extends Duplex {
     const control = opcode >= 8;
     if (control && (!fin || len > 125)) return void this.fail(1002, 'bad control frame');
     if (![0, 1, 2, 8, 9, 10].includes(opcode)) return void this.fail(1002, 'unknown opcode');
+    // RFC 6455 §5.4: a continuation needs a message started; a new message may not start inside one.
+    if (opcode === 0 && !this.inMessage) return void this.fail(1002, 'continuation frame without a message');
+    if ((opcode === 1 || opcode === 2) && this.inMessage) return void this.fail(1002, 'new message inside a fragmented one');
     if (b.length < off + 4) return 0;
+    if (!control) this.inMessage = !fin;
     this.mask = Buffer.from(b.subarray(off, off + 4));
     this.maskAt = 0;
     this.opcode = opcode;
@@ -208,11 +223,16 @@ class WebSocketStream extends Duplex {
     const payload = this.control.length === 1 ? this.control[0]! : Buffer.concat(this.control);
     this.control = [];
     if (opcode === 8) {
+      // RFC 6455 §5.5.1 and §7.4: a close payload is empty or a code of 2 bytes (then UTF-8); a
+      // code no endpoint may send (under 1000, 1004–1006, 1015, 1016–2999, 5000 and up) fails it.
+      const code = payload.length >= 2 ? payload.readUInt16BE(0) : 0;
+      if (payload.length === 1) return this.failed(1002, 'close frame with a 1-byte payload');
+      if (payload.length >= 2 && !validCloseCode(code)) return this.failed(1002, `close code ${code} may not be sent`);
+      if (payload.length > 2 && !isUtf8(payload.subarray(2))) return this.failed(1007, 'close reason is not UTF-8');
       this.closeReceived = true;
       if (!this.closeSent) {
         this.closeSent = true;
-        const code = payload.length >= 2 ? payload.readUInt16BE(0) : 1000;
-        this.socket.write(encodeFrame(8, closePayload(code === 1005 || code === 1006 || code === 1015 ? 1000 : code)));
+        this.socket.write(encodeFrame(8, closePayload(payload.length >= 2 ? code : 1000)));
       }
       this.socket.end();
       this.push(null);
@@ -220,6 +240,12 @@ class WebSocketStream extends Duplex {
     }
     if (opcode === 9) this.socket.write(encodeFrame(10, payload));
     return false;
+  }
+
+  /** {@link fail} for {@link frameDone}: reading ends. */
+  private failed(code: number, reason: string): true {
+    this.fail(code, reason);
+    return true;
   }
 
   private fail(code: number, reason: string): void {
