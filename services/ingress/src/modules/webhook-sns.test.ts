@@ -123,7 +123,27 @@ describe('webhook_verification sns', () => {
     expect(String(out!.body)).toMatch(/could not be fetched/);
   });
 
-  it('allow-lists only SNS certificate URLs', () => {
+  it('allow-lists only SNS certificate URLs, in regions shaped as AWS shapes them', () => {
+    const regions = [
+      'us-east-1', 'us-east-2', 'us-west-1', 'us-west-2', 'af-south-1', 'ap-east-1', 'ap-east-2', 'ap-south-1', 'ap-south-2',
+      'ap-northeast-1', 'ap-northeast-2', 'ap-northeast-3', 'ap-southeast-1', 'ap-southeast-2', 'ap-southeast-3', 'ap-southeast-4',
+      'ap-southeast-5', 'ap-southeast-6', 'ap-southeast-7', 'ca-central-1', 'ca-west-1', 'eu-central-1', 'eu-central-2', 'eu-north-1',
+      'eu-south-1', 'eu-south-2', 'eu-west-1', 'eu-west-2', 'eu-west-3', 'il-central-1', 'me-central-1', 'me-south-1', 'mx-central-1',
+      'sa-east-1', 'us-gov-east-1', 'us-gov-west-1',
+    ];
+    for (const r of regions) expect(isSnsCertificateUrl(`https://sns.${r}.amazonaws.com/SimpleNotificationService-0123.pem`), r).toBe(true);
+    for (const r of ['cn-north-1', 'cn-northwest-1']) expect(isSnsCertificateUrl(`https://sns.${r}.amazonaws.com.cn/a.pem`), r).toBe(true);
+    expect(isSnsCertificateUrl('https://sns.eusc-de-east-1.amazonaws.eu/a.pem')).toBe(true);
+    // Made-up regions, and real ones on another partition's domain.
+    for (const host of [
+      'sns.zz-abc-1.amazonaws.com', 'sns.zz-aaa-1.amazonaws.com', 'sns.us-foo-1.amazonaws.com', 'sns.us-east-01.amazonaws.com',
+      'sns.us-east-100.amazonaws.com', 'sns.us-east-0.amazonaws.com', 'sns.us-gov-foo-1.amazonaws.com', 'sns.abcd-east-1.amazonaws.com',
+      'sns.us-east-east-1.amazonaws.com', 'sns.cn-north-1.amazonaws.com', 'sns.us-east-1.amazonaws.com.cn', 'sns.us-east-1.amazonaws.eu',
+      'sns.eusc-de-east-1.amazonaws.com', 'sns.US-EAST-1.amazonaws.com.evil.test',
+    ]) {
+      expect(isSnsCertificateUrl(`https://${host}/a.pem`), host).toBe(false);
+    }
+
     expect(isSnsCertificateUrl(CERT_URL)).toBe(true);
     expect(isSnsCertificateUrl('https://sns.cn-north-1.amazonaws.com.cn/a.pem')).toBe(true);
     expect(isSnsCertificateUrl('https://sns.us-east-1.amazonaws.com:8443/a.pem')).toBe(false);
@@ -136,21 +156,151 @@ describe('webhook_verification sns', () => {
     }
   });
 
-  it('bounds the certificate cache and does not keep failures', async () => {
+  it('bounds the certificate cache', async () => {
+    let calls = 0;
+    const cache = new SnsCertificateCache(async () => {
+      calls++;
+      return signer.certificatePem;
+    }, Date.now, { maxFetched: 2, maxVerified: 2 });
+    const url = (n: number) => `https://sns.us-east-1.amazonaws.com/${n}.pem`;
+    // Fetched only: the oldest goes first.
+    await cache.get(url(1));
+    await cache.get(url(2));
+    await cache.get(url(3));
+    await cache.get(url(3));
+    expect(calls).toBe(3);
+    await cache.get(url(1));
+    expect(calls).toBe(4);
+    // Verified: the least recently used goes first, and only for another verified one.
+    cache.confirm(url(1), await cache.get(url(1)));
+    cache.confirm(url(3), await cache.get(url(3)));
+    await cache.get(url(1));
+    for (let n = 10; n < 20; n++) await cache.get(url(n));
+    calls = 0;
+    await cache.get(url(3));
+    await cache.get(url(1));
+    expect(calls).toBe(0);
+    cache.confirm(url(4), await cache.get(url(4)));
+    calls = 0;
+    await cache.get(url(1));
+    await cache.get(url(4));
+    expect(calls).toBe(0);
+    await cache.get(url(3));
+    expect(calls).toBe(1);
+    expect(snsCanonicalString({ Type: 'Other' })).toBeNull();
+  });
+
+  it('fetches a certificate again after an hour, one that verified even while others are in flight', async () => {
+    let now = 1_700_000_000_000;
+    let calls = 0;
+    const cache = new SnsCertificateCache((url) => {
+      calls++;
+      return /slow/.test(url) ? new Promise(() => {}) : Promise.resolve(signer.certificatePem);
+    }, () => now);
+    const first = await cache.get(CERT_URL);
+    cache.confirm(CERT_URL, first);
+    now += 3_599_000;
+    expect(await cache.get(CERT_URL)).toBe(first);
+    expect(calls).toBe(1);
+    for (let i = 0; i < 4; i++) void cache.get(`https://sns.us-east-1.amazonaws.com/slow-${i}.pem`);
+    await expect(cache.get('https://sns.us-east-1.amazonaws.com/other.pem')).rejects.toThrow(/too many/);
+    now += 1_000;
+    const again = await cache.get(CERT_URL);
+    expect(again).not.toBe(first);
+    expect(calls).toBe(6);
+    // Still among the verified, fresh again.
+    calls = 0;
+    expect(await cache.get(CERT_URL)).toBe(again);
+    expect(calls).toBe(0);
+  });
+
+  it('remembers a failed fetch for a minute', async () => {
+    let now = 1_700_000_000_000;
     let calls = 0;
     const cache = new SnsCertificateCache(async () => {
       calls++;
       if (calls === 1) throw new Error('transient');
       return signer.certificatePem;
-    }, Date.now, 2);
-    await expect(cache.get('https://sns.a-1.amazonaws.com/1.pem')).rejects.toThrow();
-    await cache.get('https://sns.a-1.amazonaws.com/1.pem');
-    await cache.get('https://sns.a-1.amazonaws.com/2.pem');
-    await cache.get('https://sns.a-1.amazonaws.com/3.pem');
-    await cache.get('https://sns.a-1.amazonaws.com/3.pem');
-    expect(calls).toBe(4);
-    await cache.get('https://sns.a-1.amazonaws.com/1.pem');
-    expect(calls).toBe(5);
-    expect(snsCanonicalString({ Type: 'Other' })).toBeNull();
+    }, () => now);
+    await expect(cache.get(CERT_URL)).rejects.toThrow('transient');
+    await expect(cache.get(CERT_URL)).rejects.toThrow(/a moment ago/);
+    now += 59_000;
+    await expect(cache.get(CERT_URL)).rejects.toThrow(/a moment ago/);
+    expect(calls).toBe(1);
+    now += 1_000;
+    await cache.get(CERT_URL);
+    expect(calls).toBe(2);
+    // What is not a certificate is a failure too.
+    const junk = new SnsCertificateCache(async () => {
+      calls++;
+      return 'not a certificate';
+    }, () => now);
+    calls = 0;
+    await expect(junk.get(CERT_URL)).rejects.toThrow();
+    await expect(junk.get(CERT_URL)).rejects.toThrow(/a moment ago/);
+    expect(calls).toBe(1);
+  });
+
+  it('unsigned messages naming the same failing URL make one fetch a minute', async () => {
+    let now = Date.parse('2023-11-14T22:13:20.000Z');
+    const urls: string[] = [];
+    const f = createWebhookVerificationStage({
+      now: () => now,
+      snsCertificateFetcher: async (url) => {
+        urls.push(url);
+        throw new Error('404');
+      },
+    });
+    const bogus = JSON.stringify({ ...message(), Signature: 'AAAA' });
+    for (let i = 0; i < 20; i++) expect(String((await run(f, bogus))!.body)).toMatch(/could not be fetched/);
+    expect(urls).toEqual([CERT_URL]);
+    now += 60_000;
+    await run(f, bogus);
+    expect(urls).toEqual([CERT_URL, CERT_URL]);
+  });
+
+  it('runs at most four fetches at once; a fetch of the same URL is shared', async () => {
+    const pending: Array<(pem: string) => void> = [];
+    const calls: string[] = [];
+    let hold = true;
+    const cache = new SnsCertificateCache((url) => {
+      calls.push(url);
+      return hold ? new Promise((resolve) => pending.push(resolve)) : Promise.resolve(signer.certificatePem);
+    });
+    const url = (n: number) => `https://sns.us-east-1.amazonaws.com/${n}.pem`;
+    const first = [1, 2, 3, 4, 1, 2].map((n) => cache.get(url(n)));
+    expect(calls).toEqual([url(1), url(2), url(3), url(4)]);
+    await expect(cache.get(url(5))).rejects.toThrow(/too many/);
+    expect(calls.length).toBe(4);
+    hold = false;
+    for (const resolve of pending) resolve(signer.certificatePem);
+    await Promise.all(first);
+    await cache.get(url(5));
+    expect(calls.length).toBe(5);
+  });
+
+  it('a certificate that verified a signature stays cached whatever unsigned messages name', async () => {
+    const calls: string[] = [];
+    const pending: Array<() => void> = [];
+    const f = createWebhookVerificationStage({
+      snsCertificateFetcher: (url) => {
+        calls.push(url);
+        if (url === CERT_URL || /good-/.test(url)) return Promise.resolve(signer.certificatePem);
+        if (/slow-/.test(url)) return new Promise((_, reject) => pending.push(() => reject(new Error('timeout'))));
+        return Promise.reject(new Error('404'));
+      },
+    });
+    expect(await run(f, JSON.stringify(message()))).toBeNull();
+    const unsigned = (certUrl: string) => run(f, JSON.stringify({ ...message({ SigningCertURL: certUrl }), Signature: 'AAAA' }));
+    // Slow hosts in flight, certificates that fetch but verify nothing, URLs that fail: many more than the cache holds.
+    const slow = Array.from({ length: 10 }, (_, i) => unsigned(`https://sns.us-east-1.amazonaws.com/slow-${i}.pem`));
+    for (let i = 0; i < 100; i++) await unsigned(`https://sns.us-east-1.amazonaws.com/good-${i}.pem`);
+    for (let i = 0; i < 300; i++) await unsigned(`https://sns.us-east-1.amazonaws.com/bad-${i}.pem`);
+    expect(await run(f, JSON.stringify(message({ Message: 'again' })))).toBeNull();
+    expect(calls.filter((u) => u === CERT_URL)).toHaveLength(1);
+    // Only four ran at once: the slow ones beyond them were refused without a fetch.
+    expect(calls.filter((u) => /slow-/.test(u))).toHaveLength(4);
+    pending.forEach((reject) => reject());
+    for (const out of await Promise.all(slow)) expect(out!.status).toBe(403);
   });
 });

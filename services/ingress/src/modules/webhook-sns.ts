@@ -4,20 +4,31 @@ import { verify, X509Certificate } from 'node:crypto';
  * Amazon SNS message signatures (webhook_verification provider `sns`, no secret): the body is
  * the SNS JSON message; its `Signature` (SignatureVersion 1: SHA1withRSA, 2: SHA256withRSA) over
  * the canonical string of its fields is checked with the certificate at `SigningCertURL`, which
- * must be an `https://sns.<region>.amazonaws.com[.cn]/….pem` URL. Certificates are fetched
- * through an injectable fetcher and cached (bounded, one hour).
+ * must be an `https://sns.<region>.amazonaws.com[.cn]/….pem` URL (`SNS_HOST_RE`; `.eu` for the
+ * European Sovereign Cloud). Certificates are fetched through an injectable fetcher and cached
+ * (`SnsCertificateCache`: bounded, one hour; failures remembered for a minute; four fetches at
+ * a time; a certificate that verified a signature kept apart from the others).
  */
 
 /** Fetches a PEM certificate; throws on failure. */
 export type CertificateFetcher = (url: string) => Promise<string>;
 
 /**
- * `sns.<region>.amazonaws.com[.cn]`, the region written as AWS writes them (`us-east-1`,
- * `us-gov-west-1`, `cn-north-1`, `eusc-de-east-1`): not any `sns.<label>`, since
+ * `sns.<region>.<AWS DNS suffix>`, the region as AWS's partitions shape them (the SDKs'
+ * `regionRegex`): `<area>-<direction>-<n>` in the commercial partition (`us-east-1`,
+ * `ap-southeast-7`, `il-central-1`, `mx-central-1`) and GovCloud (`us-gov-west-1`) on
+ * `amazonaws.com`, China (`cn-north-1`, `cn-northwest-1`) on `amazonaws.com.cn`, the European
+ * Sovereign Cloud (`eusc-de-east-1`) on `amazonaws.eu`. Not any `sns.<label>`, since
  * `sns.s3.amazonaws.com` or `sns.execute-api.amazonaws.com` would serve whoever owns the bucket
- * or API named `sns`.
+ * or API named `sns`; and not a made-up area or direction either, so an unsigned message cannot
+ * name a fresh host for every certificate fetch (regions to come keep this shape).
  */
-const SNS_HOST_RE = /^sns\.[a-z]{2,4}(-[a-z]+)+-\d{1,2}\.amazonaws\.com(\.cn)?$/;
+const SNS_DIRECTION = '(?:north|south|east|west|central|northeast|northwest|southeast|southwest)';
+const SNS_HOST_RE = new RegExp(
+  `^sns\\.(?:(?:us|us-gov|eu|ap|ca|sa|me|af|il|mx)-${SNS_DIRECTION}-[1-9]\\d?\\.amazonaws\\.com` +
+    `|cn-${SNS_DIRECTION}-[1-9]\\d?\\.amazonaws\\.com\\.cn` +
+    `|eusc-de-${SNS_DIRECTION}-[1-9]\\d?\\.amazonaws\\.eu)$`,
+);
 
 /** The URL's parts when it is an https URL on an SNS host (no port, no user info), else null. */
 function snsUrl(url: string): URL | null {
@@ -80,30 +91,104 @@ export const fetchCertificate: CertificateFetcher = async (url) => {
   return text;
 };
 
-/** Bounded cache of parsed signing certificates by URL (in-flight fetches shared; failures not kept). */
+/** Bounds of an `SnsCertificateCache`. */
+export interface SnsCertificateCacheLimits {
+  /** Certificates kept after they verified a signature, least recently used dropped first (64). */
+  maxVerified?: number;
+  /** Certificates fetched but not (yet) seen verifying a signature, oldest dropped first (32). */
+  maxFetched?: number;
+  /** How long a fetched certificate is used before it is fetched again, in ms (one hour). */
+  ttlMs?: number;
+  /** Failed fetches remembered, by URL, oldest forgotten first (256). */
+  maxFailures?: number;
+  /** How long a failed fetch is remembered (not tried again), in ms (one minute). */
+  failureTtlMs?: number;
+  /** Fetches in flight at once; beyond that a new URL is refused, not fetched (4). */
+  maxInflight?: number;
+}
+
+interface CachedCertificate {
+  at: number;
+  cert: X509Certificate;
+}
+
+/**
+ * Parsed signing certificates by URL, for every route and account of one ingress, bounded
+ * whatever unsigned messages name: a fetch of a URL already being fetched is shared, at most
+ * `maxInflight` run at once (a new URL beyond that fails at once), a failed URL is not fetched
+ * again for `failureTtlMs`, and a certificate that verified a signature (`confirm`) is kept
+ * apart from those only fetched, so that certificates named by unsigned messages, however
+ * many, never push it out (nor keep it from being fetched again when it expires).
+ */
 export class SnsCertificateCache {
-  private readonly entries = new Map<string, { at: number; cert: Promise<X509Certificate> }>();
+  private readonly verified = new Map<string, CachedCertificate>();
+  private readonly fetched = new Map<string, CachedCertificate>();
+  private readonly failed = new Map<string, number>();
+  private readonly inflight = new Map<string, Promise<X509Certificate>>();
+  private readonly limits: Required<SnsCertificateCacheLimits>;
 
   constructor(
     private readonly fetcher: CertificateFetcher = fetchCertificate,
     private readonly now: () => number = Date.now,
-    private readonly maxEntries = 32,
-    private readonly ttlMs = 3_600_000,
-  ) {}
+    limits: SnsCertificateCacheLimits = {},
+  ) {
+    this.limits = { maxVerified: 64, maxFetched: 32, ttlMs: 3_600_000, maxFailures: 256, failureTtlMs: 60_000, maxInflight: 4, ...limits };
+  }
 
+  /** The certificate at `url`: cached, being fetched, or fetched now; rejects when it cannot be had. */
   get(url: string): Promise<X509Certificate> {
     const now = this.now();
-    const hit = this.entries.get(url);
-    if (hit && now - hit.at < this.ttlMs) return hit.cert;
-    if (hit) this.entries.delete(url);
+    const verified = this.verified.get(url);
+    if (verified && now - verified.at < this.limits.ttlMs) {
+      // Used most recently: dropped last.
+      this.verified.delete(url);
+      this.verified.set(url, verified);
+      return Promise.resolve(verified.cert);
+    }
+    const fetched = this.fetched.get(url);
+    if (fetched && now - fetched.at < this.limits.ttlMs) return Promise.resolve(fetched.cert);
+    if (fetched) this.fetched.delete(url);
+    const failedAt = this.failed.get(url);
+    if (failedAt !== undefined) {
+      if (now - failedAt < this.limits.failureTtlMs) return Promise.reject(new Error(`${url} could not be fetched a moment ago`));
+      this.failed.delete(url);
+    }
+    const running = this.inflight.get(url);
+    if (running) return running;
+    // An expired certificate that verified a signature is fetched again whatever else is in flight.
+    if (!verified && this.inflight.size >= this.limits.maxInflight) return Promise.reject(new Error('too many SNS certificate fetches in flight'));
     const cert = this.fetcher(url).then((pem) => new X509Certificate(pem));
-    cert.catch(() => {
-      if (this.entries.get(url)?.cert === cert) this.entries.delete(url);
-    });
-    if (this.entries.size >= this.maxEntries) this.entries.delete(this.entries.keys().next().value!);
-    this.entries.set(url, { at: now, cert });
+    this.inflight.set(url, cert);
+    const wasVerified = () => verified !== undefined && this.verified.get(url) === verified;
+    cert.then(
+      (c) => {
+        this.inflight.delete(url);
+        if (wasVerified()) this.verified.set(url, { at: now, cert: c });
+        else put(this.fetched, url, { at: now, cert: c }, this.limits.maxFetched);
+      },
+      () => {
+        this.inflight.delete(url);
+        if (wasVerified()) this.verified.delete(url);
+        put(this.failed, url, this.now(), this.limits.maxFailures);
+      },
+    );
     return cert;
   }
+
+  /** Records that `cert`, got from `url`, verified a signature: it is kept among the verified. */
+  confirm(url: string, cert: X509Certificate): void {
+    const known = this.verified.get(url) ?? this.fetched.get(url);
+    if (known && known.cert !== cert) return;
+    this.fetched.delete(url);
+    put(this.verified, url, { at: known?.at ?? this.now(), cert }, this.limits.maxVerified);
+  }
+}
+
+/** Sets `key` last in `map`, dropping the first entries beyond `max`. */
+function put<V>(map: Map<string, V>, key: string, value: V, max: number): void {
+  map.delete(key);
+  map.set(key, value);
+  while (map.size > max) map.delete(map.keys().next().value!);
 }
 
 const NOTIFICATION_FIELDS = ['Message', 'MessageId', 'Subject', 'Timestamp', 'TopicArn', 'Type'] as const;
@@ -178,5 +263,7 @@ export async function verifySnsMessage(body: Buffer, certs: SnsCertificateCache,
   }
   if (Date.parse(cert.validFrom) > nowMs || Date.parse(cert.validTo) < nowMs) return 'the SNS signing certificate is not valid now';
   const ok = verify(alg, Buffer.from(canonical, 'utf8'), cert.publicKey, Buffer.from(m.Signature, 'base64'));
-  return ok ? null : 'the SNS signature does not match';
+  if (!ok) return 'the SNS signature does not match';
+  certs.confirm(m.SigningCertURL, cert);
+  return null;
 }
