@@ -48,6 +48,11 @@ describe('circuit_breaker', () => {
     expect(await send(other, 200)).toBe(200);
     expect(await send(other, 200)).toBe(200); // 4 requests, 50 % errors: at the threshold, trips
     expect(await send(other, 200)).toBe(503);
+    // error_threshold 0 still needs an error: successes alone never trip it.
+    const zero = setup({ ...SETTINGS, volume_threshold: 2, error_threshold_percentage: 0 }).stage;
+    for (let i = 0; i < 5; i++) expect(await send(zero, 200)).toBe(200);
+    expect(await send(zero, 500)).toBe(500);
+    expect(await send(zero, 200)).toBe(503);
     const below = setup().stage;
     expect(await send(below, 500)).toBe(500);
     for (let i = 0; i < 4; i++) expect(await send(below, 200)).toBe(200); // 20 % errors: stays closed

@@ -120,7 +120,8 @@ export class CircuitBreaker {
         errors += this.errors[j]!;
       }
     }
-    if (requests >= this.settings.volumeThreshold && errors / requests >= this.settings.errorThreshold) this.trip(t);
+    // At least one error, always: with error_threshold 0, successes alone must not trip it.
+    if (errors > 0 && requests >= this.settings.volumeThreshold && errors / requests >= this.settings.errorThreshold) this.trip(t);
   }
 
   private trip(t: number): void {
