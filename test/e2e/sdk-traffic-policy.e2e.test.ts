@@ -373,6 +373,39 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
     expect(empty.output()).toMatch(/the traffic policy file .*policy\.yml is empty/);
   });
 
+  it('close-connection closes the client connection whichever node it reached (over a hop the holding node tells the sending node; destroying the hop read there as a 502)', async () => {
+    const dir = tempDir('warren-sdk-tp-cc-');
+    const file = path.join(dir, 'policy.yml');
+    writeFileSync(file, "on_http_request:\n  - expressions: [\"req.url.path.startsWith('/cc')\"]\n    actions: [{type: close-connection}]\n");
+    const host = 'cc.sdk-tp.e2e.test';
+    const agent = startAgentProcess(['http', upstreamUrl, '--domain', host, '--traffic-policy-file', file, '--authtoken', tokenA, '--server', `localhost:${a.agent}`, '--ca', tls.caFile]);
+    /** Everything the node sent back on a new connection before it closed it. */
+    const exchange = (port: number, raw: string) =>
+      new Promise<string>((resolve, reject) => {
+        const s = net.connect(port, '127.0.0.1', () => s.write(raw));
+        const chunks: Buffer[] = [];
+        const timer = setTimeout(() => s.destroy(new Error(`the connection stayed open: ${JSON.stringify(Buffer.concat(chunks).toString('latin1').slice(0, 200))}`)), 10_000);
+        s.on('data', (c: Buffer) => chunks.push(c));
+        s.on('error', (err: NodeJS.ErrnoException) => (err.code === 'ECONNRESET' ? undefined : reject(err)));
+        s.on('close', () => {
+          clearTimeout(timer);
+          resolve(Buffer.concat(chunks).toString('latin1'));
+        });
+      });
+    try {
+      await agent.waitForOutput('online');
+      for (const n of [a, b]) {
+        await waitFor(`${n.nodeId} serves ${host}`, async () => (await request(n.http, host, '/ok')).status === 200);
+        expect(await exchange(n.http, `GET /cc HTTP/1.1\r\nHost: ${host}\r\n\r\n`), `GET via ${n.nodeId}`).toBe('');
+        expect(await exchange(n.http, `POST /cc HTTP/1.1\r\nHost: ${host}\r\nContent-Length: 2\r\n\r\nhi`), `POST via ${n.nodeId}`).toBe('');
+        expect(await exchange(n.http, `GET /cc/ws HTTP/1.1\r\nHost: ${host}\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n`), `Upgrade via ${n.nodeId}`).toBe('');
+        expect((await request(n.http, host, '/ok')).status).toBe(200);
+      }
+    } finally {
+      await agent.stop({ timeoutMs: 10_000 });
+    }
+  });
+
   it('restrict-ips resolves ip_policies of the tunnel\'s own account only', async () => {
     const ours = (await callApi(cp.baseUrl, keyA, 'POST', '/ip_policies', { description: 'ours' })).body.id as string;
     const rule = (await callApi(cp.baseUrl, keyA, 'POST', '/ip_policy_rules', { ip_policy_id: ours, cidr: '127.0.0.0/8', action: 'deny' })).body.id as string;

@@ -64,8 +64,17 @@ export const HOP = {
   policyWanted: 'x-warren-tp-want',
   /** On a hop's answer: those results (`tracking.ts` `encodePolicyResult`). */
   policyResult: 'x-warren-tp',
+  /**
+   * On a hop's answer: the endpoint's policy closed the connection (close-connection) on the
+   * holding node; the sending node closes its client's connection without an answer. (Destroying
+   * the hop's own connection instead read there as an unreachable node: a 502.)
+   */
+  close: 'x-warren-hop-close',
   proto: 'x-warren-proto',
 } as const;
+
+/** The holding node's answer to a hop request or upgrade whose endpoint policy closed the connection ({@link HOP}.close). */
+export const HOP_CLOSE_HEAD = 'HTTP/1.1 204 No Content\r\nx-warren-hop-close: 1\r\nconnection: close\r\n\r\n';
 
 export function ipOf(addr: string): string {
   if (addr.startsWith('[')) return addr.slice(1, addr.indexOf(']'));
@@ -464,6 +473,12 @@ export class Forwarder {
       sendUpgradeError(socket, 7004, 'the upstream did not answer the upgrade');
       return;
     }
+    if (answer.status !== 101 && target.kind !== 'local' && HOP_CLOSE_RE.test(answer.head.toString('latin1'))) {
+      // The endpoint's close-connection on the holding node: the client's connection closes too.
+      upstream.destroy();
+      socket.destroy();
+      return;
+    }
     if (answer.status !== 101) {
       upstream.destroy();
       // Its answer goes to the client (a refused WebSocket handshake: 401, 403, 404, …), closed.
@@ -530,6 +545,12 @@ export class Forwarder {
   }
 }
 
+/** The status a closed connection is recorded with (close-connection's, as `flow-actions.ts` `CLOSE_CONNECTION`). */
+const CLOSE_CONNECTION_STATUS = 444;
+
+/** {@link HOP}.close in an answer head. */
+const HOP_CLOSE_RE = /\r\nx-warren-hop-close:/i;
+
 /** Keep-alive connections kept to each other node (hops). */
 const HOP_CONNECTIONS = 512;
 
@@ -547,7 +568,7 @@ const HOP_MAX_HEADER_BYTES = 64 * 1024;
  * neither (the upstream's response). Only hop answers are read, and the holding node drops any
  * `x-warren-*` header of the upstream's, so an upstream cannot fake either.
  */
-function hopMarker(raw: Buffer[]): 'miss' | ForwardError | null {
+function hopMarker(raw: Buffer[]): 'miss' | 'close' | ForwardError | null {
   let error: string | null = null;
   let message = '';
   for (let i = 0; i < raw.length; i += 2) {
@@ -555,6 +576,7 @@ function hopMarker(raw: Buffer[]): 'miss' | ForwardError | null {
     if (name.length < HOP.miss.length || (name[0] !== 0x78 && name[0] !== 0x58)) continue; // not x-… / X-…
     const lower = name.toString('latin1').toLowerCase();
     if (lower === HOP.miss) return 'miss';
+    if (lower === HOP.close) return 'close';
     if (lower === HOP.error) error = raw[i + 1]!.toString('latin1');
     else if (lower === HOP.errorMessage) message = raw[i + 1]!.toString('latin1');
   }
@@ -702,6 +724,15 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
     if (status < 200) return true; // 1xx: informational, the final answer follows
     if (this.hop) {
       const marker = hopMarker(rawHeaders);
+      if (marker === 'close') {
+        // The endpoint's close-connection on the holding node: this node's client connection
+        // closes, nothing is written; whatever else comes on the hop is dropped.
+        this.miss = true;
+        this.finish(CLOSE_CONNECTION_STATUS, null);
+        // (The response's socket: for a request whose body was sent on, req.socket was seen null here.)
+        (this.res.socket ?? this.req.socket)?.destroy();
+        return true;
+      }
       if (marker) {
         this.miss = true;
         if (marker !== 'miss') this.hopError = marker;

@@ -5,7 +5,7 @@ import type { ErrorCode, Logger } from '@warren/shared';
 import { hostnameOfUrl, type TunnelRegistry, type TunnelTarget } from '../tunnels/registry.js';
 import type { IngressMetrics } from '../metrics.js';
 import { sendError, sendUpgradeError } from './error-page.js';
-import { HOP, deliverAnswer, hopRequestHeaders, ipOf, publicRequestHeaders, splice, type Forwarder, type RequestInfo } from './proxy.js';
+import { HOP, HOP_CLOSE_HEAD, deliverAnswer, hopRequestHeaders, ipOf, publicRequestHeaders, splice, type Forwarder, type RequestInfo } from './proxy.js';
 import { answerBody, answerHeaders } from './answer.js';
 import { remoteIp } from './client-address.js';
 import { WebSocketHandshakeError, acceptWebSocketAsTcp, isWebSocketTcpConverter } from '../modules/index.js';
@@ -413,6 +413,12 @@ export class PublicHandler {
     if (out) {
       // A stage answered: through the response stages when the route has any (the traffic
       // policy's outbound rules run on a deny or a 429 as on the upstream's response), else as it is.
+      if (out === CLOSE_CONNECTION && r.hop) {
+        // A Bind endpoint's close-connection on the node holding it: the node the client reached
+        // closes the client's connection (destroying this one, the hop's, read there as a 502).
+        res.writeHead(204, { [HOP.close]: '1' }).end();
+        return Promise.resolve(CLOSE_CONNECTION.status);
+      }
       if (out === CLOSE_CONNECTION || !pipeline.editsResponses) return Promise.resolve(sendOutcome(req, res, out));
       return deliverAnswer(req, res, out, { pipeline, state }, this.opts.log);
     }
@@ -458,7 +464,9 @@ export class PublicHandler {
     if (out) {
       count('refused');
       if (out === CLOSE_CONNECTION) {
-        socket.destroy();
+        // Over a hop, the sending node closes its client's connection on this answer.
+        if (r.hop) socket.end(HOP_CLOSE_HEAD);
+        else socket.destroy();
         return;
       }
       // Written raw (no response stages run on it: the socket is not an HTTP response).
