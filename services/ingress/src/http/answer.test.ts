@@ -37,3 +37,23 @@ describe('a stage’s own answer with non-ASCII header values', () => {
     expect(raw.subarray(raw.indexOf('\r\n\r\n') + 4).toString('utf8')).toBe('prix: 5 €');
   });
 });
+
+describe('a 205 answer', () => {
+  it('carries no content whatever body it was given (RFC 9110 §15.3.6), with Content-Length: 0', async () => {
+    const server = http.createServer((req, res) => {
+      sendOutcome(req, res, { status: 205, headers: { 'content-type': 'text/plain', 'content-length': '12' }, body: 'form cleared' });
+    });
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    try {
+      const text = (await rawAnswer((server.address() as AddressInfo).port)).toString('latin1');
+      const [head, body] = text.split('\r\n\r\n');
+      expect(head).toMatch(/^HTTP\/1\.1 205 Reset Content\r\n/);
+      expect(head!.toLowerCase()).toContain('\r\ncontent-length: 0');
+      expect(head!.toLowerCase()).not.toContain('content-length: 12');
+      expect(body).toBe('');
+    } finally {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+});

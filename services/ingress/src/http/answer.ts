@@ -15,35 +15,38 @@ export function bodilessStatus(status: number): boolean {
 /**
  * The head of an answer as raw `[name, value, …]` pairs (an array value is one field per value,
  * as `writeHead` sends it) with `Content-Length`, the length of its body, unless the answer
- * states one; a bodiless status gets none (and any it states is dropped). A HEAD request gets the
+ * states one; a bodiless status gets none (and any it states is dropped), a 205 `0` (it carries no
+ * content, RFC 9110 §15.3.6, whatever body it was given). A HEAD request gets the
  * same head as a GET would, without the body.
  */
 export function answerHeaders(out: Answer): string[] {
   const h: string[] = [];
   let length = false;
   const bodiless = bodilessStatus(out.status);
+  // 205 Reset Content: no content (RFC 9110 §15.3.6), stated as Content-Length: 0.
+  const reset = out.status === 205;
   if (out.headers) {
     for (const name in out.headers) {
       const isLength = name.length === 14 && name.toLowerCase() === 'content-length';
-      if (isLength && bodiless) continue;
+      if (isLength && (bodiless || reset)) continue;
       length ||= isLength;
       const v = out.headers[name]!;
       if (typeof v === 'string') h.push(name, v);
       else for (const one of v) h.push(name, one);
     }
   }
-  if (!length && !bodiless) h.push('content-length', String(out.body === undefined ? 0 : Buffer.byteLength(out.body)));
+  if (!length && !bodiless) h.push('content-length', reset || out.body === undefined ? '0' : String(Buffer.byteLength(out.body)));
   return h;
 }
 
 /**
- * What goes out as the answer's body: nothing for HEAD or a bodiless status. Text as its UTF-8
+ * What goes out as the answer's body: nothing for HEAD, a bodiless status or 205. Text as its UTF-8
  * bytes: Node writes a string body given to the head's first write in one string with the head,
  * in the body's encoding, so a header value's bytes 0x80-0xff (a policy's UTF-8 text, one
  * character per byte) would go out encoded a second time.
  */
 export function answerBody(out: Answer, method: string | undefined): Buffer | undefined {
-  if (method === 'HEAD' || bodilessStatus(out.status)) return undefined;
+  if (method === 'HEAD' || bodilessStatus(out.status) || out.status === 205) return undefined;
   const b = out.body ?? '';
   return typeof b === 'string' ? Buffer.from(b, 'utf8') : b;
 }

@@ -378,7 +378,7 @@ export class TrafficPolicyStage implements RouteStage {
     }
     // custom-response without a Content-Type: infer one, as ngrok does, rather than leave the
     // body to a browser's sniffing (a body that echoes request data could be read as HTML).
-    if (a.body !== undefined && body !== '' && a.status !== 204 && a.status !== 304 && !hasContentType(headers)) headers['Content-Type'] = inferContentType(body);
+    if (a.body !== undefined && body !== '' && a.status !== 204 && a.status !== 205 && a.status !== 304 && !hasContentType(headers)) headers['Content-Type'] = inferContentType(body);
     return { status: a.status, headers, body };
   }
 

@@ -76,6 +76,10 @@ outbound:
     expect(path({ type: 'add-headers', config: { headers: { 'bad name': 'x' } } })).toBe('config.headers.bad name');
     expect(path({ type: 'add-headers', config: { headers: { 'X-A': 'a', 'x-a': 'b' } } })).toBe('config.headers.x-a');
     expect(path({ type: 'add-headers', config: { headers: { 'Content-Length': '1' } } })).toBe('config.headers.Content-Length');
+    // Expect on requests: the ingress answers 100-continue itself (an added one made every request a 502).
+    expect(path({ type: 'add-headers', config: { headers: { Expect: '100-continue' } } })).toBe('config.headers.Expect');
+    expect(() => validateTrafficPolicy({ outbound: [{ actions: [{ type: 'add-headers', config: { headers: { Expect: 'x' } } }] }] })).not.toThrow();
+    expect(() => validateTrafficPolicy({ inbound: [{ actions: [{ type: 'remove-headers', config: { headers: ['Expect'] } }] }] })).not.toThrow();
     expect(path({ type: 'add-headers', config: { headers: { 'X-A': ['1'] } } })).toBe('config.headers.X-A');
     expect(path({ type: 'add-headers', config: { headers: { 'X-A': 'v ${' } } })).toBe('config.headers.X-A');
     expect(path({ type: 'add-headers', config: { headers: Object.fromEntries(Array.from({ length: 33 }, (_, i) => [`X-${i}`, 'v'])) } })).toBe('config.headers');

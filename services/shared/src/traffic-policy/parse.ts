@@ -434,6 +434,10 @@ function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: strin
       const c = expectObj(raw, path, 'config');
       noUnknownKeys(c, path, ['headers']);
       const headers = parseHeaderMap(c.headers, at(path, 'headers'), true, direction, g);
+      // The ingress answers a client's `Expect: 100-continue` itself and never sends one on; one
+      // added towards the upstream made every request of the route fail (undici refuses it: 502).
+      const expect = direction === 'inbound' ? Object.keys(headers).find((n) => n.toLowerCase() === 'expect') : undefined;
+      if (expect !== undefined) throw new TrafficPolicyError(at(at(path, 'headers'), expect), `header ${JSON.stringify(expect)} cannot be added to requests by a traffic policy (the ingress handles 100-continue itself)`);
       if (direction === 'inbound') checkStaticHost(headers, at(path, 'headers'));
       return { type, config: { headers } };
     }

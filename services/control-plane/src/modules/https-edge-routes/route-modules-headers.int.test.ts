@@ -124,6 +124,11 @@ describe('header module names', () => {
     }
   });
 
+  it('refuses adding Expect to requests (the ingress handles 100-continue itself; an added one failed every request with 502); removing it, or adding it to responses, is allowed', async () => {
+    await expectRefused('request_headers', { add: { Expect: '100-continue' } }, 'request_headers.add.Expect', 'header "Expect" cannot be added to requests (the ingress handles 100-continue itself)');
+    expect((await create('response_headers', { add: { Expect: 'x' } })).status).toBe(201);
+  });
+
   it('still accepts other names, end-to-end headers among them', async () => {
     const r = await create('request_headers', { add: { Authorization: 'Bearer x', 'X-Forwarded-Host': 'a', 'Hostname': 'h', 'X-Warren': 'ok' }, remove: ['Cookie', 'Expect', 'Te-Foo', 'Warren-Error-Code'] });
     expect([r.status, r.body.msg]).toEqual([201, undefined]);

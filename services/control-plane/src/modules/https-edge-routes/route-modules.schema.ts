@@ -136,6 +136,9 @@ function checkHeaderName(name: string, ctx: Ctx, path: (string | number)[], dire
   if (bytes(name) > 128) fail(ctx, 5003, 'header name is over 128 bytes', path);
   else if (!HEADER_TOKEN_RE.test(name)) fail(ctx, 2104, `${JSON.stringify(name)} is not a valid header name`, path);
   else if (RESERVED_HEADERS.has(lower) || lower.startsWith('x-warren-')) fail(ctx, 2104, `header ${JSON.stringify(name)} cannot be changed by a route module`, path);
+  else if (lower === 'expect' && direction === 'request' && op === 'add')
+    // The ingress answers a client's 100-continue itself and sends none on: one added made every request fail (502).
+    fail(ctx, 2104, `header ${JSON.stringify(name)} cannot be added to requests (the ingress handles 100-continue itself)`, path);
   else if (lower === 'host' && direction === 'request' && op === 'remove')
     fail(ctx, 2104, `header ${JSON.stringify(name)} cannot be removed: HTTP/1.1 requires a Host header; to rewrite it, set it in add (e.g. "Host": "localhost")`, path);
 }
