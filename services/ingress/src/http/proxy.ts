@@ -662,6 +662,8 @@ export function forwardErrorOf(err: Error & { code?: string }, hop: boolean, log
  */
 class TunnelExchange implements Dispatcher.DispatchHandler {
   private abortFn: ((err?: Error) => void) | null = null;
+  /** The upstream's response has ended (completed or failed): nothing left to stop. */
+  private upstreamDone = false;
   private resumeFn: (() => void) | null = null;
   /** The response has started towards the client (or to the response stages). */
   private sent = false;
@@ -764,7 +766,16 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
       }
       return true;
     }
-    this.body = new Readable({ read: () => this.resumeFn?.() });
+    this.body = new Readable({
+      read: () => this.resumeFn?.(),
+      // Destroyed before the upstream's body ended (a response stage's own answer replaced it, or
+      // the head could not be sent): the upstream request is stopped, not drained for as long as
+      // it streams (an SSE upstream held its tunnel stream and sent on into nothing).
+      destroy: (err, cb) => {
+        if (!this.upstreamDone) this.abortFn?.(err ?? new Error('the response was replaced'));
+        cb(err);
+      },
+    });
     deliver(this.req, res, status, statusText, responseHeadersFrom(rawHeaders), this.body, hooks, this.log);
     return true;
   }
@@ -778,6 +789,7 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
   }
 
   onComplete(): void {
+    this.upstreamDone = true;
     if (this.miss) {
       this.finish(0, this.hopError ?? new ForwardError(7003, 'the tunnel has moved or gone', 'any'));
       return;
@@ -787,6 +799,7 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
   }
 
   onError(err: Error): void {
+    this.upstreamDone = true;
     if (this.settled) return;
     if (this.sent) {
       if (this.body) {
@@ -842,7 +855,7 @@ function deliver(req: http.IncomingMessage, res: http.ServerResponse, status: nu
   const unsendable = (err: Error): void => {
     log.error({ err: err.message, status }, 'the response head cannot be sent; answering 502');
     bodyMatters = false;
-    body.resume();
+    body.destroy();
     if (res.headersSent || res.destroyed) res.destroy();
     else sendError(req, res, 7004, `the response head cannot be sent: ${err.message}`);
   };
@@ -873,9 +886,10 @@ function deliver(req: http.IncomingMessage, res: http.ServerResponse, status: nu
           return;
         }
         if (isOutcome(d)) {
-          // A response stage's own answer (outbound deny / custom-response / redirect): final, sent as it is.
+          // A response stage's own answer (outbound deny / custom-response / redirect): final, sent
+          // as it is; the upstream's body is not wanted, and its request is stopped.
           bodyMatters = false;
-          body.resume();
+          body.destroy();
           const err = writeHeadSafely(res, d.status, undefined, answerHeaders(d));
           if (err) return unsendable(err);
           res.end(answerBody(d, req.method));
