@@ -4,6 +4,7 @@ import type { Outcome, RequestState, ResponseState, RouteStage, StageDeps } from
 import { trafficPolicyStage } from './index.js';
 import { CONFIG, deps, EDGE, request, route } from './testing.js';
 import { redirectLocation, rewrittenTarget } from './url-actions.js';
+import { normalizeTarget } from '../http/target.js';
 
 function stage(policy: unknown, d: StageDeps = deps()): RouteStage {
   const s = trafficPolicyStage(route(policy), EDGE, CONFIG, d);
@@ -109,6 +110,79 @@ describe('url-rewrite', () => {
     }
   });
 
+  /** Query text moved into the path (the audit's case), then a deny on the path it gives. */
+  const SHOP = {
+    inbound: [
+      { actions: [{ type: 'url-rewrite', config: { from: '/shop/search\\?q=([^&]*)', to: '/shop/items/$1' } }] },
+      { expressions: ["req.path.startsWith('/shop/admin')"], actions: [{ type: 'deny', config: { status_code: 403 } }] },
+      { expressions: ["req.url.path.startsWith('/shop/admin')"], actions: [{ type: 'deny', config: { status_code: 404 } }] },
+      SEEN,
+    ],
+  };
+
+  it('normalises the result as a client target: dot segments (also %2e), repeated slashes; later rules and the upstream see it', async () => {
+    const s = stage(SHOP);
+    for (const q of ['../admin', '%2e%2e/admin', '%2E./admin', '.%2e/admin', './../admin', '..//admin', 'x/../../admin/./users']) {
+      const r = request({ url: `/shop/search?q=${q}` });
+      expect(await s.onRequest!(r), q).toMatchObject({ status: 403 });
+      expect(r.target, q).toMatch(/^\/shop\/admin(\/users)?$/);
+      expect(vars(r).url_rewrite.url, q).toBe(`https://app.example.com${r.target}`);
+      expect(vars(r).url_rewrite.error.code, q).toBe('');
+    }
+    // Not a path to deny: the normalised path goes on (and upstream, as `target`).
+    for (const [q, target] of [
+      ['a/../b', '/shop/items/b'],
+      ['a//b/.', '/shop/items/a/b/'],
+      ['%61b%7e', '/shop/items/ab~'], // unreserved escapes decoded, as for a client
+      ['a%2Fb', '/shop/items/a%2Fb'], // an escaped slash stays one
+      ['..%2Fadmin', '/shop/items/..%2Fadmin'], // not a dot segment
+    ]) {
+      const r = request({ url: `/shop/search?q=${q}` });
+      expect(await s.onRequest!(r), q).toBeNull();
+      expect(r.target, q).toBe(target);
+      expect(header(r.headers, 'x-seen'), q).toEqual([`https://app.example.com${target} ${target} `]);
+    }
+  });
+
+  it('keeps the query as sent when normalising the path', async () => {
+    const s = stage({ inbound: [{ actions: [{ type: 'url-rewrite', config: { from: '/a/(\\w+)', to: '/b/../c//$1' } }] }, SEEN] });
+    const r = request({ url: '/a/v?x=../1&y=%2e%2e%2F&z=a\\b' });
+    await s.onRequest!(r);
+    expect(r.target).toBe('/c/v?x=../1&y=%2e%2e%2F&z=a\\b');
+    expect(header(r.headers, 'x-seen')).toEqual(['https://app.example.com/c/v?x=../1&y=%2e%2e%2F&z=a\\b /c/v x=../1&y=%2e%2e%2F&z=a\\b']);
+  });
+
+  it('leaves a result that needs no normalising as it is; a result that normalises to the URL changes nothing', async () => {
+    const s = stage({
+      inbound: [
+        { expressions: ["req.path == '/same'"], actions: [{ type: 'url-rewrite', config: { from: '/same', to: '/x/../same' } }] },
+        { expressions: ["req.path != '/same'"], actions: [{ type: 'url-rewrite', config: { from: '/api/v1/', to: '/v2/' } }] },
+      ],
+    });
+    const same = request({ url: '/same?q' });
+    await s.onRequest!(same);
+    expect([same.target, vars(same).url_rewrite.error.code]).toEqual([undefined, '']);
+    const r = request({ url: '/api/v1/items.json?a=%2e' });
+    await s.onRequest!(r);
+    expect(r.target).toBe('/v2/items.json?a=%2e');
+  });
+
+  it('refuses a result whose path has a backslash (raw or %5C): not applied, counted, error set; later rules see the URL as it was', async () => {
+    const d = deps();
+    const s = stage(SHOP, d);
+    let n = 0;
+    for (const q of ['..\\admin', '..%5Cadmin', '..%5cadmin', 'a\\b']) {
+      const r = request({ url: `/shop/search?q=${q}` });
+      expect(await s.onRequest!(r), q).toBeNull();
+      expect(r.target, q).toBeUndefined();
+      expect(vars(r).url_rewrite.error.code, q).toBe('invalid_url');
+      expect(vars(r).url_rewrite.error.message, q).toMatch(/backslash/);
+      expect(vars(r).url_rewrite.url, q).toBe(`https://app.example.com/shop/search?q=${q}`);
+      expect(header(r.headers, 'x-seen'), q).toEqual([`https://app.example.com/shop/search?q=${q} /shop/search q=${q}`]);
+      expect(await errorCount(d), q).toBe(++n);
+    }
+  });
+
   it('does nothing for a URL over the limit (an evaluation error)', async () => {
     const d = deps();
     const s = stage({ inbound: [{ actions: [{ type: 'url-rewrite', config: { from: '/a', to: '/b' } }] }] }, d);
@@ -201,6 +275,14 @@ describe('rewrittenTarget / redirectLocation', () => {
     expect(rewrittenTarget('//other/p')).toBe('/p');
     expect(rewrittenTarget('//other')).toBe('/');
     for (const bad of ['p/q', '', '/a b', '/a\tb', '/a\r\nb', '/é', '/a#b', 'https://h/a b', 'mailto:x']) expect(rewrittenTarget(bad), bad).toBeNull();
+  });
+
+  it("normalizes with the ingress's own normalizeTarget (http/target.ts, as a client target): dot segments, %2e, slashes; the query as sent; a backslash refused", () => {
+    expect(normalizeTarget('/x/../a?q=../b')).toBe('/a?q=../b');
+    expect(normalizeTarget('/x/%2E%2e/a?q=%2e')).toBe('/a?q=%2e');
+    expect(normalizeTarget('/a//b')).toBe('/a/b');
+    expect(normalizeTarget('/a\\b')).toBeNull();
+    expect(normalizeTarget('/a%5cb')).toBeNull();
   });
 
   it('resolves a Location, refusing control characters', () => {

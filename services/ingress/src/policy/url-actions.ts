@@ -9,6 +9,7 @@ import {
   type UrlRewriteAction,
   type UrlTemplate,
 } from '@warren/shared';
+import { normalizeTarget } from '../http/target.js';
 import type { Outcome } from '../pipeline/types.js';
 import { actionsOf, type Activation } from './activation.js';
 import { celToHeaderText, compileHeaderValue, interpolateHeader, isValidHeaderValue, type HeaderValue } from './headers.js';
@@ -28,7 +29,13 @@ import { celToHeaderText, compileHeaderValue, interpolateHeader, isValidHeaderVa
  * and host. The result must make a valid origin-form target: a path starting with `/` (or an
  * absolute URL / `//host` followed by one, or by nothing: `/`), of visible ASCII characters only
  * (no space, control character, non-ASCII character or `#`: percent-encode them); otherwise the
- * rewrite is not applied (an evaluation error: counted, logged once, `error.code` set).
+ * rewrite is not applied (an evaluation error: counted, logged once, `error.code` set). The
+ * result's path is then normalised as a client's is (`normalizeTarget` in `http/target.ts`:
+ * percent-encoded unreserved characters decoded, dot segments removed, repeated slashes merged,
+ * the query kept as sent), so that later rules and the upstream see one path: text moved from the
+ * query into the path (`/items/$1` with `q=../admin`) cannot step past a later rule on
+ * `req.path`. A result whose path holds a backslash (raw or `%5C`), which the ingress refuses
+ * from a client, is not applied either (an evaluation error).
  *
  * redirect (https://ngrok.com/docs/traffic-policy/actions/redirect/), inbound and outbound: the
  * same replacement; when it changes the URL, the answer is `status_code` with `Location` = the
@@ -38,7 +45,10 @@ import { celToHeaderText, compileHeaderValue, interpolateHeader, isValidHeaderVa
  * the body is empty. When the URL is unchanged (`from` did not match, or the result is the same
  * URL) the action does nothing and the rules go on, as ngrok skips such a redirect. A result
  * with a control character (CR/LF: no header injection) or that is not a URL is an evaluation
- * error: no redirect. Outbound, the redirect replaces the upstream's response.
+ * error: no redirect. Outbound, the redirect replaces the upstream's response. The `Location`
+ * is not put through `normalizeTarget`: it goes to the client, and the WHATWG parsing already
+ * removes dot segments (`%2e` ones too) and reads a backslash as a slash in an http(s) URL; the
+ * request the client then sends is normalised (or refused) on arrival, like any other.
  *
  * `actions.ngrok.url_rewrite` / `actions.ngrok.redirect` (`CelUrlActionResult`) are reset by
  * every run of the action.
@@ -141,10 +151,17 @@ export function runUrlRewrite(act: Activation, a: CompiledUrlRewrite, failed: Fa
     return;
   }
   vars.matches = result.matches;
-  const target = rewrittenTarget(result.url);
+  const raw = rewrittenTarget(result.url);
+  // Normalised as a client's target is: later rules and the upstream see one path.
+  const target = raw === null ? null : normalizeTarget(raw);
   if (target === null) {
     vars.url = url;
-    const err = new UrlActionRuntimeError('invalid_url', `the rewritten URL ${shown(result.url)} gives no valid request target (a path starting with "/", of visible ASCII characters, no "#")`);
+    const err = new UrlActionRuntimeError(
+      'invalid_url',
+      raw === null
+        ? `the rewritten URL ${shown(result.url)} gives no valid request target (a path starting with "/", of visible ASCII characters, no "#")`
+        : `the rewritten URL ${shown(result.url)} gives a path with a backslash (raw or %5C), which upstreams read differently; the ingress refuses it from a client`,
+    );
     setError(vars, err);
     failed(a.where, err);
     return;
