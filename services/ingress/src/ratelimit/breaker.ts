@@ -52,6 +52,14 @@ export class CircuitBreaker {
     return true;
   }
 
+  /**
+   * Reports an attempt that waited for nothing (Redis not connected: refused at once): neither a
+   * success nor a failure, but a half-open probe's place is free again.
+   */
+  abstain(): void {
+    if (this._state === 'half-open') this.probing = false;
+  }
+
   /** Reports a failed attempt; returns true when this opened the circuit. */
   failure(): boolean {
     this.failures++;

@@ -125,6 +125,58 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     expect(await metric(registry, 'warren_ingress_ratelimit_redis_seconds_count', {})).toBeGreaterThanOrEqual(2);
   }, 15_000);
 
+  it('a connection gone silent without a reset (blackholed) is dropped after staleMs and made again: Redis decides again by itself', async () => {
+    const url = new URL(inject('redisUrl'));
+    const proxy = await new FaultyProxy({ host: url.hostname, port: Number(url.port || 6379) }).start();
+    closers.push(() => proxy.close());
+    const registry = new Registry();
+    const l = new RedisSlidingWindowLimiter({ redis: proxy.url, serverId, registry, timeoutMs: 50, staleMs: 400, breaker: { threshold: 3, openMs: 100 } });
+    closers.push(() => l.close());
+    await l.ready();
+    expect((await l.hit('bh', 1000, 60)).error).toBeUndefined();
+    proxy.blackhole();
+    // Before: the pipe stayed `ready` on the dead socket (until TCP gave up, ~15 min), every call falling back.
+    const recovery = await until(async () => !(await l.hit('bh', 1000, 60)).error, 5000);
+    console.log(`blackholed connection: Redis decides again ${recovery.toFixed(0)} ms later (staleMs 400)`);
+    expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'timeout' })).toBeGreaterThanOrEqual(1);
+  }, 15_000);
+
+  it('a lost connection does not open the breaker: Redis decides again as soon as the pipe has reconnected', async () => {
+    const url = new URL(inject('redisUrl'));
+    const target = { host: url.hostname, port: Number(url.port || 6379) };
+    const proxy = await new FaultyProxy(target).start();
+    closers.push(() => proxy.close());
+    const registry = new Registry();
+    const l = new RedisSlidingWindowLimiter({ redis: proxy.url, serverId, registry, breaker: { threshold: 3, openMs: 5000 } });
+    closers.push(() => l.close());
+    await l.ready();
+    // A batch in flight when the connection drops (CLIENT KILL, a Redis restart): each call fails at once.
+    const batch = Array.from({ length: 20 }, () => l.hit('lost', 1000, 60));
+    proxy.retarget(target);
+    const results = await Promise.all(batch);
+    expect(results.some((r) => r.error !== undefined)).toBe(true);
+    // Before: those failures counted as consecutive ones and the breaker skipped Redis for openMs (here 5 s).
+    const recovery = await until(async () => !(await l.hit('lost', 1000, 60)).error, 2000);
+    console.log(`lost connection: Redis decides again ${recovery.toFixed(0)} ms later`);
+    expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'circuit_open' })).toBe(0);
+  }, 15_000);
+
+  it('close() returns within about a second while Redis is silent (ioredis transport; the pipe closes at once)', async () => {
+    const url = new URL(inject('redisUrl'));
+    const proxy = await new FaultyProxy({ host: url.hostname, port: Number(url.port || 6379) }).start();
+    closers.push(() => proxy.close());
+    for (const transport of ['ioredis', 'pipe'] as const) {
+      const l = new RedisSlidingWindowLimiter({ redis: proxy.url, serverId, transport });
+      await l.ready();
+      // Silent both ways and never closed, as a Redis under kill -STOP.
+      proxy.blackhole();
+      const t = performance.now();
+      await l.close();
+      // Before: QUIT waited for Redis's reply, holding a SIGTERM shutdown for as long as Redis stalled.
+      expect(performance.now() - t, transport).toBeLessThan(2500);
+    }
+  }, 15_000);
+
   it('Redis goes away and comes back: not-connected decisions are immediate, the client reconnects and Redis decides again', async () => {
     const url = new URL(inject('redisUrl'));
     const proxy = await new FaultyProxy({ host: url.hostname, port: Number(url.port || 6379) }).start();

@@ -32,6 +32,8 @@ export interface RedisLimiterOptions {
   transport?: 'pipe' | 'ioredis';
   /** ioredis auto-pipelining on an owned ioredis client (transport `ioredis` only; default off). */
   autoPipelining?: boolean;
+  /** Pipe transport: how long a connection may send nothing while calls time out before it is made again (default 5,000 ms). */
+  staleMs?: number;
   /**
    * Buckets of capacity up to this keep an exact sliding log in Redis (≤ L entries of ~10 bytes
    * per key): decisions agree with an exact log, the rolling count never exceeds L. Larger
@@ -127,7 +129,7 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
     };
     if (typeof opts.redis === 'string' && (opts.transport ?? 'pipe') === 'pipe') {
       this.client = null;
-      this.pipe = new ScriptPipe({ url: opts.redis, script: SLIDING_WINDOW_LUA, argCount: 4, timeoutMs: this.timeoutMs });
+      this.pipe = new ScriptPipe({ url: opts.redis, script: SLIDING_WINDOW_LUA, argCount: 4, timeoutMs: this.timeoutMs, staleMs: opts.staleMs });
       this.pipe.on('error', onError);
       this.pipe.on('ready', onReady);
       return;
@@ -240,7 +242,11 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
   }
 
   private failed(err: Error, digest: string, capacity: number, windowSeconds: number): Promise<RateLimitResult> {
-    if (this.breaker.failure()) this.log?.warn({ serverId: this.serverId, err: err.message }, 'rate-limit store: Redis failing, using the local limiter');
+    // The breaker spares requests the wait of a slow or failing Redis. A pipe that is not connected
+    // refuses at once (nothing is waited for): not counted, or a lost connection's batch (and the
+    // requests of the milliseconds until it is back) would open it for a whole second.
+    if (err instanceof PipeUnavailable) this.breaker.abstain();
+    else if (this.breaker.failure()) this.log?.warn({ serverId: this.serverId, err: err.message }, 'rate-limit store: Redis failing, using the local limiter');
     if (err instanceof StoreTimeout || err instanceof PipeTimeout) return this.fallBack('timeout', `Redis did not answer within ${this.timeoutMs} ms`, digest, capacity, windowSeconds);
     if (err instanceof PipeUnavailable) return this.fallBack('unavailable', 'Redis is not connected', digest, capacity, windowSeconds);
     return this.fallBack('error', `Redis error: ${err.message}`, digest, capacity, windowSeconds);
@@ -250,7 +256,16 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
   async close(): Promise<void> {
     if (this.pipe) return this.pipe.close();
     if (!this.owned) return;
-    await this.client!.quit().catch(() => this.client!.disconnect());
+    // QUIT waits for Redis's reply: a stalled Redis would hold shutdown (SIGTERM) for as long as
+    // it stalls. At most a second, then the connection is dropped.
+    let timer: NodeJS.Timeout | undefined;
+    const quit = this.client!.quit().then(
+      () => undefined,
+      () => undefined,
+    );
+    await Promise.race([quit, new Promise<void>((r) => (timer = setTimeout(r, 1000)))]);
+    clearTimeout(timer);
+    this.client!.disconnect();
   }
 
   private async fallBack(reason: FallbackReason, why: string, digest: string, capacity: number, windowSeconds: number): Promise<RateLimitResult> {

@@ -23,8 +23,9 @@ import tls from 'node:tls';
  * - a timeout means Redis is slow, not that this process was busy: the deadline starts when the
  *   call is written, not when it is queued, and a call found late is given up only after the next
  *   poll for I/O (see {@link ScriptPipe.checkTimeouts});
- * - the connection (AUTH, SELECT, SCRIPT LOAD) and reconnects with backoff are handled here, and
- *   `NOSCRIPT` (a flushed script cache) reloads the script.
+ * - the connection (AUTH, SELECT, SCRIPT LOAD) and reconnects with backoff are handled here;
+ *   `NOSCRIPT` (a flushed script cache) reloads the script and sends the call again, once; a
+ *   connection silent for `staleMs` while its calls time out is dropped and made again.
  *
  * Everything else that talks to Redis (tests, the event pipeline, BullMQ) uses ioredis.
  */
@@ -44,6 +45,13 @@ export interface ScriptPipeOptions {
   timeoutMs: number;
   /** Calls waiting for Redis beyond this number are refused at once (default 20,000). */
   maxInFlight?: number;
+  /**
+   * A connection that has sent nothing for this long while calls time out on it is dropped and
+   * made again (default 5,000 ms): a peer gone without a reset (a node lost behind a stable
+   * address) otherwise keeps the pipe `ready` on a dead socket until TCP gives up, ~15 minutes,
+   * every call falling back meanwhile. Stalls shorter than this (a busy Redis) are waited out.
+   */
+  staleMs?: number;
   connectTimeoutMs?: number;
   /** Reconnect delays: min(initial·2^n, max) ms. */
   reconnect?: { initialMs?: number; maxMs?: number };
@@ -104,6 +112,8 @@ export function redisEndpoint(url: string): RedisEndpoint {
 
 interface Pending {
   cb: ReplyCallback | null; // null once answered early (timeout) or for internal commands
+  /** The command, to send again after a NOSCRIPT (not for internal commands, nor a second time). */
+  cmd?: string;
   /** performance.now() by which the reply is due; Infinity until written (and for internal commands). */
   deadline: number;
   internal?: (err: Error | null, value: unknown) => void;
@@ -151,6 +161,9 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
   private verdictDue = false;
   private checkedAt = 0;
   private seenAt = 0;
+  private readonly staleMs: number;
+  /** performance.now() of the last bytes from Redis (or of the connection becoming ready). */
+  private lastDataAt = 0;
   private reconnectTimer: NodeJS.Timeout | null = null;
   /** Bounds connect + handshake of the current connection to `connectTimeoutMs`. */
   private handshakeTimer: NodeJS.Timeout | null = null;
@@ -164,6 +177,7 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
     this.timeoutMs = opts.timeoutMs;
     this.maxInFlight = opts.maxInFlight ?? 20_000;
     this.connectTimeoutMs = opts.connectTimeoutMs ?? 1000;
+    this.staleMs = opts.staleMs ?? 5000;
     this.backoff = { initialMs: opts.reconnect?.initialMs ?? 50, maxMs: opts.reconnect?.maxMs ?? 1000 };
     this.sha = createHash('sha1').update(opts.script).digest('hex');
     this.argCount = opts.argCount;
@@ -195,7 +209,7 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
   callEncoded(cmd: string, cb: ReplyCallback): void {
     if (this.status !== 'ready') return cb(new PipeUnavailable('Redis is not connected'), null);
     if (this.inFlight >= this.maxInFlight) return cb(new PipeUnavailable(`more than ${this.maxInFlight} calls waiting for Redis`), null);
-    this.fifo.push({ cb, deadline: Infinity });
+    this.fifo.push({ cb, deadline: Infinity, cmd });
     this.unsent++;
     this.send(cmd);
   }
@@ -272,6 +286,7 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
       if (err) return fail('SCRIPT LOAD')(err);
       this.clearHandshakeTimer();
       this.attempts = 0;
+      this.lastDataAt = performance.now();
       this.status = 'ready';
       this.emit('ready');
     });
@@ -340,6 +355,14 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
    */
   private readonly verdict = (): void => {
     this.verdictDue = false;
+    // Nothing at all from Redis since a call written staleMs ago: the connection is taken for dead.
+    if (this.received === this.seenAt && this.socket && this.status === 'ready') {
+      const written = this.oldestWrittenAt();
+      if (written >= this.lastDataAt && performance.now() - written >= this.staleMs) {
+        this.socket.destroy(new Error(`Redis sent nothing for ${this.staleMs} ms while calls waited: connecting again`));
+        return;
+      }
+    }
     const cutoff = this.received === this.seenAt ? this.checkedAt : this.checkedAt - this.timeoutMs;
     for (let i = this.lateCall(cutoff); i >= 0 && i < this.fifo.length; i++) {
       const p = this.fifo[i]!;
@@ -368,6 +391,15 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
     return -1;
   }
 
+  /** When the oldest call still waiting for its reply was written (Infinity: none). */
+  private oldestWrittenAt(): number {
+    for (let i = this.head; i < this.fifo.length; i++) {
+      const d = this.fifo[i]!.deadline;
+      if (d !== Infinity) return d - this.timeoutMs;
+    }
+    return Infinity;
+  }
+
   private stopTicker(): void {
     if (this.ticker) clearInterval(this.ticker);
     this.ticker = null;
@@ -375,6 +407,7 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
 
   private onData(chunk: Buffer): void {
     this.received++;
+    this.lastDataAt = performance.now();
     const buf = this.input ? Buffer.concat([this.input, chunk]) : chunk;
     let pos = 0;
     try {
@@ -412,7 +445,18 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
     }
     const err = value instanceof RedisError ? value : null;
     if (p.internal) return p.internal(err, err ? null : value);
-    if (err && err.message.startsWith('NOSCRIPT')) this.reloadScript();
+    if (err && err.message.startsWith('NOSCRIPT')) {
+      this.reloadScript();
+      // Sent again once, behind the SCRIPT LOAD (replies come in order): a flushed script cache
+      // costs the calls of that moment one more round trip, not a fallback each.
+      if (p.cb && p.cmd !== undefined) {
+        this.fifo.push({ cb: p.cb, deadline: Infinity });
+        p.cb = null;
+        this.unsent++;
+        this.send(p.cmd);
+        return;
+      }
+    }
     if (!p.cb) return;
     const cb = p.cb;
     p.cb = null;

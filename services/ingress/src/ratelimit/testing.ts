@@ -66,7 +66,7 @@ export async function closedPort(): Promise<number> {
  */
 export class FaultyProxy {
   private readonly server: net.Server;
-  private readonly pairs = new Set<{ client: net.Socket; upstream: net.Socket; held: Buffer[] }>();
+  private readonly pairs = new Set<{ client: net.Socket; upstream: net.Socket; held: Buffer[]; dead?: boolean }>();
   private stalled = false;
   private isDown = false;
   port = 0;
@@ -94,6 +94,14 @@ export class FaultyProxy {
     for (const p of this.pairs) for (const b of p.held.splice(0)) p.client.write(b);
   }
 
+  /**
+   * The connections made so far go silent both ways and are never closed (a peer gone without a
+   * reset, e.g. a node lost behind a stable address); new connections work.
+   */
+  blackhole(): void {
+    for (const p of this.pairs) p.dead = true;
+  }
+
   down(): void {
     this.isDown = true;
     for (const p of this.pairs) (p.client.destroy(), p.upstream.destroy());
@@ -119,13 +127,13 @@ export class FaultyProxy {
   private accept(client: net.Socket): void {
     if (this.isDown) return void client.destroy();
     const upstream = net.connect(this.target);
-    const pair = { client, upstream, held: [] as Buffer[] };
+    const pair: { client: net.Socket; upstream: net.Socket; held: Buffer[]; dead?: boolean } = { client, upstream, held: [] };
     this.pairs.add(pair);
     const end = () => (client.destroy(), upstream.destroy(), this.pairs.delete(pair));
     client.on('error', end).on('close', end);
     upstream.on('error', end).on('close', end);
-    client.on('data', (b: Buffer) => upstream.write(b));
-    upstream.on('data', (b: Buffer) => (this.stalled ? pair.held.push(b) : client.write(b)));
+    client.on('data', (b: Buffer) => pair.dead || upstream.write(b));
+    upstream.on('data', (b: Buffer) => pair.dead || (this.stalled ? pair.held.push(b) : client.write(b)));
   }
 }
 
