@@ -1,4 +1,4 @@
-import { CelCompileError, compileExpression, headerWire, parseTemplate, type CelProgram, type PolicyDirection } from '@warren/shared';
+import { CelCompileError, compileExpression, goTimeText, headerWire, parseTemplate, type CelProgram, type PolicyDirection } from '@warren/shared';
 
 /** Edits of raw `[name, value, …]` header pairs, by lower-case name; header values a policy sets. */
 
@@ -76,14 +76,15 @@ export function interpolateHeader(value: HeaderValue, evaluate: (p: CelProgram) 
 }
 
 /**
- * A CEL value as header text: strings as is, lists joined with `, `, timestamps in RFC 3339,
+ * A CEL value as header text: strings as is, lists joined with `, `, timestamps in RFC 3339 (as Go
+ * writes a time: the fraction without trailing zeros),
  * bytes as UTF-8. A map has no text form (it used to come out as `[object Map]`): it throws, so
  * the interpolation fails as any evaluation error does (counted, logged, the header left out).
  */
 export function celToHeaderText(v: unknown): string {
   if (typeof v === 'string') return v;
   if (Array.isArray(v)) return v.map(celToHeaderText).join(', ');
-  if (v instanceof Date) return v.toISOString();
+  if (v instanceof Date) return goTimeText(v);
   if (v === null || v === undefined) return '';
   if (v instanceof Uint8Array) return Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('utf8');
   if (typeof v === 'object' && !(v instanceof Number) && !(v instanceof String) && !(v instanceof Boolean) && String(v) === '[object Object]') {

@@ -68,6 +68,10 @@ export class CelOidc extends CelAuthResultBase {
   readonly identity = new CelOidcIdentity();
   identity_token = '';
   user_info_refreshed = false;
+  /** The same: ngrok's docs spell it both ways (its oauth result has `userinfo_refreshed`). */
+  get userinfo_refreshed(): boolean {
+    return this.user_info_refreshed;
+  }
 }
 
 /** What a run of either action found: the session's identity, or nothing (`null`). */

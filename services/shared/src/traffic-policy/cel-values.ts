@@ -130,3 +130,19 @@ export function sortUtf8(keys: string[]): string[] {
   for (let i = 0; i < sorted.length; i++) keys[i] = sorted[i]!;
   return keys;
 }
+
+/** Number of code points in `s` (lone surrogates count one each). */
+export function codePoints(s: string): number {
+  let pairs = 0;
+  for (let i = s.search(/[\ud800-\udbff]/); i >= 0 && i < s.length - 1; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff) {
+      const d = s.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) {
+        pairs++;
+        i++;
+      }
+    }
+  }
+  return s.length - pairs;
+}

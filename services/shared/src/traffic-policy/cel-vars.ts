@@ -883,6 +883,14 @@ export class CelEndpoint {
     const h = this.init.host;
     return `${h.includes(':') && !h.startsWith('[') ? `[${h}]` : h}:${this.init.port()}`;
   }
+  /** `<protocol>://<host>`, with `:<port>` unless it is the protocol's default (ngrok: `https://my-subdomain.ngrok.app`). */
+  get url(): string {
+    const h = this.init.host;
+    const host = h.includes(':') && !h.startsWith('[') ? `[${h}]` : h;
+    const port = this.init.port();
+    const dflt = this.init.protocol === 'https' ? 443 : this.init.protocol === 'http' ? 80 : -1;
+    return `${this.init.protocol}://${host}${port === dflt ? '' : `:${port}`}`;
+  }
 }
 
 export interface CelResponseInit {

@@ -122,6 +122,7 @@ import { CEL_NO_COOKIE, CelCookie } from './cookie-vars.js';
 import { cidrProblem, inCidr, matchAddress, parseMatchCidr, type MatchCidr } from './cidr-macros.js';
 import type { RE2JS } from 're2js';
 import { registerNgrokMacros } from './ngrok-macros.js';
+import { codePoints, goTimeText } from './cel-values.js';
 import { escapesAsReplacement } from '../http-headers.js';
 
 /** A compiled expression: call with an activation (`{req, conn, actions, time[, res]}`). */
@@ -487,7 +488,7 @@ function baseEnvironment(): Environment {
       ctor: CelConn,
       fields: { client_ip: str, client_port: 'int', server_ip: str, server_port: 'int', server_region: str, bytes_in: 'int', bytes_out: 'int', ts: 'ConnectionTimestamps', tls: 'TLS', geo: 'Geo' },
     })
-    .registerType('Endpoint', { ctor: CelEndpoint, fields: { addr: str, host: str, id: str, port: 'int', protocol: str } })
+    .registerType('Endpoint', { ctor: CelEndpoint, fields: { addr: str, host: str, id: str, port: 'int', protocol: str, url: str } })
     .registerType('RateLimitError', { ctor: CelRateLimitError, fields: { code: str, message: str } })
     .registerType('RateLimitResult', { ctor: CelRateLimit, fields: { bucket_key: str, limited: 'bool', error: 'RateLimitError' } })
     .registerType('RestrictIpsError', { ctor: CelRestrictIpsError, fields: { code: str, message: str } })
@@ -513,7 +514,7 @@ function baseEnvironment(): Environment {
     .registerType('OidcIdentity', { ctor: CelOidcIdentity, fields: { id: str, email: str, name: str, provider_user_id: str, current_session_id: str } })
     .registerType('OidcResult', {
       ctor: CelOidc,
-      fields: { identity: 'OidcIdentity', error: 'AuthError', identity_token: str, access_token: str, refresh_token: str, expires_at: str, session_timed_out: 'bool', session_max_duration_reached: 'bool', user_info_refreshed: 'bool' },
+      fields: { identity: 'OidcIdentity', error: 'AuthError', identity_token: str, access_token: str, refresh_token: str, expires_at: str, session_timed_out: 'bool', session_max_duration_reached: 'bool', user_info_refreshed: 'bool', userinfo_refreshed: 'bool' },
     })
     .registerType('Actions', { ctor: CelActions, fields: { ngrok: 'ActionResults', service: 'ActionResults' } })
     .registerType('Time', { ctor: CelTime, fields: { now: 'google.protobuf.Timestamp' } })
@@ -535,10 +536,17 @@ function baseEnvironment(): Environment {
       .registerFunction(`${t}.startsWith(string): bool`, (a: object, b: string) => a.toString().startsWith(b))
       .registerFunction(`${t}.endsWith(string): bool`, (a: object, b: string) => a.toString().endsWith(b))
       .registerFunction(`${t}.contains(string): bool`, (a: object, b: string) => a.toString().includes(b))
-      .registerFunction(`${t}.size(): int`, (a: object) => BigInt(a.toString().length))
-      .registerFunction(`size(${t}): int`, (a: object) => BigInt(a.toString().length))
+      // Code points, as size() of a string counts them (a UTF-16 length counts an emoji twice).
+      .registerFunction(`${t}.size(): int`, (a: object) => BigInt(codePoints(a.toString())))
+      .registerFunction(`size(${t}): int`, (a: object) => BigInt(codePoints(a.toString())))
       .registerOperator(`${t} in list<string>`, (a: object, l: readonly string[]) => l.includes(a.toString()));
   }
+  // CEL's identity `timestamp(timestamp)` and `string(timestamp)`: ngrok documents `time.now` as an
+  // RFC 3339 string and writes `timestamp(time.now)` in its examples; Warren's `time.now` is the
+  // timestamp itself, so those examples work as written, and `string(…)` gives the text.
+  env
+    .registerFunction('timestamp(google.protobuf.Timestamp): google.protobuf.Timestamp', (d: Date) => d)
+    .registerFunction('string(google.protobuf.Timestamp): string', (d: Date) => goTimeText(d));
   // ngrok's string, base64, URL, hash and JSON macros (`ngrok-macros.ts`).
   registerNgrokMacros(env, STRING_LIKE, stringLikeText);
   env.registerFunction('getReqHeader(ast): list<string>', lookupMacro('getReqHeader', (ctx, k) => reqOf(ctx)?.header(k) ?? []));

@@ -581,6 +581,8 @@ function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cos
       return s(256);
     case 'Endpoint.addr':
       return s(264);
+    case 'Endpoint.url':
+      return s(280);
     case 'Endpoint.id':
       return s(64);
     case 'Endpoint.protocol':
@@ -816,6 +818,7 @@ function objectField(b: Bounds, obj: string, field: string): { shape: Shape; cos
     case 'OidcResult.session_timed_out':
     case 'OidcResult.session_max_duration_reached':
     case 'OidcResult.user_info_refreshed':
+    case 'OidcResult.userinfo_refreshed':
       return { shape: SCALAR, cost: 0 };
     case 'ActionResults.basic_auth':
       return { shape: { n: 0, w: 0, obj: 'BasicAuthResult' }, cost: 0 };
@@ -1216,8 +1219,10 @@ class Estimator {
       case 'upperAscii':
       case 'trim':
       case 'substring':
-      case 'string':
         return fn(len * C.scanChar, str(len));
+      case 'string':
+        // Of a number, a timestamp or a duration: its text, at most ~40 characters.
+        return fn(len * C.scanChar, str(Math.max(len, 40)));
       case 'split': {
         // At most one piece per character (and one more); they hold the string's characters.
         const n = len + 1;

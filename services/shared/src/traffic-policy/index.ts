@@ -59,3 +59,4 @@ export { CEL_NO_GEO, CelGeo, GEO_LIMITS, GEO_LOOKUP_COST } from './geo-vars.js';
 export { AUTH_ACTION_COST, AUTH_ACTION_LIMITS, OAUTH_PROVIDERS, issuerProblem, type AuthActionConfig, type OAuthAction, type OAuthProviderKind, type OpenIdConnectAction } from './auth-actions.js';
 export { AUTH_IDENTITY_MAX_CHARS, CelAuthError, CelOAuth, CelOAuthIdentity, CelOidc, CelOidcIdentity, recordAuthRun, type AuthRunResult } from './auth-action-vars.js';
 export { hasBlankTrafficPolicySecrets, mergeTrafficPolicySecrets, redactTrafficPolicySecrets } from './secrets.js';
+export { goTimeText } from './cel-values.js';

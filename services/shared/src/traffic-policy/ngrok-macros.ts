@@ -53,7 +53,7 @@ import { crc32 } from 'node:zlib';
 import { bytesText, escapesAsReplacement, textBytes } from '../http-headers.js';
 import { EvaluationError, type Environment } from '@marcbachmann/cel-js';
 import { parseIPv4, parseIPv6 } from '../cidr.js';
-import { celTypeName, evalError, MAX_BUILT_STRING, MAX_VALUE_DEPTH, mapEntries, goTimeText, sortUtf8 } from './cel-values.js';
+import { celTypeName, codePoints, evalError, MAX_BUILT_STRING, MAX_VALUE_DEPTH, mapEntries, goTimeText, sortUtf8 } from './cel-values.js';
 import { registerListMacros } from './list-macros.js';
 import { registerStringFormat } from './string-format.js';
 
@@ -176,21 +176,6 @@ export function reverse(s: string): string {
   return fromUnits(units);
 }
 
-/** Number of code points in `s` (lone surrogates count one each). */
-function codePoints(s: string): number {
-  let pairs = 0;
-  for (let i = s.search(/[\ud800-\udbff]/); i >= 0 && i < s.length - 1; i++) {
-    const c = s.charCodeAt(i);
-    if (c >= 0xd800 && c <= 0xdbff) {
-      const d = s.charCodeAt(i + 1);
-      if (d >= 0xdc00 && d <= 0xdfff) {
-        pairs++;
-        i++;
-      }
-    }
-  }
-  return s.length - pairs;
-}
 
 /** `by` as a `String.prototype.replace` replacement that inserts it as it is (`$` escaped). */
 const literalReplacement = (by: string) => (by.includes('$') ? by.replaceAll('$', '$$$$') : by);
