@@ -102,3 +102,17 @@ export function makeResponse(status: number, headers: string[] = []): ResponseSt
 export function stageFor(factory: StageFactory, modules: Record<string, unknown>, config: DataPlaneConfig = makeConfig()): RouteStage | null {
   return factory(makeRoute(modules), makeEdge(), config, testDeps());
 }
+
+/** A small deterministic generator (xorshift32) for fuzzed tests, so that a failure can be replayed from its seed. */
+export function seededRandom(seed: number) {
+  let x = seed >>> 0 || 1;
+  const next = () => {
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
+    return x / 0x1_0000_0000;
+  };
+  return { next, int: (n: number) => Math.floor(next() * n), pick: <T>(a: readonly T[]) => a[Math.floor(next() * a.length)]! };
+}

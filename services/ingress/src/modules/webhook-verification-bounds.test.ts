@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import type { Outcome } from '../pipeline/types.js';
 import { MAX_BUFFERED_BODY } from '../pipeline/runner.js';
 import { createWebhookVerificationStage, MAX_INFLATED_BODY, MAX_SORTED_FORM_FIELDS } from './webhook-verification.js';
-import { makeState, stageFor } from './testing.js';
+import { makeState, seededRandom as rng, stageFor } from './testing.js';
 
 /**
  * What an unsigned request can make the ingress do before a signature is compared: bounded
@@ -24,20 +24,6 @@ function expectDenied(out: Outcome, reason: RegExp) {
   expect(out!.status).toBe(403);
   expect(out!.headers!['warren-error-code']).toBe('ERR_WARREN_7102');
   expect(String(out!.body)).toMatch(reason);
-}
-
-/** A small deterministic generator, so that a failure can be replayed. */
-function rng(seed: number) {
-  let x = seed >>> 0 || 1;
-  const next = () => {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    return x / 0x1_0000_0000;
-  };
-  return { next, int: (n: number) => Math.floor(next() * n), pick: <T>(a: readonly T[]) => a[Math.floor(next() * a.length)]! };
 }
 
 describe('airship: gzip bodies are inflated to at most the body bound', () => {

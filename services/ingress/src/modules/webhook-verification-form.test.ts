@@ -2,7 +2,7 @@ import { createHmac } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { Outcome } from '../pipeline/types.js';
 import { createWebhookVerificationStage, parseForm } from './webhook-verification.js';
-import { makeState, stageFor } from './testing.js';
+import { makeState, seededRandom as rng, stageFor } from './testing.js';
 
 /**
  * Form bodies signed field by field (Twilio, Mailchimp/Mandrill, Plivo): `parseForm` decodes them
@@ -93,20 +93,6 @@ function expectAsBefore(body: Buffer, fields: Array<[string, string]>): number {
 async function run(provider: string, secret: string, url: string, headers: string[], body: Buffer): Promise<Outcome> {
   const stage = stageFor(factory, { webhook_verification: { enabled: true, provider, secret } })!;
   return stage.onRequest!(makeState({ method: 'POST', url, scheme: 'https', headers: ['Host', HOST, ...headers], body }));
-}
-
-/** A small deterministic generator, so that a failure can be replayed. */
-function rng(seed: number) {
-  let x = seed >>> 0 || 1;
-  const next = () => {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    return x / 0x1_0000_0000;
-  };
-  return { next, int: (n: number) => Math.floor(next() * n), pick: <T>(a: readonly T[]) => a[Math.floor(next() * a.length)]! };
 }
 
 /** Signatures computed from the standard's decoding, as each provider's SDK signs the fields. */
