@@ -125,19 +125,19 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     expect(await metric(registry, 'warren_ingress_ratelimit_redis_seconds_count', {})).toBeGreaterThanOrEqual(2);
   }, 15_000);
 
-  it('a connection gone silent without a reset (blackholed) is dropped after staleMs and made again: Redis decides again by itself', async () => {
+  it.each(['pipe', 'ioredis'] as const)('a connection gone silent without a reset (blackholed) is dropped after staleMs and made again: Redis decides again by itself (%s)', async (transport) => {
     const url = new URL(inject('redisUrl'));
     const proxy = await new FaultyProxy({ host: url.hostname, port: Number(url.port || 6379) }).start();
     closers.push(() => proxy.close());
     const registry = new Registry();
-    const l = new RedisSlidingWindowLimiter({ redis: proxy.url, serverId, registry, timeoutMs: 50, staleMs: 400, breaker: { threshold: 3, openMs: 100 } });
+    const l = new RedisSlidingWindowLimiter({ redis: proxy.url, serverId, registry, transport, timeoutMs: 50, staleMs: 400, breaker: { threshold: 3, openMs: 100 } });
     closers.push(() => l.close());
     await l.ready();
     expect((await l.hit('bh', 1000, 60)).error).toBeUndefined();
     proxy.blackhole();
     // Before: the pipe stayed `ready` on the dead socket (until TCP gave up, ~15 min), every call falling back.
     const recovery = await until(async () => !(await l.hit('bh', 1000, 60)).error, 5000);
-    console.log(`blackholed connection: Redis decides again ${recovery.toFixed(0)} ms later (staleMs 400)`);
+    console.log(`blackholed connection (${transport}): Redis decides again ${recovery.toFixed(0)} ms later (staleMs 400)`);
     expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'timeout' })).toBeGreaterThanOrEqual(1);
   }, 15_000);
 

@@ -32,7 +32,7 @@ export interface RedisLimiterOptions {
   transport?: 'pipe' | 'ioredis';
   /** ioredis auto-pipelining on an owned ioredis client (transport `ioredis` only; default off). */
   autoPipelining?: boolean;
-  /** Pipe transport: how long a connection may send nothing while calls time out before it is made again (default 5,000 ms). */
+  /** How long a connection may go without an answer while calls time out before it is made again (default 5,000 ms). */
   staleMs?: number;
   /**
    * Buckets of capacity up to this keep an exact sliding log in Redis (≤ L entries of ~10 bytes
@@ -94,6 +94,9 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
   readonly client: Redis | null;
   private readonly pipe: ScriptPipe | null;
   private readonly owned: boolean;
+  /** ioredis transport: when Redis last answered a call (or the limiter started). */
+  private lastAnswerAt = performance.now();
+  private readonly staleMs: number;
   private readonly serverId: string;
   private readonly timeoutMs: number;
   private readonly fallback: RateLimiter;
@@ -117,6 +120,7 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
     this.log = opts.log;
     this.breaker = new CircuitBreaker(opts.breaker);
     this.owned = typeof opts.redis === 'string';
+    this.staleMs = opts.staleMs ?? 5000;
     const onError = (err: Error) => {
       // Log the first error of an outage only; the breaker's transitions tell the rest.
       if (this.loggedError) return;
@@ -219,11 +223,25 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
       // race() subscribes to both, so a late rejection of `call` is handled, never unhandled.
       reply = await Promise.race([call, timeout]);
     } catch (err) {
+      if (err instanceof StoreTimeout) this.maybeStale();
       return this.failed(err as Error, b.digest, capacity, windowSeconds);
     } finally {
       clearTimeout(timer);
     }
+    this.lastAnswerAt = performance.now();
     return this.decide(reply, b.mode, capacity, windowMs, started);
+  }
+
+  /**
+   * ioredis transport: a connection with no answer for `staleMs` while calls time out is taken
+   * for dead (a peer gone without a reset) and made again, as the pipe does; ioredis itself would
+   * wait for TCP to give up. Only an owned client: one passed in is its owner's.
+   */
+  private maybeStale(): void {
+    if (!this.owned || !this.client || performance.now() - this.lastAnswerAt < this.staleMs) return;
+    this.lastAnswerAt = performance.now();
+    this.log?.warn({ serverId: this.serverId }, `rate-limit store: no answer from Redis for ${this.staleMs} ms; connecting again`);
+    this.client.disconnect(true);
   }
 
   private decide(reply: ScriptReply, mode: ModeArg, capacity: number, windowMs: number, started: number): RateLimitResult {
