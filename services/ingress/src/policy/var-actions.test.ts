@@ -1,7 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { LOG_LIMITS, VARS_LIMITS } from '@warren/shared';
+import { decodeTrafficPolicy, LOG_LIMITS, VARS_LIMITS } from '@warren/shared';
 import { HttpRequestTracker } from '../events/tracking.js';
 import type { HttpRequestCompleteObject, TrafficEvents } from '../events/traffic-events.js';
 import type { Outcome, RouteStage } from '../pipeline/types.js';
@@ -75,6 +75,30 @@ describe('set-vars', () => {
     expect(header(r.headers, 'x-msg')).toEqual(['Your IP is 203.0.113.7!']);
     expect(header(r.headers, 'x-list')).toEqual(['l=1, 2, 3']);
     expect(header(r.headers, 'x-text-map')).toEqual(['m={"key":"value","list":["/api/items",2]}']);
+    expect(await errorCount(d)).toBe(0);
+  });
+
+  it('keeps a whole number written as a float a double (1.0, 2e0), as Go reads YAML; 1 stays an int', async () => {
+    const d = deps();
+    const yaml = [
+      'inbound:',
+      '  - actions:',
+      '      - type: set-vars',
+      '        config: {vars: [{ratio: 1.0}, {e: 2e0}, {n: 1}, {l: [1.0, 2]}, {m: {x: 3.0}}]}',
+      '  - expressions:',
+      "      - type(vars.ratio) == double && vars.ratio * 1.5 == 1.5",
+      "      - type(vars.e) == double && type(vars.n) == int",
+      "      - type(vars.l[0]) == double && type(vars.l[1]) == int && type(vars.m.x) == double",
+      '    actions:',
+      "      - type: add-headers",
+      "        config: {headers: {x-typed: 'yes'}}",
+      '',
+    ].join('\n');
+    // As the control plane sends it: the decoded document (decodeTrafficPolicy), plain JSON.
+    const s = stage(JSON.parse(JSON.stringify(decodeTrafficPolicy(yaml))), d);
+    const r = request();
+    expect(await s.onRequest!(r)).toBeNull();
+    expect(header(r.headers, 'x-typed')).toEqual(['yes']);
     expect(await errorCount(d)).toBe(0);
   });
 

@@ -204,6 +204,9 @@ describe('header values written as YAML scalars', () => {
       const e = refusal({ inbound: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-a': bad } } }] }] }, true);
       expect([e.path, e.reason]).toEqual(['inbound[0].actions[0].config.headers.x-a', `must be a string, got ${Array.isArray(bad) ? 'list' : 'mapping'}`]);
     }
+    // As written, as Go's YAML decoder reads a scalar into a string field (`1.10` stays `1.10`).
+    const written = parseTrafficPolicy('inbound:\n  - actions:\n      - type: add-headers\n        config: {headers: {x-v1: 1.10, x-v2: 0x10, x-v3: 1e3, x-v4: 007, x-v5: True}}\n');
+    expect((written.inbound[0]!.actions[0] as { config: { headers: Record<string, string> } }).config.headers).toEqual({ 'x-v1': '1.10', 'x-v2': '0x10', 'x-v3': '1e3', 'x-v4': '007', 'x-v5': 'True' });
     // A missing value (`x-a:`) is a YAML null, not a text.
     expect(refusal({ inbound: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-a': null } } }] }] }, true).path).toBe('inbound[0].actions[0].config.headers.x-a');
   });

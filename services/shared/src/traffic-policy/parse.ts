@@ -1,6 +1,7 @@
 import { isAlias, isMap, isScalar, isSeq, parseDocument, type Document, type YAMLMap } from 'yaml';
 import { HEADER_TEXT_PROBLEM, HEADER_TEXT_RE, isValidHostValue } from '../http-headers.js';
 import { parseDurationNs } from './duration.js';
+import { keepWrittenScalars } from './scalar-source.js';
 import { CelCompileError, compileExpression, parseTemplate, unknownHasField, withPolicyRegexBudget, type CelProgram } from './cel.js';
 import { IP_POLICY_MAX_RULES, parseBasicAuthConfig, parseRestrictIpsConfig, restrictIpsCost, restrictIpsMaxCidrs } from './access-actions.js';
 import { checkVarNames, parseLogConfig, parseSetVarsConfig } from './var-actions.js';
@@ -828,6 +829,7 @@ function decodeDocument(text: string): { doc: Document; value: unknown } {
   } catch (err) {
     throw new TrafficPolicyError('', `not valid YAML or JSON: ${(err as Error).message.split('\n')[0]!.slice(0, 300)}`);
   }
+  keepWrittenScalars(doc, value);
   return { doc, value };
 }
 
