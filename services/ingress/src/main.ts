@@ -11,7 +11,7 @@ import { createIngressMetrics } from './metrics.js';
 import { createInternalServer } from './http/internal.js';
 import { Forwarder } from './http/proxy.js';
 import { PublicHandler } from './http/public.js';
-import { answerClientError } from './http/error-page.js';
+import { answerClientError, sendUpgradeError } from './http/error-page.js';
 import { RoutingTable } from './http/routing.js';
 import { loadTls } from './tls.js';
 import { TunnelRegistry } from './tunnels/registry.js';
@@ -307,6 +307,9 @@ async function main(): Promise<void> {
     handler.handler('https'),
   );
   publicHttps.on('upgrade', handler.upgradeHandler('https'));
+  // CONNECT (a forward-proxy tunnel) is not served: answered, rather than the silent close Node
+  // gives a server without a 'connect' listener.
+  for (const server of [publicHttp, publicHttps]) server.on('connect', (_req: http.IncomingMessage, socket: net.Socket) => sendUpgradeError(socket, 7011, 'CONNECT is not supported: this is a reverse proxy'));
   // `conn.tls.ja4_fingerprint`: each client's ClientHello is read before node:tls takes the socket.
   captureClientHello(publicHttps);
   // A client chain that failed OpenSSL's own check leaves its error queued; cleared at once (`tls-error-queue.ts`).

@@ -751,6 +751,11 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
     this.status = status;
     this.resumeFn = resume;
     const res = this.res;
+    // The upstream answered before the client's body was all read (an app refusing an upload
+    // early): undici stops sending the body and destroys the request stream, so its rest is never
+    // read and the connection's next request would wait forever. This response is the connection's
+    // last (Connection: close), as RFC 9112 §9.3 allows.
+    if (!this.req.complete) res.shouldKeepAlive = false;
     const hooks = this.hooks;
     if (hooks) hooks.pipeline.onResult(hooks.state, status);
     if (!hooks?.pipeline.hasResponseStages) {

@@ -8,6 +8,7 @@ import { sendError, sendUpgradeError } from './error-page.js';
 import { HOP, HOP_CLOSE_HEAD, deliverAnswer, hopRequestHeaders, ipOf, publicRequestHeaders, splice, type Forwarder, type RequestInfo } from './proxy.js';
 import { answerBody, answerHeaders } from './answer.js';
 import { normalizeTarget } from './target.js';
+import { earlierResponsesSent } from './pipelining.js';
 import { remoteIp } from './client-address.js';
 import { WebSocketHandshakeError, acceptWebSocketAsTcp, isWebSocketTcpConverter } from '../modules/index.js';
 import { decodeHopConn, encodeHopConn, type HopConn } from './hop-conn.js';
@@ -271,8 +272,7 @@ export class PublicHandler {
   upgradeHandler(scheme: 'http' | 'https'): (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void {
     const defaultPort = scheme === 'https' ? 443 : 80;
     const onHttp = httpsEdgesOn(scheme, this.opts.httpsEdgesOnHttp ?? 'serve', true);
-    return (req, socket, head) => {
-      socket.on('error', () => socket.destroy());
+    const handle = (req: http.IncomingMessage, socket: Duplex, head: Buffer): void => {
       const r = this.resolve(req, defaultPort, onHttp);
       if (r.cr?.pipeline) {
         void this.upgradeWithPipeline(req, socket, head, r, r.cr, scheme).catch((err: unknown) => {
@@ -290,6 +290,14 @@ export class PublicHandler {
       if (r.edgeType === '0') info.conn = () => encodeHopConn(req, r.rawTarget);
       this.opts.metrics.upgrades.inc({ result: 'forwarded' });
       void this.opts.forwarder.upgrade(req, socket, head, r.target, info, publicRequestHeaders(req.rawHeaders, remoteIp(req.socket), scheme, true));
+    };
+    return (req, socket, head) => {
+      socket.on('error', () => socket.destroy());
+      // Pipelined behind a request still being answered: its response goes first (its bytes
+      // after this upgrade's answer, or inside the upgraded stream, would be misread).
+      const earlier = earlierResponsesSent(socket);
+      if (earlier) void earlier.then(() => (socket.destroyed ? undefined : handle(req, socket, head)));
+      else handle(req, socket, head);
     };
   }
 
@@ -358,6 +366,9 @@ export class PublicHandler {
         }
         state.body = body;
         if (!body) {
+          // Over the bound: the rest of the body is not read (it may be a gigabyte): the
+          // connection closes after the answer, as for 408 and 503 above.
+          res.shouldKeepAlive = false;
           sendError(req, res, 7009);
           return 413;
         }
@@ -620,7 +631,7 @@ function sendRedirect(req: http.IncomingMessage, res: http.ServerResponse, locat
  * 204 and 304 get neither (RFC 9110 §8.6, §6.4.1).
  */
 export function sendOutcome(req: http.IncomingMessage, res: http.ServerResponse, out: Exclude<Outcome, null>): number {
-  if (out === CLOSE_CONNECTION) return closeConnection(req);
+  if (out === CLOSE_CONNECTION) return closeConnection(req, res);
   res.writeHead(out.status, answerHeaders(out));
   res.end(answerBody(out, req.method));
   return out.status;

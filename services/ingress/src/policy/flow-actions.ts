@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { CircuitBreakerAction } from '@warren/shared';
 import { BreakerRegistry, breakerOpen, recordBreakerResult, type CircuitBreaker, type CircuitBreakerSettings } from '../modules/circuit-breaker.js';
 import type { Outcome, RequestState, UpstreamResult } from '../pipeline/types.js';
+import { earlierResponsesSent } from '../http/pipelining.js';
 
 /**
  * The traffic-policy flow-control actions at run time (validated by
@@ -113,8 +114,15 @@ export function hasCircuitBreaker(rules: readonly { actions: readonly { kind: st
  */
 export const CLOSE_CONNECTION: NonNullable<Outcome> = Object.freeze({ status: 444 });
 
-/** Carries out `CLOSE_CONNECTION` on an HTTP/1.1 request: its connection is destroyed, nothing is written. */
-export function closeConnection(req: http.IncomingMessage): number {
-  req.socket.destroy();
+/**
+ * Carries out `CLOSE_CONNECTION` on an HTTP/1.1 request: its connection is destroyed, nothing is
+ * written for it. Responses to requests pipelined before it go out first (RFC 9112 §9.3.2: the
+ * client gets what it asked for earlier), then the connection closes.
+ */
+export function closeConnection(req: http.IncomingMessage, res?: http.ServerResponse): number {
+  const socket = req.socket;
+  const earlier = earlierResponsesSent(socket, res);
+  if (earlier) void earlier.then(() => socket.destroySoon());
+  else socket.destroy();
   return CLOSE_CONNECTION.status;
 }
