@@ -162,3 +162,11 @@ describe('CONNECT', () => {
     expect(r.out).toContain('CONNECT is not supported');
   });
 });
+
+describe('a request without Host', () => {
+  it("gets the ingress's own 400 page (ERR_WARREN_7007), not Node's bare one", async () => {
+    const r = await exchange([`GET / HTTP/1.1\r\nConnection: close\r\n\r\n`], 1500);
+    expect(statuses(r.out)).toEqual([400]);
+    expect(r.out.toLowerCase()).toContain('warren-error-code: err_warren_7007');
+  });
+});

@@ -288,7 +288,9 @@ async function main(): Promise<void> {
   });
   await client.start();
 
-  const publicHttp = http.createServer({ keepAliveTimeout: 65_000, requestTimeout: 0, headersTimeout: 30_000 }, handler.handler('http'));
+  // requireHostHeader off: a request without Host gets the ingress's own 400 page (7007, with
+  // Warren-Error-Code), not Node's bare one; the router refuses it either way.
+  const publicHttp = http.createServer({ keepAliveTimeout: 65_000, requestTimeout: 0, headersTimeout: 30_000, requireHostHeader: false }, handler.handler('http'));
   publicHttp.on('upgrade', handler.upgradeHandler('http'));
   // Client certificates are requested on every HTTPS connection (a client without one still
   // connects) so that edges with mutual_tls can verify them per request; an edge's
@@ -303,6 +305,7 @@ async function main(): Promise<void> {
       keepAliveTimeout: 65_000,
       requestTimeout: 0,
       headersTimeout: 30_000,
+      requireHostHeader: false,
     } as https.ServerOptions,
     handler.handler('https'),
   );
