@@ -12,6 +12,11 @@ export function bodilessStatus(status: number): boolean {
   return status < 200 || status === 204 || status === 304;
 }
 
+/** Statuses whose answers carry no content: the bodiless ones and 205 Reset Content (RFC 9110 §15.3.6, sent with `Content-Length: 0`). */
+export function noContentStatus(status: number): boolean {
+  return bodilessStatus(status) || status === 205;
+}
+
 /**
  * The head of an answer as raw `[name, value, …]` pairs (an array value is one field per value,
  * as `writeHead` sends it) with `Content-Length`, the length of its body, unless the answer
@@ -46,7 +51,7 @@ export function answerHeaders(out: Answer): string[] {
  * character per byte) would go out encoded a second time.
  */
 export function answerBody(out: Answer, method: string | undefined): Buffer | undefined {
-  if (method === 'HEAD' || bodilessStatus(out.status) || out.status === 205) return undefined;
+  if (method === 'HEAD' || noContentStatus(out.status)) return undefined;
   const b = out.body ?? '';
   return typeof b === 'string' ? Buffer.from(b, 'utf8') : b;
 }

@@ -4,7 +4,7 @@ import type { Duplex } from 'node:stream';
 import type { Registry } from 'prom-client';
 import type { Logger } from '@warren/shared';
 import { sendError, sendUpgradeError } from './error-page.js';
-import { HOP, type Forwarder } from './proxy.js';
+import { HOP, HOP_MAX_HEADER_BYTES, type Forwarder } from './proxy.js';
 
 function tokenOk(expected: Buffer | null, got: string | string[] | undefined): boolean {
   if (!expected) return true;
@@ -31,9 +31,6 @@ export interface InternalServerOptions {
   log: Logger;
 }
 
-/** Longest request head the internal listener reads (see {@link createInternalServer}). */
-const INTERNAL_MAX_HEADER_BYTES = 64 * 1024;
-
 /**
  * The node's internal listener: requests other nodes carry here for tunnels of this node's agents
  * (`x-warren-tunnel`, authenticated by the shared node token), and the operational endpoints
@@ -44,7 +41,7 @@ export function createInternalServer(o: InternalServerOptions): http.Server {
   // Hops carry a client's request head (up to the public listeners' 16 KiB) plus the hop's own
   // headers (x-warren-conn, …): read more than the default 16 KiB, or a request the client's node
   // accepted would be refused here (431).
-  const server = http.createServer({ maxHeaderSize: INTERNAL_MAX_HEADER_BYTES }, (req, res) => {
+  const server = http.createServer({ maxHeaderSize: HOP_MAX_HEADER_BYTES }, (req, res) => {
     if (req.headers[HOP.tunnel] !== undefined) {
       if (!tokenOk(expected, req.headers[HOP.token])) {
         res.writeHead(403, { 'content-type': 'text/plain' }).end('bad node token\n');

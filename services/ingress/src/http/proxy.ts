@@ -10,6 +10,7 @@ import { sendError, sendUpgradeError } from './error-page.js';
 import { isOutcome, type RoutePipeline } from '../pipeline/runner.js';
 import { decidesLength, type RequestState } from '../pipeline/types.js';
 import { answerBody, answerHeaders, type Answer } from './answer.js';
+import { CLOSE_CONNECTION } from '../policy/flow-actions.js';
 
 /** A route's pipeline and the request's state, for the response stages and the result. */
 export interface ForwardHooks {
@@ -74,7 +75,7 @@ export const HOP = {
 } as const;
 
 /** The holding node's answer to a hop request or upgrade whose endpoint policy closed the connection ({@link HOP}.close). */
-export const HOP_CLOSE_HEAD = 'HTTP/1.1 204 No Content\r\nx-warren-hop-close: 1\r\nconnection: close\r\n\r\n';
+export const HOP_CLOSE_HEAD = `HTTP/1.1 204 No Content\r\n${HOP.close}: 1\r\nconnection: close\r\n\r\n`;
 
 export function ipOf(addr: string): string {
   if (addr.startsWith('[')) return addr.slice(1, addr.indexOf(']'));
@@ -545,22 +546,20 @@ export class Forwarder {
   }
 }
 
-/** The status a closed connection is recorded with (close-connection's, as `flow-actions.ts` `CLOSE_CONNECTION`). */
-const CLOSE_CONNECTION_STATUS = 444;
-
 /** {@link HOP}.close in an answer head. */
-const HOP_CLOSE_RE = /\r\nx-warren-hop-close:/i;
+const HOP_CLOSE_RE = new RegExp(`\r\n${HOP.close}:`, 'i');
 
 /** Keep-alive connections kept to each other node (hops). */
 const HOP_CONNECTIONS = 512;
 
 /**
- * Longest answer head read from another node (hops). The holding node's answer is the upstream's
+ * Longest head read from another node (hops, both ways: this pool's answers and the internal
+ * listener's requests). The holding node's answer is the upstream's
  * head (up to the 16 KiB a tunnel's pool reads) plus what it adds: policy headers and `x-warren-tp`
  * (up to 8 KiB). With the default 16 KiB, an answer the holding node served whole failed here
  * (502, UND_ERR_HEADERS_OVERFLOW) after the upstream had run the request.
  */
-const HOP_MAX_HEADER_BYTES = 64 * 1024;
+export const HOP_MAX_HEADER_BYTES = 64 * 1024;
 
 /**
  * What a hop's answer says of itself: a miss (the tunnel is not on that node), the holding node's
@@ -730,7 +729,7 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
         // The endpoint's close-connection on the holding node: this node's client connection
         // closes, nothing is written; whatever else comes on the hop is dropped.
         this.miss = true;
-        this.finish(CLOSE_CONNECTION_STATUS, null);
+        this.finish(CLOSE_CONNECTION.status, null);
         // (The response's socket: for a request whose body was sent on, req.socket was seen null here.)
         (this.res.socket ?? this.req.socket)?.destroy();
         return true;

@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { isValidHostValue, type PolicyDirection } from '@warren/shared';
 import type { Transform } from 'node:stream';
 import type { Outcome, RateLimiter, RateLimitResult, RequestState, ResponseState, RouteStage, UpstreamResult } from '../pipeline/types.js';
+import { noContentStatus } from '../http/answer.js';
 import { Activation, actionsOf } from './activation.js';
 import { basicAuth, restrictIps } from './access-actions.js';
 import { runLog, runSetVars } from './var-actions.js';
@@ -378,7 +379,7 @@ export class TrafficPolicyStage implements RouteStage {
     }
     // custom-response without a Content-Type: infer one, as ngrok does, rather than leave the
     // body to a browser's sniffing (a body that echoes request data could be read as HTML).
-    if (a.body !== undefined && body !== '' && a.status !== 204 && a.status !== 205 && a.status !== 304 && !hasContentType(headers)) headers['Content-Type'] = inferContentType(body);
+    if (a.body !== undefined && body !== '' && !noContentStatus(a.status) && !hasContentType(headers)) headers['Content-Type'] = inferContentType(body);
     return { status: a.status, headers, body };
   }
 

@@ -879,14 +879,17 @@ export class CelEndpoint {
   get protocol(): string {
     return this.init.protocol;
   }
-  get addr(): string {
+  /** The host as it is written before a port (an IPv6 literal in brackets). */
+  private get hostPart(): string {
     const h = this.init.host;
-    return `${h.includes(':') && !h.startsWith('[') ? `[${h}]` : h}:${this.init.port()}`;
+    return h.includes(':') && !h.startsWith('[') ? `[${h}]` : h;
+  }
+  get addr(): string {
+    return `${this.hostPart}:${this.init.port()}`;
   }
   /** `<protocol>://<host>`, with `:<port>` unless it is the protocol's default (ngrok: `https://my-subdomain.ngrok.app`). */
   get url(): string {
-    const h = this.init.host;
-    const host = h.includes(':') && !h.startsWith('[') ? `[${h}]` : h;
+    const host = this.hostPart;
     const port = this.init.port();
     const dflt = this.init.protocol === 'https' ? 443 : this.init.protocol === 'http' ? 80 : -1;
     return `${this.init.protocol}://${host}${port === dflt ? '' : `:${port}`}`;
