@@ -86,6 +86,30 @@ describe('traffic policy on live traffic', () => {
     }
   });
 
+  it('rate-limit enforce: false only marks requests over capacity, for a custom answer (ngrok\'s dry run)', async () => {
+    await route('/rl-dry', {
+      traffic_policy: {
+        value: `on_http_request:
+  - actions:
+      - type: rate-limit
+        config: { name: dry, algorithm: sliding_window, capacity: 2, rate: 60s, bucket_key: ["getReqHeader('X-User')"], enforce: false }
+  - expressions: [actions.ngrok.rate_limit.limited]
+    actions:
+      - type: custom-response
+        config: { status_code: 503, body: "slow down", headers: { x-limited: "\${actions.ngrok.rate_limit.limited}" } }
+`,
+      },
+    });
+    const statuses: number[] = [];
+    for (let i = 0; i < 4; i++) {
+      // A bucket of its own: the route's readiness probe used another.
+      const r = await request(a.http, '/rl-dry/x', { headers: { 'x-user': 'carol' } });
+      statuses.push(r.status);
+      if (r.status === 503) expect([r.raw.toString(), r.headers['x-limited'], r.headers['retry-after']]).toEqual(['slow down', 'true', undefined]);
+    }
+    expect(statuses).toEqual([200, 200, 503, 503]);
+  });
+
   it('denies and answers custom responses by expression', async () => {
     await route('/deny', {
       traffic_policy: {

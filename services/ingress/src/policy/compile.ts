@@ -25,6 +25,8 @@ export interface CompiledRateLimit {
   capacity: number;
   rateSeconds: number;
   bucketKey: BucketKeyElement[];
+  /** false: a request over capacity is only marked (`limited`) and goes on to the next action. */
+  enforce: boolean;
 }
 
 
@@ -96,6 +98,7 @@ function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirect
         capacity: a.config.capacity,
         rateSeconds: a.config.rateSeconds,
         bucketKey: a.config.bucketKey,
+        enforce: a.config.enforce,
       };
     case 'deny':
       return { kind: 'respond', where, status: a.config.status_code, body: undefined, headers: undefined };

@@ -67,6 +67,29 @@ describe('trafficPolicyStage', () => {
     expect(await s.onRequest!(request({ ip: '198.51.100.1' }))).toBeNull();
   });
 
+  it('enforce: false marks a request over capacity as limited and lets it through, for a later rule to answer', async () => {
+    const limiter = new FakeLimiter();
+    const s = stage({
+      inbound: [
+        { actions: [rl({ capacity: 1, enforce: false })] },
+        { expressions: ['actions.ngrok.rate_limit.limited'], actions: [{ type: 'add-headers', config: { headers: { 'X-Would-Limit': 'yes' } } }] },
+      ],
+    }, limiter);
+    const first = request();
+    expect(await s.onRequest!(first)).toBeNull();
+    expect(header(first.headers, 'x-would-limit')).toEqual([]);
+    for (let i = 0; i < 2; i++) {
+      const r = request();
+      expect(await s.onRequest!(r)).toBeNull();
+      expect(header(r.headers, 'x-would-limit')).toEqual(['yes']);
+      expect((r.vars.actions as { ngrok: { rate_limit: { limited: boolean } } }).ngrok.rate_limit.limited).toBe(true);
+    }
+    // the default still refuses
+    const enforced = stage({ inbound: [{ actions: [rl({ capacity: 1, enforce: true })] }] });
+    expect(await enforced.onRequest!(request())).toBeNull();
+    expect(await enforced.onRequest!(request())).toMatchObject({ status: 429 });
+  });
+
   it('fails open on limiter errors and exposes the error variables', async () => {
     const limiter = new FakeLimiter();
     limiter.failWith = { code: 'redis_unavailable', message: 'connection refused' };

@@ -397,17 +397,18 @@ export class TrafficPolicyStage implements RouteStage {
       hit = Promise.reject(err as Error);
     }
     return hit.then(
-      (result) => this.afterRateLimit(run, vars, result, i, j),
+      (result) => this.afterRateLimit(run, a, vars, result, i, j),
       // The limiter is meant to fail open by itself; if it throws anyway, so do we.
-      (err: unknown) => this.afterRateLimit(run, vars, { limited: false, retryAfterSeconds: 0, error: { code: 'rate_limiter_failed', message: err instanceof Error ? err.message : String(err) } }, i, j),
+      (err: unknown) => this.afterRateLimit(run, a, vars, { limited: false, retryAfterSeconds: 0, error: { code: 'rate_limiter_failed', message: err instanceof Error ? err.message : String(err) } }, i, j),
     );
   }
 
-  private afterRateLimit(run: Run, vars: RateLimitVars, result: RateLimitResult, i: number, j: number): Outcome | Promise<Outcome> {
+  private afterRateLimit(run: Run, a: CompiledRateLimit, vars: RateLimitVars, result: RateLimitResult, i: number, j: number): Outcome | Promise<Outcome> {
     vars.limited = result.limited;
     vars.error.code = result.error?.code ?? '';
     vars.error.message = result.error?.message ?? '';
-    if (result.limited) {
+    // enforce: false (ngrok's dry run) only marks the request; the limiter did not count it.
+    if (result.limited && a.enforce) {
       return {
         status: 429,
         headers: { 'retry-after': String(Math.max(1, Math.ceil(result.retryAfterSeconds))), 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' },

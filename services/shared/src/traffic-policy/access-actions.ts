@@ -21,7 +21,7 @@
  */
 import { parseCidr } from '../cidr.js';
 import { isId } from '../ids.js';
-import { at, expectList, expectObj, noUnknownKeys, phaseKey, TrafficPolicyError, typeName } from './parse.js';
+import { at, expectList, expectObj, noUnknownKeys, parseEnforce, phaseKey, TrafficPolicyError, typeName } from './parse.js';
 import type { BasicAuthAction, PolicyDirection, RestrictIpsAction, TrafficPolicy } from './types.js';
 
 /** Rules one IP policy may hold (the API refuses the next one: 6701). */
@@ -101,12 +101,6 @@ function typePath(configPath: string): string {
 
 function inboundOnly(type: string, configPath: string, direction: PolicyDirection): void {
   if (direction !== 'inbound') throw new TrafficPolicyError(typePath(configPath), `${type} can only be used in inbound rules (it runs on the request)`);
-}
-
-function parseEnforce(v: unknown, path: string): boolean {
-  if (v === undefined || v === null) return true;
-  if (typeof v !== 'boolean') throw new TrafficPolicyError(path, `must be true or false, got ${typeName(v)}`);
-  return v;
 }
 
 /** `allow` / `deny`: absent is fine, present must be a non-empty list of distinct CIDRs. */

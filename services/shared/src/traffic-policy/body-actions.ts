@@ -23,7 +23,7 @@
  * Error messages never quote a secret.
  */
 import { base64SecretProblem, isBase64EcdsaPublicKey, isWebhookProvider, SECRETLESS_PROVIDER, UNVERIFIABLE_WEBHOOK_PROVIDERS, WEBHOOK_PROVIDERS } from '../webhook-providers.js';
-import { at, expectList, expectObj, noUnknownKeys, TrafficPolicyError, typeName } from './parse.js';
+import { at, expectList, expectObj, noUnknownKeys, parseEnforce, TrafficPolicyError, typeName } from './parse.js';
 import type { CompressResponseAction, PolicyDirection, VerifyWebhookAction } from './types.js';
 
 /** Codings `compress-response` can apply (Node's zlib), in the order ngrok lists its default. */
@@ -49,12 +49,6 @@ export const VERIFY_WEBHOOK_COST = 1_000_000;
 /** The path of the action's `type`, from the path of its `config`. */
 function typePath(configPath: string): string {
   return configPath.endsWith('.config') ? `${configPath.slice(0, -'.config'.length)}.type` : configPath;
-}
-
-function parseEnforce(v: unknown, path: string): boolean {
-  if (v === undefined || v === null) return true;
-  if (typeof v !== 'boolean') throw new TrafficPolicyError(path, `must be true or false, got ${typeName(v)}`);
-  return v;
 }
 
 /**

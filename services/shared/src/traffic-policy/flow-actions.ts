@@ -18,7 +18,7 @@
  * - durations are Go duration strings (`"30s"`, `"1m30s"`), as everywhere in a policy.
  */
 import { parseDurationNs } from './duration.js';
-import { at, expectObj, noUnknownKeys, onlyInbound, phaseKey, TrafficPolicyError, typeName } from './parse.js';
+import { at, expectObj, noUnknownKeys, onlyInbound, parseEnforce, phaseKey, TrafficPolicyError, typeName } from './parse.js';
 import type { CircuitBreakerConfig, PolicyDirection, TrafficPolicy } from './types.js';
 
 export const CIRCUIT_BREAKER_LIMITS = {
@@ -106,11 +106,7 @@ export function parseCircuitBreakerConfig(raw: unknown, path: string, direction:
   if (c.num_buckets !== undefined && c.num_buckets !== null && c.num_buckets !== L.numBuckets)
     throw new TrafficPolicyError(at(path, 'num_buckets'), `is fixed at ${L.numBuckets} (as in ngrok); leave it out or write 10, got ${JSON.stringify(c.num_buckets)}`);
 
-  let enforce: boolean = D.enforce;
-  if (c.enforce !== undefined && c.enforce !== null) {
-    if (typeof c.enforce !== 'boolean') throw new TrafficPolicyError(at(path, 'enforce'), `must be true or false, got ${typeName(c.enforce)}`);
-    enforce = c.enforce;
-  }
+  const enforce = parseEnforce(c.enforce, at(path, 'enforce'));
 
   return {
     error_threshold,

@@ -64,8 +64,18 @@ inbound:
           { kind: 'header', name: 'x-api-key', source: "req.headers['X-Api-Key']" },
           { kind: 'header', name: 'x-tenant', source: "getReqHeader('X-Tenant')" },
         ],
+        enforce: true,
       },
     });
+  });
+
+  it('reads rate-limit enforce (default true), refusing anything but a boolean', () => {
+    const cfg = (p: ReturnType<typeof parseTrafficPolicy>) => (p.inbound[0]!.actions[0] as RateLimitAction).config;
+    expect(cfg(parseTrafficPolicy(JSON.stringify(rl({ ...good, enforce: false })))).enforce).toBe(false);
+    expect(cfg(parseTrafficPolicy(JSON.stringify(rl({ ...good, enforce: true })))).enforce).toBe(true);
+    expect(cfg(parseTrafficPolicy(JSON.stringify(rl(good)))).enforce).toBe(true);
+    const e = fails(rl({ ...good, enforce: 'no' }));
+    expect([e.path, e.message]).toEqual(['inbound[0].actions[0].config.enforce', 'inbound[0].actions[0].config.enforce: must be true or false, got string']);
   });
 
   it('parses JSON, both directions, and an empty mapping', () => {

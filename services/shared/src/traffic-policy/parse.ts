@@ -179,6 +179,13 @@ export function expectObj(v: unknown, path: string, what: string): Obj {
   return v;
 }
 
+/** An action's `enforce`: absent means true, anything else but a boolean is refused. */
+export function parseEnforce(v: unknown, path: string): boolean {
+  if (v === undefined || v === null) return true;
+  if (typeof v !== 'boolean') throw new TrafficPolicyError(path, `must be true or false, got ${typeName(v)}`);
+  return v;
+}
+
 export function noUnknownKeys(o: Obj, path: string, allowed: readonly string[]): void {
   for (const k of Object.keys(o)) {
     if (!allowed.includes(k)) throw new TrafficPolicyError(at(path, k), `unknown field "${k}"; supported: ${allowed.join(', ')}`);
@@ -217,7 +224,7 @@ function parseBucketKeyElement(v: unknown, path: string): BucketKeyElement {
 
 function parseRateLimitConfig(v: unknown, path: string): RateLimitConfig {
   const c = expectObj(v, path, 'config');
-  noUnknownKeys(c, path, ['name', 'algorithm', 'capacity', 'rate', 'bucket_key']);
+  noUnknownKeys(c, path, ['name', 'algorithm', 'capacity', 'rate', 'bucket_key', 'enforce']);
   const L = RATE_LIMIT_LIMITS;
   for (const k of ['name', 'algorithm', 'capacity', 'rate', 'bucket_key']) {
     if (c[k] === undefined || c[k] === null) throw new TrafficPolicyError(at(path, k), 'is required');
@@ -247,8 +254,9 @@ function parseRateLimitConfig(v: unknown, path: string): RateLimitConfig {
   if (keys.length === 0) throw new TrafficPolicyError(at(path, 'bucket_key'), 'must have at least one element');
   if (keys.length > L.bucketKeyMax) throw new TrafficPolicyError(at(path, 'bucket_key'), `must have at most ${L.bucketKeyMax} elements, got ${keys.length}`);
   const bucketKey = keys.map((k, i) => parseBucketKeyElement(k, at(at(path, 'bucket_key'), i)));
+  const enforce = parseEnforce(c.enforce, at(path, 'enforce'));
 
-  return { name, algorithm: 'sliding_window', capacity, rate, rateSeconds, bucket_key: bucketKey.map((b) => b.source), bucketKey };
+  return { name, algorithm: 'sliding_window', capacity, rate, rateSeconds, bucket_key: bucketKey.map((b) => b.source), bucketKey, enforce };
 }
 
 function checkHeaderName(name: string, path: string): string {

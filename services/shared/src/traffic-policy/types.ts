@@ -28,6 +28,11 @@ export interface RateLimitConfig {
   bucket_key: string[];
   /** The bucket key elements, resolved. */
   bucketKey: BucketKeyElement[];
+  /**
+   * `enforce` (default true). false: a request over capacity is not refused, only marked
+   * (`actions.ngrok.rate_limit.limited`), and, as a refused one, not counted: a dry run.
+   */
+  enforce: boolean;
 }
 
 export interface RateLimitAction {
