@@ -264,6 +264,8 @@ function checkHeaderName(name: string, path: string): string {
   if (!HEADER_TOKEN_RE.test(name)) throw new TrafficPolicyError(path, `${JSON.stringify(name)} is not a valid header name`);
   const lower = name.toLowerCase();
   if (RESERVED_HEADERS.has(lower) || lower.startsWith('x-warren-')) throw new TrafficPolicyError(path, `header ${JSON.stringify(name)} cannot be changed by a traffic policy`);
+  // A token, but as a key of the JavaScript objects headers travel in it would set the object's prototype: the header was silently lost.
+  if (lower === '__proto__') throw new TrafficPolicyError(path, 'a header named "__proto__" is not supported');
   return lower;
 }
 

@@ -201,6 +201,10 @@ describe('url-rewrite / redirect validation', () => {
       [redirect({ to: '/b', headers: { 'bad name': 'v' } }), /config\.headers\.bad name: "bad name" is not a valid header name$/],
       [redirect({ to: '/b', headers: { 'x-a': 'line\r\nbreak' } }), /config\.headers\.x-a: header value has a character not allowed/],
       [redirect({ to: '/b', headers: { 'content-length': '0' } }), /cannot be changed by a traffic policy/],
+      // As an object key it set the prototype: accepted, stored without it, never sent (audit finding).
+      [redirect({ to: '/b', headers: JSON.parse('{"__proto__": "v"}') }), /config\.headers\.__proto__: a header named "__proto__" is not supported$/],
+      [{ inbound: [{ actions: [{ type: 'custom-response', config: { status_code: 200, headers: JSON.parse('{"__proto__": "v", "x-a": "b"}') } }] }] }, /config\.headers\.__proto__: a header named "__proto__" is not supported$/],
+      [{ inbound: [{ actions: [{ type: 'remove-headers', config: { headers: ['__PROTO__'] } }] }] }, /a header named "__proto__" is not supported$/],
       [redirect({ to: '/b', headers: { 'x-a': '${nope}' } }), /config\.headers\.x-a: \$\{…\} does not compile/],
       [redirect({ to: '/b', foo: 1 }), /config\.foo: unknown field "foo"; supported: from, to, status_code, headers$/],
     ];

@@ -124,6 +124,13 @@ describe('header module names', () => {
     }
   });
 
+  it('refuses a header named __proto__ (the JSON reader dropped it: asked for, accepted and never sent)', async () => {
+    for (const module of ['request_headers', 'response_headers']) {
+      await expectRefused(module, { add: { ['__proto__']: 'v', 'X-Ok': '1' } }, `${module}.add.__proto__`, 'a header named "__proto__" is not supported');
+      await expectRefused(module, { remove: ['X-Ok', '__proto__'] }, `${module}.remove[1]`, 'a header named "__proto__" is not supported');
+    }
+  });
+
   it('refuses adding Expect to requests (the ingress handles 100-continue itself; an added one failed every request with 502); removing it, or adding it to responses, is allowed', async () => {
     await expectRefused('request_headers', { add: { Expect: '100-continue' } }, 'request_headers.add.Expect', 'header "Expect" cannot be added to requests (the ingress handles 100-continue itself)');
     expect((await create('response_headers', { add: { Expect: 'x' } })).status).toBe(201);

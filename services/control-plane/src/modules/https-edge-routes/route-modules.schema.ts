@@ -143,8 +143,14 @@ function checkHeaderName(name: string, ctx: Ctx, path: (string | number)[], dire
     fail(ctx, 2104, `header ${JSON.stringify(name)} cannot be removed: HTTP/1.1 requires a Host header; to rewrite it, set it in add (e.g. "Host": "localhost")`, path);
 }
 
+/** The JSON body's own `__proto__` key, which z.record drops silently (a header asked for and never sent). */
+const noProtoKey = (v: unknown, ctx: Ctx): unknown => {
+  if (v !== null && typeof v === 'object' && Object.hasOwn(v, '__proto__')) fail(ctx, 2104, 'a header named "__proto__" is not supported', ['__proto__']);
+  return v;
+};
+
 const headerAdd = (direction: HeadersDirection) =>
-  z.record(z.string(), z.string()).superRefine((m, ctx) => {
+  z.preprocess(noProtoKey, z.record(z.string(), z.string()).superRefine((m, ctx) => {
     const names = Object.keys(m);
     if (names.length > MAX_HEADERS) return fail(ctx, 5002, `at most ${MAX_HEADERS} headers may be added`);
     const seen = new Set<string>();
@@ -160,7 +166,7 @@ const headerAdd = (direction: HeadersDirection) =>
         if (problem) fail(ctx, 2104, `the Host header ${problem}`, [name]);
       }
     }
-  });
+  }));
 
 const headerRemove = (direction: HeadersDirection) =>
   z.array(z.string()).superRefine((names, ctx) => {
@@ -168,6 +174,7 @@ const headerRemove = (direction: HeadersDirection) =>
     const seen = new Set<string>();
     names.forEach((name, i) => {
       checkHeaderName(name, ctx, [i], direction, 'remove');
+      if (name.toLowerCase() === '__proto__') fail(ctx, 2104, 'a header named "__proto__" is not supported', [i]);
       if (seen.has(name.toLowerCase())) fail(ctx, 6401, `duplicate header name ${JSON.stringify(name)} (names are case-insensitive)`, [i]);
       seen.add(name.toLowerCase());
     });
