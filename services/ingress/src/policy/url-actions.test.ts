@@ -294,4 +294,25 @@ describe('rewrittenTarget / redirectLocation', () => {
     for (const bad of ['/x\r\nSet-Cookie: a=1', '/x\n', '/x\u0000', 'http://[bad']) expect(redirectLocation(bad, base), bad).toBeNull();
     expect(redirectLocation(`/${'a'.repeat(URL_ACTION_LIMITS.urlChars)}`, base)).toBeNull();
   });
+
+  it('refuses a backslash before the query: the URL parser reads it as a slash, so /\\evil.example was another host (audit finding)', () => {
+    const base = 'https://app.example.com/a/b?c';
+    for (const bad of ['/\\evil.example/x', '/\\/evil.example', '\\\\evil.example', 'https://app.example.com\\@evil.example/', '/a\\b']) expect(redirectLocation(bad, base), bad).toBeNull();
+    // In the query or fragment it is data, kept as the URL Standard keeps it.
+    expect(redirectLocation('/x?p=C:\\dir', base)).toBe('https://app.example.com/x?p=C:\\dir');
+  });
+});
+
+describe('redirect guarded to local paths', () => {
+  it('is not applied when the guarded value carries a backslash (it resolved to http://evil.example/x before)', async () => {
+    const d = deps();
+    const s = stage({
+      inbound: [{ expressions: ["getQueryParam('next')[0].startsWith('/') && !getQueryParam('next')[0].startsWith('//')"], actions: [{ type: 'redirect', config: { to: "${getQueryParam('next')[0]}" } }] }],
+    }, d);
+    const r = request({ url: '/next?next=%2F%5Cevil.example%2Fx', headers: ['Host', 'app.example.com'] });
+    expect(await s.onRequest!(r)).toBeNull();
+    expect([vars(r).redirect.error.code, await errorCount(d)]).toEqual(['invalid_url', 1]);
+    const ok = (await s.onRequest!(request({ url: '/next?next=%2Fhome', headers: ['Host', 'app.example.com'] }))) as Exclude<Outcome, null>;
+    expect(ok.headers).toEqual({ location: 'https://app.example.com/home' });
+  });
 });

@@ -106,10 +106,22 @@ export function rewrittenTarget(url: string): string | null {
 
 /**
  * The `Location` of a redirect to `url` (resolved against `base`, the request URL), or null
- * when it is not a usable URL (a control character anywhere, not parseable, too long).
+ * when it is not a usable URL (a control character anywhere, a backslash before the query, not
+ * parseable, too long).
+ *
+ * The backslash: the URL Standard reads `\` as `/` in http(s) URLs, so `/\evil.example/x`, which
+ * passes a policy's usual "a local path: starts with `/`, not `//`" guard, resolved to
+ * `http://evil.example/x` (and browsers read it so in a relative Location too). Go, whose
+ * reading ngrok's policies are written for, keeps it a path character. Refused, as in a client's
+ * request target and in url-rewrite.
  */
 export function redirectLocation(url: string, base: string): string | null {
   if (CONTROL.test(url)) return null;
+  const backslash = url.indexOf('\\');
+  if (backslash >= 0) {
+    const query = url.search(/[?#]/);
+    if (query < 0 || backslash < query) return null;
+  }
   let href: string;
   try {
     href = new URL(url, base).href;
@@ -184,7 +196,7 @@ export function runRedirect(act: Activation, a: CompiledRedirect, failed: Failed
   if (!result || result.url === url) return null;
   const location = redirectLocation(result.url, url);
   if (location === null) {
-    const err = new UrlActionRuntimeError('invalid_url', `the redirect URL ${shown(result.url)} is not a valid URL (or has a control character)`);
+    const err = new UrlActionRuntimeError('invalid_url', `the redirect URL ${shown(result.url)} is not a valid URL (or has a control character, or a backslash before its query)`);
     setError(vars, err);
     failed(a.where, err);
     return null;
