@@ -15,7 +15,7 @@ import { CLOSE_CONNECTION, hasCircuitBreaker, recordCircuitBreakers, runCircuitB
 import { runAuthAction } from './auth-actions.js';
 import { findReplaceTransform, observeFindReplace, runRequestFindReplace, runResponseFindReplace } from './find-replace.js';
 import type { CompiledAddHeaders, CompiledPolicy, CompiledRateLimit, CompiledRespond, CompiledRule } from './compile.js';
-import { celToHeaderText, interpolateHeader, withoutHeaders, type HeaderValue } from './headers.js';
+import { addWithinHead, celToHeaderText, interpolateHeader, overHeadError, withoutHeaders, type HeaderValue } from './headers.js';
 
 /** Keys longer than this are hashed (the bucket values may hold long headers). */
 const MAX_PLAIN_KEY = 256;
@@ -355,9 +355,13 @@ export class TrafficPolicyStage implements RouteStage {
    */
   private respond(run: Run, a: CompiledRespond): Outcome {
     const headers: Record<string, string> = {};
+    let used = 0;
     for (const h of a.headers ?? []) {
       const value = this.interpolate(run, h.value, `${a.where} headers.${h.name}`);
-      if (value !== null) headers[h.name] = value;
+      if (value === null) continue;
+      const after = addWithinHead(headers, h.name, value, used);
+      if (after < 0) this.failed(run, `${a.where} headers.${h.name}`, overHeadError(h.name));
+      else used = after;
     }
     let body = '';
     if (typeof a.body === 'string') body = a.body;

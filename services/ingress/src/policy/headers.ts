@@ -1,4 +1,4 @@
-import { CelCompileError, compileExpression, goTimeText, headerWire, parseTemplate, type CelProgram, type PolicyDirection } from '@warren/shared';
+import { CelCompileError, compileExpression, goTimeText, headerWire, parseTemplate, RESPONSE_LIMITS, type CelProgram, type PolicyDirection } from '@warren/shared';
 
 /** Edits of raw `[name, value, …]` header pairs, by lower-case name; header values a policy sets. */
 
@@ -23,6 +23,31 @@ export function isValidHeaderValue(v: string): boolean {
 
 /** Longest header value a policy's interpolation may make, bytes as sent (`MAX_INTERPOLATED_VALUE` in the shared parser's cost estimate). */
 export const MAX_HEADER_VALUE = 8192;
+
+/**
+ * Bytes (name, value and 4 of line each) the headers of an answer the policy makes itself
+ * (custom-response, redirect) may take. Outbound rules run on those answers too, and the cost
+ * bound charges them for a head of at most `RESPONSE_LIMITS.headBytes`, as an upstream's is (Node
+ * refuses larger); 32 interpolated values of 8 KiB made a 256 KiB head and outbound expressions
+ * ten times their charge. The last KiB is left for the headers the ingress adds.
+ */
+export const GENERATED_HEAD_BYTES = RESPONSE_LIMITS.headBytes - 1024;
+
+/**
+ * Adds `name: value` to an answer's `headers` when it fits in `GENERATED_HEAD_BYTES` with the
+ * `used` bytes before it; returns the bytes used after it, or -1 (nothing added) when it does not fit.
+ */
+export function addWithinHead(headers: Record<string, string>, name: string, value: string, used: number): number {
+  const after = used + name.length + value.length + 4;
+  if (after > GENERATED_HEAD_BYTES) return -1;
+  headers[name] = value;
+  return after;
+}
+
+/** The evaluation error of a header left out of a generated answer by {@link addWithinHead}. */
+export function overHeadError(name: string): Error {
+  return new Error(`header ${name} is left out: the answer's headers would be over ${GENERATED_HEAD_BYTES} bytes`);
+}
 
 /** Text with `${expr}` parts compiled, in order; the text itself when it has none. */
 export type TextTemplate = string | (string | CelProgram)[];

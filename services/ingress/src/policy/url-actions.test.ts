@@ -4,6 +4,7 @@ import type { Outcome, RequestState, ResponseState, RouteStage, StageDeps } from
 import { trafficPolicyStage } from './index.js';
 import { CONFIG, deps, EDGE, request, route } from './testing.js';
 import { redirectLocation, rewrittenTarget } from './url-actions.js';
+import { GENERATED_HEAD_BYTES } from './headers.js';
 import { normalizeTarget } from '../http/target.js';
 
 function stage(policy: unknown, d: StageDeps = deps()): RouteStage {
@@ -314,5 +315,36 @@ describe('redirect guarded to local paths', () => {
     expect([vars(r).redirect.error.code, await errorCount(d)]).toEqual(['invalid_url', 1]);
     const ok = (await s.onRequest!(request({ url: '/next?next=%2Fhome', headers: ['Host', 'app.example.com'] }))) as Exclude<Outcome, null>;
     expect(ok.headers).toEqual({ location: 'https://app.example.com/home' });
+  });
+});
+
+describe('answers the policy makes keep their head within what outbound rules are charged for', () => {
+  const headBytes = (h: Record<string, string | string[]> | undefined) => Object.entries(h ?? {}).reduce((t, [k, v]) => t + k.length + String(v).length + 4, 0);
+
+  it('custom-response: headers past GENERATED_HEAD_BYTES are left out and counted (32 values of 8 KiB made a 256 KiB head; audit finding)', async () => {
+    const d = deps();
+    const headers = Object.fromEntries(Array.from({ length: 32 }, (_, i) => [`x-echo-${i}`, "${getReqHeader('x-a')[0]}"]));
+    const s = stage({ inbound: [{ actions: [{ type: 'custom-response', config: { status_code: 200, body: 'b', headers } }] }], outbound: [{ expressions: ["json.encode(res.headers).contains('zzzz')"], actions: [{ type: 'deny' }] }] }, d);
+    const r = request({ headers: ['Host', 'app.example.com', 'x-a', 'v'.repeat(8000)] });
+    const out = (await s.onRequest!(r)) as Exclude<Outcome, null>;
+    expect(out.status).toBe(200);
+    expect(headBytes(out.headers)).toBeLessThanOrEqual(GENERATED_HEAD_BYTES);
+    expect(Object.keys(out.headers!).filter((k) => k.startsWith('x-echo-'))).toEqual(['x-echo-0']);
+    expect(await errorCount(d)).toBe(31);
+    // Small values all fit.
+    const small = (await s.onRequest!(request({ headers: ['Host', 'app.example.com', 'x-a', 'v'.repeat(100)] }))) as Exclude<Outcome, null>;
+    expect(Object.keys(small.headers!).filter((k) => k.startsWith('x-echo-'))).toHaveLength(32);
+  });
+
+  it('redirect: the same bound, the Location counted', async () => {
+    const d = deps();
+    const headers = Object.fromEntries(Array.from({ length: 10 }, (_, i) => [`x-echo-${i}`, "${getReqHeader('x-a')[0]}"]));
+    const s = stage({ inbound: [{ actions: [{ type: 'redirect', config: { to: '/elsewhere', headers } }] }] }, d);
+    const out = (await s.onRequest!(request({ url: '/a', headers: ['Host', 'app.example.com', 'x-a', 'v'.repeat(7000)] }))) as Exclude<Outcome, null>;
+    expect(out.status).toBe(302);
+    expect(out.headers!.location).toBe('https://app.example.com/elsewhere');
+    expect(headBytes(out.headers)).toBeLessThanOrEqual(GENERATED_HEAD_BYTES);
+    expect(Object.keys(out.headers!).filter((k) => k.startsWith('x-echo-'))).toEqual(['x-echo-0', 'x-echo-1']);
+    expect(await errorCount(d)).toBe(8);
   });
 });

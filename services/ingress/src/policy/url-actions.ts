@@ -12,7 +12,7 @@ import {
 import { normalizeTarget } from '../http/target.js';
 import type { Outcome } from '../pipeline/types.js';
 import { actionsOf, type Activation } from './activation.js';
-import { celToHeaderText, compileHeaderValue, interpolateHeader, isValidHeaderValue, type HeaderValue } from './headers.js';
+import { addWithinHead, celToHeaderText, compileHeaderValue, interpolateHeader, isValidHeaderValue, overHeadError, type HeaderValue } from './headers.js';
 
 /**
  * The `url-rewrite` and `redirect` traffic-policy actions at run time (validated, and their
@@ -205,9 +205,12 @@ export function runRedirect(act: Activation, a: CompiledRedirect, failed: Failed
   vars.matches = result.matches;
   vars.url = location;
   const headers: Record<string, string> = { location };
+  let used = 'location'.length + location.length + 4;
   for (const h of a.headers) {
     try {
-      headers[h.name] = interpolateHeader(h.value, (p) => p(act));
+      const after = addWithinHead(headers, h.name, interpolateHeader(h.value, (p) => p(act)), used);
+      if (after < 0) throw overHeadError(h.name);
+      used = after;
     } catch (err) {
       failed(`${a.where} headers.${h.name}`, err);
     }
