@@ -11,6 +11,10 @@ import { startSignInCluster, type SignInCluster } from '../support/sign-in-clust
  * this process, trusted by the ingress nodes through NODE_EXTRA_CA_CERTS), a control plane, two
  * ingress nodes, our agent and an upstream that echoes the headers it got. A scripted browser
  * (cookie jar, redirects, the provider's dev login and consent forms) signs in.
+ *
+ * The provider is on 127.0.0.1: the control plane and node a run with WARREN_OIDC_ALLOW_PRIVATE=1
+ * (an issuer on a private or loopback host is refused otherwise). Node b runs without it, as an
+ * ingress does by default: it must refuse to connect to that issuer (SSRF guard).
  */
 
 const HOST = 'oidc.e2e.test';
@@ -54,7 +58,8 @@ beforeAll(async () => {
         clientSecret: CLIENT_SECRET,
         redirectUris: [`${ORIGIN}/.warren/oidc/callback`, `${ORIGIN}/short/.warren/oidc/callback`, `${ORIGIN}/idle/.warren/oidc/callback`],
       }),
-    ingressEnv: (tls) => ({ NODE_EXTRA_CA_CERTS: tls.caFile }),
+    controlPlaneEnv: { WARREN_OIDC_ALLOW_PRIVATE: '1' },
+    ingressEnv: (tls, _idp, n) => ({ NODE_EXTRA_CA_CERTS: tls.caFile, ...(n === 'a' ? { WARREN_OIDC_ALLOW_PRIVATE: '1' } : {}) }),
     upstreamSetCookie: 'app=1; Path=/',
   });
   ({ a, b, providers: idp, edgeId, backendId } = c);
@@ -116,7 +121,8 @@ describe('oidc on live traffic', () => {
     expect(onB.status).toBe(200);
     expect(JSON.parse(onB.body).headers['ngrok-auth-user-email']).toBe('alice@example.test');
 
-    // a tampered cookie is no session
+    // a tampered cookie is no session (node a: b may not reach the loopback provider to start a sign-in)
+    node = () => a;
     const bad = session!.slice(0, 20) + (session![20] === 'A' ? 'B' : 'A') + session!.slice(21);
     const tampered = await br.request(`${ORIGIN}/x`, { headers: { accept: 'application/json', cookie: `__Host-warren.oidc=${bad}` } });
     expect(tampered.status).toBe(401);
@@ -184,7 +190,42 @@ describe('oidc on live traffic', () => {
       return x.headers['warren-error-code'] === 'ERR_WARREN_7107' ? x : null;
     });
     expect(res.status).toBe(502);
-    expect(res.body).toContain('could not be reached');
-    expect(res.body).toContain('ECONNREFUSED');
+    // one text whatever the cause: a client learns nothing of which ports answer (audit: SSRF port scan)
+    expect(res.body).toContain('the OpenID provider of this route could not be reached; try again later');
+    expect(res.body).not.toMatch(/ECONN|127\.0\.0\.1|discovery/);
+  });
+
+  it('an ingress without WARREN_OIDC_ALLOW_PRIVATE refuses to connect to an issuer on a private address (audit: SSRF)', async () => {
+    // node b: the route's issuer is the provider on 127.0.0.1 (saved through a control plane that allows it)
+    node = () => b;
+    const br = browser();
+    const before = idp.requests.length;
+    for (const url of [`${ORIGIN}/ssrf/page`, `${ORIGIN}/.warren/oidc/login?return_to=/x`]) {
+      const r = await br.request(url);
+      expect(r.status, url).toBe(502);
+      expect(r.headers['warren-error-code']).toBe('ERR_WARREN_7107');
+      expect(r.body).toContain('the OpenID provider of this route could not be reached; try again later');
+      expect(r.body).not.toMatch(/ECONN|127\.0\.0\.1|not a public address/);
+    }
+    expect(idp.requests.length).toBe(before);
+    expect(br.jar.names(HOST).filter((n) => n.includes('.login.'))).toEqual([]);
+    // node a (allowed) still signs in through the same route
+    node = () => a;
+    expect((await signIn(browser(), `${ORIGIN}/ssrf/page`)).at(-1)!.status).toBe(200);
+  });
+
+  it('keeps the pre-login cookies a few KB however many navigations a page forces, so the host never answers 431 (audit: cookie bomb)', async () => {
+    node = () => a;
+    const br = browser();
+    for (let i = 0; i < 12; i++) {
+      const r = await br.request(`${ORIGIN}/bomb/p${i}?q=${'x'.repeat(1900)}`);
+      expect(r.status, `navigation ${i}`).toBe(302);
+      expect(br.jar.names(HOST).filter((n) => n.startsWith('__Host-warren.oidc.login.')).length).toBeLessThanOrEqual(3);
+      expect((br.jar.header(new URL(`${ORIGIN}/`)) ?? '').length).toBeLessThan(4 * 1024);
+    }
+    // the browser still reaches the host and signs in, returning to its page (the over-long query dropped)
+    const steps = await signIn(br, `${ORIGIN}/after-bomb?q=${'y'.repeat(1900)}`);
+    expect(steps.at(-1)!.status, steps.map((s) => `${s.status} ${s.url.href}`).join('\n')).toBe(200);
+    expect(steps.find((s) => s.url.pathname === '/.warren/oidc/callback')!.headers.location).toBe('/after-bomb');
   });
 });

@@ -180,7 +180,7 @@ describe('route modules with enabled: false', () => {
     },
     // Google without a client id: enabled, the route cannot be served (there is no managed app).
     { module: 'oauth', config: { provider: { google: {} } }, send: get(), enabledEffect: refusedWith(503, 'ERR_WARREN_7010') },
-    { module: 'oidc', config: { issuer: 'https://127.0.0.1:9/', client_id: 'e2e-client', client_secret: 'e2e-secret' }, send: get(), enabledEffect: refusedWith(401, 'ERR_WARREN_7106') },
+    { module: 'oidc', config: { issuer: 'https://idp.example.test/', client_id: 'e2e-client', client_secret: 'e2e-secret' }, send: get(), enabledEffect: refusedWith(401, 'ERR_WARREN_7106') },
     { module: 'saml', config: { idp_metadata: saml.metadata() }, send: get(), enabledEffect: refusedWith(401, 'ERR_WARREN_7106') },
     { module: 'websocket_tcp_converter', config: {}, send: get(), enabledEffect: refusedWith(426, 'ERR_WARREN_7105') },
     {

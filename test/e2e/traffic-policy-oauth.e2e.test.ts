@@ -15,6 +15,8 @@ import { startSignInCluster, type SignInCluster } from '../support/sign-in-clust
  * WARREN_OAUTH_PROVIDER_ENDPOINTS) and a real OpenID Provider (oidc-provider), both over HTTPS
  * trusted through NODE_EXTRA_CA_CERTS; two ingress nodes, a control plane, our agent and an
  * upstream that echoes the headers it got. Later rules authorize with the identity variables.
+ * The OpenID Provider is on 127.0.0.1, so the control plane and the nodes run with
+ * WARREN_OIDC_ALLOW_PRIVATE=1 (an `issuer_url` on a private or loopback host is refused otherwise).
  */
 
 const HOST = 'tp-oauth.e2e.test';
@@ -72,7 +74,8 @@ beforeAll(async () => {
       gh.users.set('eve', { id: 104, login: 'eve', name: 'Eve', emails: [{ email: 'eve@evil.test', verified: true, primary: true }, { email: 'carol@corp.test', verified: false, primary: false }], orgs: [], teams: [] });
       return p;
     },
-    ingressEnv: (tls, p) => ({ NODE_EXTRA_CA_CERTS: tls.caFile, WARREN_OAUTH_PROVIDER_ENDPOINTS: JSON.stringify({ github: p.gh.endpoints }) }),
+    controlPlaneEnv: { WARREN_OIDC_ALLOW_PRIVATE: '1' },
+    ingressEnv: (tls, p) => ({ NODE_EXTRA_CA_CERTS: tls.caFile, WARREN_OIDC_ALLOW_PRIVATE: '1', WARREN_OAUTH_PROVIDER_ENDPOINTS: JSON.stringify({ github: p.gh.endpoints }) }),
   });
   ({ a, b, edgeId, backendId } = c);
   ({ gh, idp } = c.providers);
@@ -202,6 +205,32 @@ describe('traffic policy oauth / openid-connect on live traffic', () => {
     const expires = Date.parse(seen.headers['x-oidc-expires']);
     expect(expires - Date.now()).toBeGreaterThan(3500_000);
     expect(expires - Date.now()).toBeLessThanOrEqual(3600_000);
+  });
+
+  it('openid-connect: forced navigations keep at most three pre-login cookies of ~1 KB, so the host never answers 431 (audit: cookie bomb)', async () => {
+    node = () => a;
+    const br = browser();
+    const prefix = `${cookieName('oidc', routes.get('/oidc')!)}.login.`;
+    for (let i = 0; i < 12; i++) {
+      const r = await br.request(`${ORIGIN}/oidc/p${i}?q=${'x'.repeat(1900)}`);
+      expect(r.status, `navigation ${i}`).toBe(302);
+      const logins = br.jar.names(HOST).filter((n) => n.startsWith(prefix));
+      expect(logins.length).toBeLessThanOrEqual(3);
+      expect(logins.every((n) => br.jar.get(HOST, n)!.length < 1200)).toBe(true);
+      expect((br.jar.header(new URL(`${ORIGIN}/`)) ?? '').length).toBeLessThan(4 * 1024);
+    }
+    // the login path too (redirect_path bounded), and the browser can still sign in
+    const login = await br.request(`${ORIGIN}/oidc/ngrok/login?redirect_path=${encodeURIComponent(`/oidc/back?q=${'z'.repeat(1900)}`)}`);
+    expect(login.status).toBe(302);
+    expect(br.jar.names(HOST).filter((n) => n.startsWith(prefix)).length).toBe(3);
+    const steps = await br.navigate(login.headers.location!, (r) => {
+      if (r.url.host !== new URL(idp.issuer).host || r.status !== 200) return null;
+      if (r.body.includes('name="prompt" value="login"')) return formPost(r, { login: 'alice', password: 'any' });
+      if (r.body.includes('name="prompt" value="consent"')) return formPost(r);
+      return null;
+    });
+    expect(steps.at(-1)!.status, trail(steps)).toBe(200);
+    expect(steps.find((s) => s.url.pathname === '/oidc/ngrok/callback')!.headers.location).toBe('/oidc/back');
   });
 
   it("oauth on a Bind endpoint's traffic policy (the SDK's traffic_policy, our agent's --traffic-policy-file): signs in, on either node", async () => {

@@ -30,8 +30,10 @@ export interface SignInClusterOptions<P> {
   moreHosts?: string[];
   /** Starts the identity provider(s), once the TLS material exists; `stop()` calls their `close()` if they have one. */
   providers: (tls: LocalTls) => Promise<P>;
-  /** Ingress env besides TLS_CERT_FILE and TLS_KEY_FILE (e.g. NODE_EXTRA_CA_CERTS, provider endpoints). */
-  ingressEnv?: (tls: LocalTls, providers: P) => Record<string, string>;
+  /** Ingress env besides TLS_CERT_FILE and TLS_KEY_FILE (e.g. NODE_EXTRA_CA_CERTS, provider endpoints), per node (`a`, `b`). */
+  ingressEnv?: (tls: LocalTls, providers: P, node: 'a' | 'b') => Record<string, string>;
+  /** Control plane env besides WARREN_NODE_TOKEN (e.g. WARREN_OIDC_ALLOW_PRIVATE). */
+  controlPlaneEnv?: Record<string, string>;
   /** A Set-Cookie the upstream adds to every answer. */
   upstreamSetCookie?: string;
 }
@@ -124,9 +126,9 @@ async function start<P>(o: SignInClusterOptions<P>, c: Partial<SignInCluster<P>>
   const ca = tls.caPem!;
   const providers = (c.providers = await o.providers(tls));
   const nodeToken = randomBytes(16).toString('hex');
-  const cp = (c.cp = await startControlPlane({ databaseUrl: db.url, env: { WARREN_NODE_TOKEN: nodeToken } }));
-  const env = { TLS_CERT_FILE: tls.certFile, TLS_KEY_FILE: tls.keyFile, ...o.ingressEnv?.(tls, providers) };
-  const nodes = await Promise.allSettled(['a', 'b'].map((n) => startIngress({ nodeId: `${o.name}-${n}`, controlPlane: [`127.0.0.1:${cp.grpcPort}`], nodeToken, env })));
+  const cp = (c.cp = await startControlPlane({ databaseUrl: db.url, env: { ...o.controlPlaneEnv, WARREN_NODE_TOKEN: nodeToken } }));
+  const env = (n: 'a' | 'b') => ({ TLS_CERT_FILE: tls.certFile, TLS_KEY_FILE: tls.keyFile, ...o.ingressEnv?.(tls, providers, n) });
+  const nodes = await Promise.allSettled((['a', 'b'] as const).map((n) => startIngress({ nodeId: `${o.name}-${n}`, controlPlane: [`127.0.0.1:${cp.grpcPort}`], nodeToken, env: env(n) })));
   [c.a, c.b] = nodes.map((n) => (n.status === 'fulfilled' ? n.value : undefined));
   for (const n of nodes) if (n.status === 'rejected') throw n.reason;
   const [a, b] = [c.a!, c.b!];

@@ -49,6 +49,13 @@ import { isAllowed, rulesFrom, verifiedOidcEmail, type AllowRules, type UserFact
  * national cloud) is not supported: openid-client applies its {tenantid} issuer check only to that
  * host, so discovery elsewhere fails (502). A provider with a private CA needs it in the ingress's
  * NODE_EXTRA_CA_CERTS.
+ *
+ * Every URL this module requests is Warren's (oauth-providers.ts) or the operator's
+ * (WARREN_OAUTH_PROVIDER_ENDPOINTS), or named by that provider (its discovery document; GitHub's
+ * `Link: rel="next"`, followed on the API's own origin only): no tenant-supplied URL is fetched
+ * (`authz_url_params` only go into the browser's redirect), so these requests do not go through
+ * the private-address guard the tenant-named OpenID issuers go through (oidc-discovery.ts), and
+ * an operator may point a provider at a private GitHub Enterprise or GitLab.
  */
 
 interface OAuthProviderConfig {
@@ -212,7 +219,8 @@ export function oauthProvider(p: OAuthProviderParams): SignInProvider {
   if (spec.family === 'oidc') {
     const issuer = eps.issuer!;
     const config = async () => {
-      const c = await discovery.config(issuer, clientId, secret, spec.auth);
+      // Warren's fixed issuer or the operator's override (WARREN_OAUTH_PROVIDER_ENDPOINTS), never a tenant's: not guarded.
+      const c = await discovery.config(issuer, clientId, secret, spec.auth, { trusted: true });
       if (fetchImpl) c[client.customFetch] = fetchImpl;
       return c;
     };

@@ -1,7 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import {
   DEFAULT_MAXIMUM_DURATION,
+  MAX_RETURN_TO_CHARS,
   addSetCookie,
+  boundReturnTo,
   deriveOidcKeys,
   getCookie,
   headerValue,
@@ -129,6 +131,18 @@ describe('oidc return-to', () => {
   it('refuses the reserved paths', () => {
     expect(sanitizeReturnTo('/.warren/oidc/logout', '/', reserved)).toBe('/');
     expect(sanitizeReturnTo('/./.warren/oidc/callback?x', '/', reserved)).toBe('/');
+  });
+});
+
+describe('oidc return-to kept in the pre-login cookie (cookie bomb; audit)', () => {
+  it('is at most MAX_RETURN_TO_CHARS: a longer one without its query, else the fallback', () => {
+    expect(MAX_RETURN_TO_CHARS).toBe(512);
+    const q = `/page?q=${'x'.repeat(MAX_RETURN_TO_CHARS - 8)}`;
+    expect(q.length).toBe(MAX_RETURN_TO_CHARS);
+    expect(boundReturnTo(q, '/app')).toBe(q);
+    expect(boundReturnTo(`${q}y`, '/app')).toBe('/page');
+    expect(boundReturnTo(`/${'p'.repeat(MAX_RETURN_TO_CHARS)}?q=1`, '/app')).toBe('/app');
+    expect(boundReturnTo(`/${'p'.repeat(2047)}`, '/')).toBe('/');
   });
 });
 

@@ -121,6 +121,30 @@ export interface LoginState {
 /** How long a sign-in at the IdP may take. */
 export const LOGIN_STATE_SECONDS = 600;
 
+/**
+ * Longest return-to kept in a pre-login cookie, in characters. A request's own path and query
+ * (up to 2048 characters, `sanitizeReturnTo`) would make a ~3 KB cookie per navigation; a longer
+ * one is kept without its query, or, still too long, replaced by the route's root
+ * (`boundReturnTo`).
+ */
+export const MAX_RETURN_TO_CHARS = 512;
+
+/**
+ * Pre-login cookies of one sign-in a browser keeps at most (sign-ins started in parallel tabs):
+ * starting one more expires the oldest, so however many navigations a page forces, the cookies
+ * stay at a few KB (a ~1 KB cookie each) instead of filling the browser's Cookie header until the
+ * host answers 431 to every request.
+ */
+export const MAX_LOGIN_COOKIES = 3;
+
+/** `returnTo` (already sanitized) bounded to MAX_RETURN_TO_CHARS: without its query, else `fallback`. */
+export function boundReturnTo(returnTo: string, fallback: string): string {
+  if (returnTo.length <= MAX_RETURN_TO_CHARS) return returnTo;
+  const q = returnTo.indexOf('?');
+  const path = q < 0 ? returnTo : returnTo.slice(0, q);
+  return path.length <= MAX_RETURN_TO_CHARS ? path : fallback;
+}
+
 export function readLoginState(key: Buffer, value: string | undefined, now: number): LoginState | null {
   const l = unseal(key, 'login', value) as Partial<LoginState> | null;
   if (!l || typeof l !== 'object') return null;
@@ -350,6 +374,16 @@ export function describeError(err: unknown): string {
   return cause ? `${msg} (${cause})` : msg;
 }
 
+/**
+ * What a client is told of a callback the provider's answer failed (the detail is logged): an
+ * OAuth error code the token endpoint answered (RFC 6749 §5.2, e.g. `invalid_grant`), nothing
+ * more: messages and network details of the provider's side stay in the ingress's log.
+ */
+function rejectionReason(err: unknown): string {
+  const code = (err as { error?: unknown })?.error;
+  return typeof code === 'string' && /^[\w.-]{1,64}$/.test(code) ? `the provider's answer was not accepted (${code})` : "the provider's answer was not accepted";
+}
+
 /** True for errors that mean the provider was not reached (502), not that it said no (400). */
 function isTransportError(err: unknown): boolean {
   const e = err as { name?: string; cause?: unknown };
@@ -410,9 +444,12 @@ export function signInFlow(o: SignInFlowOptions): SignInFlow {
   const nowS = () => Math.floor(o.nowMs() / 1000);
   const origin = (s: RequestState) => `${s.scheme}://${(s.req.headers.host ?? s.host).toLowerCase()}`;
   const cookieAttrs = (s: RequestState, maxAge: number, path = '/') => ({ path, maxAge, secure: s.scheme === 'https' });
-  /** A pre-login cookie's name and attributes: `__Host-…` with Path=/ on HTTPS, the callback's path on plain HTTP. */
+  /**
+   * A pre-login cookie's name and attributes: `__Host-…` with Path=/ on HTTPS; on plain HTTP no
+   * prefix and the route's path (so that starting a sign-in sees them, to expire the oldest).
+   */
   const loginCookie = (s: RequestState, state: string) => loginCookieName(loginCookiePrefix, state, s.scheme);
-  const loginCookieAttrs = (s: RequestState, maxAge: number) => cookieAttrs(s, maxAge, s.scheme === 'https' ? '/' : callbackPath);
+  const loginCookieAttrs = (s: RequestState, maxAge: number) => cookieAttrs(s, maxAge, s.scheme === 'https' ? '/' : base || '/');
   /** Both session names (whichever scheme) and every pre-login cookie stay away from the upstream. */
   const dropOurCookies = (name: string) => sessionCookieNames.has(name) || name.startsWith(loginCookiePrefix) || name.startsWith(`__Host-${loginCookiePrefix}`);
   /** The request's own path and query, as the place to return to after sign-in. */
@@ -432,10 +469,15 @@ export function signInFlow(o: SignInFlowOptions): SignInFlow {
     }
   };
 
+  /**
+   * 502 for a provider that could not be reached, or whose discovery failed: one text whatever
+   * the cause (a client must not learn which addresses and ports of the ingress's network answer,
+   * and how: the provider may be a tenant's URL); the cause is logged.
+   */
   const unavailable = (s: RequestState, err: unknown): NonNullable<Outcome> => {
-    const detail = `${o.providerName} of this route could not be reached: ${err instanceof ProviderUnavailable ? err.message : `${o.providerLabel}: ${describeError(err)}`}`;
+    const detail = err instanceof ProviderUnavailable ? err.message : `${o.providerLabel}: ${describeError(err)}`;
     log.warn({ provider: o.providerLabel, reason: detail }, `${module}: provider unavailable`);
-    return moduleError(s, 7107, detail, { 'retry-after': '5' });
+    return moduleError(s, 7107, `${o.providerName} of this route could not be reached; try again later`, { 'retry-after': '5' });
   };
 
   const loginAgain = (s: RequestState, returnTo: string) => `${origin(s)}${o.loginUrl(returnTo)}`;
@@ -456,13 +498,39 @@ export function signInFlow(o: SignInFlowOptions): SignInFlow {
     return page(s, 7108, 'sign-in failed', reason, returnTo);
   };
 
-  /** 302 to the provider, with the pre-login state in its own cookie. */
+  /**
+   * The pre-login cookies of this flow the request carries that must go for one more to be set
+   * (MAX_LOGIN_COOKIES): the oldest of those this flow sealed (either name form: a plain-HTTP one
+   * is sent over HTTPS too), as `Set-Cookie` values expiring them. Cookies it cannot open (another
+   * route's, an older key's) are not its to expire, and not counted.
+   */
+  const expireOldLogins = (s: RequestState): string[] => {
+    const header = s.req.headers.cookie;
+    if (!header) return [];
+    const now = nowS();
+    const found = new Map<string, number>();
+    for (const part of header.split(';')) {
+      const eq = part.indexOf('=');
+      if (eq < 0) continue;
+      const name = part.slice(0, eq).trim();
+      if (found.has(name) || !(name.startsWith(loginCookiePrefix) || name.startsWith(`__Host-${loginCookiePrefix}`))) continue;
+      const l = readLoginState(keys.login, part.slice(eq + 1).trim(), now);
+      if (l) found.set(name, l.exp);
+    }
+    if (found.size < MAX_LOGIN_COOKIES) return [];
+    return [...found]
+      .sort((x, y) => x[1] - y[1])
+      .slice(0, found.size - MAX_LOGIN_COOKIES + 1)
+      .map(([name]) => setCookie(name, '', name.startsWith('__Host-') ? cookieAttrs(s, 0, '/') : { path: base || '/', maxAge: 0, secure: false }));
+  };
+
+  /** 302 to the provider, with the pre-login state in its own cookie (and the oldest ones past MAX_LOGIN_COOKIES expired). */
   const startLogin = async (s: RequestState, returnTo: string): Promise<NonNullable<Outcome>> => {
     const login: LoginState = {
       state: randomBytes(32).toString('base64url'),
       nonce: randomBytes(32).toString('base64url'),
       verifier: randomBytes(32).toString('base64url'),
-      returnTo,
+      returnTo: boundReturnTo(returnTo, base || '/'),
       exp: nowS() + LOGIN_STATE_SECONDS,
     };
     let url: URL;
@@ -471,12 +539,14 @@ export function signInFlow(o: SignInFlowOptions): SignInFlow {
     } catch (err) {
       return unavailable(s, err);
     }
+    const expired = expireOldLogins(s);
+    const cookie = setCookie(loginCookie(s, login.state), seal(keys.login, 'login', login), loginCookieAttrs(s, LOGIN_STATE_SECONDS));
     return {
       status: 302,
       headers: {
         location: url.href,
         'cache-control': 'no-store',
-        'set-cookie': setCookie(loginCookie(s, login.state), seal(keys.login, 'login', login), loginCookieAttrs(s, LOGIN_STATE_SECONDS)),
+        'set-cookie': expired.length > 0 ? [...expired, cookie] : cookie,
         'content-type': 'text/plain; charset=utf-8',
       },
       body: `Sign-in required: ${url.href}\n`,
@@ -508,7 +578,8 @@ export function signInFlow(o: SignInFlowOptions): SignInFlow {
       result = await provider.exchange(url, login, origin(s) + callbackPath);
     } catch (err) {
       if (isTransportError(err)) return unavailable(s, err);
-      return callbackFailed(s, `the provider's answer was not accepted: ${describeError(err)}`, login.returnTo);
+      log.info({ provider: o.providerLabel, reason: describeError(err) }, `${module}: the provider's answer was not accepted`);
+      return callbackFailed(s, rejectionReason(err), login.returnTo);
     }
     if ('refused' in result) {
       log.info({ reason: result.refused }, `${module}: user not allowed`);

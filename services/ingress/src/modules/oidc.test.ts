@@ -3,9 +3,10 @@ import { afterAll, describe, expect, it } from 'vitest';
 import * as client from 'openid-client';
 import { createOidcStage, requestedScopes, routeBase, verifiedEmail } from './oidc.js';
 import { DiscoveryCache } from './oidc-discovery.js';
-import { deriveOidcKeys, newSession, seal } from './oidc-session.js';
+import { MAX_LOGIN_COOKIES, deriveOidcKeys, newSession, readLoginState, seal } from './oidc-session.js';
 import { makeConfig, makeEdge, makeResponse, makeRoute, makeState, testDeps } from './testing.js';
 import type { Outcome, RouteStage } from '../pipeline/types.js';
+import { guardedFetch } from '../policy/guarded-fetch.js';
 
 const ISSUER = 'https://id.example.test';
 const META: client.ServerMetadata = { issuer: ISSUER, authorization_endpoint: `${ISSUER}/auth`, token_endpoint: `${ISSUER}/token` };
@@ -22,6 +23,9 @@ const fakeDiscovery = () =>
 function stage(mod: Record<string, unknown> = {}, over: Parameters<typeof makeRoute>[1] = {}, discovery = fakeDiscovery()): RouteStage {
   return createOidcStage({ now: () => clock, discovery })(makeRoute({ oidc: { ...MOD, ...mod } }, over), makeEdge(), makeConfig(), testDeps())!;
 }
+
+/** The guarded fetch as with WARREN_OIDC_ALLOW_PRIVATE=1 (tests whose provider is on loopback). */
+const allowPrivateFetch = guardedFetch({ allowPrivate: () => true, envName: 'WARREN_OIDC_ALLOW_PRIVATE', maxBytes: 512 * 1024 }) as unknown as client.CustomFetch;
 
 const keys = deriveOidcKeys('csecret', 'edghtsrt_test', ISSUER, 'cid');
 const cookieFor = (over: object = {}) => seal(keys.session, 'session', { ...newSession({ sub: 'u1', email: 'a@example.test', name: 'Ann' }, T / 1000, { maximumDuration: 3600, inactivityTimeout: 600 }), ...over });
@@ -80,6 +84,8 @@ describe('oidc stage', () => {
     const { out } = await run(stage({}, { match: '/app' }), { url: '/app/x', headers: html, scheme: 'http' });
     expect(new URL(out!.headers!.location!).searchParams.get('redirect_uri')).toBe('http://app.example.test/app/.warren/oidc/callback');
     expect(out!.headers!['set-cookie']).not.toContain('Secure');
+    // plain HTTP: the pre-login cookie's path is the route's (the callback is under it)
+    expect(out!.headers!['set-cookie']).toContain('; Path=/app; Max-Age=600;');
   });
 
   it('answers 401 to API requests without a session, naming the login URL', async () => {
@@ -196,11 +202,11 @@ describe('oidc stage', () => {
     expect(String(planted.out!.body)).toContain('started in another browser');
     const own = await cb(`__Host-warren.oidc.login.${state.slice(0, 16)}`);
     expect(String(own.out!.body)).toContain('the provider answered access_denied');
-    // Plain HTTP: browsers refuse __Host- there; the cookie has no prefix and the callback's path.
+    // Plain HTTP: browsers refuse __Host- there; the cookie has no prefix and the route's path.
     const { out } = await run(st, { scheme: 'http', url: '/page', headers: html });
     const sc = String(out!.headers!['set-cookie']);
     expect(sc).toMatch(/^warren\.oidc\.login\.[\w-]{16}=v1\./);
-    expect(sc).toContain('Path=/.warren/oidc/callback; Max-Age=600; HttpOnly; SameSite=Lax');
+    expect(sc).toContain('Path=/; Max-Age=600; HttpOnly; SameSite=Lax');
     expect(sc).not.toContain('Secure');
     expect(String((await cb(`warren.oidc.login.${state.slice(0, 16)}`, 'http')).out!.body)).toContain('the provider answered access_denied');
   });
@@ -235,6 +241,61 @@ describe('oidc stage', () => {
   });
 });
 
+describe('oidc pre-login cookies stay bounded however many navigations (cookie bomb; audit)', () => {
+  /** A browser's cookies for the host: applies each answer's Set-Cookie (Max-Age=0 deletes), sends them all back. */
+  function jar() {
+    const cookies = new Map<string, string>();
+    return {
+      cookies,
+      header: () => [...cookies].map(([k, v]) => `${k}=${v}`).join('; '),
+      store(out: Outcome) {
+        const sc = out?.headers?.['set-cookie'];
+        for (const line of sc === undefined ? [] : Array.isArray(sc) ? sc : [sc]) {
+          const pair = line.split(';')[0]!;
+          const eq = pair.indexOf('=');
+          if (/Max-Age=0(;|$)/.test(line)) cookies.delete(pair.slice(0, eq));
+          else cookies.set(pair.slice(0, eq), pair.slice(eq + 1));
+        }
+      },
+    };
+  }
+
+  for (const scheme of ['https', 'http'] as const) {
+    it(`${scheme}: keeps at most MAX_LOGIN_COOKIES, expiring the oldest, and a return-to of at most 512 characters`, async () => {
+      clock = T;
+      const st = stage();
+      const j = jar();
+      const states: string[] = [];
+      for (let i = 0; i < 12; i++) {
+        clock = T + i * 1000;
+        const headers = [...html, ...(j.cookies.size ? ['Cookie', j.header()] : [])];
+        const { out } = await run(st, { scheme, url: `/page${i}?q=${'x'.repeat(2000)}`, headers });
+        expect(out!.status).toBe(302);
+        states.push(new URL(String(out!.headers!.location)).searchParams.get('state')!);
+        j.store(out);
+        expect(j.cookies.size).toBeLessThanOrEqual(MAX_LOGIN_COOKIES);
+        expect(j.header().length).toBeLessThan(3 * 1100);
+      }
+      expect(MAX_LOGIN_COOKIES).toBe(3);
+      // the three newest sign-ins are the ones kept, each returning to its path (the 2 KB query dropped)
+      const prefix = scheme === 'https' ? '__Host-warren.oidc.login.' : 'warren.oidc.login.';
+      expect([...j.cookies.keys()]).toEqual(states.slice(-3).map((st) => `${prefix}${st.slice(0, 16)}`));
+      expect([...j.cookies.values()].map((v) => readLoginState(keys.login, v, T / 1000 + 20)?.returnTo)).toEqual(['/page9', '/page10', '/page11']);
+      clock = T;
+    });
+  }
+
+  it('leaves pre-login cookies it did not seal (another route with the same prefix) alone, and does not count them', async () => {
+    clock = T;
+    const st = stage();
+    const other = deriveOidcKeys('other-secret', 'edghtsrt_other', ISSUER, 'cid');
+    const foreign = Array.from({ length: 5 }, (_, i) => `__Host-warren.oidc.login.foreign${i}aaaaaaaaa=${seal(other.login, 'login', { state: `s${i}`, nonce: 'n', verifier: 'v', returnTo: '/', exp: T / 1000 + 300 })}`);
+    const { out } = await run(st, { url: '/page', headers: [...html, 'Cookie', foreign.join('; ')] });
+    expect(typeof out!.headers!['set-cookie']).toBe('string');
+    expect(String(out!.headers!['set-cookie'])).not.toContain('foreign');
+  });
+});
+
 describe('oidc with an unreachable provider', () => {
   it('answers 502 at once (refused) and backs off instead of retrying per request', async () => {
     let calls = 0;
@@ -247,7 +308,9 @@ describe('oidc with an unreachable provider', () => {
     const { out } = await run(st, { headers: html });
     expect(out!.status).toBe(502);
     expect(out!.headers!['warren-error-code']).toBe('ERR_WARREN_7107');
-    expect(String(out!.body)).toContain('discovery of https://127.0.0.1:1 failed');
+    // one text whatever the cause: nothing of the address, the port or the network error
+    expect(String(out!.body)).toContain('<p>the OpenID provider of this route could not be reached; try again later</p>');
+    expect(String(out!.body)).not.toMatch(/127\.0\.0\.1|ECONN|discovery/);
     expect((await run(st, { headers: html })).out!.status).toBe(502);
     expect(calls).toBe(1);
     expect(Date.now() - t0).toBeLessThan(5000);
@@ -258,7 +321,8 @@ describe('oidc with an unreachable provider', () => {
     const server = net.createServer((s) => sockets.push(s));
     const port = await new Promise<number>((r) => server.listen(0, '127.0.0.1', () => r((server.address() as net.AddressInfo).port)));
     try {
-      const d = new DiscoveryCache(undefined, Date.now, 1);
+      // a loopback provider: allowed here (WARREN_OIDC_ALLOW_PRIVATE=1), or the guard would refuse it at once
+      const d = new DiscoveryCache(undefined, Date.now, 1, allowPrivateFetch);
       const st = stage({ issuer: `https://127.0.0.1:${port}` }, {}, d);
       const t0 = Date.now();
       const { out } = await run(st, { headers: html });

@@ -42,9 +42,13 @@ export { routeBase, isBrowserNavigation } from './oidc-session.js';
  *   at most once a minute, not per request. Two `oidc` routes on one hostname need different
  *   `cookie_prefix` values, or their sessions replace each other.
  * - `__Host-<prefix>oidc.login.<state tag>` on HTTPS (Path=/, for the prefix; removed from
- *   every request that goes upstream) and `<prefix>oidc.login.<state tag>` with Path=the callback
- *   on plain HTTP, 10 minutes: the pre-login state (state, nonce, PKCE verifier, return-to),
- *   sealed likewise; one per sign-in attempt, so parallel tabs do not spoil each other. Every
+ *   every request that goes upstream) and `<prefix>oidc.login.<state tag>` with Path=the route's
+ *   path prefix on plain HTTP, 10 minutes: the pre-login state (state, nonce, PKCE verifier,
+ *   return-to), sealed likewise; one per sign-in attempt, so parallel tabs do not spoil each
+ *   other, but at most MAX_LOGIN_COOKIES (3) at once: starting another expires the oldest, and
+ *   the return-to kept is at most MAX_RETURN_TO_CHARS (512; a longer one loses its query, or
+ *   becomes the route's root), so forced navigations cannot grow the browser's Cookie header past
+ *   a few KB (a cookie bomb: 431 for every request to the host). Every
  *   callback answer (signed in or failed) clears the one it read. The `__Host-` prefix keeps a
  *   sibling subdomain or a plain-HTTP response from planting one with its own state (login CSRF:
  *   the victim would be signed in as the planter); plain HTTP has no such protection.
@@ -70,13 +74,22 @@ export { routeBase, isBrowserNavigation } from './oidc-session.js';
  * the ID token lacks email or name, as with providers that put scope claims only in userinfo),
  * each with a timeout. The ID token's iss, aud, exp, nonce are checked by openid-client; it comes
  * straight from the token endpoint over TLS, so its signature is not re-verified (OIDC Core
- * 3.1.3.7). An unreachable provider answers 502 (7107) at once while discovery backs off.
+ * 3.1.3.7). An unreachable provider answers 502 (7107) at once while discovery backs off, with
+ * one text whatever the cause (the cause is logged): a client learns nothing of the ingress's
+ * network from it.
  * Callback failures (bad or expired state, the provider's error, a rejected code or ID token)
  * answer 400 (7108) with a link to sign in again.
  *
  * The issuer must be https, localhost included (the control plane refuses http:, a query, a
  * fragment or credentials): a local provider needs TLS, with a private CA given to the ingress
  * through NODE_EXTRA_CA_CERTS.
+ *
+ * SSRF: the issuer is a tenant's URL, fetched by the shared ingress. The control plane refuses
+ * an issuer on `localhost` or a literal private, loopback, link-local or otherwise non-public
+ * address, and the ingress refuses to connect to such an address (a name resolving to one
+ * included, and any endpoint the discovery document names: token, userinfo, JWKS), both unless
+ * the operator sets WARREN_OIDC_ALLOW_PRIVATE=1 in that process's environment (see
+ * oidc-discovery.ts and policy/guarded-fetch.ts).
  */
 
 const DEFAULT_SCOPES = ['openid', 'profile', 'email'];

@@ -111,11 +111,11 @@ describe('oauth action in the engine', () => {
     expect(set).toContain('; Path=/;');
     expect(set).toContain('; Secure');
     expect(set).not.toMatch(/Domain=/i);
-    // Plain HTTP: no prefix (browsers refuse it there), Path=the callback.
+    // Plain HTTP: no prefix (browsers refuse it there), Path=the route's prefix (so that a new sign-in sees, and caps, the others).
     const http: RequestState = { ...req('/ngrok/login?redirect_path=/x'), scheme: 'http' };
     const plain = String((await st.onRequest!(http))!.headers?.['set-cookie']);
     expect(plain).toMatch(new RegExp(`^warren\\.tp\\.github\\.${tag}\\.login\\.`));
-    expect(plain).toContain('; Path=/ngrok/callback;');
+    expect(plain).toContain('; Path=/;');
     expect(plain).not.toContain('Secure');
 
     // A sealed pre-login state of the planter's, under the name without the prefix (what a

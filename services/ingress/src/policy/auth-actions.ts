@@ -48,9 +48,17 @@ import { actionsOf, type Activation } from './activation.js';
  * route tag (from the route id) keeps two routes on one hostname from overwriting each other's
  * cookie. Pre-login cookies are `__Host-warren.tp.<auth_id>.<route tag>.login.<state tag>`
  * (Path=/) on HTTPS, so that neither a sibling subdomain nor a plain-HTTP response can plant one
- * (login CSRF), and `warren.tp.….login.…` with Path=the callback on plain HTTP, where nothing
- * prevents that. The actions' cookies (session and pre-login) are removed from every request of
- * the route before it goes upstream.
+ * (login CSRF), and `warren.tp.….login.…` with Path=the route's prefix on plain HTTP, where
+ * nothing prevents that; at most three at once, with a return-to of at most 512 characters
+ * (`oidc-session.ts` MAX_LOGIN_COOKIES, MAX_RETURN_TO_CHARS: no cookie bomb). The actions'
+ * cookies (session and pre-login) are removed from every request of the route before it goes
+ * upstream.
+ *
+ * `openid-connect`'s `issuer_url` is a tenant's URL: saving one on `localhost` or a literal
+ * non-public address is refused (`@warren/shared` `issuerProblem`), and the ingress connects to
+ * the provider (discovery, and the token, userinfo and JWKS endpoints its document names) only
+ * at public addresses, both unless WARREN_OIDC_ALLOW_PRIVATE=1 (`modules/oidc-discovery.ts`).
+ * The `oauth` action's providers are Warren's or the operator's endpoints.
  */
 
 /** The compiled form: the validated action; its sign-in is bound to the route by `bindAuthActions`. */

@@ -1,13 +1,13 @@
 import dns from 'node:dns';
 import https from 'node:https';
-import type { LookupAddress } from 'node:dns';
 import { Counter, type Registry } from 'prom-client';
 import type { Logger } from 'pino';
 import { createLocalJWKSet, decodeJwt, decodeProtectedHeader, errors as joseErrors, jwtVerify, type JSONWebKeySet, type JWK, type JWTVerifyGetKey, type JWTVerifyOptions, type ProtectedHeaderParameters } from 'jose';
-import { CelJwtToken, checkPublicJwk, isNonPublicAddress, JWT_ALGORITHMS, JWT_VALIDATION_LIMITS, jwksHostRefusal, jwksPrivateAllowed, type CelJwtValidation, type JwtValidationConfig } from '@warren/shared';
+import { CelJwtToken, checkPublicJwk, JWT_ALGORITHMS, JWT_VALIDATION_LIMITS, jwksPrivateAllowed, privateHostRefusal, type CelJwtValidation, type JwtValidationConfig } from '@warren/shared';
 import { errorAnswer } from '../http/error-page.js';
 import type { Outcome, RequestState } from '../pipeline/types.js';
 import { actionsOf } from './activation.js';
+import { guardedLookup } from './guarded-fetch.js';
 import { bodyFields, wantedFields, type WantedFields } from './jwt-body.js';
 
 /**
@@ -135,27 +135,14 @@ export function jwksMaxAge(cacheControl: string | undefined, o: Pick<JwksFetchOp
 
 class JwksFetchError extends Error {}
 
-/** `dns.lookup` refusing names that resolve to a non-public address (every address is checked). */
-export function guardedLookup(allowPrivate: boolean) {
-  return (hostname: string, options: dns.LookupOptions, callback: (err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void): void => {
-    dns.lookup(hostname, { ...options, all: true }, (err, addresses) => {
-      if (err) return callback(err, '');
-      if (addresses.length === 0) return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }), '');
-      if (!allowPrivate) {
-        const bad = addresses.find((a) => isNonPublicAddress(a.address));
-        if (bad) return callback(Object.assign(new Error(`${hostname} resolves to ${bad.address}, not a public address (set WARREN_JWKS_ALLOW_PRIVATE=1 to allow it)`), { code: 'EJWKSPRIVATE' }), '');
-      }
-      if (options.all) callback(null, addresses);
-      else callback(null, addresses[0]!.address, addresses[0]!.family);
-    });
-  };
-}
+/** The guarded `dns.lookup` (now shared with the OpenID providers' requests: `guarded-fetch.ts`). */
+export { guardedLookup };
 
 /** Fetches and checks one JWK set: the usable public keys and the lifetime the response gives, or throws `JwksFetchError`. */
 export function fetchJwks(url: URL, o: JwksFetchOptions): Promise<FetchedJwks> {
   const allowPrivate = o.allowPrivate ?? jwksPrivateAllowed();
   if (url.protocol !== 'https:') return Promise.reject(new JwksFetchError('only https JWK set URLs are fetched'));
-  const refusal = allowPrivate ? null : jwksHostRefusal(url);
+  const refusal = allowPrivate ? null : privateHostRefusal(url);
   if (refusal) return Promise.reject(new JwksFetchError(`${refusal} (set WARREN_JWKS_ALLOW_PRIVATE=1 to allow it)`));
   return new Promise<FetchedJwks>((resolve, reject) => {
     let done = false;

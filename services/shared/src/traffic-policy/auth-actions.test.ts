@@ -1,7 +1,8 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { oneAction, refusal } from './testing.js';
 import { compileExpression, parseTrafficPolicy, validateTrafficPolicy } from './index.js';
-import { AUTH_ACTION_LIMITS, issuerProblem } from './auth-actions.js';
+import { AUTH_ACTION_LIMITS, OIDC_ALLOW_PRIVATE_ENV, issuerProblem, oidcPrivateAllowed } from './auth-actions.js';
+import { JWKS_ALLOW_PRIVATE_ENV, checkJwksUrl, jwksHostRefusal, privateHostRefusal } from './jwt-action.js';
 import { CelActions } from './cel-vars.js';
 import { recordAuthRun } from './auth-action-vars.js';
 
@@ -115,6 +116,62 @@ describe('openid-connect action config', () => {
   it('issuerProblem bounds the length', () => {
     expect(issuerProblem(`https://a.example/${'x'.repeat(AUTH_ACTION_LIMITS.issuerBytes)}`)).toMatch(/at most/);
     expect(issuerProblem('https://a.example')).toBeNull();
+  });
+});
+
+describe('openid-connect / oidc issuer hosts (SSRF: the shared ingress fetches the issuer; audit)', () => {
+  const PRIVATE = [
+    'https://127.0.0.1:5432/x',
+    'https://127.1/',
+    'https://0x7f000001/',
+    'https://localhost/',
+    'https://LOCALHOST.:8443/',
+    'https://idp.localhost/',
+    'https://[::1]:8443/',
+    'https://[::ffff:127.0.0.1]/',
+    'https://10.0.0.5/realms/x',
+    'https://172.16.3.4/',
+    'https://192.168.1.1/',
+    'https://169.254.169.254/latest',
+    'https://100.64.0.1/',
+    'https://0.0.0.0/',
+    'https://[fd00::1]/',
+    'https://[fe80::1]/',
+  ];
+  afterEach(() => {
+    delete process.env[OIDC_ALLOW_PRIVATE_ENV];
+    delete process.env[JWKS_ALLOW_PRIVATE_ENV];
+  });
+
+  it('issuerProblem refuses localhost and literal non-public addresses when asked to check the host', () => {
+    for (const u of PRIVATE) {
+      expect(issuerProblem(u), u).toBeNull();
+      expect(issuerProblem(u, true), u).toMatch(/(is not a public address|is a loopback host name); the OpenID provider is reached by the shared ingress, so private and loopback hosts are refused unless the operator sets WARREN_OIDC_ALLOW_PRIVATE=1$/);
+    }
+    for (const u of ['https://idp.example.com/realms/x', 'https://8.8.8.8/', 'https://[2606:4700:4700::1111]/', 'https://accounts.google.com']) expect(issuerProblem(u, true), u).toBeNull();
+  });
+
+  it('refuses such an issuer_url with a 400 naming the field when saving, unless WARREN_OIDC_ALLOW_PRIVATE=1', () => {
+    for (const u of PRIVATE) {
+      const e = fails(oidc({ issuer_url: u, client_id: 'c', client_secret: SECRET }));
+      expect(e.path, u).toBe(`${P}.issuer_url`);
+      expect(e.message, u).toContain('WARREN_OIDC_ALLOW_PRIVATE=1');
+    }
+    // The ingress re-validating a stored policy leaves it to its guarded connections.
+    expect(() => validateTrafficPolicy(oidc({ issuer_url: 'https://127.0.0.1:5432/x' }))).not.toThrow();
+    // The JWKS switch is not this one.
+    process.env[JWKS_ALLOW_PRIVATE_ENV] = '1';
+    expect(fails(oidc({ issuer_url: 'https://127.0.0.1:5432/x' })).path).toBe(`${P}.issuer_url`);
+    process.env[OIDC_ALLOW_PRIVATE_ENV] = '1';
+    expect(oidcPrivateAllowed()).toBe(true);
+    expect(validateTrafficPolicy(oidc({ issuer_url: 'https://127.0.0.1:5432/x' }), { checkCost: true }).inbound[0]!.actions[0]).toMatchObject({ config: { issuer_url: 'https://127.0.0.1:5432/x' } });
+    process.env[OIDC_ALLOW_PRIVATE_ENV] = 'yes';
+    expect(oidcPrivateAllowed()).toBe(false);
+  });
+
+  it('shares the host check with the JWK set URLs, whose switch still works', () => {
+    expect(jwksHostRefusal).toBe(privateHostRefusal);
+    expect(checkJwksUrl('https://127.0.0.1/jwks', true)).toMatchObject({ ok: false, reason: expect.stringContaining('WARREN_JWKS_ALLOW_PRIVATE=1') });
   });
 });
 

@@ -18,13 +18,18 @@
  *   with it; Warren has none) and must be given together;
  * - `auth_cookie_domain` is refused: a session is sealed for one route (its keys are derived from
  *   the route id), so a cookie shared with other hosts could not be read by them anyway;
- * - durations are bounded (`AUTH_ACTION_LIMITS`); ngrok documents none.
+ * - durations are bounded (`AUTH_ACTION_LIMITS`); ngrok documents none;
+ * - `issuer_url` on `localhost` or a literal private, loopback, link-local or otherwise
+ *   non-public address is refused when the policy is saved, unless the operator sets
+ *   `WARREN_OIDC_ALLOW_PRIVATE=1` (the shared ingress fetches it; it also refuses names that
+ *   resolve to such addresses when it connects).
  * Left without `client_id`/`client_secret` (ngrok's managed app, which Warren does not have) a
  * policy is accepted, as the `oauth` route module is, and the route answers 503.
  *
  * Error messages never quote `client_secret`.
  */
 import { parseDurationNs } from './duration.js';
+import { privateHostRefusal, privateHostsAllowed } from './jwt-action.js';
 import { at, expectList, expectObj, noUnknownKeys, onlyInbound, phaseKey, TrafficPolicyError, typeName } from './parse.js';
 import type { PolicyDirection, TrafficPolicy } from './types.js';
 
@@ -99,8 +104,26 @@ const SCOPE_RE = /^[\x21\x23-\x5b\x5d-\x7e]{1,256}$/;
 // eslint-disable-next-line no-control-regex
 const CONTROL_RE = /[\u0000-\u001f\u007f]/;
 
-/** Why `s` is not an acceptable OpenID issuer, or null (shared with the `oidc` route module's API check). */
-export function issuerProblem(s: string): string | null {
+/**
+ * The operator's switch that lets an OpenID issuer (the `openid-connect` action's `issuer_url`,
+ * the `oidc` route module's `issuer`) name a private, loopback or link-local host: `1` in the
+ * environment of the control plane (checked when a route or policy is saved) and of the ingress
+ * (checked when an agent binds a policy, and when the ingress connects to the provider).
+ */
+export const OIDC_ALLOW_PRIVATE_ENV = 'WARREN_OIDC_ALLOW_PRIVATE';
+
+export function oidcPrivateAllowed(env: NodeJS.ProcessEnv = process.env): boolean {
+  return privateHostsAllowed(OIDC_ALLOW_PRIVATE_ENV, env);
+}
+
+/**
+ * Why `s` is not an acceptable OpenID issuer, or null (shared with the `oidc` route module's API
+ * check). `checkHost` (when saving, unless `WARREN_OIDC_ALLOW_PRIVATE=1`): a host that is
+ * `localhost` or a literal non-public address is refused too, as JWK set URLs are: the shared
+ * ingress fetches the issuer's discovery document, and would otherwise probe its own network for
+ * any tenant (the ingress also refuses names resolving to such addresses when it connects).
+ */
+export function issuerProblem(s: string, checkHost = false): string | null {
   if (Buffer.byteLength(s, 'utf8') > AUTH_ACTION_LIMITS.issuerBytes) return `must be at most ${AUTH_ACTION_LIMITS.issuerBytes} bytes`;
   let u: URL | undefined;
   try {
@@ -112,6 +135,10 @@ export function issuerProblem(s: string): string | null {
   // OpenID Connect Discovery 1.0 §2: an issuer has no query or fragment; credentials in it would leak into logs.
   if (u.search || u.hash || s.includes('#') || s.includes('?')) return 'must not have a query or fragment';
   if (u.username || u.password) return 'must not contain credentials';
+  if (checkHost) {
+    const why = privateHostRefusal(u);
+    if (why) return `${why}; the OpenID provider is reached by the shared ingress, so private and loopback hosts are refused unless the operator sets ${OIDC_ALLOW_PRIVATE_ENV}=1`;
+  }
   return null;
 }
 
@@ -205,13 +232,19 @@ export function parseOAuthConfig(raw: unknown, path: string, direction: PolicyDi
   return { provider, ...parseCommon(c, path, provider) };
 }
 
-export function parseOpenIdConnectConfig(raw: unknown, path: string, direction: PolicyDirection): OpenIdConnectAction['config'] {
+/**
+ * `saving`: the policy is being saved (the control plane, or the ingress binding an agent's
+ * policy): an issuer on a literal private / loopback host is refused unless
+ * `WARREN_OIDC_ALLOW_PRIVATE=1` in this process; a stored policy re-validated at the ingress
+ * leaves that to the ingress's guarded connections.
+ */
+export function parseOpenIdConnectConfig(raw: unknown, path: string, direction: PolicyDirection, saving = false): OpenIdConnectAction['config'] {
   onlyInbound('openid-connect', path, direction, 'it signs in the request');
   const c = expectObj(raw, path, 'config');
   noUnknownKeys(c, path, ['issuer_url', ...COMMON_FIELDS]);
   if (c.issuer_url === undefined || c.issuer_url === null || c.issuer_url === '') throw new TrafficPolicyError(at(path, 'issuer_url'), 'is required');
   if (typeof c.issuer_url !== 'string') throw new TrafficPolicyError(at(path, 'issuer_url'), `must be a string, got ${typeName(c.issuer_url)}`);
-  const problem = issuerProblem(c.issuer_url);
+  const problem = issuerProblem(c.issuer_url, saving && !oidcPrivateAllowed());
   if (problem) throw new TrafficPolicyError(at(path, 'issuer_url'), problem);
   return { issuer_url: c.issuer_url, ...parseCommon(c, path, 'oidc') };
 }

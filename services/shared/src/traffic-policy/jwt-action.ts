@@ -141,8 +141,16 @@ export function jwtValidationCost(c: JwtValidationConfig): number {
 /** The environment switch that lets JWK set URLs name private / loopback hosts. */
 export const JWKS_ALLOW_PRIVATE_ENV = 'WARREN_JWKS_ALLOW_PRIVATE';
 
+/**
+ * True when the operator's switch `name` (`WARREN_JWKS_ALLOW_PRIVATE`, `WARREN_OIDC_ALLOW_PRIVATE`)
+ * is `1`: tenant-supplied URLs of that kind may then name private / loopback hosts.
+ */
+export function privateHostsAllowed(name: string, env: NodeJS.ProcessEnv = process.env): boolean {
+  return env[name] === '1';
+}
+
 export function jwksPrivateAllowed(env: NodeJS.ProcessEnv = process.env): boolean {
-  return env[JWKS_ALLOW_PRIVATE_ENV] === '1';
+  return privateHostsAllowed(JWKS_ALLOW_PRIVATE_ENV, env);
 }
 
 /**
@@ -201,13 +209,26 @@ export function urlHost(u: URL): string {
   return (h.startsWith('[') && h.endsWith(']') ? h.slice(1, -1) : h).replace(/\.$/, '');
 }
 
-/** Why the URL's literal host may not be fetched (`localhost`, a non-public IP), or null. */
-export function jwksHostRefusal(u: URL): string | null {
-  const h = urlHost(u);
+/**
+ * Why a host (an IP literal, IPv6 with or without brackets, or a name) may not be fetched from
+ * for a tenant — `localhost` / `*.localhost`, or a non-public IP — or null. Names other than
+ * `localhost` pass here: the fetcher checks what they resolve to when it connects.
+ */
+export function nonPublicHostRefusal(host: string): string | null {
+  const lower = host.toLowerCase();
+  const h = (lower.startsWith('[') && lower.endsWith(']') ? lower.slice(1, -1) : lower).replace(/\.$/, '');
   if (h === 'localhost' || h.endsWith('.localhost')) return `${h} is a loopback host name`;
   if (isNonPublicAddress(h)) return `${h} is not a public address`;
   return null;
 }
+
+/** Why the URL's literal host may not be fetched (`localhost`, a non-public IP), or null (JWK sets, OpenID issuers). */
+export function privateHostRefusal(u: URL): string | null {
+  return nonPublicHostRefusal(urlHost(u));
+}
+
+/** The former name of `privateHostRefusal`. */
+export const jwksHostRefusal = privateHostRefusal;
 
 /**
  * Checks a JWK set URL: absolute `https:` with a host, no user info, no fragment. Returns the
@@ -225,7 +246,7 @@ export function checkJwksUrl(v: string, checkHost: boolean): { ok: true; url: UR
   if (u.username || u.password) return { ok: false, reason: 'must not hold credentials (user:password@)' };
   if (u.hash) return { ok: false, reason: 'must not have a fragment (#…)' };
   if (checkHost) {
-    const why = jwksHostRefusal(u);
+    const why = privateHostRefusal(u);
     if (why) return { ok: false, reason: `${why}; JWK sets are fetched by the shared ingress, so private and loopback hosts are refused unless the operator sets ${JWKS_ALLOW_PRIVATE_ENV}=1` };
   }
   return { ok: true, url: u };

@@ -131,7 +131,7 @@ interface Gathered {
   growth: PolicyHeaderGrowth;
   /** Work other than CEL, charged to the policy's total: the url-rewrite / redirect / body find-replace regexp searches (`url-actions.ts`). */
   work: UrlActionWork[];
-  /** The policy is being saved (`checkCost`): checks that depend on the saving process's environment run (jwt-validation JKU hosts). */
+  /** The policy is being saved (`checkCost`): checks that depend on the saving process's environment run (jwt-validation JKU hosts, openid-connect issuer hosts). */
   saving?: boolean;
 }
 
@@ -510,7 +510,7 @@ function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: strin
       return { type, config: parseOAuthConfig(raw, path, direction) };
     case 'openid-connect':
       g.work.push({ path, what: 'openid-connect: reading and opening the session cookie is', cost: () => AUTH_ACTION_COST });
-      return { type, config: parseOpenIdConnectConfig(raw, path, direction) };
+      return { type, config: parseOpenIdConnectConfig(raw, path, direction, g.saving === true) };
     case 'close-connection': {
       const config = parseCloseConnectionConfig(raw, path, direction);
       g.work.push({ path, what: 'close-connection: closing the connection is', cost: () => CLOSE_CONNECTION_COST });

@@ -214,6 +214,23 @@ describe('route module validation', () => {
     expect(await expectOk('oidc', { ...ok, scopes: ['openid', 'groups', 'https://graph.example.com/User.Read'] })).toMatchObject({ scopes: ['openid', 'groups', 'https://graph.example.com/User.Read'] });
   });
 
+  it('oidc issuer and openid-connect issuer_url: no private or loopback host unless WARREN_OIDC_ALLOW_PRIVATE=1 (SSRF; audit)', async () => {
+    const ok = { client_id: 'c', client_secret: 's' };
+    const hosts = ['https://127.0.0.1:5432/x', 'https://localhost:8443', 'https://[::1]/', 'https://169.254.169.254/latest', 'https://10.1.2.3/realms/x', 'https://192.168.0.10/'];
+    const oidcPolicy = (issuer: string) => ({ value: JSON.stringify({ on_http_request: [{ actions: [{ type: 'openid-connect', config: { issuer_url: issuer, ...ok } }] }] }) });
+    try {
+      delete process.env.WARREN_OIDC_ALLOW_PRIVATE;
+      await expectCases(hosts.map((issuer): Case => ['oidc', { ...ok, issuer }, 'ERR_WARREN_2104', 'oidc.issuer', 'WARREN_OIDC_ALLOW_PRIVATE=1']));
+      await expectCases(hosts.map((issuer): Case => ['traffic_policy', oidcPolicy(issuer), 'ERR_WARREN_6900', 'traffic_policy.value', 'on_http_request[0].actions[0].config.issuer_url: ']));
+      await expectOk('oidc', { ...ok, issuer: 'https://login.example.com/realms/x' });
+      process.env.WARREN_OIDC_ALLOW_PRIVATE = '1';
+      await expectOk('oidc', { ...ok, issuer: 'https://127.0.0.1:5432/x' });
+      await expectOk('traffic_policy', oidcPolicy('https://localhost:8443'));
+    } finally {
+      delete process.env.WARREN_OIDC_ALLOW_PRIVATE;
+    }
+  });
+
   it('traffic_policy', async () => {
     expect(await expectOk('traffic_policy', { value: RATE_LIMIT_POLICY, enabled: false })).toEqual({ enabled: false, value: RATE_LIMIT_POLICY });
     const json = JSON.stringify({ outbound: [{ actions: [{ type: 'rate-limit', config: { name: 'n', algorithm: 'sliding_window', capacity: 5, rate: '10m', bucket_key: ["getReqHeader('X-Key')"] } }] }] });

@@ -10,6 +10,7 @@ import {
   MAX_TRAFFIC_POLICY_BYTES,
   MAX_USER_AGENT_PATTERN_BYTES,
   MAX_USER_AGENT_PATTERNS,
+  oidcPrivateAllowed,
   parseTrafficPolicy,
   SUPPORTED_ACTION_TYPES,
   TrafficPolicyError,
@@ -353,10 +354,14 @@ export const SamlResponse = z.object({
 
 // ---------------------------------------------------------------- oidc
 
-/** The same check as the traffic policy's `openid-connect` `issuer_url` (`issuerProblem` in @warren/shared). */
+/**
+ * The same check as the traffic policy's `openid-connect` `issuer_url` (`issuerProblem` in
+ * @warren/shared), host included: `localhost` or a literal private / loopback / link-local
+ * address is refused unless this process has WARREN_OIDC_ALLOW_PRIVATE=1.
+ */
 const issuer = z.string().superRefine((s, ctx) => {
   if (bytes(s) > 255) return fail(ctx, 5003, 'must be at most 255 bytes');
-  const problem = issuerProblem(s);
+  const problem = issuerProblem(s, !oidcPrivateAllowed());
   if (problem) fail(ctx, 2104, problem);
 });
 
