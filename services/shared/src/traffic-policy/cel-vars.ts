@@ -7,6 +7,7 @@ import { CEL_NO_GEO, type CelGeo } from './geo-vars.js';
 import { CelOAuth, CelOidc } from './auth-action-vars.js';
 import { CelCookie, requestCookie, requestCookies, responseCookie, responseCookies } from './cookie-vars.js';
 import { CelUserAgent } from './user-agent-vars.js';
+import { parseQueryValues } from './ngrok-macros.js';
 export { MAX_REQUEST_COOKIES } from './cookie-vars.js';
 
 /**
@@ -75,15 +76,8 @@ export function hasHeaderIn(pairs: readonly string[], lowerName: string): boolea
   return false;
 }
 
-function queryParams(rawQuery: string): Map<string, string[]> {
-  const m = new Map<string, string[]>();
-  for (const [k, v] of new URLSearchParams(rawQuery)) {
-    const list = m.get(k);
-    if (list) list.push(v);
-    else m.set(k, [v]);
-  }
-  return m;
-}
+/** `req.url.query_params`: the query as Go's `url.ParseQuery` reads it (`parseQueryValues`). */
+const queryParams = parseQueryValues;
 
 /**
  * `req.url`: compares and concatenates as the full URL string (`req.url == 'https://…'`,

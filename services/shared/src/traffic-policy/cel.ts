@@ -8,7 +8,8 @@
  *   `.version`, `.os`, `.os_version`, `.device`, `.is_mobile`, `.is_tablet`, `.is_desktop`,
  *   `.is_bot`, `.url` (`user-agent-vars.ts`), `req.headers` (map: lower-case name → list of values),
  *   `req.url` (the full URL; compares and concatenates as a string) with `req.url.scheme`,
- *   `.host`, `.authority`, `.path`, `.query`, `.raw_query`, `.query_params` (map → list),
+ *   `.host`, `.authority`, `.path`, `.query`, `.raw_query`, `.query_params` (map → list, as Go's
+ *   `url.ParseQuery` reads the query: `parseQueryValues`),
  *   `.port` (int: the URL's, else the scheme's default), `.raw` and `.raw_path` (as the client
  *   sent them, un-normalized).
  * - `req.version` (`HTTP/1.1`), `req.content_length` (int: `Content-Length`; -1 for a body of
@@ -77,6 +78,10 @@
  * `rand.double()`, `rand.int()`, `s.isQueryString()`, `s.isPrivateIp()`, `s.format(list)`, and
  * the list methods `slice()`, `flatten()`, `sort()`, `sortBy()`, `distinct()`): see
  * `ngrok-macros.ts`, with their costs in `cost.ts`.
+ * `s.indexOf()`, `s.lastIndexOf()`, `s.substring()` count code points, as cel-go's (ngrok's)
+ * do, not the library's UTF-16 units (`string-index.ts`); the timestamp accessors that take a
+ * time zone (`t.getHours(tz)`, …) take cel-go's fixed offsets (`'+05:30'`) as well as IANA
+ * names (`time-zones.ts`).
  *
  * A saved policy's expressions are also costed (`cost.ts`): one whose worst case per request is
  * too slow is refused.
@@ -122,6 +127,8 @@ import { CEL_NO_COOKIE, CelCookie } from './cookie-vars.js';
 import { cidrProblem, inCidr, matchAddress, parseMatchCidr, type MatchCidr } from './cidr-macros.js';
 import type { RE2JS } from 're2js';
 import { registerNgrokMacros } from './ngrok-macros.js';
+import { registerCodePointStringMethods } from './string-index.js';
+import { registerZonedAccessors } from './time-zones.js';
 import { codePoints, goTimeText } from './cel-values.js';
 import { escapesAsReplacement } from '../http-headers.js';
 
@@ -400,6 +407,22 @@ function assertRe2Matches(env: Environment): void {
   }
 }
 
+/**
+ * Start-up check that `indexOf()` / `substring()` count code points and the zoned timestamp
+ * accessors take offsets (`string-index.ts`, `time-zones.ts`): a cel-js upgrade that changed how
+ * macros are found would otherwise silently bring back the library's UTF-16 indices.
+ */
+function assertCelGoSemantics(env: Environment): void {
+  const src = `'\u{1F600}a'.indexOf('a') == 1 && '\u{1F600}ab'.lastIndexOf('a', 1) == 1 && '\u{1F600}ab'.substring(1, 2) == 'a' && timestamp(0).getHours('+05:30') == 5`;
+  let ok: unknown;
+  try {
+    ok = env.parse(src)({});
+  } catch {
+    ok = false;
+  }
+  if (ok !== true) throw new Error(`traffic policy CEL: indexOf()/substring() or zoned timestamp accessors are not cel-go's (${src}); refusing to start`);
+}
+
 function baseEnvironment(): Environment {
   const str = 'string';
   const strList = 'list<string>';
@@ -549,6 +572,10 @@ function baseEnvironment(): Environment {
     .registerFunction('string(google.protobuf.Timestamp): string', (d: Date) => goTimeText(d));
   // ngrok's string, base64, URL, hash and JSON macros (`ngrok-macros.ts`).
   registerNgrokMacros(env, STRING_LIKE, stringLikeText);
+  // cel-go's indexOf / lastIndexOf / substring (code points) and zoned timestamp accessors
+  // (fixed offsets), as macros declared on types of ours that overlap no built-in overload.
+  registerCodePointStringMethods(env, 'URL', STRING_LIKE, stringLikeText);
+  registerZonedAccessors(env, 'Time');
   env.registerFunction('getReqHeader(ast): list<string>', lookupMacro('getReqHeader', (ctx, k) => reqOf(ctx)?.header(k) ?? []));
   env.registerFunction('hasReqHeader(ast): bool', presenceMacro('hasReqHeader', (ctx, k) => reqOf(ctx)?.hasHeader(k) ?? false));
   env.registerFunction('getQueryParam(ast): list<string>', lookupMacro('getQueryParam', (ctx, k) => reqOf(ctx)?.url.query_params.get(k) ?? []));
@@ -587,6 +614,8 @@ function buildEnvironments(): Record<PolicyDirection, Environment> {
   outbound.registerFunction('hasResCookie(ast): bool', presenceMacro('hasResCookie', (ctx, k) => (resOf(ctx)?.cookie(k) ?? CEL_NO_COOKIE) !== CEL_NO_COOKIE));
   assertRe2Matches(inbound);
   assertRe2Matches(outbound);
+  assertCelGoSemantics(inbound);
+  assertCelGoSemantics(outbound);
   return { inbound, outbound };
 }
 

@@ -682,3 +682,52 @@ describe("traffic policy cost limits: ngrok's string, base64, URL and hash macro
     for (const e of ["req.method.lower() == 'get'", "hash.sha256(conn.client_ip) == 'x'", "base64.decode('aGVsbG8=') == b'hello'", "conn.client_ip.md5().startsWith('0')"]) expect(cost(e), e).toBeLessThan(MAX_EXPRESSION_COST / 50);
   });
 });
+
+describe("traffic policy cost limits: cel-go's string indices, time zones and Go's query parsing", () => {
+  it('the most expensive accepted shapes, measured: each estimate above what it takes', () => {
+    const head = REQUEST_LIMITS.headBytes;
+    const report: string[] = [];
+    /** As in the string macros' check: the fastest of the runs within 4x the estimate. */
+    const check = (name: string, expr: string, make: () => object) => {
+      const program = compileExpression('inbound', expr);
+      const est = estimateCost(program);
+      expect(est, name).toBeLessThanOrEqual(MAX_EXPRESSION_COST);
+      let t = timings(program, make);
+      for (let retry = 0; retry < 2 && t.best * 1e6 >= est; retry++) t = timings(program, make);
+      report.push(timingLine(name, est, t));
+      expect(t.best * 1e6, name).toBeLessThan(4 * est);
+    };
+    const n = head - 200;
+    const fill = (unit: string) => unit.repeat(Math.ceil(n / unit.length)).slice(0, n);
+    const utf8 = (text: string) => headerWire(text).slice(0, n);
+    const x = "getReqHeader('x')[0]";
+    const header = (value: string) => () => activation({ headers: ['x', value] });
+    // indexOf() / lastIndexOf() / substring(): indices converted over a string of astral
+    // characters, lone surrogates replaced.
+    const astral = utf8(fill('😀'));
+    check(`indexOf() from the middle of ${n} bytes of astral characters`, `${x}.indexOf('😀', ${n / 8}) >= 0`, header(astral));
+    check(`indexOf() of a missing string in ${n} bytes of astral characters`, `${x}.indexOf('a') >= 0`, header(astral));
+    check(`lastIndexOf() from the end of ${n} bytes of astral characters`, `${x}.lastIndexOf('😀', ${n / 4 - 1}) >= 0`, header(astral));
+    check(`lastIndexOf() in ${n} bytes with lone surrogates`, `${x}.lastIndexOf('a') >= 0`, header(fill('\xffa')));
+    check(`substring() of ${n} bytes of astral characters`, `${x}.substring(${n / 8}, ${n / 4}) != ''`, header(astral));
+    check(`indexOf() of ${n} ASCII characters`, `${x}.indexOf('b') >= 0`, header(fill('a')));
+    // A computed time zone, a name not used before on each request (its Intl.DateTimeFormat
+    // made), or an unknown one; a fixed offset.
+    const zones = Intl.supportedValuesOf('timeZone');
+    let next = 0;
+    check('getHours() in a computed IANA zone, new each time', `time.now.getHours(${x}) >= 0`, () => activation({ headers: ['x', zones[next++ % zones.length]!.toUpperCase() + (next > zones.length ? '' : '')] }));
+    check('getHours() in an unknown computed zone', `time.now.getHours(${x}) >= 0`, () => activation({ headers: ['x', `Nowhere/Zone${next++}`] }));
+    check('getDayOfYear() in a literal IANA zone', `time.now.getDayOfYear('America/New_York') >= 0`, () => activation());
+    check('getHours() at a literal offset', `time.now.getHours('-08:00') >= 0`, () => activation());
+    // req.url.query_params, as Go's url.ParseQuery: many pairs, escapes, pairs dropped.
+    const query = (q: string) => () => activation({ query: q.slice(0, head - 100) });
+    const qn = head - 100;
+    check(`query_params over ${qn} characters of '%41'`, `'A' in req.url.query_params`, query('%41'.repeat(qn / 3)));
+    check(`query_params over ${qn} characters of '%FF=%C3&'`, `'a' in req.url.query_params`, query('%FF=%C3&'.repeat(qn / 8)));
+    check(`query_params over ${qn} characters of 'a%zz&' (dropped)`, `'a' in req.url.query_params`, query('a%zz&'.repeat(qn / 5)));
+    check(`query_params over ${qn} characters of 'a;b&' (dropped)`, `'a' in req.url.query_params`, query('a;b&'.repeat(qn / 4)));
+    check(`query_params over ${qn} characters of 'a+b=%41&'`, `'a' in req.url.query_params`, query('a+b=%41&'.repeat(qn / 8)));
+    check(`query_params over ${qn / 2} distinct keys`, `'a' in req.url.query_params`, query(Array.from({ length: qn / 4 }, (_, i) => i.toString(36)).join('&')));
+    console.log(`traffic policy cost limits, cel-go compatibility:\n  ${report.join('\n  ')}`);
+  });
+});

@@ -28,6 +28,11 @@ import { MAX_REQUEST_COOKIES } from './cookie-vars.js';
 import { HASH_DIGEST_BYTES, MAX_BUILT_STRING, MAX_LIST_RANGE, NGROK_HASHES, type NgrokHash } from './ngrok-macros.js';
 import { MAX_BUILT_LIST, MAX_DISTINCT_CHARS, MAX_FLATTEN_DEPTH } from './list-macros.js';
 import { formatClauses, MAX_FORMAT_PRECISION } from './string-format.js';
+import { CODE_POINT_METHODS } from './string-index.js';
+import { ZONED_ACCESSORS } from './time-zones.js';
+
+/** The timestamp accessors that may take a time zone. */
+const ZONED: ReadonlySet<string> = new Set(ZONED_ACCESSORS);
 
 /** Largest estimated cost of one expression (or one `${…}` of a header value): about 2 ms. */
 export const MAX_EXPRESSION_COST = 2_000_000;
@@ -139,7 +144,10 @@ const C = {
    * 8000 query parameters ~1 ms, under load).
    */
   entry: 150,
-  /** Per character of the query string parsed on first use (`URLSearchParams`). */
+  /**
+   * Per character of the query string parsed on first use (Go's `url.ParseQuery`:
+   * `parseQueryValues`; 16 KB of escapes or of `;`-pairs it drops: 0.3–0.9 ms with the entries).
+   */
   parseChar: 5,
   /**
    * Reading a TLS certificate on first use (`conn.tls.client` / `.server`): fetching it from the
@@ -213,6 +221,22 @@ const C = {
   caseChar: 30,
   /** `reverse()` (~3–5 ns), `charAt()` (counting code points: ~3 ns). */
   codePointChar: 10,
+  /**
+   * `indexOf()`, `lastIndexOf()`, `substring()` (`string-index.ts`) on top of the search or copy,
+   * per unit: a string with surrogates has its lone ones replaced and its indices converted to
+   * code points (walks of its units).
+   */
+  codePointIndexChar: 20,
+  /**
+   * A timestamp accessor with an IANA time zone (`t.getHours('Europe/Paris')`): the zone's
+   * `Intl.DateTimeFormat` asked for the wall clock (~5 µs), made on the name's first use
+   * (~120 µs, then kept; an unknown name ~25 µs each time). A literal name is made once per
+   * process, a computed one may be new on each request.
+   */
+  timeZoneCall: 15_000,
+  timeZoneLoad: 300_000,
+  /** A fixed offset (`'+05:30'`): read, checked, the timestamp shifted (~0.3–1 µs). */
+  timeZoneOffset: 2_000,
   /**
    * Per occurrence `replace()` replaces (~20–35 ns each, concatenated); where the searched string
    * can be empty or of unknown length, every unit may be one (an empty one inserts before each
@@ -1190,7 +1214,10 @@ class Estimator {
         this.depth--;
       }
     }
-    if (macro) throw new CostEstimateError(`no cost known for ${name}()`);
+    // cel-go's indexOf / lastIndexOf / substring (`string-index.ts`) and the accessors that take
+    // a time zone (`time-zones.ts`) are macros only to take over the library's overloads: costed
+    // below as the methods they are.
+    if (macro && !CODE_POINT_METHODS.has(name) && !(ZONED.has(name) && argNodes.length === 1)) throw new CostEstimateError(`no cost known for ${name}()`);
 
     // `base64.decode(s)`, `url.escape(s)`, `hash.sha256(s)`: the namespace is a constant, the
     // call works on its arguments.
@@ -1212,13 +1239,16 @@ class Estimator {
       case 'contains':
       case 'startsWith':
       case 'endsWith':
+        return fn((len + (arg?.w ?? 0)) * C.scanChar, SCALAR);
       case 'indexOf':
       case 'lastIndexOf':
-        return fn((len + (arg?.w ?? 0)) * C.scanChar, SCALAR);
+        // A search, and for a string with surrogates its indices converted to code points.
+        return fn((len + (arg?.w ?? 0)) * (C.scanChar + C.codePointIndexChar), SCALAR);
+      case 'substring':
+        return fn(len * (C.scanChar + C.codePointIndexChar), str(len));
       case 'lowerAscii':
       case 'upperAscii':
       case 'trim':
-      case 'substring':
         return fn(len * C.scanChar, str(len));
       case 'string':
         // Of a number, a timestamp or a duration: its text, at most ~40 characters.
@@ -1252,7 +1282,14 @@ class Estimator {
       case 'dyn':
         return fn(len * C.scanChar, name === 'dyn' ? self : SCALAR);
     }
-    // Timestamp and duration accessors (getHours(), …): constant work.
+    // Timestamp and duration accessors (getHours(), …): constant work; with a time zone, the
+    // zone read (a fixed offset), or its rules looked up (an IANA name: made once per name and
+    // kept, unless the name is computed).
+    if (ZONED.has(name) && argNodes.length === 1) {
+      const z = argNodes[0]!;
+      const literal = z.op === 'value' && typeof z.args === 'string' ? z.args : undefined;
+      return fn((arg?.w ?? 0) * C.scanChar + (literal === undefined ? C.timeZoneLoad : literal.includes(':') ? C.timeZoneOffset : C.timeZoneCall), SCALAR);
+    }
     if (name.startsWith('get')) return fn(len * C.scanChar, SCALAR);
     throw new CostEstimateError(`no cost known for ${name}()`);
   }

@@ -10,8 +10,9 @@
  * - `s.replace(old, new)`, `s.replace(old, new, n)`: Go's `strings.Replace` (at most `n`
  *   replacements, all when `n < 0`; an empty `old` matches before each code point and at the
  *   end). A result over `MAX_BUILT_STRING` characters is not built: an evaluation error.
- * - `s.charAt(i)`: the code point at `i`, `''` at `i == size(s)`, an evaluation error past it or
- *   for `i < 0`. `s.reverse()`: the code points in reverse order.
+ * - `s.charAt(i)`: the code point at `i` (a header byte in no UTF-8 sequence as U+FFFD, as Go's
+ *   `[]rune` reads it), `''` at `i == size(s)`, an evaluation error past it or for `i < 0`.
+ *   `s.reverse()`: the code points in reverse order.
  * - `base64.decode(string) -> bytes` (standard alphabet, padded: `'aGVsbG8'` is an error, as
  *   ngrok documents; line breaks are skipped, as Go's decoder does), `base64.encode(bytes) ->
  *   string`, and `s.decodeBase64()` / `s.encodeBase64()` on strings (UTF-8; decoded bytes that
@@ -152,7 +153,10 @@ export function charAt(s: string, index: bigint): string {
     if (i >= s.length) throw evalError('index_out_of_range', `charAt(): index out of range: ${index}`);
     i = nextCodePoint(s, i);
   }
-  return i >= s.length ? '' : s.slice(i, nextCodePoint(s, i));
+  if (i >= s.length) return '';
+  const c = s.charCodeAt(i);
+  // A lone surrogate (a header byte in no UTF-8 sequence) is U+FFFD to Go's `[]rune`.
+  return c >= 0xd800 && c <= 0xdfff && nextCodePoint(s, i) === i + 1 ? '\ufffd' : s.slice(i, nextCodePoint(s, i));
 }
 
 /** `s.reverse()`: the code points in reverse order. */
@@ -678,41 +682,99 @@ export function queryDecode(s: string, fn = 'queryString.decode()'): Map<string,
   return out;
 }
 
-/** `url.QueryUnescape` of a part already checked for invalid escapes: without a `Buffer` per part. */
-function queryUnescape(s: string, fn: string): string {
-  if (!s.includes('%')) return s.includes('+') ? s.replaceAll('+', ' ') : s;
-  // A header byte in no UTF-8 sequence may make one with escaped bytes: byte by byte.
-  if (/[\ud800-\udfff]/.test(s)) return urlUnescape(s, fn);
-  return (s.includes('+') ? s.replaceAll('+', ' ') : s).replace(ESCAPE_RUN, decodeEscapeRun);
+/**
+ * A request's query as ngrok reads it (`req.url.query_params`, `getQueryParam()`,
+ * `hasQueryParam()`): Go's `url.ParseQuery`, its error ignored (as `URL.Query()` does). Pairs are
+ * split at `&` only; a pair holding a `;` is dropped (Go: "invalid semicolon separator in query"),
+ * as are an empty pair and one whose key or value has a `%` not followed by two hex digits (an
+ * invalid escape: nothing is kept literally); `+` is a space; a key without `=` has the value
+ * `""`. Each key's values in order. One pass over the query, a split and an unescape per pair.
+ */
+export function parseQueryValues(s: string): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  if (s === '') return out;
+  const plain = !s.includes('%') && !s.includes('+');
+  const semicolons = s.includes(';');
+  for (const pair of s.split('&')) {
+    if (pair === '' || (semicolons && pair.includes(';'))) continue;
+    // An escape cannot span the `=` (not a hex digit): checking the pair checks its key and value.
+    if (!plain && pair.includes('%') && BAD_ESCAPE.test(pair)) continue;
+    const eq = pair.indexOf('=');
+    let key = eq < 0 ? pair : pair.slice(0, eq);
+    let value = eq < 0 ? '' : pair.slice(eq + 1);
+    if (!plain) {
+      key = queryUnescape(key, 'req.url.query_params');
+      value = queryUnescape(value, 'req.url.query_params');
+    }
+    const list = out.get(key);
+    if (list) list.push(value);
+    else out.set(key, [value]);
+  }
+  return out;
 }
 
-const ESCAPE_RUN = /(?:%[0-9A-Fa-f]{2})+/g;
+/** `url.QueryUnescape` of a part already checked for invalid escapes: without a `Buffer` or a regexp per part. */
+function queryUnescape(s: string, fn: string): string {
+  let p = s.indexOf('%');
+  if (p < 0) return s.includes('+') ? s.replaceAll('+', ' ') : s;
+  // A header byte in no UTF-8 sequence may make one with escaped bytes: byte by byte.
+  if (SURROGATE_UNIT.test(s)) return urlUnescape(s, fn);
+  let out = '';
+  let from = 0;
+  while (p >= 0) {
+    if (p > from) out += plusAsSpace(s.slice(from, p));
+    // The run of escapes from `p` (each checked: `%` and two hex digits).
+    let end = p;
+    while (end < s.length && s.charCodeAt(end) === 0x25 /* % */) end += 3;
+    out += decodeEscapes(s, p, end);
+    from = end;
+    p = s.indexOf('%', from);
+  }
+  return from < s.length ? out + plusAsSpace(s.slice(from)) : out;
+}
 
-/** A run of `%XX` escapes as text: their bytes as UTF-8, a byte in no UTF-8 sequence as `bytesText` writes it. */
-function decodeEscapeRun(run: string): string {
-  const n = run.length / 3;
-  const b = new Array<number>(n);
-  for (let i = 0; i < n; i++) b[i] = (hexValue(run.charCodeAt(3 * i + 1)) << 4) | hexValue(run.charCodeAt(3 * i + 2));
+const SURROGATE_UNIT = /[\ud800-\udfff]/;
+const plusAsSpace = (s: string): string => (s.includes('+') ? s.replaceAll('+', ' ') : s);
+
+/**
+ * The escapes `%XX` of `s` from `start` to `end` (a run of them) as text: their bytes as UTF-8,
+ * a byte in no UTF-8 sequence as `bytesText` writes it.
+ */
+function decodeEscapes(s: string, start: number, end: number): string {
+  const n = (end - start) / 3;
+  const byte = (k: number) => (hexValue(s.charCodeAt(start + 3 * k + 1)) << 4) | hexValue(s.charCodeAt(start + 3 * k + 2));
   let out = '';
   for (let i = 0; i < n; ) {
-    const c = b[i]!;
+    const c = byte(i);
     if (c < 0x80) {
       out += String.fromCharCode(c);
       i++;
       continue;
     }
     // UTF-8's well-formed sequences (Unicode table 3-7): length, and the range of the second byte.
-    const [len, lo, hi] = c >= 0xc2 && c <= 0xdf ? [2, 0x80, 0xbf] : c === 0xe0 ? [3, 0xa0, 0xbf] : c === 0xed ? [3, 0x80, 0x9f] : c >= 0xe1 && c <= 0xef ? [3, 0x80, 0xbf] : c === 0xf0 ? [4, 0x90, 0xbf] : c === 0xf4 ? [4, 0x80, 0x8f] : c >= 0xf1 && c <= 0xf3 ? [4, 0x80, 0xbf] : [0, 0, 0];
-    let ok = len > 0 && i + len <= n && b[i + 1]! >= lo && b[i + 1]! <= hi;
-    for (let k = 2; ok && k < len; k++) ok = b[i + k]! >= 0x80 && b[i + k]! <= 0xbf;
+    let len = 0;
+    let lo = 0x80;
+    let hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) len = 2;
+    else if (c === 0xe0) [len, lo] = [3, 0xa0];
+    else if (c === 0xed) [len, hi] = [3, 0x9f];
+    else if (c >= 0xe1 && c <= 0xef) len = 3;
+    else if (c === 0xf0) [len, lo] = [4, 0x90];
+    else if (c === 0xf4) [len, hi] = [4, 0x8f];
+    else if (c >= 0xf1 && c <= 0xf3) len = 4;
+    let ok = len > 0 && i + len <= n;
+    let cp = c & (len === 2 ? 0x1f : len === 3 ? 0x0f : 0x07);
+    for (let k = 1; ok && k < len; k++) {
+      const b = byte(i + k);
+      ok = k === 1 ? b >= lo && b <= hi : b >= 0x80 && b <= 0xbf;
+      cp = (cp << 6) | (b & 0x3f);
+    }
     if (!ok) {
       // As `headerText` escapes it (`bytesText`): U+DC00 + the byte.
       out += String.fromCharCode(0xdc00 + c);
       i++;
       continue;
     }
-    let cp = c & (len === 2 ? 0x1f : len === 3 ? 0x0f : 0x07);
-    for (let k = 1; k < len; k++) cp = (cp << 6) | (b[i + k]! & 0x3f);
     out += String.fromCodePoint(cp);
     i += len;
   }
