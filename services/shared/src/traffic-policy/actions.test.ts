@@ -141,6 +141,14 @@ outbound:
     expect(parseTemplate('a ${x} b ${ {"k": "}"}["k"] }')).toEqual(['a ', { expr: 'x' }, ' b ', { expr: ' {"k": "}"}["k"] ' }]);
     expect(() => parseTemplate('${x')).toThrow('unterminated');
     expect(() => parseTemplate('${ }')).toThrow('empty');
+    // CEL's triple-quoted and raw string literals (a lone quote, or a backslash in a raw one, does not end them; audit finding).
+    expect(parseTemplate("${'''it's'''}!")).toEqual([{ expr: "'''it's'''" }, '!']);
+    expect(parseTemplate('${"""say "}" """} x')).toEqual([{ expr: '"""say "}" """' }, ' x']);
+    expect(parseTemplate("${r'a\\'} ${'b'}")).toEqual([{ expr: "r'a\\'" }, ' ', { expr: "'b'" }]);
+    expect(parseTemplate("${br'}\\'}")).toEqual([{ expr: "br'}\\'" }]);
+    expect(parseTemplate("${'a\\'}'}")).toEqual([{ expr: "'a\\'}'" }]);
+    expect(parseTemplate("${''}${\"\"}")).toEqual([{ expr: "''" }, { expr: '""' }]);
+    expect(() => parseTemplate("${'''x''}")).toThrow('unterminated');
   });
 });
 

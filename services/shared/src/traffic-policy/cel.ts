@@ -851,19 +851,39 @@ export type TemplatePart = string | { expr: string };
 export function closingBrace(value: string, start: number): number {
   let depth = 0;
   let quote: string | null = null;
+  let raw = false;
   for (let j = start; j < value.length; j++) {
     const c = value[j]!;
     if (quote) {
-      if (c === '\\') j++;
-      else if (c === quote) quote = null;
-    } else if (c === '"' || c === "'") quote = c;
-    else if (c === '{') depth++;
+      if (c === '\\' && !raw) j++;
+      else if (c === quote[0] && (quote.length === 1 || value.startsWith(quote, j))) {
+        j += quote.length - 1;
+        quote = null;
+      }
+    } else if (c === '"' || c === "'") {
+      // CEL's string literals: '…', "…", '''…''' and """…""" (a lone quote inside does not end
+      // them), each with an optional r/R (raw: a backslash escapes nothing) and b/B prefix.
+      quote = value.startsWith(c + c + c, j) ? c + c + c : c;
+      raw = rawPrefix(value, j);
+      j += quote.length - 1;
+    } else if (c === '{') depth++;
     else if (c === '}') {
       if (depth === 0) return j;
       depth--;
     }
   }
   return -1;
+}
+
+/** Whether the string literal opening at `q` has a raw prefix (`r'…'`, `br'…'`, `Rb"…"`, …). */
+function rawPrefix(value: string, q: number): boolean {
+  let k = q;
+  let isRaw = false;
+  for (let n = 0; n < 2 && k > 0 && /[rRbB]/.test(value[k - 1]!); n++) {
+    k--;
+    if (value[k] === 'r' || value[k] === 'R') isRaw = true;
+  }
+  return isRaw && (k === 0 || !/[\w.]/.test(value[k - 1]!));
 }
 
 /**
