@@ -11,6 +11,7 @@ import { isOutcome, type RoutePipeline } from '../pipeline/runner.js';
 import { decidesLength, type RequestState } from '../pipeline/types.js';
 import { answerBody, answerHeaders, type Answer } from './answer.js';
 import { CLOSE_CONNECTION } from '../policy/flow-actions.js';
+import { DispatchTurn } from './pipelining.js';
 
 /** A route's pipeline and the request's state, for the response stages and the result. */
 export interface ForwardHooks {
@@ -36,6 +37,12 @@ export interface RequestInfo {
    * handed to this (see `events/tracking.ts` `hopPolicyResult`).
    */
   onHopPolicy?: (value: string) => void;
+  /**
+   * A request pipelined behind one still in its route's stages (`pipelining.ts` DispatchTurn):
+   * told once its head went to the upstream connection (or never will), so that the next request
+   * of the client's connection goes after it. Absent (the usual case): nothing is told.
+   */
+  written?: () => void;
 }
 
 /** Headers a proxy must not pass on (RFC 9110 §7.6.1), plus `expect` (Node has answered it). */
@@ -382,7 +389,8 @@ export class Forwarder {
     if (p.inFlight >= this.opts.maxStreamsPerTunnel + this.opts.maxQueuedPerTunnel) {
       return Promise.reject(new ForwardError(7006, `more than ${this.opts.maxQueuedPerTunnel} requests are waiting for tunnel ${tunnel.id}`, 'any'));
     }
-    return this.dispatch(p, req, res, headers, hooks, info, false);
+    if (req.url === '*' && hooks?.state.target === undefined) return this.asterisk(p, req, res, headers, hooks, info, { tunnel });
+    return this.dispatch(p, req, res, headers, hooks, info, false, undefined, info.written);
   }
 
   private viaHop(req: http.IncomingMessage, res: http.ServerResponse, tunnelId: string, nodeAddress: string, info: RequestInfo, headers: string[], hooks?: ForwardHooks): Promise<number> {
@@ -396,7 +404,92 @@ export class Forwarder {
     } catch (err) {
       return Promise.reject(new ForwardError(7004, `the ingress node holding the tunnel has an unusable address ${nodeAddress}: ${(err as Error).message}`, 'any'));
     }
-    return this.dispatch(p, req, res, hopHeaders, hooks, null, true, info.onHopPolicy);
+    if (req.url === '*' && hooks?.state.target === undefined) return this.asterisk(p, req, res, hopHeaders, hooks, info, { node: nodeAddress });
+    return this.dispatch(p, req, res, hopHeaders, hooks, null, true, info.onHopPolicy, info.written);
+  }
+
+  /**
+   * `OPTIONS *` (the asterisk form, RFC 9112 §3.2.4), which undici will not send (its request
+   * target must start with `/`): written by Node's HTTP client on a connection of its own, a new
+   * proxy stream of `to.tunnel` or a new connection to the node holding the tunnel (`to.node`),
+   * closed after the answer. The answer goes to a TunnelExchange as any other does (hop markers,
+   * response stages, an error while nothing was sent). Rare: neither pooled nor kept alive.
+   */
+  private asterisk(p: TunnelPool, req: http.IncomingMessage, res: http.ServerResponse, headers: string[], hooks: ForwardHooks | undefined, info: RequestInfo, to: { tunnel: LocalTunnel } | { node: string }): Promise<number> {
+    return new Promise<number>((resolve, reject) => {
+      const hop = 'node' in to;
+      // Its head is written a tick later (Node's client): a request pipelined behind it waits for that.
+      const turn = new DispatchTurn(req.socket);
+      const written = info.written;
+      const x = new TunnelExchange(req, res, p, hooks, this.opts.log, resolve, reject, hop, hop ? info.onHopPolicy : undefined, () => {
+        turn.done();
+        written?.();
+      });
+      p.inFlight++;
+      const body = hooks?.state.body ?? (hasBody(req) ? req : null);
+      const options: http.RequestOptions = { method: 'OPTIONS', path: '*', headers: asteriskHeaders(headers, body), setHost: false };
+      let stream: Duplex | null = null;
+      if ('node' in to) {
+        const colon = to.node.lastIndexOf(':');
+        options.host = to.node.slice(0, colon).replace(/^\[|\]$/g, '');
+        options.port = Number(to.node.slice(colon + 1));
+        options.agent = false;
+        options.maxHeaderSize = HOP_MAX_HEADER_BYTES;
+      } else {
+        try {
+          if (!to.tunnel.openStreamSync) throw new Error('the tunnel cannot open streams synchronously');
+          stream = to.tunnel.openStreamSync({ clientAddr: info.clientAddr, proto: info.scheme, edgeType: info.edgeType });
+        } catch (err) {
+          // No stream: nothing was sent, so it may go to another tunnel (as from the pool's connector).
+          const fe = forwardErrorOf(err as Error, false, this.opts.log);
+          x.onError(new ForwardError(fe.code, fe.message, 'any'));
+          return;
+        }
+        const s = stream;
+        options.createConnection = () => s as net.Socket;
+      }
+      let out: http.ClientRequest;
+      try {
+        out = http.request(options);
+      } catch (err) {
+        // A header Node's client will not write (as undici's refusal of one: 400).
+        stream?.destroy();
+        x.onError(new ForwardError(7011, (err as Error).message));
+        return;
+      }
+      const timer = setTimeout(() => out.destroy(Object.assign(new Error('no response head within the upstream timeout'), { code: 'UND_ERR_HEADERS_TIMEOUT' })), this.opts.upstreamTimeoutMs);
+      out.on('error', (err) => {
+        clearTimeout(timer);
+        x.onError(err);
+      });
+      out.on('response', (up: http.IncomingMessage) => {
+        clearTimeout(timer);
+        const raw = new Array<Buffer>(up.rawHeaders.length);
+        for (let i = 0; i < raw.length; i++) raw[i] = Buffer.from(up.rawHeaders[i]!, 'latin1');
+        x.onHeaders(up.statusCode ?? 502, raw, () => up.resume(), up.statusMessage ?? '');
+        up.on('data', (c: Buffer) => {
+          if (!x.onData(c)) up.pause();
+        });
+        up.on('end', () => x.onComplete());
+        up.on('error', (err) => x.onError(err));
+        up.on('close', () => {
+          if (!up.complete) x.onError(Object.assign(new Error('the upstream response broke off'), { code: 'UND_ERR_SOCKET' }));
+        });
+      });
+      // Told once the socket is there: the head is written right after 'socket' (see TunnelExchange.onConnect).
+      out.once('socket', () =>
+        x.onConnect((err) => {
+          clearTimeout(timer);
+          out.destroy(err ?? new Error('aborted'));
+        }),
+      );
+      if (body === null) out.end();
+      else if (Buffer.isBuffer(body)) out.end(body);
+      else {
+        out.flushHeaders(); // the head goes with the socket, not with the body's first chunk
+        body.pipe(out);
+      }
+    });
   }
 
   /**
@@ -404,9 +497,9 @@ export class Forwarder {
    * with a ForwardError while nothing was sent (see TunnelExchange). `info` names the client for a
    * proxy stream the pool may open meanwhile.
    */
-  private dispatch(p: TunnelPool, req: http.IncomingMessage, res: http.ServerResponse, headers: string[], hooks: ForwardHooks | undefined, info: RequestInfo | null, hop: boolean, onHopPolicy?: (value: string) => void): Promise<number> {
+  private dispatch(p: TunnelPool, req: http.IncomingMessage, res: http.ServerResponse, headers: string[], hooks: ForwardHooks | undefined, info: RequestInfo | null, hop: boolean, onHopPolicy?: (value: string) => void, written?: () => void): Promise<number> {
     return new Promise<number>((resolve, reject) => {
-      const x = new TunnelExchange(req, res, p, hooks, this.opts.log, resolve, reject, hop, onHopPolicy);
+      const x = new TunnelExchange(req, res, p, hooks, this.opts.log, resolve, reject, hop, onHopPolicy, written);
       const body = hooks?.state.body ?? (hasBody(req) ? req : null);
       p.inFlight++;
       dispatchingInfo = info;
@@ -590,6 +683,28 @@ function hopMarker(raw: Buffer[]): 'miss' | 'close' | ForwardError | null {
   return new ForwardError(code, message || 'the ingress node holding the tunnel failed', m?.[2] === 'retryable' ? 'any' : m?.[2] === 'idempotent' ? 'idempotent' : 'no');
 }
 
+/**
+ * The headers of an `OPTIONS *` for Node's HTTP client, which frames the body by the headers it
+ * is given: the hop-by-hop ones and the client's framing dropped, then the body's own
+ * (Content-Length of a buffered body, the client's Content-Length, else chunked). Without
+ * `Connection`, the client sends `Connection: close`.
+ */
+function asteriskHeaders(headers: string[], body: Buffer | http.IncomingMessage | null): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < headers.length; i += 2) {
+    const lower = headers[i]!.toLowerCase();
+    if (lower === 'content-length' || HOP_BY_HOP.has(lower)) continue;
+    out.push(headers[i]!, headers[i + 1]!);
+  }
+  if (Buffer.isBuffer(body)) out.push('Content-Length', String(body.length));
+  else if (body !== null) {
+    const cl = body.headers['content-length'];
+    if (cl !== undefined && body.headers['transfer-encoding'] === undefined) out.push('Content-Length', cl);
+    else out.push('Transfer-Encoding', 'chunked');
+  }
+  return out;
+}
+
 /** Does the public request carry a body (RFC 9112 §6.3)? */
 function hasBody(req: http.IncomingMessage): boolean {
   const cl = req.headers['content-length'];
@@ -689,6 +804,8 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
     private readonly hop = false,
     /** Over a hop: gets the holding node's endpoint-policy results (`x-warren-tp`), if it sent any. */
     private readonly onHopPolicy?: (value: string) => void,
+    /** {@link RequestInfo.written}: once the request's head is written (or never will be). */
+    private written?: () => void,
   ) {
     res.on('close', this.onClientClose);
   }
@@ -708,7 +825,19 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
     this.resumeFn?.();
   };
 
+  /**
+   * The request's head went to the upstream connection, or never will: {@link written} runs, once,
+   * on a microtask (`onConnect` comes just before undici writes the head, in the same tick).
+   */
+  private wrote(): void {
+    const w = this.written;
+    if (w === undefined) return;
+    this.written = undefined;
+    queueMicrotask(w);
+  }
+
   private finish(status: number, err: ForwardError | null): void {
+    this.wrote();
     if (this.settled) return;
     this.settled = true;
     this.pool.inFlight--;
@@ -718,6 +847,7 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
 
   onConnect(abort: (err?: Error) => void): void {
     this.abortFn = abort;
+    if (this.written !== undefined) this.wrote();
     if (this.res.destroyed) abort(new Error('the client went away'));
   }
 

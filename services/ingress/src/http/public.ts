@@ -8,12 +8,12 @@ import { sendError, sendUpgradeError } from './error-page.js';
 import { HOP, HOP_CLOSE_HEAD, deliverAnswer, hopRequestHeaders, ipOf, publicRequestHeaders, splice, type Forwarder, type RequestInfo } from './proxy.js';
 import { answerBody, answerHeaders } from './answer.js';
 import { normalizeTarget } from './target.js';
-import { earlierResponsesSent } from './pipelining.js';
+import { DispatchTurn, dispatchPending, earlierResponsesSent } from './pipelining.js';
 import { remoteIp } from './client-address.js';
 import { WebSocketHandshakeError, acceptWebSocketAsTcp, isWebSocketTcpConverter } from '../modules/index.js';
 import { decodeHopConn, encodeHopConn, type HopConn } from './hop-conn.js';
 import { RoutingTable, httpsEdgesOn, servedPort, httpsLocation, tlsRank, tlsRefusal, type CompiledRoute, type HttpsEdgesOnHttp } from './routing.js';
-import { BODY_READ_TIMEOUT_MS, BodyBudget, MAX_BUFFERED_BODY, readBody } from '../pipeline/runner.js';
+import { BODY_READ_TIMEOUT_MS, BodyBudget, MAX_BUFFERED_BODY, readBody, type RoutePipeline } from '../pipeline/runner.js';
 import type { Outcome, RequestState } from '../pipeline/types.js';
 import { CLOSE_CONNECTION, closeConnection } from '../policy/flow-actions.js';
 import { collectPolicyLogs } from '../policy/var-actions.js';
@@ -55,17 +55,22 @@ export function parseHost(value: string | undefined, defaultPort: number): { hos
   return { host, port };
 }
 
-/** Path of a request target without its query; absolute-form targets are reduced to their path. */
+/**
+ * Path of a request target without its query; absolute-form targets are reduced to their path.
+ * The asterisk form (`OPTIONS *`, RFC 9112 §3.2.4) addresses the server in general, not a
+ * resource: it is routed, and shown to the route's stages, as `/` (it goes upstream as `*`).
+ */
 export function pathOf(url: string | undefined): string {
   if (!url) return '/';
   if (url.charCodeAt(0) === 47 /* / */) {
     const q = url.indexOf('?');
     return q === -1 ? url : url.slice(0, q);
   }
+  if (url === '*') return '/';
   try {
     return new URL(url).pathname;
   } catch {
-    return url === '*' ? '*' : '/';
+    return '/';
   }
 }
 
@@ -180,12 +185,37 @@ export class PublicHandler {
         track.tunnelId = r.target.tunnel.id;
         next = track.picking(next);
       }
-      this.opts.forwarder.forward(req, res, r.target, info, headers, next).then(record, (err: unknown) => {
-        this.opts.log.error({ err }, 'forward crashed');
-        sendError(req, res, 7004);
-        record(res.statusCode);
+      // The usual case: nothing earlier on the connection waits to be sent (one property read).
+      if (!dispatchPending(req.socket)) {
+        this.forwardPlain(req, res, r.target, info, headers, next, record, null);
+        return;
+      }
+      // Pipelined behind a request still in its route's stages: sent after it (DispatchTurn), and
+      // the next one after its head is written.
+      const turn = new DispatchTurn(req.socket);
+      const target = r.target;
+      info.written = turn.done;
+      turn.whenEarlierSent(() => {
+        if (res.destroyed) {
+          turn.done();
+          record(499); // the client went away while it waited
+          return;
+        }
+        this.forwardPlain(req, res, target, info, headers, next, record, turn);
       });
     };
+  }
+
+  /** A request without route stages, to its tunnel; `turn`: its place in its connection's order, if it took one. */
+  private forwardPlain(req: http.IncomingMessage, res: http.ServerResponse, target: TunnelTarget, info: RequestInfo, headers: string[], next: (exclude: ReadonlySet<string>) => TunnelTarget | null, record: (status: number) => void, turn: DispatchTurn | null): void {
+    const done = this.opts.forwarder.forward(req, res, target, info, headers, next);
+    done.then(record, (err: unknown) => {
+      this.opts.log.error({ err }, 'forward crashed');
+      sendError(req, res, 7004);
+      record(res.statusCode);
+    });
+    // Told when its head is written (info.written); this, in case no exchange ever started (a full queue).
+    if (turn !== null) done.then(turn.done, turn.done);
   }
 
   /** {@link withPipeline}, with its failures answered (502) and the status recorded. */
@@ -347,52 +377,130 @@ export class PublicHandler {
     else if (r.hop?.wantResult) sendPolicyResultOnHead(res, state);
     if (pipeline.needsBody) {
       const budget = this.opts.bodyBudget;
-      return readBody(req, MAX_BUFFERED_BODY, BODY_READ_TIMEOUT_MS, budget).then((body) => {
-        if (body === 'busy') {
-          // The rest of the body is not read: the connection closes after the answer.
-          res.shouldKeepAlive = false;
-          sendError(req, res, 7013, undefined, { 'retry-after': '1' });
-          return 503;
-        }
-        if (budget && Buffer.isBuffer(body)) {
-          const held = body.length;
-          res.once('close', () => budget.release(held));
-        }
-        if (body === 'timeout') {
-          // The rest of the body is not awaited: the connection closes after the answer.
-          res.shouldKeepAlive = false;
-          sendError(req, res, 7012);
-          return 408;
-        }
-        state.body = body;
-        if (!body) {
-          // Over the bound: the rest of the body is not read (it may be a gigabyte): the
-          // connection closes after the answer, as for 408 and 503 above.
-          res.shouldKeepAlive = false;
-          sendError(req, res, 7009);
-          return 413;
-        }
-        return this.afterRequestStages(req, res, r, cr, state, pipeline.onRequest(state), track);
-      });
+      // Its body is read first: a request pipelined behind it waits for it to be sent upstream.
+      const turn = new DispatchTurn(req.socket);
+      return readBody(req, MAX_BUFFERED_BODY, BODY_READ_TIMEOUT_MS, budget).then(
+        (body) => {
+          if (body === 'busy') {
+            turn.done();
+            // The rest of the body is not read: the connection closes after the answer.
+            res.shouldKeepAlive = false;
+            sendError(req, res, 7013, undefined, { 'retry-after': '1' });
+            return 503;
+          }
+          if (budget && Buffer.isBuffer(body)) {
+            const held = body.length;
+            res.once('close', () => budget.release(held));
+          }
+          if (body === 'timeout') {
+            turn.done();
+            // The rest of the body is not awaited: the connection closes after the answer.
+            res.shouldKeepAlive = false;
+            sendError(req, res, 7012);
+            return 408;
+          }
+          state.body = body;
+          if (!body) {
+            turn.done();
+            // Over the bound: the rest of the body is not read (it may be a gigabyte): the
+            // connection closes after the answer, as for 408 and 503 above.
+            res.shouldKeepAlive = false;
+            sendError(req, res, 7009);
+            return 413;
+          }
+          return this.afterRequestStages(req, res, r, cr, state, this.requestStages(pipeline, state, turn), track, turn);
+        },
+        (err: unknown) => {
+          turn.done();
+          throw err;
+        },
+      );
     }
-    return this.afterRequestStages(req, res, r, cr, state, pipeline.onRequest(state), track);
+    return this.afterRequestStages(req, res, r, cr, state, pipeline.onRequest(state), track, null);
   }
 
-  private afterRequestStages(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, state: RequestState, out: Outcome | Promise<Outcome>, track: HttpRequestTracker | null): Promise<number> {
-    if (out instanceof Promise) return out.then((o) => this.afterRequestStages(req, res, r, cr, state, o, track));
-    const pipeline = cr.pipeline!;
-    if (out) {
-      // A stage answered: through the response stages when the route has any (the traffic
-      // policy's outbound rules run on a deny or a 429 as on the upstream's response), else as it is.
-      if (out === CLOSE_CONNECTION && r.hop) {
-        // A Bind endpoint's close-connection on the node holding it: the node the client reached
-        // closes the client's connection (destroying this one, the hop's, read there as a 502).
-        res.writeHead(204, { [HOP.close]: '1' }).end();
-        return Promise.resolve(CLOSE_CONNECTION.status);
-      }
-      if (out === CLOSE_CONNECTION || !pipeline.editsResponses) return Promise.resolve(sendOutcome(req, res, out));
-      return deliverAnswer(req, res, out, { pipeline, state }, this.opts.log);
+  /** `pipeline.onRequest`, ending `turn` when it throws (the request is not sent: later ones may go). */
+  private requestStages(pipeline: RoutePipeline, state: RequestState, turn: DispatchTurn): Outcome | Promise<Outcome> {
+    try {
+      return pipeline.onRequest(state);
+    } catch (err) {
+      turn.done();
+      throw err;
     }
+  }
+
+  /**
+   * After the request stages: their answer, or the request goes upstream, in its connection's
+   * order (`turn`: its place, taken when it could not be sent at once; see {@link DispatchTurn}).
+   */
+  private afterRequestStages(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, state: RequestState, out: Outcome | Promise<Outcome>, track: HttpRequestTracker | null, turn: DispatchTurn | null): Promise<number> {
+    if (out instanceof Promise) {
+      // Taken now, in the request's own event: a request pipelined behind it must see it.
+      const t = turn ?? new DispatchTurn(req.socket);
+      return out.then(
+        (o) => this.afterRequestStages(req, res, r, cr, state, o, track, t),
+        (err: unknown) => {
+          t.done();
+          throw err;
+        },
+      );
+    }
+    if (out) {
+      turn?.done(); // answered here: never sent upstream
+      return this.answerOutcome(req, res, r, cr, state, out);
+    }
+    if (turn === null) {
+      // The usual case: nothing earlier on the connection waits to be sent (one property read).
+      if (!dispatchPending(req.socket)) return this.toUpstream(req, res, r, cr, state, track);
+      turn = new DispatchTurn(req.socket);
+    }
+    const t = turn;
+    if (t.earlierSent) return this.toUpstreamInTurn(req, res, r, cr, state, track, t);
+    return new Promise<number>((resolve, reject) => {
+      t.whenEarlierSent(() => {
+        if (res.destroyed) {
+          // The client went away while it waited: nothing is sent (a circuit breaker's probe frees its place).
+          t.done();
+          cr.pipeline!.onResult(state, 'none');
+          resolve(499);
+          return;
+        }
+        this.toUpstreamInTurn(req, res, r, cr, state, track, t).then(resolve, reject);
+      });
+    });
+  }
+
+  /** {@link toUpstream} for a request holding a turn: the next request of the connection goes once its head is written, or once it is over. */
+  private toUpstreamInTurn(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, state: RequestState, track: HttpRequestTracker | null, turn: DispatchTurn): Promise<number> {
+    let done: Promise<number>;
+    try {
+      done = this.toUpstream(req, res, r, cr, state, track, turn.done);
+    } catch (err) {
+      turn.done();
+      throw err;
+    }
+    done.then(turn.done, turn.done);
+    return done;
+  }
+
+  /** A request stage's own answer (deny, custom-response, 429, close-connection, …). */
+  private answerOutcome(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, state: RequestState, out: Exclude<Outcome, null>): Promise<number> {
+    const pipeline = cr.pipeline!;
+    // A stage answered: through the response stages when the route has any (the traffic
+    // policy's outbound rules run on a deny or a 429 as on the upstream's response), else as it is.
+    if (out === CLOSE_CONNECTION && r.hop) {
+      // A Bind endpoint's close-connection on the node holding it: the node the client reached
+      // closes the client's connection (destroying this one, the hop's, read there as a 502).
+      res.writeHead(204, { [HOP.close]: '1' }).end();
+      return Promise.resolve(CLOSE_CONNECTION.status);
+    }
+    if (out === CLOSE_CONNECTION || !pipeline.editsResponses) return Promise.resolve(sendOutcome(req, res, out));
+    return deliverAnswer(req, res, out, { pipeline, state }, this.opts.log);
+  }
+
+  /** The request after its stages let it through: to the route's tunnel (or the error that there is none). */
+  private toUpstream(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, state: RequestState, track: HttpRequestTracker | null, written?: () => void): Promise<number> {
+    const pipeline = cr.pipeline!;
     // (A Bind endpoint's policy, edgeType '0', has its tunnel in `r.next` rather than a backend.)
     if (!cr.backend && r.edgeType === '3') {
       sendError(req, res, 7002);
@@ -408,6 +516,7 @@ export class PublicHandler {
     }
     if (target.kind === 'remote') this.opts.metrics.hops.inc();
     const info: RequestInfo = { scheme: state.scheme, clientAddr: r.hop?.clientAddr ?? remoteAddr(req.socket), edgeType: r.edgeType };
+    if (written !== undefined) info.written = written;
     const done = this.opts.forwarder.forward(req, res, target, info, state.headers, next, { pipeline, state });
     if (pipeline.hasResultStages) {
       // Ended without an upstream result (the client went away first): a circuit breaker's probe frees its place.
@@ -509,9 +618,15 @@ export class PublicHandler {
     // that host's upstream past this edge's checks. It must name the Host's host and port, and
     // goes on in origin form.
     const url = req.url;
-    if (url !== undefined && url.charCodeAt(0) !== 47 /* / */ && url !== '*') {
-      const problem = toOriginForm(req, url, hp);
-      if (problem) return { target: null, error: 7011, detail: problem, edge: '', route: '', account: '', next: NONE, edgeType: '3' };
+    if (url !== undefined && url.charCodeAt(0) !== 47 /* / */) {
+      if (url === '*') {
+        // The asterisk form is for OPTIONS only (RFC 9112 §3.2.4): the server in general, routed as
+        // `/` (pathOf) and sent upstream as it is, for the application to answer.
+        if (req.method !== 'OPTIONS') return { target: null, error: 7011, detail: `the request target * (asterisk form) is only for OPTIONS, not ${req.method ?? ''}`, edge: '', route: '', account: '', next: NONE, edgeType: '3' };
+      } else {
+        const problem = toOriginForm(req, url, hp);
+        if (problem) return { target: null, error: 7011, detail: problem, edge: '', route: '', account: '', next: NONE, edgeType: '3' };
+      }
     }
     if (req.url !== undefined && req.url.charCodeAt(0) === 47 /* / */) {
       const normal = normalizeTarget(req.url);

@@ -90,6 +90,8 @@ describe('request parsing', () => {
     expect(pathOf('/a/b?c=d')).toBe('/a/b');
     expect(pathOf('http://x.test/p?q')).toBe('/p');
     expect(pathOf(undefined)).toBe('/');
+    // OPTIONS *: the server in general, routed as / (it goes upstream as *).
+    expect(pathOf('*')).toBe('/');
   });
 
   it('drops hop-by-hop and internal headers and sets the forwarding headers', () => {

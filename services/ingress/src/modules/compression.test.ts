@@ -77,6 +77,19 @@ describe('compression', () => {
     expect(transform('gzip', ['Content-Type', 'image/svg+xml', ...len]).t).not.toBeNull();
   });
 
+  it('gives HEAD the head the same GET gets (Content-Encoding, Vary, weak ETag, no identity length), and no compressor', () => {
+    const head = () => ['Content-Type', 'application/json', 'Content-Length', String(big.length), 'ETag', '"abc"', 'Accept-Ranges', 'bytes'];
+    for (const ae of ['gzip', 'br, gzip', 'identity']) {
+      const get = transform(ae, head());
+      const h = transform(ae, head(), { method: 'HEAD' });
+      expect(h.r.headers, ae).toEqual(get.r.headers);
+      expect(h.t, ae).toBeNull();
+    }
+    expect(transform('gzip', head(), { method: 'HEAD' }).r.headers).toEqual(['Content-Type', 'application/json', 'ETag', 'W/"abc"', 'Vary', 'Accept-Encoding', 'Content-Encoding', 'gzip']);
+    // What GET leaves alone, HEAD leaves alone too.
+    expect(transform('gzip', ['Content-Length', '100'], { method: 'HEAD' }).r.headers).toEqual(['Content-Length', '100']);
+  });
+
   it('adds Vary without compressing when the client accepts no coding', () => {
     const { t, r } = transform(null, ['Content-Type', 'text/plain', 'Content-Length', String(big.length)]);
     expect(t).toBeNull();

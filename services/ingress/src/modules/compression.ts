@@ -6,7 +6,7 @@ import { enabledModule, rawHeader, removeRawHeaders, setRawHeader } from './comm
 /**
  * `compression`: compresses upstream response bodies with brotli or gzip as the request's
  * `Accept-Encoding` allows (q-values respected, `*` understood; on equal q brotli is preferred,
- * `q=0` refuses). Left alone: HEAD requests, statuses other than 2xx/3xx with a body (1xx, 204,
+ * `q=0` refuses). Left alone: statuses other than 2xx/3xx with a body (1xx, 204,
  * 205, 206, 304), bodies already encoded, `Cache-Control: no-transform`, ranges, declared lengths under
  * MIN_LENGTH bytes, `text/event-stream` (compressors buffer, events must flow) and media types
  * that are already compressed (images but SVG, audio, video, archives, fonts but SVG/TTF/OTF…).
@@ -15,6 +15,9 @@ import { enabledModule, rawHeader, removeRawHeaders, setRawHeader } from './comm
  * `Content-Digest`, `Repr-Digest`: RFC 9530's digests cover the coded bytes), and weakens a strong
  * `ETag`. Every response it could
  * compress gets `Vary: Accept-Encoding`, compressed or not (its representation depends on it).
+ * A HEAD gets the head the same GET would get (RFC 9110 §9.3.2: the same `Content-Encoding`,
+ * `Vary` and weakened `ETag`, no `Content-Length` of the identity body), as nginx's gzip does,
+ * and no compressor: it has no body.
  * Levels favour speed: gzip 5, brotli quality 4.
  *
  * The traffic policy's `compress-response` action (`../policy/body-actions.ts`) reuses these
@@ -108,9 +111,11 @@ export function contentEncoded(h: readonly string[]): boolean {
   return false;
 }
 
-/** True when this response could be compressed for some client (its representation varies by Accept-Encoding). */
+/**
+ * True when this response could be compressed for some client (its representation varies by
+ * Accept-Encoding). A HEAD's head is decided as the GET's would be: only its body is not compressed.
+ */
 export function compressibleResponse(s: RequestState, r: ResponseState): boolean {
-  if (s.req.method === 'HEAD') return false;
   // 205 Reset Content: RFC 9110 §15.3.6, a server MUST NOT generate content (gzip of nothing is 20 bytes).
   if (r.status < 200 || r.status === 204 || r.status === 205 || r.status === 206 || r.status === 304) return false;
   const h = r.headers;
@@ -200,7 +205,8 @@ export const compressionStage: StageFactory = (route): RouteStage | null => {
       const coding = negotiateEncoding(Array.isArray(ae) ? ae.join(',') : ae);
       if (!coding || !claimCompression(s)) return null;
       const { contentLength, text } = encodeHead(h, coding);
-      return createCompressor(coding, contentLength, text);
+      // HEAD: the GET's head, and no body to compress.
+      return s.req.method === 'HEAD' ? null : createCompressor(coding, contentLength, text);
     },
   };
 };

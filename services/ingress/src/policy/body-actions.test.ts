@@ -326,6 +326,16 @@ describe('compress-response', () => {
     expect(zlib.gunzipSync(chunked.body).equals(big)).toBe(true);
   });
 
+  it('gives HEAD the head the same GET gets, with no compressor and the same variables', async () => {
+    const p = policyPipeline({ outbound: [{ actions: [{ type: 'compress-response' }] }, showCompress] });
+    const viaGet = await respond(p, get('br, gzip'));
+    const head = await respond(p, get('br, gzip', 'HEAD'), JSON_HEAD, Buffer.alloc(0));
+    expect(head.headers).toEqual(viaGet.headers);
+    expect(header(head.headers, 'content-encoding')).toEqual(['br']);
+    expect(header(head.headers, 'content-length')).toEqual([]);
+    expect(head.transforms).toBe(0);
+  });
+
   it('never compresses twice: a second action sees the first one, the route module sees the action', async () => {
     const twice = policyPipeline({ outbound: [{ actions: [{ type: 'compress-response' }, { type: 'compress-response' }] }, showCompress] });
     const a = await respond(twice, get('gzip'));

@@ -29,7 +29,8 @@ import { originalRequestBody } from './find-replace.js';
  *
  * `compress-response` (https://ngrok.com/docs/traffic-policy/actions/compress-response/) decides
  * when it runs, on the response head, with the `compression` module's rules (negotiation by
- * q-value, compressible media types, `MIN_LENGTH`, no-transform, HEAD, 204/206/304, ranges) and
+ * q-value, compressible media types, `MIN_LENGTH`, no-transform, 204/206/304, ranges; a HEAD gets
+ * the GET's head and no compressor) and
  * the action's `algorithms`: it sets `Content-Encoding`, drops `Content-Length` and
  * `Accept-Ranges`, weakens a strong `ETag` and adds `Vary: Accept-Encoding` right away, so later
  * outbound rules see the head as the client will, and records
@@ -139,6 +140,8 @@ export function compressTransform(s: RequestState, r: ResponseState): Transform 
     ours = r.headers[i + 1]!.trim().toLowerCase() === p.coding;
   }
   if (codings !== 1 || !ours || !claimCompression(s)) return null;
+  // HEAD: its head is the GET's (`runCompressResponse`), and it has no body to compress.
+  if (s.req.method === 'HEAD') return null;
   return createCompressor(p.coding, p.contentLength, p.text);
 }
 
