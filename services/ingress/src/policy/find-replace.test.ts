@@ -171,6 +171,15 @@ describe('response-body-find-replace', () => {
     }
   });
 
+  it("answers HEAD with the head GET gets (no length, a weak ETag; RFC 9110 §9.3.2), rewriting nothing", async () => {
+    const p = pipeline(responsePolicy([{ from: '[a]', to: 'b' }]));
+    const head = ['Content-Type', 'text/plain', 'Content-Length', '3', 'ETag', '"v1"', 'Accept-Ranges', 'bytes'];
+    const got = await respond(p, get(), [...head], Buffer.from('aaa'));
+    expect([got.body.toString(), got.headers]).toEqual(['bbb', ['Content-Type', 'text/plain', 'ETag', 'W/"v1"']]);
+    const headOnly = await respond(p, get(undefined, 'HEAD'), [...head], Buffer.alloc(0));
+    expect([headOnly.body.length, headOnly.headers]).toEqual([0, got.headers]);
+  });
+
   it('passes binary, partial, HEAD and over-bound bodies unchanged, and counts them', async () => {
     const registry = new Registry();
     const p = pipeline(responsePolicy([{ from: '[a]', to: 'b' }]), registry);

@@ -51,7 +51,7 @@ import type { FailedFn } from './url-actions.js';
  * `Repr-Digest`, no longer true, are dropped. verify-webhook still checks the original body
  * (`originalRequestBody`); later actions and the upstream see the new one.
  *
- * Response: the action decides on the head (not for HEAD, 1xx/204/304, a 206 or `Content-Range`
+ * Response: the action decides on the head (not for 1xx/204/304, a 206 or `Content-Range`
  * response (a part cannot be rewritten: `partial`), a declared `Content-Length` over the bound)
  * and evaluates its `${…}`; then it drops `Content-Length` (the new length is not known when the
  * head goes out: the response is sent chunked), `Accept-Ranges` and the digests above, and
@@ -503,7 +503,7 @@ const RESPONSE_DROP = new Set(['content-length', 'accept-ranges', ...DIGESTS]);
 export function runResponseFindReplace(act: Activation, a: CompiledFindReplace, failed: FailedFn): void {
   const s = act.s;
   const r = act.r!;
-  if (s.req.method === 'HEAD' || r.status < 200 || r.status === 204 || r.status === 304) return;
+  if (r.status < 200 || r.status === 204 || r.status === 304) return;
   const h = r.headers;
   if (r.status === 206 || rawHeader(h, 'content-range') !== undefined) return void skip('response', 'partial');
   const len = rawHeader(h, 'content-length');
@@ -511,6 +511,8 @@ export function runResponseFindReplace(act: Activation, a: CompiledFindReplace, 
   if (len !== undefined && Number(len) > a.replacements.workerBytes && codingOf(h) === 'identity') return void skip('response', 'too_large');
   const ready = prepare(act, a, h, 'response', failed);
   if (!ready) return;
+  // HEAD: the head GET would get (RFC 9110 §9.3.2), with no body to rewrite.
+  if (s.req.method === 'HEAD') return void rewrittenHead(act, h);
   const { step } = ready;
   // After a compress-response the head says gzip/br/deflate, but the body is compressed only
   // after this action's rewrite: it arrives as the upstream sent it.
@@ -522,6 +524,11 @@ export function runResponseFindReplace(act: Activation, a: CompiledFindReplace, 
     return;
   }
   pending.set(s, { steps: [step], coding });
+  rewrittenHead(act, h);
+}
+
+/** A head whose body is rewritten: no length (sent chunked), no ranges or digests, a weak ETag. */
+function rewrittenHead(act: Activation, h: string[]): void {
   const etag = rawHeader(h, 'etag');
   removeRawHeaders(h, RESPONSE_DROP);
   if (etag && !etag.startsWith('W/')) setRawHeader(h, 'ETag', `W/${etag}`);
