@@ -1,8 +1,8 @@
 import http from 'node:http';
-import net from 'node:net';
 import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { rawExchange, statuses } from '../support/raw-exchange.js';
 
 /**
  * HTTP conformance of the public listeners, through real processes (a control plane, two ingress
@@ -50,43 +50,7 @@ const upstream: http.RequestListener = (req, res) => {
 };
 
 /** Writes `parts` (a number is a pause in ms) on a new connection to `port`; collects the answer until idle or close. */
-function exchange(parts: Array<string | Buffer | number>, port = c.a.http, idle = 2000, max = 20_000): Promise<{ out: string; closed: boolean }> {
-  return new Promise((resolve) => {
-    const s = net.connect(port, '127.0.0.1');
-    const chunks: Buffer[] = [];
-    let closed = false;
-    let timer: NodeJS.Timeout | undefined;
-    const done = () => {
-      clearTimeout(timer);
-      clearTimeout(maxT);
-      s.destroy();
-      resolve({ out: Buffer.concat(chunks).toString('latin1'), closed });
-    };
-    const arm = () => {
-      clearTimeout(timer);
-      timer = setTimeout(done, idle);
-    };
-    const maxT = setTimeout(done, max);
-    s.on('data', (d: Buffer) => {
-      chunks.push(d);
-      arm();
-    });
-    s.on('error', () => {});
-    s.on('close', () => {
-      closed = true;
-      done();
-    });
-    s.on('connect', async () => {
-      for (const p of parts) {
-        if (typeof p === 'number') await new Promise((r) => setTimeout(r, p));
-        else if (!s.destroyed) s.write(p);
-      }
-      arm();
-    });
-  });
-}
-
-const statuses = (out: string) => [...out.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1]));
+const exchange = (parts: Array<string | Buffer | number>, port = c.a.http, idle = 2000, max = 20_000) => rawExchange(port, parts, idle, max);
 const req = (method: string, target: string, extra = '', body = '') => `${method} ${target} HTTP/1.1\r\nHost: ${HOST}\r\n${body ? `Content-Length: ${Buffer.byteLength(body)}\r\n` : ''}${extra}\r\n${body}`;
 
 /** The header block of each response in `out` (lower-cased names), in order. */

@@ -128,6 +128,7 @@ import { cidrProblem, inCidr, matchAddress, parseMatchCidr, type MatchCidr } fro
 import type { RE2JS } from 're2js';
 import { registerNgrokMacros } from './ngrok-macros.js';
 import { registerCodePointStringMethods } from './string-index.js';
+import type { CheckedType, MacroCall as AnyMacroCall, MacroChecker, MacroEvaluator } from './macro-hooks.js';
 import { registerZonedAccessors } from './time-zones.js';
 import { codePoints, goTimeText } from './cel-values.js';
 import { escapesAsReplacement } from '../http-headers.js';
@@ -143,30 +144,7 @@ export class CelCompileError extends Error {
   }
 }
 
-/** A type as the checker gives it (`list<string>`: kind `list`, `valueType` string). */
-interface CheckedType {
-  name: string;
-  kind: string;
-  valueType?: CheckedType;
-}
-/** Minimal view of the checker/evaluator objects a macro hook receives. */
-interface MacroChecker {
-  check(node: unknown, ctx: unknown): CheckedType;
-  registry: { getListType(t: unknown): unknown; getType(name: string): unknown };
-  stringType: unknown;
-  boolType: unknown;
-  createError(code: string, message: string, node: unknown): Error;
-}
-interface MacroEvaluator {
-  run(node: unknown, ctx: unknown): unknown;
-  createError(code: string, message: string, node: unknown): Error;
-}
-/** The parsed call a macro expander receives (cel-js AST nodes: `op`, `args`, `start`, …). */
-interface MacroCall {
-  ast: unknown;
-  args: { op: string; args: unknown }[];
-  receiver: unknown;
-}
+type MacroCall = AnyMacroCall<{ op: string; args: unknown }>;
 interface MacroCtx {
   getValue(name: string): unknown;
 }

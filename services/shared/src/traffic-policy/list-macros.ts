@@ -26,6 +26,7 @@
  */
 import type { Environment } from '@marcbachmann/cel-js';
 import { celTypeName, className, compareOrderKeys, evalError, listItems, mapEntries, MAX_VALUE_DEPTH, fromUtf8OrderKey, hasLoneSurrogate, toUtf8OrderKey, utf16IsUtf8Order, utf8OrderKeys } from './cel-values.js';
+import type { CheckedType, MacroChecker, MacroEvaluator } from './macro-hooks.js';
 
 /** Longest list `flatten()` walks and builds, and `sort()`, `sortBy()`, `distinct()` take: past it, an evaluation error. */
 export const MAX_BUILT_LIST = 65_536;
@@ -290,12 +291,6 @@ export function listDistinct(list: readonly unknown[]): unknown[] {
   return out;
 }
 
-/** A type as the checker gives it (`list<string>`: kind `list`, `valueType` string). */
-interface CheckedType {
-  name: string;
-  kind: string;
-  valueType?: CheckedType;
-}
 /** A parsed call argument (cel-js AST node). */
 interface ArgNode {
   op: string;
@@ -307,13 +302,6 @@ interface BindCtx {
 }
 interface SortByMacro {
   bindCtx?: BindCtx;
-}
-interface MacroChecker {
-  check(node: unknown, ctx: unknown): CheckedType;
-  createError(code: string, message: string, node: unknown): Error;
-}
-interface MacroEvaluator {
-  run(node: unknown, ctx: unknown): unknown;
 }
 
 /**

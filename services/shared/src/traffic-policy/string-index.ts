@@ -31,6 +31,7 @@
  */
 import type { Environment } from '@marcbachmann/cel-js';
 import { evalError } from './cel-values.js';
+import type { CheckedType, MacroCall, MacroChecker, MacroEvaluator } from './macro-hooks.js';
 
 const SURROGATE = /[\ud800-\udfff]/;
 
@@ -137,26 +138,6 @@ export function substring(s: string, start: bigint, end?: bigint): string {
   return end === undefined ? t.slice(from) : t.slice(from, unitIndex(t, Number(end)));
 }
 
-/** A type as the checker gives it. */
-interface CheckedType {
-  name: string;
-  kind: string;
-}
-interface MacroChecker {
-  check(node: unknown, ctx: unknown): CheckedType;
-  createError(code: string, message: string, node: unknown): Error;
-  intType: unknown;
-  stringType: unknown;
-}
-interface MacroEvaluator {
-  run(node: unknown, ctx: unknown): unknown;
-  createError(code: string, message: string, node: unknown): Error;
-}
-interface MacroCall {
-  ast: unknown;
-  args: unknown[];
-  receiver: unknown;
-}
 
 /** The methods taken over, with what each argument must be. */
 const METHODS = {

@@ -22,6 +22,7 @@
  */
 import type { Environment } from '@marcbachmann/cel-js';
 import { evalError } from './cel-values.js';
+import type { CheckedType, MacroCall, MacroChecker, MacroEvaluator } from './macro-hooks.js';
 
 /** The accessors that take a zone. */
 export const ZONED_ACCESSORS = ['getFullYear', 'getMonth', 'getDate', 'getDayOfMonth', 'getDayOfYear', 'getDayOfWeek', 'getHours', 'getMinutes', 'getSeconds', 'getMilliseconds'] as const;
@@ -165,24 +166,6 @@ export function zonedField(name: ZonedAccessor, d: Date, tz: string): bigint {
   }
 }
 
-interface CheckedType {
-  name: string;
-  kind: string;
-}
-interface MacroChecker {
-  check(node: unknown, ctx: unknown): CheckedType;
-  createError(code: string, message: string, node: unknown): Error;
-  intType: unknown;
-}
-interface MacroEvaluator {
-  run(node: unknown, ctx: unknown): unknown;
-  createError(code: string, message: string, node: unknown): Error;
-}
-interface MacroCall {
-  ast: unknown;
-  args: unknown[];
-  receiver: unknown;
-}
 
 const TIMESTAMP = 'google.protobuf.Timestamp';
 
