@@ -1,4 +1,5 @@
 import { once } from 'node:events';
+import pino from 'pino';
 import type { AddressInfo } from 'node:net';
 import tls, { type TLSSocket } from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -6,7 +7,7 @@ import { createCertificate, validateTrafficPolicy, type DpEdge } from '@warren/s
 import type { Outcome, RequestState, RouteStage } from '../pipeline/types.js';
 import { compilePolicy, trafficPolicyStage } from './index.js';
 import { CONFIG, deps, EDGE, FakeLimiter, request, route } from './testing.js';
-import { inferContentType } from './engine.js';
+import { inferContentType, valueFreeMessage } from './engine.js';
 
 const rl = (over: Record<string, unknown> = {}) => ({ type: 'rate-limit', config: { name: 'rl', algorithm: 'sliding_window', capacity: 2, rate: '60s', bucket_key: ['conn.client_ip'], ...over } });
 function stage(policy: unknown, limiter = new FakeLimiter()): RouteStage {
@@ -490,5 +491,39 @@ describe('conn.tls on a real TLS connection', () => {
       peer.mockRestore();
       protocol.mockRestore();
     }
+  });
+});
+
+describe('evaluation errors in the log', () => {
+  it('carry no request data: the CEL library writes the operand (a header, a query value) into its messages (audit finding)', async () => {
+    const lines: string[] = [];
+    const log = pino({ level: 'warn' }, { write: (l: string) => void lines.push(l) });
+    const s = trafficPolicyStage(
+      route({
+        inbound: [
+          { expressions: ["'debug' in req.url.query_params && bool(req.url.query_params['debug'][0])"], actions: [{ type: 'add-headers', config: { headers: { 'x-a': '1' } } }] },
+          { expressions: ["'authorization' in req.headers && {'Bearer acme': true}[req.headers['authorization'][0]]"], actions: [{ type: 'add-headers', config: { headers: { 'x-b': '1' } } }] },
+          { expressions: ["'x-ttl' in req.headers && duration(req.headers['x-ttl'][0]) < duration('1h')"], actions: [{ type: 'deny' }] },
+          { actions: [{ type: 'add-headers', config: { headers: { 'x-c': "${duration(req.headers['x-ttl'][0])}" } } }] },
+        ],
+      }),
+      EDGE,
+      CONFIG,
+      { ...deps(), log },
+    )!;
+    const r = request({ url: '/p/x?debug=SEKRETQUERYTOKEN', headers: ['Host', 'app.example.com', 'Authorization', 'Bearer SEKRETBEARER', 'x-ttl', 'SEKRETTTL'] });
+    expect(await s.onRequest!(r)).toMatchObject({ status: 403 }); // the deny fails closed
+    expect(lines.length).toBeGreaterThanOrEqual(3);
+    const text = lines.join('\n');
+    expect(text).not.toMatch(/SEKRET/);
+    expect(text).toContain('conversion error');
+    expect(text).toMatch(/No such key/i);
+  });
+
+  it('valueFreeMessage keeps the kind of error, up to its first ": " or quote', () => {
+    expect(valueFreeMessage('bool() conversion error: invalid string value "x"')).toBe('bool() conversion error');
+    expect(valueFreeMessage('No such key: Bearer x')).toBe('No such key');
+    expect(valueFreeMessage("no such overload: string + int")).toBe('no such overload');
+    expect(valueFreeMessage('the interpolated body is over 262144 characters')).toBe('the interpolated body is over 262144 characters');
   });
 });

@@ -298,7 +298,7 @@ export class TrafficPolicyStage implements RouteStage {
     this.errors.inc({ direction });
     if (this.logged.has(where) || this.logged.size > 1000) return;
     this.logged.add(where);
-    const msg = err instanceof Error ? ((err as { summary?: string }).summary ?? err.message.split('\n')[0]) : String(err);
+    const msg = valueFreeMessage(err instanceof Error ? ((err as { summary?: string }).summary ?? err.message.split('\n')[0]!) : String(err));
     this.deps.log.warn(
       { routeId: this.routeId, where, err: msg },
       failClosed
@@ -421,6 +421,19 @@ export class TrafficPolicyStage implements RouteStage {
     }
     return j + 1 < run.rules[i]!.actions.length ? this.runFrom(run, i, j + 1) : this.runFrom(run, i + 1, 0);
   }
+}
+
+/**
+ * An evaluation error's message as the log may have it: without the operand, which is request
+ * data. The CEL library writes the value it was given into its messages (`bool() conversion
+ * error: invalid string value "<a query parameter>"`, `No such key: <an Authorization header>`,
+ * `Invalid duration string: <a header>`), and the log must not hold a client's credentials; the
+ * message is kept up to its first `: ` or quote, which names the kind of error, and `where` names
+ * the expression.
+ */
+export function valueFreeMessage(msg: string): string {
+  const cut = msg.search(/: |["'`]/);
+  return (cut < 0 ? msg : msg.slice(0, cut)).slice(0, 200);
 }
 
 /** The `actions.ngrok.rate_limit` variables of a request. */
