@@ -1,6 +1,7 @@
 import type { DpAgentSession, Logger } from '@warren/shared';
 import type { Db } from '../db/pool.js';
-import { notifyPresence, presenceRepo as repo, writeSessionEvents, type NodeRef, type ReportedTunnel } from './presence.repo.js';
+import { endpointHost, notifyPresence, presenceRepo as repo, writeSessionEvents, type NodeRef, type ReportedTunnel } from './presence.repo.js';
+import { lockHosts } from '../modules/https-edges/https-edges.repo.js';
 
 /** Most sessions and tunnels one node may report (a bound on the mirror below). */
 export const MAX_PRESENCE_PER_NODE = 100_000;
@@ -97,8 +98,12 @@ export class NodePresence {
   async tunnelUp(t: ReportedTunnel): Promise<void> {
     if (!this.tunnels.has(t.id) && this.tunnels.size >= MAX_PRESENCE_PER_NODE) return;
     this.tunnels.set(t.id, t);
+    const host = endpointHost(t);
     await this.retryOnFk(() =>
       this.db.tx(async (q) => {
+        // A new public Bind: recorded under its host's lock, the one an edge creation checks
+        // under (https-edges.repo.ts), so that of the two the later one sees the earlier.
+        if (host) await lockHosts(q, [host]);
         const changed = await repo.writeTunnels(q, this.node, [t]);
         if (changed.length === 0) this.log.debug({ tunnel: t.id }, 'tunnel not recorded (unchanged, or its session is not this node\'s)');
         await notifyPresence(q, this.node.id, changed, []);

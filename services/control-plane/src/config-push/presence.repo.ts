@@ -27,6 +27,19 @@ export async function notifyPresence(q: Queryable, nodeId: string, up: string[],
 
 export type ReportedTunnel = Omit<DpTunnel, 'nodeId' | 'nodeAddress'>;
 
+/**
+ * The hostname a tunnel serves publicly as an agent endpoint (a Bind of proto http, https or
+ * tls, not `internal`), lower-case; '' for any other tunnel.
+ */
+export function endpointHost(t: Pick<DpTunnel, 'proto' | 'publicUrl' | 'bindings'>): string {
+  if ((t.proto !== 'http' && t.proto !== 'https' && t.proto !== 'tls') || t.bindings.includes('internal')) return '';
+  try {
+    return new URL(t.publicUrl).hostname.toLowerCase();
+  } catch {
+    return '';
+  }
+}
+
 interface TunnelRow {
   id: string;
   account_id: string;

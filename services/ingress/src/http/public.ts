@@ -130,6 +130,8 @@ export class PublicHandler {
   constructor(private readonly opts: PublicHandlerOptions) {}
 
   setTable(table: RoutingTable): void {
+    // Before it serves: its edges yield to older agent endpoints of other accounts (registry.ts).
+    this.opts.registry.followEdges(table);
     this.table = table;
   }
 

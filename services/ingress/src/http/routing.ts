@@ -142,7 +142,19 @@ export function splitMatch(match: string): { host: string | null; path: string }
  * so a config that cannot be compiled is rejected and the old one kept).
  */
 export class RoutingTable {
+  /** Every edge by `host:port`, as the config has them (the Bind checks read this one). */
   readonly edgesByHostport = new Map<string, CompiledEdge>();
+  /**
+   * What requests are routed by: `edgesByHostport` itself, or (while an older agent endpoint of
+   * another account holds one of its hosts, see {@link shadowHostports}) a copy without those
+   * hostports. Swapped or edited when the config or the tunnels change, never per request.
+   */
+  private routable: Map<string, CompiledEdge> = this.edgesByHostport;
+  /** Hostports taken out of `routable` now. */
+  private shadowed: ReadonlySet<string> = new Set();
+  /** host → its hostports (any port) and their edges; built on first use. */
+  private byHost: Map<string, Array<{ hostport: string; ce: CompiledEdge }>> | null = null;
+  private readonly createdMs = new Map<string, number>();
   readonly version: number;
   /** Routes whose modules or policy this ingress cannot apply: they answer 503 (fail closed), the rest of the config applies. */
   readonly routeErrors: Array<{ routeId: string; message: string }> = [];
@@ -191,7 +203,50 @@ export class RoutingTable {
    * by: the caller applies HTTPS_EDGES_ON_HTTP (see `httpsEdgesOn`) before anything else.
    */
   edgeFor(host: string, port: number, publicPort: number): CompiledEdge | undefined {
-    return this.edgesByHostport.get(`${host}:${port}`) ?? (port !== publicPort ? this.edgesByHostport.get(`${host}:${publicPort}`) : undefined) ?? (publicPort !== 443 ? this.edgesByHostport.get(`${host}:443`) : undefined);
+    const m = this.routable;
+    return m.get(`${host}:${port}`) ?? (port !== publicPort ? m.get(`${host}:${publicPort}`) : undefined) ?? (publicPort !== 443 ? m.get(`${host}:443`) : undefined);
+  }
+
+  /** The hostports (any port) of `host` and their edges, or undefined when no edge has that host. */
+  edgesOnHost(host: string): ReadonlyArray<{ hostport: string; ce: CompiledEdge }> | undefined {
+    if (!this.byHost) {
+      this.byHost = new Map();
+      for (const [hostport, ce] of this.edgesByHostport) {
+        const h = hostOfHostport(hostport);
+        let list = this.byHost.get(h);
+        if (!list) this.byHost.set(h, (list = []));
+        list.push({ hostport, ce });
+      }
+    }
+    return this.byHost.get(host);
+  }
+
+  /** When the edge was created (Unix ms), from the time its KSUID id carries; 0 when the id is not one (the edge counts as oldest). */
+  edgeCreatedMs(ce: CompiledEdge): number {
+    let ms = this.createdMs.get(ce.edge.id);
+    if (ms === undefined) this.createdMs.set(ce.edge.id, (ms = ksuidTimeMs(ce.edge.id)));
+    return ms;
+  }
+
+  /**
+   * Takes these hostports out of request routing (and puts back the ones taken out before and not
+   * listed now): hosts whose edge belongs to one account while an older public agent endpoint of
+   * another account serves the host (TunnelRegistry decides which, when the tunnels or the config
+   * change). Such a request then goes to the endpoint. The Bind checks still see every edge.
+   */
+  shadowHostports(hostports: ReadonlySet<string>): void {
+    const before = this.shadowed;
+    if (hostports.size === 0 && before.size === 0) return;
+    if (this.routable === this.edgesByHostport) this.routable = new Map(this.edgesByHostport);
+    for (const hp of before) if (!hostports.has(hp)) this.routable.set(hp, this.edgesByHostport.get(hp)!);
+    for (const hp of hostports) if (!before.has(hp)) this.routable.delete(hp);
+    this.shadowed = new Set(hostports);
+    if (hostports.size === 0) this.routable = this.edgesByHostport;
+  }
+
+  /** Hostports {@link shadowHostports} took out, for logs and tests. */
+  get shadowedHostports(): ReadonlySet<string> {
+    return this.shadowed;
   }
 
   /** Exact before prefix, longest prefix first; host-specific before host-less at a tie. */
@@ -203,4 +258,33 @@ export class RoutingTable {
     }
     return undefined;
   }
+}
+
+/** The host of a `host:port` (an IPv6 host keeps its brackets). */
+export function hostOfHostport(hostport: string): string {
+  const colon = hostport.lastIndexOf(':');
+  return colon > 0 && colon > hostport.lastIndexOf(']') ? hostport.slice(0, colon) : hostport;
+}
+
+const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+/** KSUID epoch: 2014-05-13T16:53:20Z, in seconds. */
+const KSUID_EPOCH = 1_400_000_000;
+
+/**
+ * The creation time (Unix ms) an id `<prefix>_<KSUID>` carries: its seconds, plus the
+ * millisecond Warren's ids put at the start of the payload (shared/src/ids.ts); 0 when `id` is no
+ * such id. Used when the config or the tunnels change, not per request.
+ */
+export function ksuidTimeMs(id: string): number {
+  const k = id.slice(id.lastIndexOf('_') + 1);
+  if (k.length !== 27) return 0;
+  let n = 0n;
+  for (let i = 0; i < 27; i++) {
+    const d = BASE62.indexOf(k[i]!);
+    if (d < 0) return 0;
+    n = n * 62n + BigInt(d);
+  }
+  const seconds = Number(n >> 128n);
+  const ms = Number((n >> 112n) & 0xffffn);
+  return (seconds + KSUID_EPOCH) * 1000 + (ms < 1000 ? ms : 0);
 }

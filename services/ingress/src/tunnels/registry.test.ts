@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import type { DpTunnel } from '@warren/shared';
+import { newId, type DataPlaneConfig, type DpEdge, type DpTunnel } from '@warren/shared';
+import { RoutingTable } from '../http/routing.js';
 import type { LocalTunnel } from '../agents/server.js';
 import { TunnelRegistry } from './registry.js';
 
@@ -50,5 +51,92 @@ describe('tunnel registry', () => {
     expect(r.pickForHost('int.test')).toBeNull();
     expect(r.pickForHost('nope.test')).toBeNull();
     expect(r.bindsOf('int.test').map((t) => t.id)).toEqual(['tn_int']);
+  });
+
+  describe('one account per hostname', () => {
+    const bind = (startedAt: string, extra: Partial<DpTunnel> = {}) => ({ proto: 'https', publicUrl: 'https://shared.test', startedAt, ...extra });
+
+    it('picks only the tunnels of the account whose tunnel started first, local or remote, on every node alike', () => {
+      // Node A holds X's tunnel (later); node B holds V's (earlier). Each also knows the other's.
+      const a = new TunnelRegistry('node-a');
+      a.addLocal(local('tn_x', 'ac_x', {}, bind('2026-01-01T00:00:01.000Z')));
+      a.addRemote(remote('tn_v', 'ac_v', {}, bind('2026-01-01T00:00:00.500Z')));
+      const b = new TunnelRegistry('node-b');
+      b.addLocal(local('tn_v', 'ac_v', {}, bind('2026-01-01T00:00:00.500Z')));
+      b.addRemote(remote('tn_x', 'ac_x', {}, { ...bind('2026-01-01T00:00:01.000Z'), nodeId: 'node-a' }));
+      for (const r of [a, b]) {
+        const picks = new Set(Array.from({ length: 6 }, () => r.pickForHost('shared.test')?.tunnel.id));
+        expect(picks).toEqual(new Set(['tn_v']));
+        expect(r.hostOwner('shared.test')).toEqual({ accountId: 'ac_v', since: Date.parse('2026-01-01T00:00:00.500Z') });
+        // Retries never fall back to the other account's tunnel either.
+        expect(r.pickForHost('shared.test', new Set(['tn_v']))).toBeNull();
+      }
+      expect(a.pickForHost('shared.test')?.kind).toBe('remote');
+    });
+
+    it('breaks a tie of start times by tunnel id, and hands the name on when the holder leaves', () => {
+      const r = new TunnelRegistry('node-a');
+      r.addLocal(local('tn_b', 'ac_2', {}, bind('2026-01-01T00:00:00.000Z')));
+      r.addRemote(remote('tn_a', 'ac_1', {}, bind('2026-01-01T00:00:00.000Z')));
+      expect(r.pickForHost('shared.test')?.tunnel.id).toBe('tn_a');
+      r.removeRemote('tn_a');
+      expect(r.pickForHost('shared.test')?.tunnel.id).toBe('tn_b');
+    });
+
+    it("keeps spreading over all of the holder's tunnels (pooling), local ones first", () => {
+      const r = new TunnelRegistry('node-a');
+      r.addLocal(local('tn_1', 'ac_1', {}, bind('2026-01-01T00:00:05Z', { poolingEnabled: true })));
+      r.addLocal(local('tn_2', 'ac_1', {}, bind('2026-01-01T00:00:06Z', { poolingEnabled: true })));
+      r.addRemote(remote('tn_0', 'ac_1', {}, bind('2026-01-01T00:00:01Z', { poolingEnabled: true })));
+      r.addLocal(local('tn_late', 'ac_2', {}, bind('2026-01-01T00:00:03Z')));
+      const picks = Array.from({ length: 4 }, () => r.pickForHost('shared.test')!.tunnel.id);
+      expect(picks.sort()).toEqual(['tn_1', 'tn_1', 'tn_2', 'tn_2']);
+      expect(r.pickForHost('shared.test', new Set(['tn_1', 'tn_2']))?.tunnel.id).toBe('tn_0');
+    });
+  });
+
+  describe('edges and agent endpoints of different accounts on one host', () => {
+    const config = (edges: DpEdge[]): DataPlaneConfig => ({
+      version: 1, edges: new Map(edges.map((e) => [e.id, e])), routes: new Map(), backends: new Map(), ipPolicies: new Map(),
+      certificateAuthorities: new Map(), credentials: new Map(), credentialsByTokenHash: new Map(), eventSubscriptions: new Map(),
+    });
+    const edge = (accountId: string, hostports: string[]): DpEdge => ({ id: newId('edghts'), accountId, hostports, mutualTls: null, tlsTermination: null });
+    const endpoint = (id: string, accountId: string, startedAt: string) => local(id, accountId, {}, { proto: 'https', publicUrl: 'https://victim.test', startedAt });
+    const tick = () => new Promise((r) => setImmediate(r));
+
+    it("takes an edge created after another account's endpoint out of routing, for every port of the host", async () => {
+      const r = new TunnelRegistry('node-a');
+      r.addLocal(endpoint('tn_v', 'ac_v', new Date(Date.now() - 60_000).toISOString()));
+      const table = new RoutingTable(config([edge('ac_x', ['victim.test:443', 'victim.test:8443']), edge('ac_x', ['other.test:443'])]));
+      r.followEdges(table);
+      expect(table.edgeFor('victim.test', 443, 443)).toBeUndefined();
+      expect(table.edgeFor('victim.test', 8443, 443)).toBeUndefined();
+      expect(table.edgeFor('other.test', 443, 443)?.edge.accountId).toBe('ac_x');
+      // The Bind checks still see the edge.
+      expect(table.edgesByHostport.has('victim.test:443')).toBe(true);
+      // The endpoint leaves: the edge routes again (after the change, not per request).
+      r.removeLocal('tn_v');
+      await tick();
+      expect(table.edgeFor('victim.test', 443, 443)?.edge.accountId).toBe('ac_x');
+      // A later endpoint of another account does not take the edge's host.
+      r.addRemote({ ...remote('tn_late', 'ac_v', {}), proto: 'https', publicUrl: 'https://victim.test', startedAt: new Date(Date.now() + 1000).toISOString() });
+      await tick();
+      expect(table.edgeFor('victim.test', 443, 443)?.edge.accountId).toBe('ac_x');
+    });
+
+    it("shadows an edge once another account's older endpoint shows up, and never the same account's", async () => {
+      const r = new TunnelRegistry('node-a');
+      const table = new RoutingTable(config([edge('ac_x', ['victim.test:443'])]));
+      r.followEdges(table);
+      expect(table.edgeFor('victim.test', 443, 443)).toBeDefined();
+      r.addLocal(endpoint('tn_own', 'ac_x', new Date(Date.now() - 60_000).toISOString()));
+      await tick();
+      expect(table.edgeFor('victim.test', 443, 443)).toBeDefined();
+      r.removeLocal('tn_own');
+      r.addRemote({ ...remote('tn_v', 'ac_v', {}), proto: 'https', publicUrl: 'https://victim.test', startedAt: new Date(Date.now() - 60_000).toISOString() });
+      await tick();
+      expect(table.edgeFor('victim.test', 443, 443)).toBeUndefined();
+      expect(table.shadowedHostports).toEqual(new Set(['victim.test:443']));
+    });
   });
 });

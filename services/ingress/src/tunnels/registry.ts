@@ -1,5 +1,6 @@
 import type { DpTunnel } from '@warren/shared';
 import type { LocalTunnel } from '../agents/server.js';
+import type { RoutingTable } from '../http/routing.js';
 
 /** Where a request for a backend or an endpoint goes: a tunnel on this node, or one on another. */
 export type TunnelTarget = { kind: 'local'; tunnel: LocalTunnel } | { kind: 'remote'; tunnel: DpTunnel };
@@ -9,6 +10,24 @@ interface Candidates {
   remote: DpTunnel[];
   /** Round-robin cursor, shared by both lists. */
   next: number;
+}
+
+/** The tunnels serving one hostname: all of one account's, the one that holds the name. */
+interface HostCandidates extends Candidates {
+  accountId: string;
+  /** Start (Unix ms) of that account's oldest tunnel for the name: since when it holds it. */
+  since: number;
+}
+
+/** A tunnel's start, Unix ms (its node's clock, as every node sees it); unparsable: last. */
+function startedMs(t: { startedAt: string }): number {
+  const ms = Date.parse(t.startedAt);
+  return Number.isNaN(ms) ? Number.MAX_SAFE_INTEGER : ms;
+}
+
+/** True when `a` started before `b`: by start time, then by id (the same answer on every node). */
+function older(a: { startedAt: string; id: string }, aMs: number, b: { id: string }, bMs: number): boolean {
+  return aMs < bMs || (aMs === bMs && a.id < b.id);
 }
 
 function labelsInclude(have: Record<string, string>, want: Record<string, string>): boolean {
@@ -36,7 +55,10 @@ export class TunnelRegistry {
   private readonly remote = new Map<string, DpTunnel>();
   private byBackend = new Map<string, Candidates>();
   /** hostname → public Bind tunnels; rebuilt in one pass after a change, so a miss costs nothing. */
-  private byHost: Map<string, Candidates> | null = null;
+  private byHost: Map<string, HostCandidates> | null = null;
+  /** The routing table whose edges yield to older agent endpoints of other accounts ({@link followEdges}). */
+  private table: RoutingTable | null = null;
+  private shadowPending = false;
 
   constructor(private readonly nodeId: string) {}
 
@@ -96,7 +118,13 @@ export class TunnelRegistry {
     return pick(c, exclude);
   }
 
-  /** A public Bind tunnel serving `hostname`, or null. */
+  /**
+   * A public Bind tunnel serving `hostname`, or null. A hostname is one account's: when tunnels of
+   * several accounts claim it (two Binds raced on two nodes, each seeing only its own), only the
+   * tunnels of the account whose tunnel for it started first are picked (start time as its node
+   * reported it, then tunnel id: every node orders them alike, local and remote, so all nodes
+   * converge on one account); the later claimer's tunnels get no traffic.
+   */
   pickForHost(hostname: string, exclude?: ReadonlySet<string>): TunnelTarget | null {
     this.byHost ??= this.indexHosts();
     const c = this.byHost.get(hostname);
@@ -111,18 +139,78 @@ export class TunnelRegistry {
     return out;
   }
 
-  private indexHosts(): Map<string, Candidates> {
-    const index = new Map<string, Candidates>();
-    const entry = (t: LocalTunnel | DpTunnel): Candidates | null => {
+  /** The account holding `hostname` through its public Bind tunnels, and since when (Unix ms); undefined when none. */
+  hostOwner(hostname: string): { accountId: string; since: number } | undefined {
+    this.byHost ??= this.indexHosts();
+    const c = this.byHost.get(hostname);
+    return c && { accountId: c.accountId, since: c.since };
+  }
+
+  /**
+   * Makes `table`'s edges yield to agent endpoints, now and whenever the tunnels change (after the
+   * change, in one pass, never per request): an edge's hostport is taken out of routing while its
+   * host is held by public Bind tunnels of another account that started before the edge was
+   * created (the time its id carries). The account that held the host first keeps it; an edge
+   * created before the endpoint keeps its host (resolve() tries edges first).
+   */
+  followEdges(table: RoutingTable): void {
+    this.table = table;
+    this.shadowEdges();
+  }
+
+  /** Applies the rule of {@link followEdges} to the table now. */
+  shadowEdges(): void {
+    this.shadowPending = false;
+    const table = this.table;
+    if (!table) return;
+    this.byHost ??= this.indexHosts();
+    const out = new Set<string>();
+    for (const [host, c] of this.byHost) {
+      const edges = table.edgesOnHost(host);
+      if (!edges) continue;
+      for (const { hostport, ce } of edges) if (ce.edge.accountId !== c.accountId && c.since < table.edgeCreatedMs(ce)) out.add(hostport);
+    }
+    table.shadowHostports(out);
+  }
+
+  private indexHosts(): Map<string, HostCandidates> {
+    const all = new Map<string, { local: LocalTunnel[]; remote: DpTunnel[] }>();
+    const entry = (t: LocalTunnel | DpTunnel) => {
       if (t.proto === 'labeled' || t.bindings.includes('internal')) return null;
       const host = hostnameOfUrl(t.publicUrl);
       if (!host) return null;
-      let c = index.get(host);
-      if (!c) index.set(host, (c = { local: [], remote: [], next: 0 }));
+      let c = all.get(host);
+      if (!c) all.set(host, (c = { local: [], remote: [] }));
       return c;
     };
     for (const t of this.local.values()) entry(t)?.local.push(t);
     for (const t of this.remote.values()) entry(t)?.remote.push(t);
+    const index = new Map<string, HostCandidates>();
+    for (const [host, { local, remote }] of all) {
+      // The oldest tunnel's account holds the name; others' tunnels are left out.
+      let first: LocalTunnel | DpTunnel = (local[0] ?? remote[0])!;
+      let firstMs = startedMs(first);
+      let mixed = false;
+      for (const list of [local, remote] as Array<Array<LocalTunnel | DpTunnel>>) {
+        for (const t of list) {
+          if (t.accountId !== first.accountId) mixed = true;
+          const ms = startedMs(t);
+          if (older(t, ms, first, firstMs)) {
+            first = t;
+            firstMs = ms;
+          }
+        }
+      }
+      const accountId = first.accountId;
+      const since = firstMs;
+      index.set(host, {
+        local: mixed ? local.filter((t) => t.accountId === accountId) : local,
+        remote: mixed ? remote.filter((t) => t.accountId === accountId) : remote,
+        next: 0,
+        accountId,
+        since,
+      });
+    }
     return index;
   }
 
@@ -137,6 +225,14 @@ export class TunnelRegistry {
   private changed(): void {
     this.byBackend = new Map();
     this.byHost = null;
+    // Edges yield to older endpoints once per burst of changes (a snapshot's tunnels arrive one
+    // by one), on the next turn of the event loop.
+    if (this.table && !this.shadowPending) {
+      this.shadowPending = true;
+      setImmediate(() => {
+        if (this.shadowPending) this.shadowEdges();
+      });
+    }
   }
 }
 

@@ -77,10 +77,7 @@ export const edgesRepo = {
   async hostportTaken(q: Queryable, accountId: string, edgeId: string, hostports: string[]): Promise<string | undefined> {
     if (hostports.length === 0) return undefined;
     const hosts = [...new Set(hostports.map(hostOf))];
-    // Locked in the order of their lock keys (not of the names: two names may share a key), one
-    // at a time, so two transactions never wait on each other's locks in opposite orders.
-    const { rows: keys } = await q.query<{ k: number }>("SELECT DISTINCT hashtext('warren:edge-host:' || h) AS k FROM unnest($1::text[]) AS t(h) ORDER BY k", [hosts]);
-    for (const { k } of keys) await q.query('SELECT pg_advisory_xact_lock($1::int)', [k]);
+    await lockHosts(q, hosts);
     const { rows } = await q.query<{ hostport: string; same: boolean }>(
       `SELECT h.hostport, e.account_id = $3 AS same
          FROM https_edge_hostports h JOIN https_edges e ON e.id = h.edge_id
@@ -90,6 +87,25 @@ export const edgesRepo = {
     const exact = new Set(rows.map((r) => r.hostport));
     const foreignHosts = new Set(rows.filter((r) => !r.same).map((r) => hostOf(r.hostport)));
     return hostports.find((h) => exact.has(h) || foreignHosts.has(hostOf(h)));
+  },
+
+  /**
+   * The first of `hostports` whose host a public Bind tunnel (agent endpoint: proto http, https or
+   * tls, not `internal`) of another account serves now, as the nodes reported it (`tunnels`).
+   * Call after {@link hostportTaken}, in its transaction: the node presence takes the same
+   * per-host advisory lock when it records a new tunnel (`lockEndpointHosts`), so an edge
+   * creation and a concurrent Bind report are serialised and cannot both pass unseen.
+   */
+  async endpointOfOtherAccount(q: Queryable, accountId: string, hostports: string[]): Promise<string | undefined> {
+    if (hostports.length === 0) return undefined;
+    const hosts = [...new Set(hostports.map(hostOf))];
+    const { rows } = await q.query<{ host: string }>(
+      `SELECT DISTINCT h.host FROM tunnels t, LATERAL (SELECT ${URL_HOST_SQL} AS host) h
+        WHERE t.account_id <> $1 AND t.proto IN ('http', 'https', 'tls') AND NOT ('internal' = ANY(t.bindings)) AND h.host = ANY($2::text[])`,
+      [accountId, hosts],
+    );
+    const held = new Set(rows.map((r) => r.host));
+    return hostports.find((h) => held.has(hostOf(h)));
   },
 
   /** Mirrors the hostports into https_edge_hostports, whose primary key makes them unique across edges. */
@@ -108,6 +124,22 @@ export const edgesRepo = {
       );
   },
 };
+
+/** The lower-case host of `t.public_url` (`https://App.test:8443` → `app.test`; an IPv6 host keeps its brackets), in SQL. */
+const URL_HOST_SQL = `lower(substring(t.public_url from '^[A-Za-z][A-Za-z0-9+.-]*://(\\[[^]]*\\]|[^/:?#]+)'))`;
+
+/**
+ * Takes the transaction-scoped advisory lock of each host, as {@link edgesRepo.hostportTaken}
+ * does (same keys, same order): for the node presence recording a public Bind tunnel, so that an
+ * edge creation for its host waits for the tunnel's row, and sees it.
+ */
+export async function lockHosts(q: Queryable, hosts: string[]): Promise<void> {
+  if (hosts.length === 0) return;
+  // Locked in the order of their lock keys (not of the names: two names may share a key), one
+  // at a time, so two transactions never wait on each other's locks in opposite orders.
+  const { rows: keys } = await q.query<{ k: number }>("SELECT DISTINCT hashtext('warren:edge-host:' || h) AS k FROM unnest($1::text[]) AS t(h) ORDER BY k", [[...new Set(hosts)]]);
+  for (const { k } of keys) await q.query('SELECT pg_advisory_xact_lock($1::int)', [k]);
+}
 
 /** The host of a `host:port` (an IPv6 host keeps its brackets). */
 function hostOf(hostport: string): string {

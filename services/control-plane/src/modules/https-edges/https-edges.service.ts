@@ -77,6 +77,10 @@ export function createHttpsEdgesService(deps: { db: Db }) {
   async function checkHostports(q: Queryable, accountId: string, edgeId: string, hostports: string[]): Promise<void> {
     const taken = await repo.hostportTaken(q, accountId, edgeId, hostports);
     if (taken) throw new AppError(4101, `hostports: ${JSON.stringify(taken)} is already in use by another edge (a host is served by one account only, on any port)`, { field: 'hostports' });
+    // Under the host locks hostportTaken took: an agent endpoint of another account online for
+    // the host holds it as an edge would (an edge would otherwise take its traffic).
+    const bound = await repo.endpointOfOtherAccount(q, accountId, hostports);
+    if (bound) throw new AppError(4101, `hostports: ${JSON.stringify(bound)} is already in use by another account's agent endpoint (a host is served by one account only, on any port)`, { field: 'hostports' });
   }
 
   async function routesOf(q: Queryable, edgeId: string): Promise<RouteRow[]> {
