@@ -90,7 +90,9 @@ async function main(): Promise<void> {
   FIND_REPLACE_PROCESS_LIMITS.holdMs = env.FIND_REPLACE_HOLD_MS;
   // This node's certificate (set once TLS is loaded below), for conn.tls.server over a hop.
   let serverCertificate: X509Certificate | null = null;
-  const handler = new PublicHandler({ registry, forwarder, metrics, log, events, httpsEdgesOnHttp: env.HTTPS_EDGES_ON_HTTP, httpsPort: () => httpsPublicPort(), bodyBudget: new BodyBudget(env.MAX_BUFFERED_BODY_BYTES), serverCertificate: () => serverCertificate });
+  // This node's internal address (set once the internal listener is up), for forward-internal to its own endpoints.
+  let ownAddress: string | undefined;
+  const handler = new PublicHandler({ registry, forwarder, metrics, log, events, httpsEdgesOnHttp: env.HTTPS_EDGES_ON_HTTP, httpsPort: () => httpsPublicPort(), bodyBudget: new BodyBudget(env.MAX_BUFFERED_BODY_BYTES), serverCertificate: () => serverCertificate, nodeAddress: () => ownAddress });
   if (env.HTTPS_EDGES_ON_HTTP === 'serve') log.warn('HTTPS_EDGES_ON_HTTP=serve: HTTPS edges are served over plain HTTP too (for local development and tests only)');
 
   // The rate-limit action counts in Redis per ingress server (RATE_LIMIT_SERVER_ID); without Redis,
@@ -100,7 +102,7 @@ async function main(): Promise<void> {
     : new LocalSlidingWindowLimiter({});
   if (!env.RATE_LIMIT_REDIS_URL) log.warn('neither RATE_LIMIT_REDIS_URL nor REDIS_URL is set: rate limits are counted in memory by each process');
   // The edge's mutual TLS first, then the route's modules and policy in their one order.
-  const stageDeps = { limiter, log: log.child({ component: 'pipeline' }), registry: metrics.registry };
+  const stageDeps = { limiter, log: log.child({ component: 'pipeline' }), registry: metrics.registry, internalEndpoint: (host: string, accountId: string) => registry.hasInternal(host, accountId) };
   const compilePipeline = createPipelineCompiler([(_route, edge, config) => mutualTlsStage(edge, config), ...pipelineStageFactories], stageDeps);
 
   const tls = await loadTls(env.TLS_CERT_FILE, env.TLS_KEY_FILE, env.STATE_DIR);
@@ -134,6 +136,7 @@ async function main(): Promise<void> {
   });
   const internalPort = await listen(internal, env.INTERNAL_PORT, env.INTERNAL_HOST);
   const nodeAddress = env.NODE_ADDRESS ?? `${env.INTERNAL_HOST.includes(':') ? `[${env.INTERNAL_HOST}]` : env.INTERNAL_HOST}:${internalPort}`;
+  ownAddress = nodeAddress;
 
   cp = new ControlPlaneClient({
     targets: env.CONTROL_PLANE_TARGETS,

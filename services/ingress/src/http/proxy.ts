@@ -12,6 +12,7 @@ import { decidesLength, type RequestState } from '../pipeline/types.js';
 import { answerBody, answerHeaders, type Answer } from './answer.js';
 import { CLOSE_CONNECTION } from '../policy/flow-actions.js';
 import { DispatchTurn } from './pipelining.js';
+import { FORWARD_DEPTH_HEADER } from '../policy/forward-internal.js';
 
 /** A route's pipeline and the request's state, for the response stages and the result. */
 export interface ForwardHooks {
@@ -43,6 +44,8 @@ export interface RequestInfo {
    * of the client's connection goes after it. Absent (the usual case): nothing is told.
    */
   written?: () => void;
+  /** forward-internal: the forwards the request has had, this one included (sent on a hop, so a loop ends). */
+  forwardDepth?: number;
 }
 
 /** Headers a proxy must not pass on (RFC 9110 §7.6.1), plus `expect` (Node has answered it). */
@@ -396,6 +399,7 @@ export class Forwarder {
   private viaHop(req: http.IncomingMessage, res: http.ServerResponse, tunnelId: string, nodeAddress: string, info: RequestInfo, headers: string[], hooks?: ForwardHooks): Promise<number> {
     const hopHeaders = headers.concat(HOP.tunnel, tunnelId, HOP.clientAddr, info.clientAddr, HOP.scheme, info.scheme, HOP.edgeType, info.edgeType);
     if (info.conn) hopHeaders.push(HOP.conn, info.conn());
+    if (info.forwardDepth !== undefined) hopHeaders.push(FORWARD_DEPTH_HEADER, String(info.forwardDepth));
     if (info.onHopPolicy) hopHeaders.push(HOP.policyWanted, '1');
     if (this.opts.hopToken) hopHeaders.push(HOP.token, this.opts.hopToken);
     let p: TunnelPool;
@@ -536,6 +540,7 @@ export class Forwarder {
         const colon = addr.lastIndexOf(':');
         const hopHeaders = headers.concat(HOP.tunnel, target.tunnel.id, HOP.clientAddr, info.clientAddr, HOP.scheme, info.scheme, HOP.edgeType, info.edgeType);
         if (info.conn) hopHeaders.push(HOP.conn, info.conn());
+        if (info.forwardDepth !== undefined) hopHeaders.push(FORWARD_DEPTH_HEADER, String(info.forwardDepth));
         if (this.opts.hopToken) hopHeaders.push(HOP.token, this.opts.hopToken);
         upstream = await new Promise<net.Socket>((resolve, reject) => {
           const s = net.connect({ host: addr.slice(0, colon).replace(/^\[|\]$/g, ''), port: Number(addr.slice(colon + 1)) }, () => resolve(s));

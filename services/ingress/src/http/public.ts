@@ -16,6 +16,7 @@ import { RoutingTable, httpsEdgesOn, servedPort, httpsLocation, tlsRank, tlsRefu
 import { BODY_READ_TIMEOUT_MS, BodyBudget, MAX_BUFFERED_BODY, readBody, type RoutePipeline } from '../pipeline/runner.js';
 import type { Outcome, RequestState } from '../pipeline/types.js';
 import { CLOSE_CONNECTION, closeConnection } from '../policy/flow-actions.js';
+import { isForward, type ForwardOutcome } from '../policy/forward-internal.js';
 import { collectPolicyLogs } from '../policy/var-actions.js';
 import { encodePolicyResult } from '../events/tracking.js';
 import { HTTP_REQUEST_COMPLETE, HttpRequestTracker, TCP_CONNECTION_CLOSED, trackTcpConnection, type TrafficEvents } from '../events/index.js';
@@ -102,6 +103,8 @@ interface Resolved {
 
 const NONE = () => null;
 
+type Forward = ForwardOutcome['forward'];
+
 export interface PublicHandlerOptions {
   registry: TunnelRegistry;
   forwarder: Forwarder;
@@ -117,6 +120,8 @@ export interface PublicHandlerOptions {
   bodyBudget?: BodyBudget;
   /** This node's TLS certificate, for `conn.tls.server` over a hop (`hop-conn.ts`); absent: none shown. */
   serverCertificate?: () => X509Certificate | null;
+  /** This node's internal address (`host:port`), for forward-internal to an endpoint of its own with a policy; absent: those are not reached. */
+  nodeAddress?: () => string | undefined;
 }
 
 /**
@@ -447,17 +452,22 @@ export class PublicHandler {
         },
       );
     }
+    // forward-internal: the request goes on, to an internal endpoint instead of the route's upstream.
+    let fwd: Forward | undefined;
     if (out) {
-      turn?.done(); // answered here: never sent upstream
-      return this.answerOutcome(req, res, r, cr, state, out);
+      if (isForward(out)) fwd = out.forward;
+      else {
+        turn?.done(); // answered here: never sent upstream
+        return this.answerOutcome(req, res, r, cr, state, out);
+      }
     }
     if (turn === null) {
       // The usual case: nothing earlier on the connection waits to be sent (one property read).
-      if (!dispatchPending(req.socket)) return this.toUpstream(req, res, r, cr, state, track);
+      if (!dispatchPending(req.socket)) return this.toUpstream(req, res, r, cr, state, track, undefined, fwd);
       turn = new DispatchTurn(req.socket);
     }
     const t = turn;
-    if (t.earlierSent) return this.toUpstreamInTurn(req, res, r, cr, state, track, t);
+    if (t.earlierSent) return this.toUpstreamInTurn(req, res, r, cr, state, track, t, fwd);
     return new Promise<number>((resolve, reject) => {
       t.whenEarlierSent(() => {
         if (res.destroyed) {
@@ -467,16 +477,16 @@ export class PublicHandler {
           resolve(499);
           return;
         }
-        this.toUpstreamInTurn(req, res, r, cr, state, track, t).then(resolve, reject);
+        this.toUpstreamInTurn(req, res, r, cr, state, track, t, fwd).then(resolve, reject);
       });
     });
   }
 
   /** {@link toUpstream} for a request holding a turn: the next request of the connection goes once its head is written, or once it is over. */
-  private toUpstreamInTurn(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, state: RequestState, track: HttpRequestTracker | null, turn: DispatchTurn): Promise<number> {
+  private toUpstreamInTurn(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, state: RequestState, track: HttpRequestTracker | null, turn: DispatchTurn, fwd?: Forward): Promise<number> {
     let done: Promise<number>;
     try {
-      done = this.toUpstream(req, res, r, cr, state, track, turn.done);
+      done = this.toUpstream(req, res, r, cr, state, track, turn.done, fwd);
     } catch (err) {
       turn.done();
       throw err;
@@ -501,8 +511,9 @@ export class PublicHandler {
   }
 
   /** The request after its stages let it through: to the route's tunnel (or the error that there is none). */
-  private toUpstream(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, state: RequestState, track: HttpRequestTracker | null, written?: () => void): Promise<number> {
+  private toUpstream(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, state: RequestState, track: HttpRequestTracker | null, written?: () => void, fwd?: Forward): Promise<number> {
     const pipeline = cr.pipeline!;
+    if (fwd) return this.toInternal(req, res, r, cr, state, fwd, written);
     // (A Bind endpoint's policy, edgeType '0', has its tunnel in `r.next` rather than a backend.)
     if (!cr.backend && r.edgeType === '3') {
       sendError(req, res, 7002);
@@ -528,6 +539,50 @@ export class PublicHandler {
     return done;
   }
 
+  /**
+   * A request a traffic policy's forward-internal sends to an internal endpoint of the route's
+   * account: to its tunnel, with the public client's connection facts, as a Bind endpoint's
+   * request goes. The endpoint's own policy runs on the node holding it: over a hop, to this node
+   * itself when the tunnel is here and has one (`internalTarget`). The answer comes back through
+   * this route's response stages.
+   */
+  private toInternal(req: http.IncomingMessage, res: http.ServerResponse, r: Resolved, cr: CompiledRoute, state: RequestState, fwd: Forward, written?: () => void): Promise<number> {
+    const pipeline = cr.pipeline!;
+    const next = (exclude: ReadonlySet<string>) => this.internalTarget(fwd, exclude);
+    const target = next(EMPTY_SET);
+    if (!target) {
+      sendError(req, res, 7003, `forward-internal: the internal endpoint ${fwd.host} went offline`);
+      pipeline.onResult(state, 'error');
+      return Promise.resolve(503);
+    }
+    if (target.kind === 'remote') this.opts.metrics.hops.inc();
+    const info: RequestInfo = { scheme: state.scheme, clientAddr: r.hop?.clientAddr ?? remoteAddr(req.socket), edgeType: '0', forwardDepth: fwd.depth };
+    // The public connection's facts: as this node saw them, or as the hop that brought the request here carried them.
+    const hopConn = r.hop ? req.headers[HOP.conn] : undefined;
+    info.conn = r.hop ? () => (typeof hopConn === 'string' ? hopConn : '') : () => encodeHopConn(req, r.rawTarget);
+    if (written !== undefined) info.written = written;
+    const done = this.opts.forwarder.forward(req, res, target, info, state.headers, next, { pipeline, state });
+    if (pipeline.hasResultStages) {
+      const none = () => pipeline.onResult(state, 'none');
+      done.then(none, none);
+    }
+    return done;
+  }
+
+  /**
+   * A tunnel of the internal endpoint `fwd` names, or null. One of this node whose endpoint has a
+   * traffic policy is reached over a hop to this node itself (its internal listener runs the policy,
+   * as for a request another node sent: `serveHop`); without this node's address, not at all.
+   */
+  private internalTarget(fwd: Forward, exclude: ReadonlySet<string>): TunnelTarget | null {
+    const t = this.opts.registry.pickInternal(fwd.host, fwd.accountId, exclude);
+    if (t === null || t.kind === 'remote' || !t.tunnel.trafficPolicy) return t;
+    const self = this.opts.nodeAddress?.();
+    if (!self) return null;
+    const { openStream: _o, openStreamSync: _s, openStreams: _n, trafficPolicy: _p, ...dp } = t.tunnel;
+    return { kind: 'remote', tunnel: { ...dp, nodeId: '', nodeAddress: self } };
+  }
+
   /** An upgrade on a route with a pipeline: the request stages (no body), then the tunnel. */
   private async upgradeWithPipeline(req: http.IncomingMessage, socket: Duplex, head: Buffer, r: Resolved, cr: CompiledRoute, scheme: 'http' | 'https'): Promise<void> {
     const clientIp = r.hop ? r.hop.clientIp : remoteIp(req.socket);
@@ -542,7 +597,28 @@ export class PublicHandler {
     };
     const out = await cr.pipeline!.onRequest(state);
     // An Upgrade has no result a circuit breaker counts: one that let it through as its probe frees the place.
-    if (!out) cr.pipeline!.onResult(state, 'none');
+    if (!out || isForward(out)) cr.pipeline!.onResult(state, 'none');
+    if (out && isForward(out)) {
+      // forward-internal: the upgrade goes to the internal endpoint's tunnel (its policy runs where it is held).
+      const fwd = out.forward;
+      const target = this.internalTarget(fwd, EMPTY_SET);
+      if (!target) {
+        count('refused');
+        sendUpgradeError(socket, 7003, `forward-internal: the internal endpoint ${fwd.host} went offline`);
+        return;
+      }
+      count('forwarded');
+      const hopConn = r.hop ? req.headers[HOP.conn] : undefined;
+      const info: RequestInfo = {
+        scheme,
+        clientAddr: r.hop?.clientAddr ?? remoteAddr(req.socket),
+        edgeType: '0',
+        forwardDepth: fwd.depth,
+        conn: r.hop ? () => (typeof hopConn === 'string' ? hopConn : '') : () => encodeHopConn(req, r.rawTarget),
+      };
+      await this.opts.forwarder.upgrade(req, socket, head, target, info, state.headers, state.target);
+      return;
+    }
     if (out) {
       count('refused');
       if (out === CLOSE_CONNECTION) {

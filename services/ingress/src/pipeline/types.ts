@@ -118,6 +118,8 @@ export interface StageDeps {
   limiter: RateLimiter;
   log: Logger;
   registry: Registry;
+  /** Whether an account has an internal endpoint of that hostname online (forward-internal); absent: none. */
+  internalEndpoint?: (host: string, accountId: string) => boolean;
 }
 
 /** Compiles one route module or the traffic policy of a route; null when not configured or disabled. Throws on a config it cannot use. */

@@ -8,6 +8,7 @@ import { compileCircuitBreaker, type CompiledCircuitBreaker, type CompiledCloseC
 import { compileFindReplaceAction, type CompiledFindReplace } from './find-replace.js';
 import { compileAuthAction, type AuthRouter, type CompiledAuthAction } from './auth-actions.js';
 import { compileHeaderValue, compileTemplate, type HeaderValue, type TextTemplate } from './headers.js';
+import { compileForwardInternal, type CompiledForwardInternal } from './forward-internal.js';
 
 /**
  * A traffic policy compiled once per config version: every CEL expression parsed and
@@ -62,7 +63,7 @@ export interface CompiledRemoveHeaders {
   lower: Set<string>;
 }
 
-export type CompiledAction = CompiledRateLimit | CompiledRespond | CompiledAddHeaders | CompiledRemoveHeaders | CompiledRestrictIps | CompiledBasicAuth | CompiledSetVars | CompiledLog | CompiledUrlRewrite | CompiledRedirect | CompiledJwtValidation | CompiledVerifyWebhook | CompiledCompressResponse | CompiledCircuitBreaker | CompiledCloseConnection | CompiledFindReplace | CompiledAuthAction;
+export type CompiledAction = CompiledRateLimit | CompiledRespond | CompiledAddHeaders | CompiledRemoveHeaders | CompiledRestrictIps | CompiledBasicAuth | CompiledSetVars | CompiledLog | CompiledUrlRewrite | CompiledRedirect | CompiledJwtValidation | CompiledVerifyWebhook | CompiledCompressResponse | CompiledCircuitBreaker | CompiledCloseConnection | CompiledFindReplace | CompiledAuthAction | CompiledForwardInternal;
 
 export interface CompiledRule {
   /** `inbound[0]`, for logs. */
@@ -135,6 +136,8 @@ function compileAction(a: PolicyAction, routeId: string, direction: PolicyDirect
       return compileCircuitBreaker(a.config, routeId, where);
     case 'close-connection':
       return { kind: 'close-connection' };
+    case 'forward-internal':
+      return compileForwardInternal(a.config, direction, where);
     case 'request-body-find-replace':
     case 'response-body-find-replace':
       return compileFindReplaceAction(a.type, a.config, direction, where);

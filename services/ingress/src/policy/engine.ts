@@ -15,6 +15,7 @@ import { CLOSE_CONNECTION, hasCircuitBreaker, recordCircuitBreakers, runCircuitB
 import { runAuthAction } from './auth-actions.js';
 import { findReplaceTransform, observeFindReplace, runRequestFindReplace, runResponseFindReplace } from './find-replace.js';
 import type { CompiledAddHeaders, CompiledPolicy, CompiledRateLimit, CompiledRespond, CompiledRule } from './compile.js';
+import { runForwardInternal, type InternalEndpointLookup } from './forward-internal.js';
 import { addWithinHead, celToHeaderText, interpolateHeader, overHeadError, withoutHeaders, type HeaderValue } from './headers.js';
 
 /** Keys longer than this are hashed (the bucket values may hold long headers). */
@@ -29,6 +30,8 @@ export interface EngineDeps {
   limiter: RateLimiter;
   log: Logger;
   registry: Registry;
+  /** forward-internal: whether an account has an internal endpoint of that hostname online. */
+  internalEndpoint?: InternalEndpointLookup;
 }
 
 function errorCounter(registry: Registry): Counter<'direction'> {
@@ -238,6 +241,12 @@ export class TrafficPolicyStage implements RouteStage {
           }
           case 'close-connection':
             return CLOSE_CONNECTION;
+          case 'forward-internal': {
+            // Inbound only (validated): the request goes to an internal endpoint, or (on_error: continue) the rules go on.
+            const out = runForwardInternal(run.act, a, this.deps.internalEndpoint, (where, err) => this.failed(run, where, err));
+            if (out) return out;
+            break;
+          }
           case 'oauth':
           case 'openid-connect': {
             // Inbound only (validated): terminating (302 / 401) without a session, else the rules go on.

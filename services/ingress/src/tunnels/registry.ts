@@ -56,6 +56,8 @@ export class TunnelRegistry {
   private byBackend = new Map<string, Candidates>();
   /** hostname → public Bind tunnels; rebuilt in one pass after a change, so a miss costs nothing. */
   private byHost: Map<string, HostCandidates> | null = null;
+  /** `<account> <hostname>` → internal Bind tunnels (forward-internal); rebuilt after a change. */
+  private byInternal: Map<string, Candidates> | null = null;
   /** The routing table whose edges yield to older agent endpoints of other accounts ({@link followEdges}). */
   private table: RoutingTable | null = null;
   private shadowPending = false;
@@ -137,6 +139,39 @@ export class TunnelRegistry {
     for (const t of this.local.values()) if (t.proto !== 'labeled' && hostnameOfUrl(t.publicUrl) === hostname) out.push(t);
     for (const t of this.remote.values()) if (t.proto !== 'labeled' && hostnameOfUrl(t.publicUrl) === hostname) out.push(t);
     return out;
+  }
+
+  /**
+   * A tunnel of `accountId`'s internal endpoint `hostname` (a Bind with the `internal` binding,
+   * which public routing never picks), for forward-internal; null when none is online. Local
+   * tunnels first, several in turn.
+   */
+  pickInternal(hostname: string, accountId: string, exclude?: ReadonlySet<string>): TunnelTarget | null {
+    this.byInternal ??= this.indexInternal();
+    const c = this.byInternal.get(`${accountId} ${hostname}`);
+    return c ? pick(c, exclude) : null;
+  }
+
+  /** Whether `accountId` has an internal endpoint `hostname` online (on any node). */
+  hasInternal(hostname: string, accountId: string): boolean {
+    this.byInternal ??= this.indexInternal();
+    return this.byInternal.has(`${accountId} ${hostname}`);
+  }
+
+  private indexInternal(): Map<string, Candidates> {
+    const index = new Map<string, Candidates>();
+    const entry = (t: LocalTunnel | DpTunnel): Candidates | null => {
+      if (t.proto === 'labeled' || !t.bindings.includes('internal')) return null;
+      const host = hostnameOfUrl(t.publicUrl);
+      if (!host) return null;
+      const key = `${t.accountId} ${host}`;
+      let c = index.get(key);
+      if (!c) index.set(key, (c = { local: [], remote: [], next: 0 }));
+      return c;
+    };
+    for (const t of this.local.values()) entry(t)?.local.push(t);
+    for (const t of this.remote.values()) entry(t)?.remote.push(t);
+    return index;
   }
 
   /** The account holding `hostname` through its public Bind tunnels, and since when (Unix ms); undefined when none. */
@@ -225,6 +260,7 @@ export class TunnelRegistry {
   private changed(): void {
     this.byBackend = new Map();
     this.byHost = null;
+    this.byInternal = null;
     // Edges yield to older endpoints once per burst of changes (a snapshot's tunnels arrive one
     // by one), on the next turn of the event loop.
     if (this.table && !this.shadowPending) {

@@ -154,3 +154,30 @@ describe('circuit-breaker actions per policy', () => {
     expect(refusal(JSON.parse(JSON.stringify(rules(11))), false).path).toBe('inbound[1].actions[4].type');
   });
 });
+
+describe('forward-internal config', () => {
+  const fi = (config: unknown, direction: 'inbound' | 'outbound' = 'inbound') => oneAction({ type: 'forward-internal', config }, direction);
+
+  it('is a supported type: url (literal or interpolated) and on_error (halt by default)', () => {
+    expect(SUPPORTED_ACTION_TYPES).toContain('forward-internal');
+    const got = (config: unknown) => validateTrafficPolicy(fi(config), { checkCost: true }).inbound[0]!.actions[0];
+    expect(got({ url: 'https://api.internal' })).toEqual({ type: 'forward-internal', config: { url: 'https://api.internal', on_error: 'halt' } });
+    expect(got({ url: 'http://api.internal:8080/', on_error: 'continue' })).toEqual({ type: 'forward-internal', config: { url: 'http://api.internal:8080/', on_error: 'continue' } });
+    expect(got({ url: "https://${req.url.path.split('/')[1]}.internal" })).toMatchObject({ config: { on_error: 'halt' } });
+    expect(parseTrafficPolicy('on_http_request:\n  - actions:\n      - type: forward-internal\n        config:\n          url: https://svc.internal\n').inbound[0]!.actions[0]!.type).toBe('forward-internal');
+  });
+
+  it.each([
+    [fi({}), `${P}.url`, 'is required'],
+    [fi({ url: 5 }), `${P}.url`, 'must be a string, got number'],
+    [fi({ url: 'api.internal' }), `${P}.url`, 'is not a URL'],
+    [fi({ url: 'ftp://api.internal' }), `${P}.url`, 'must be an http or https URL'],
+    [fi({ url: 'https://u:p@api.internal' }), `${P}.url`, 'must not carry credentials'],
+    [fi({ url: 'https://api.internal/path' }), `${P}.url`, 'no path, query or fragment'],
+    [fi({ url: 'https://10.0.0.1' }), `${P}.url`, 'by its hostname'],
+    [fi({ url: 'https://${nope.x}.internal' }), `${P}.url`, 'does not compile'],
+    [fi({ url: 'https://a.internal', on_error: 'ignore' }), `${P}.on_error`, 'must be "halt" or "continue", got "ignore"'],
+    [fi({ url: 'https://a.internal', binding: 'internal' }), `${P}.binding`, 'unknown field "binding"'],
+    [fi({ url: 'https://a.internal' }, 'outbound'), 'outbound[0].actions[0].type', 'forward-internal can only be used in inbound rules'],
+  ])('refuses %j at %s', refusedAt);
+});

@@ -19,7 +19,7 @@
  */
 import { parseDurationNs } from './duration.js';
 import { at, expectObj, noUnknownKeys, onlyInbound, parseEnforce, phaseKey, TrafficPolicyError, typeName } from './parse.js';
-import type { CircuitBreakerConfig, PolicyDirection, TrafficPolicy } from './types.js';
+import type { CircuitBreakerConfig, ForwardInternalAction, PolicyDirection, TrafficPolicy } from './types.js';
 
 export const CIRCUIT_BREAKER_LIMITS = {
   errorThresholdMin: 0,
@@ -141,4 +141,63 @@ export function checkCircuitBreakerCount(policy: TrafficPolicy): void {
       }),
     );
   }
+}
+
+export const FORWARD_INTERNAL_LIMITS = {
+  /** `url`, as written and as interpolated. */
+  urlChars: 2048,
+  /**
+   * forward-internal steps one request may take (an internal endpoint's own policy may forward
+   * again): past this, the forward fails (`on_error`), so a loop between endpoints ends.
+   */
+  maxDepth: 8,
+} as const;
+
+/** `forward-internal`: finding the internal endpoint (a map lookup) and, when interpolated, reading the URL. */
+export const FORWARD_INTERNAL_COST = 5_000;
+
+/**
+ * The lower-case hostname of a `forward-internal` URL (`https://api.internal`,
+ * `http://api.internal:8080/`), or why it is not one: http or https, a hostname, no credentials,
+ * path, query or fragment (the request keeps its own path).
+ */
+export function forwardInternalHost(url: string): { host: string } | { problem: string } {
+  if (url.length > FORWARD_INTERNAL_LIMITS.urlChars) return { problem: `is over ${FORWARD_INTERNAL_LIMITS.urlChars} characters` };
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return { problem: `${JSON.stringify(url.slice(0, 200))} is not a URL; write it like "https://api.internal"` };
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') return { problem: `must be an http or https URL, got ${JSON.stringify(u.protocol)}` };
+  if (u.username || u.password) return { problem: 'must not carry credentials' };
+  if ((u.pathname !== '/' && u.pathname !== '') || u.search || u.hash) return { problem: 'must name an endpoint only (no path, query or fragment: the request keeps its own)' };
+  if (!u.hostname || u.hostname.startsWith('[') || /^[\d.]+$/.test(u.hostname)) return { problem: 'must name an endpoint by its hostname' };
+  return { host: u.hostname.toLowerCase() };
+}
+
+/**
+ * `forward-internal` config (https://ngrok.com/docs/traffic-policy/actions/forward-internal/):
+ * `url` (required; `${…}` allowed, checked when the request runs; a literal one is checked
+ * here) and `on_error` (`halt`, the default, or `continue`). Inbound only (ngrok's
+ * `on_http_request`; Warren has no `on_tcp_connect`). `compile` compiles a `${…}` part.
+ */
+export function parseForwardInternalConfig(raw: unknown, path: string, direction: PolicyDirection, templated: (value: string, path: string) => boolean): ForwardInternalAction['config'] {
+  onlyInbound('forward-internal', path, direction, 'it chooses where the request goes');
+  const c = expectObj(raw, path, 'config');
+  noUnknownKeys(c, path, ['url', 'on_error']);
+  const url = c.url;
+  if (url === undefined || url === null) throw new TrafficPolicyError(at(path, 'url'), 'is required');
+  if (typeof url !== 'string') throw new TrafficPolicyError(at(path, 'url'), `must be a string, got ${typeName(url)}`);
+  if (url.length > FORWARD_INTERNAL_LIMITS.urlChars) throw new TrafficPolicyError(at(path, 'url'), `is over ${FORWARD_INTERNAL_LIMITS.urlChars} characters`);
+  if (!templated(url, at(path, 'url'))) {
+    const h = forwardInternalHost(url);
+    if ('problem' in h) throw new TrafficPolicyError(at(path, 'url'), h.problem);
+  }
+  let on_error: 'halt' | 'continue' = 'halt';
+  if (c.on_error !== undefined && c.on_error !== null) {
+    if (c.on_error !== 'halt' && c.on_error !== 'continue') throw new TrafficPolicyError(at(path, 'on_error'), `must be "halt" or "continue", got ${JSON.stringify(c.on_error)}`);
+    on_error = c.on_error;
+  }
+  return { url, on_error };
 }

@@ -22,7 +22,7 @@ export {
 export { CelUrlActionError, CelUrlActionResult } from './url-action-vars.js';
 export { COMPRESS_ALGORITHMS, VERIFY_WEBHOOK_COST, VERIFY_WEBHOOK_LIMITS, type CompressAlgorithm } from './body-actions.js';
 export { CelCompress, CelVerifyWebhook, CelVerifyWebhookError } from './body-action-vars.js';
-export { CIRCUIT_BREAKER_COST, CIRCUIT_BREAKER_DEFAULTS, CIRCUIT_BREAKER_LIMITS, CLOSE_CONNECTION_COST } from './flow-actions.js';
+export { CIRCUIT_BREAKER_COST, CIRCUIT_BREAKER_DEFAULTS, CIRCUIT_BREAKER_LIMITS, CLOSE_CONNECTION_COST, FORWARD_INTERNAL_LIMITS, forwardInternalHost } from './flow-actions.js';
 export { FIND_REPLACE_BODY_COST, FIND_REPLACE_LIMITS, FIND_REPLACE_TEMPLATE_LIMITS, FIND_REPLACE_WORKER_LIMITS, applyFindReplace, compileFindReplace, findReplaceCost, type FindReplaceBounds, type FindReplaceType } from './find-replace.js';
 export {
   CEL_NO_TLS,

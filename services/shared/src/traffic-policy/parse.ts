@@ -9,7 +9,7 @@ import { AUTH_ACTION_COST, checkAuthIds, parseOAuthConfig, parseOpenIdConnectCon
 import { parseRedirectConfig, parseUrlRewriteConfig, type UrlActionWork } from './url-actions.js';
 import { parseCompressResponseConfig, parseVerifyWebhookConfig, VERIFY_WEBHOOK_COST } from './body-actions.js';
 import { checkJwkSetUrls, jwtValidationCost, parseJwtValidationConfig } from './jwt-action.js';
-import { CIRCUIT_BREAKER_COST, checkCircuitBreakerCount, CLOSE_CONNECTION_COST, parseCircuitBreakerConfig, parseCloseConnectionConfig } from './flow-actions.js';
+import { CIRCUIT_BREAKER_COST, checkCircuitBreakerCount, CLOSE_CONNECTION_COST, FORWARD_INTERNAL_COST, parseCircuitBreakerConfig, parseCloseConnectionConfig, parseForwardInternalConfig } from './flow-actions.js';
 import { parseFindReplaceConfig } from './find-replace.js';
 import { documentProblem, expandedValues, MAX_ALIASES, MAX_EXPANDED_VALUES, nestingProblem, resolveAlias } from './nesting.js';
 import { CostEstimateError, DFA_EXPLORE_STEPS, estimateCost, formatCost, MAX_EXPRESSION_COST, MAX_POLICY_COST, type PolicyHeaderGrowth } from './cost.js';
@@ -47,7 +47,7 @@ function jsonOver(value: unknown, limit: number): boolean {
 }
 
 /** Action types accepted (wire-conventions.md §12), in both directions. */
-export const SUPPORTED_ACTION_TYPES = ['rate-limit', 'deny', 'custom-response', 'add-headers', 'remove-headers', 'restrict-ips', 'basic-auth', 'set-vars', 'log', 'url-rewrite', 'redirect', 'jwt-validation', 'verify-webhook', 'compress-response', 'circuit-breaker', 'close-connection', 'request-body-find-replace', 'response-body-find-replace', 'oauth', 'openid-connect'] as const;
+export const SUPPORTED_ACTION_TYPES = ['rate-limit', 'deny', 'custom-response', 'add-headers', 'remove-headers', 'restrict-ips', 'basic-auth', 'set-vars', 'log', 'url-rewrite', 'redirect', 'jwt-validation', 'verify-webhook', 'compress-response', 'circuit-breaker', 'close-connection', 'request-body-find-replace', 'response-body-find-replace', 'oauth', 'openid-connect', 'forward-internal'] as const;
 
 export const HEADER_ACTION_LIMITS = {
   /** Headers per add-headers / remove-headers / custom-response action. */
@@ -516,7 +516,28 @@ function parseActionConfig(type: PolicyAction['type'], raw: unknown, path: strin
       g.work.push({ path, what: 'close-connection: closing the connection is', cost: () => CLOSE_CONNECTION_COST });
       return { type, config };
     }
+    case 'forward-internal': {
+      const config = parseForwardInternalConfig(raw, path, direction, (value, p) => compileTemplateParts(value, p, direction, g));
+      g.work.push({ path, what: 'forward-internal: finding the internal endpoint is', cost: () => FORWARD_INTERNAL_COST });
+      return { type, config };
+    }
   }
+}
+
+/** Compiles the `${…}` parts of `value` (recorded for the cost check); whether it has any. */
+function compileTemplateParts(value: string, path: string, direction: PolicyDirection, g: Gathered): boolean {
+  let templated = false;
+  try {
+    for (const part of parseTemplate(value)) {
+      if (typeof part === 'string') continue;
+      templated = true;
+      g.programs.push({ path, program: compileExpression(direction, part.expr, false), interpolation: true });
+    }
+  } catch (err) {
+    if (err instanceof CelCompileError) throw new TrafficPolicyError(path, `\${…} ${err.reason}`);
+    throw err;
+  }
+  return templated;
 }
 
 function parseAction(v: unknown, path: string, direction: PolicyDirection, g: Gathered): PolicyAction {

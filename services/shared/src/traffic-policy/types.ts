@@ -241,7 +241,22 @@ export interface CloseConnectionAction {
   config: Record<string, never>;
 }
 
-export type PolicyAction = RateLimitAction | DenyAction | CustomResponseAction | AddHeadersAction | RemoveHeadersAction | RestrictIpsAction | BasicAuthAction | SetVarsAction | LogAction | UrlRewriteAction | RedirectAction | JwtValidationAction | VerifyWebhookAction | CompressResponseAction | CircuitBreakerAction | CloseConnectionAction | RequestBodyFindReplaceAction | ResponseBodyFindReplaceAction | OAuthAction | OpenIdConnectAction;
+/**
+ * `forward-internal` (inbound only): the request goes to the account's internal endpoint named
+ * by `url` (an agent endpoint bound with the `internal` binding), whose own traffic policy runs
+ * on it, instead of this route's upstream. Terminating when it forwards; `on_error` decides what
+ * happens when it cannot (`halt`: an error answer; `continue`: the next action runs).
+ */
+export interface ForwardInternalAction {
+  type: 'forward-internal';
+  config: {
+    /** As written; may interpolate `${…}`. */
+    url: string;
+    on_error: 'halt' | 'continue';
+  };
+}
+
+export type PolicyAction = RateLimitAction | DenyAction | CustomResponseAction | AddHeadersAction | RemoveHeadersAction | RestrictIpsAction | BasicAuthAction | SetVarsAction | LogAction | UrlRewriteAction | RedirectAction | JwtValidationAction | VerifyWebhookAction | CompressResponseAction | CircuitBreakerAction | CloseConnectionAction | RequestBodyFindReplaceAction | ResponseBodyFindReplaceAction | OAuthAction | OpenIdConnectAction | ForwardInternalAction;
 export type PolicyActionType = PolicyAction['type'];
 
 export interface PolicyRule {
