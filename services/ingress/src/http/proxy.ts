@@ -2,7 +2,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { Readable, type Duplex } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
-import type { Logger } from '@warren/shared';
+import type { DpTunnel, Logger } from '@warren/shared';
 import { ERRORS, type ErrorCode } from '@warren/shared';
 import type { LocalTunnel, ProxyHeaderInit, TunnelStream } from '../agents/server.js';
 import type { TunnelRegistry, TunnelTarget } from '../tunnels/registry.js';
@@ -241,6 +241,8 @@ interface TunnelPool {
   pool: Pool;
   /** Requests dispatched and not yet answered (running or queued in the pool). */
   inFlight: number;
+  /** A hop pool's requests in flight per account of the tunnel they go to ({@link HOP_PER_ACCOUNT}). */
+  byAccount?: Map<string, number>;
 }
 
 /**
@@ -288,7 +290,7 @@ export class Forwarder {
     let p = this.hopPools.get(nodeAddress);
     if (!p) {
       const pool = new Pool(`http://${nodeAddress}`, { ...this.poolOptions(), connections: HOP_CONNECTIONS, maxHeaderSize: HOP_MAX_HEADER_BYTES });
-      p = { pool, inFlight: 0 };
+      p = { pool, inFlight: 0, byAccount: new Map() };
       this.hopPools.set(nodeAddress, p);
     }
     return p;
@@ -341,7 +343,7 @@ export class Forwarder {
     let tried: Set<string> | null = null;
     for (let attempt = 0; target; attempt++) {
       try {
-        return await (target.kind === 'local' ? this.viaLocal(req, res, target.tunnel, info, headers, hooks) : this.viaHop(req, res, target.tunnel.id, target.tunnel.nodeAddress, info, headers, hooks));
+        return await (target.kind === 'local' ? this.viaLocal(req, res, target.tunnel, info, headers, hooks) : this.viaHop(req, res, target.tunnel, info, headers, hooks));
       } catch (err) {
         if (res.destroyed) return 499; // the client went away
         const fe = err instanceof ForwardError ? err : new ForwardError(7004, (err as Error).message);
@@ -396,7 +398,8 @@ export class Forwarder {
     return this.dispatch(p, req, res, headers, hooks, info, false, undefined, info.written);
   }
 
-  private viaHop(req: http.IncomingMessage, res: http.ServerResponse, tunnelId: string, nodeAddress: string, info: RequestInfo, headers: string[], hooks?: ForwardHooks): Promise<number> {
+  private viaHop(req: http.IncomingMessage, res: http.ServerResponse, tunnel: DpTunnel, info: RequestInfo, headers: string[], hooks?: ForwardHooks): Promise<number> {
+    const { id: tunnelId, nodeAddress, accountId } = tunnel;
     const hopHeaders = headers.concat(HOP.tunnel, tunnelId, HOP.clientAddr, info.clientAddr, HOP.scheme, info.scheme, HOP.edgeType, info.edgeType);
     if (info.conn) hopHeaders.push(HOP.conn, info.conn());
     if (info.forwardDepth !== undefined) hopHeaders.push(FORWARD_DEPTH_HEADER, String(info.forwardDepth));
@@ -408,8 +411,21 @@ export class Forwarder {
     } catch (err) {
       return Promise.reject(new ForwardError(7004, `the ingress node holding the tunnel has an unusable address ${nodeAddress}: ${(err as Error).message}`, 'any'));
     }
-    if (req.url === '*' && hooks?.state.target === undefined) return this.asterisk(p, req, res, hopHeaders, hooks, info, { node: nodeAddress });
-    return this.dispatch(p, req, res, hopHeaders, hooks, null, true, info.onHopPolicy, info.written);
+    // One account's requests may hold only a share of the connections to a node: the rest stay
+    // free for the others (an account's long-lived answers, or requests queued at the holding
+    // node, held them all and every other account's hops to that node waited without end).
+    const byAccount = p.byAccount!;
+    const held = byAccount.get(accountId) ?? 0;
+    if (held >= HOP_PER_ACCOUNT) return Promise.reject(new ForwardError(7006, `more than ${HOP_PER_ACCOUNT} requests of this account are on their way to the ingress node holding tunnel ${tunnelId}`, 'any'));
+    byAccount.set(accountId, held + 1);
+    const done = req.url === '*' && hooks?.state.target === undefined ? this.asterisk(p, req, res, hopHeaders, hooks, info, { node: nodeAddress }) : this.dispatch(p, req, res, hopHeaders, hooks, null, true, info.onHopPolicy, info.written);
+    const release = () => {
+      const n = (byAccount.get(accountId) ?? 1) - 1;
+      if (n > 0) byAccount.set(accountId, n);
+      else byAccount.delete(accountId);
+    };
+    done.then(release, release);
+    return done;
   }
 
   /**
@@ -648,7 +664,15 @@ export class Forwarder {
 const HOP_CLOSE_RE = new RegExp(`\r\n${HOP.close}:`, 'i');
 
 /** Keep-alive connections kept to each other node (hops). */
-const HOP_CONNECTIONS = 512;
+const HOP_CONNECTIONS = 1024;
+
+/**
+ * Requests of one account (the account of the tunnel they go to) in flight to one other node at
+ * once: a quarter of the connections, so one tenant's long-lived answers cannot hold every hop
+ * connection (an audit held all 512 with 525 never-ending responses; every other account's
+ * requests through that node then hung). Past it: 503 `ERR_WARREN_7006`, another tunnel tried.
+ */
+export const HOP_PER_ACCOUNT = HOP_CONNECTIONS / 4;
 
 /**
  * Longest head read from another node (hops, both ways: this pool's answers and the internal
