@@ -50,7 +50,7 @@ function request(port: number, host: string): Promise<{ status: number; body: st
 }
 
 async function upstream(answer: string): Promise<number> {
-  const s = http.createServer((req, res) => res.end(answer));
+  const s = http.createServer((_req, res) => res.end(answer));
   servers.push(s);
   return new Promise((r) => s.listen(0, '127.0.0.1', () => r((s.address() as { port: number }).port)));
 }

@@ -530,6 +530,11 @@ export class PublicHandler {
     if (target.kind === 'remote') this.opts.metrics.hops.inc();
     const info: RequestInfo = { scheme: state.scheme, clientAddr: r.hop?.clientAddr ?? remoteAddr(req.socket), edgeType: r.edgeType };
     if (written !== undefined) info.written = written;
+    return this.forwardWithStages(req, res, target, info, next, pipeline, state);
+  }
+
+  /** To the tunnel, through the route's response stages. */
+  private forwardWithStages(req: http.IncomingMessage, res: http.ServerResponse, target: TunnelTarget, info: RequestInfo, next: (exclude: ReadonlySet<string>) => TunnelTarget | null, pipeline: RoutePipeline, state: RequestState): Promise<number> {
     const done = this.opts.forwarder.forward(req, res, target, info, state.headers, next, { pipeline, state });
     if (pipeline.hasResultStages) {
       // Ended without an upstream result (the client went away first): a circuit breaker's probe frees its place.
@@ -561,12 +566,7 @@ export class PublicHandler {
     const hopConn = r.hop ? req.headers[HOP.conn] : undefined;
     info.conn = r.hop ? () => (typeof hopConn === 'string' ? hopConn : '') : () => encodeHopConn(req, r.rawTarget);
     if (written !== undefined) info.written = written;
-    const done = this.opts.forwarder.forward(req, res, target, info, state.headers, next, { pipeline, state });
-    if (pipeline.hasResultStages) {
-      const none = () => pipeline.onResult(state, 'none');
-      done.then(none, none);
-    }
-    return done;
+    return this.forwardWithStages(req, res, target, info, next, pipeline, state);
   }
 
   /**

@@ -115,7 +115,7 @@ export function contentEncoded(h: readonly string[]): boolean {
  * True when this response could be compressed for some client (its representation varies by
  * Accept-Encoding). A HEAD's head is decided as the GET's would be: only its body is not compressed.
  */
-export function compressibleResponse(s: RequestState, r: ResponseState): boolean {
+export function compressibleResponse(r: ResponseState): boolean {
   // 205 Reset Content: RFC 9110 §15.3.6, a server MUST NOT generate content (gzip of nothing is 20 bytes).
   if (r.status < 200 || r.status === 204 || r.status === 205 || r.status === 206 || r.status === 304) return false;
   const h = r.headers;
@@ -198,7 +198,7 @@ export const compressionStage: StageFactory = (route): RouteStage | null => {
   return {
     name: 'compression',
     transformBody(s, r) {
-      if (!compressibleResponse(s, r)) return null;
+      if (!compressibleResponse(r)) return null;
       const h = r.headers;
       addVary(h);
       const ae = s.req.headers['accept-encoding'];

@@ -1,4 +1,3 @@
-import dns from 'node:dns';
 import https from 'node:https';
 import net from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -12,6 +11,7 @@ import { createOidcStage } from './oidc.js';
 import { DiscoveryCache, idpFetch } from './oidc-discovery.js';
 import { makeConfig, makeEdge, makeRoute, makeState, testDeps } from './testing.js';
 import type { Outcome, RouteStage } from '../pipeline/types.js';
+import { resolveToLoopback } from '../policy/dns-testing.js';
 
 /**
  * The SSRF guard on a tenant's OpenID provider (audit): discovery, and every request of the
@@ -76,14 +76,7 @@ afterEach(() => {
   internalSeen.length = 0;
 });
 
-function stubResolver(): void {
-  const real = dns.lookup.bind(dns);
-  vi.spyOn(dns, 'lookup').mockImplementation(((host: string, options: dns.LookupOptions, cb: (...a: unknown[]) => void) => {
-    if (host !== REBOUND) return (real as (...a: unknown[]) => void)(host, options, cb);
-    const a = { address: '127.0.0.1', family: 4 };
-    process.nextTick(() => (options.all ? cb(null, [a]) : cb(null, a.address, a.family)));
-  }) as never);
-}
+const stubResolver = (): void => resolveToLoopback(REBOUND);
 
 /** The guarded fetch as the ingress builds it, without (false) or with (true) WARREN_OIDC_ALLOW_PRIVATE=1, trusting the test CA. */
 const guarded = (allow: boolean) => guardedFetch({ allowPrivate: () => allow, envName: 'WARREN_OIDC_ALLOW_PRIVATE', maxBytes: 512 * 1024, ca }) as unknown as client.CustomFetch;

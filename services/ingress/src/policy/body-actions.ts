@@ -112,7 +112,7 @@ export function runCompressResponse(a: CompiledCompressResponse, s: RequestState
   const vars = actionsOf(s).ngrok.compress;
   vars.already_compressed = contentEncoded(r.headers);
   vars.negotiated_algorithm = '';
-  if (vars.already_compressed || !compressibleResponse(s, r)) return;
+  if (vars.already_compressed || !compressibleResponse(r)) return;
   addVary(r.headers);
   const ae = s.req.headers['accept-encoding'];
   const coding = negotiateEncoding(Array.isArray(ae) ? ae.join(',') : ae, a.algorithms);

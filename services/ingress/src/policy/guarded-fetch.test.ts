@@ -1,4 +1,3 @@
-import dns from 'node:dns';
 import https from 'node:https';
 import net from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -7,6 +6,7 @@ import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ensureLocalTls } from '../tls.js';
 import { guardedFetch, PRIVATE_HOST_REFUSED } from './guarded-fetch.js';
+import { resolveToLoopback } from './dns-testing.js';
 
 /**
  * The connect-time guard of requests to tenant-supplied hosts, with real undici requests to a
@@ -52,15 +52,7 @@ afterEach(() => {
   seen.length = 0;
 });
 
-/** `dns.lookup` answering 127.0.0.1 for REBOUND, the real resolver for anything else. */
-function stubResolver(): void {
-  const real = dns.lookup.bind(dns);
-  vi.spyOn(dns, 'lookup').mockImplementation(((host: string, options: dns.LookupOptions, cb: (...a: unknown[]) => void) => {
-    if (host !== REBOUND) return (real as (...a: unknown[]) => void)(host, options, cb);
-    const a = { address: '127.0.0.1', family: 4 };
-    process.nextTick(() => (options.all ? cb(null, [a]) : cb(null, a.address, a.family)));
-  }) as never);
-}
+const stubResolver = (): void => resolveToLoopback(REBOUND);
 
 const fetcher = (allow: boolean, maxBytes = 64 * 1024) => guardedFetch({ allowPrivate: () => allow, envName: 'WARREN_OIDC_ALLOW_PRIVATE', maxBytes, ca });
 
