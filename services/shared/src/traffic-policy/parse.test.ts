@@ -129,9 +129,9 @@ inbound:
   });
 
   it('refuses unknown action types', () => {
-    const e = fails({ inbound: [{ actions: [{ type: 'rate-limit', config: good }, { type: 'forward-internal', config: {} }] }] });
+    const e = fails({ inbound: [{ actions: [{ type: 'rate-limit', config: good }, { type: 'http-request', config: {} }] }] });
     expect(e.path).toBe('inbound[0].actions[1].type');
-    expect(e.message).toBe(`inbound[0].actions[1].type: action type "forward-internal" is not supported; supported: ${SUPPORTED_ACTION_TYPES.join(', ')}`);
+    expect(e.message).toBe(`inbound[0].actions[1].type: action type "http-request" is not supported; supported: ${SUPPORTED_ACTION_TYPES.join(', ')}`);
     expect(fails({ outbound: [{ actions: [{ config: good }] }] }).path).toBe('outbound[0].actions[0].type');
     expect(fails({ inbound: [{ actions: [{ type: 'rate-limit' }] }] }).path).toBe('inbound[0].actions[0].config');
   });

@@ -243,7 +243,7 @@ describe('route module validation', () => {
       ['traffic_policy', { value: 'x'.repeat(64 * 1024 + 1) }, 'ERR_WARREN_5003', tp],
       ['traffic_policy', { value: 'inbound: [' }, 'ERR_WARREN_6900', tp, 'not valid YAML or JSON'],
       ['traffic_policy', { value: '' }, 'ERR_WARREN_6900', tp],
-      ['traffic_policy', { value: `${rl}      - type: forward-internal\n        config: {}\n` }, 'ERR_WARREN_6900', tp, 'traffic_policy.value: inbound[0].actions[1].type: action type "forward-internal" is not supported'],
+      ['traffic_policy', { value: `${rl}      - type: http-request\n        config: {}\n` }, 'ERR_WARREN_6900', tp, 'traffic_policy.value: inbound[0].actions[1].type: action type "http-request" is not supported'],
       ['traffic_policy', { value: `${rl}      - type: redirect\n        config: { to: /x, status_code: 200 }\n` }, 'ERR_WARREN_6900', tp, 'inbound[0].actions[1].config.status_code'],
       ['traffic_policy', { value: `${rl}    expressions: ["req.pathh == '/x'"]\n` }, 'ERR_WARREN_6900', tp, 'inbound[0].expressions[0]'],
       ['traffic_policy', { value: rl.replace('rate: 60s', 'rate: 65s') }, 'ERR_WARREN_6900', tp, 'inbound[0].actions[0].config.rate'],
@@ -279,9 +279,9 @@ describe('route module validation', () => {
     // not a wrapper (an extra key besides id/edge_id/module): read as a bare module, whose fields these are not
     const extra = await a.call('PUT', `/edges/https/${edge}/routes/${r.id}/compression`, { module: { enabled: true }, colour: 1 });
     expect(extra.body).toMatchObject({ error_code: 'ERR_WARREN_2101', details: { field: 'module' } });
-    const tp = await a.call('PUT', `/edges/https/${edge}/routes/${r.id}/traffic_policy`, { value: 'inbound: [{actions: [{type: forward-internal}]}]' });
+    const tp = await a.call('PUT', `/edges/https/${edge}/routes/${r.id}/traffic_policy`, { value: 'inbound: [{actions: [{type: http-request}]}]' });
     expect(tp.body).toMatchObject({ error_code: 'ERR_WARREN_6900', details: { field: 'value' } });
-    expect(tp.body.msg).toBe(`value: inbound[0].actions[0].type: action type "forward-internal" is not supported; supported: ${SUPPORTED_ACTION_TYPES.join(', ')}`);
+    expect(tp.body.msg).toBe(`value: inbound[0].actions[0].type: action type "http-request" is not supported; supported: ${SUPPORTED_ACTION_TYPES.join(', ')}`);
     expect((await a.call('GET', `/edges/https/${edge}/routes/${r.id}`)).body).toEqual(r);
   });
 });
