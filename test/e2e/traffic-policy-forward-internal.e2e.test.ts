@@ -159,13 +159,14 @@ beforeAll(async () => {
     bind(tokenB, other, 'b-svc.internal', null, true),
   ];
   await Promise.all(started.map((x) => x.waitForOutput('online')));
-  // Both nodes know every tunnel (node b learns them from the control plane).
+  // Both nodes know every tunnel (node b learns them from the control plane, one by one).
   for (const n of [a, b]) {
-    await waitFor(`${n.nodeId} forwards to svc.internal`, async () => {
-      const x = await request(n.http, FRONT, '/svc/ready');
-      return x.status === 200 && x.body.includes('"svc"') ? x : null;
-    });
-    await waitFor(`${n.nodeId} knows b-svc.internal`, async () => ((await request(n.http, 'b-svc.internal', '/')).status === 404 ? true : null));
+    for (const [p, who] of [['/svc/ready', '"svc"'], ['/plain/ready', '"plain"'], ['/loop', 'forwarded 8 times']] as const) {
+      await waitFor(`${n.nodeId} forwards ${p}`, async () => {
+        const x = await request(n.http, FRONT, p);
+        return x.body.includes(who) ? x : null;
+      });
+    }
   }
 }, 120_000);
 
