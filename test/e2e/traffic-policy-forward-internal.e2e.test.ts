@@ -11,6 +11,7 @@ import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
 import { listenEchoingUpgrades, upgradeEcho } from '../support/upgrade.js';
+import { collect, type Res } from '../support/http-answer.js';
 
 /**
  * forward-internal through real processes: a control plane, two ingress nodes, our agent (one
@@ -30,19 +31,9 @@ let tls: Awaited<ReturnType<typeof ensureLocalTls>>;
 const agents: ReturnType<typeof startAgentProcess>[] = [];
 const servers: http.Server[] = [];
 
-interface Answer {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  body: string;
-}
-
-function request(port: number, host: string, p: string, method = 'GET'): Promise<Answer> {
+function request(port: number, host: string, p: string, method = 'GET'): Promise<Res> {
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, path: p, method, agent: false, headers: { host } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString() }));
-    });
+    const req = http.request({ host: '127.0.0.1', port, path: p, method, agent: false, headers: { host } }, (res) => collect(res, resolve));
     req.setTimeout(15_000, () => req.destroy(new Error('timed out')));
     req.on('error', reject);
     req.end();
@@ -164,7 +155,7 @@ beforeAll(async () => {
     for (const [p, who] of [['/svc/ready', '"svc"'], ['/plain/ready', '"plain"'], ['/loop', 'forwarded 8 times']] as const) {
       await waitFor(`${n.nodeId} forwards ${p}`, async () => {
         const x = await request(n.http, FRONT, p);
-        return x.body.includes(who) ? x : null;
+        return x.text.includes(who) ? x : null;
       });
     }
   }
@@ -182,21 +173,21 @@ describe('forward-internal', () => {
   it("sends the request to the account's internal endpoint, whose own policy runs; the answer comes back through the public endpoint's outbound rules (both nodes)", async () => {
     for (const n of [a, b]) {
       const r = await request(n.http, FRONT, '/svc/items?x=1');
-      expect(r.status, r.body).toBe(200);
+      expect(r.status, r.text).toBe(200);
       // The internal upstream got the request with its own path, the front policy's header and the internal policy's, with the public client's address.
-      expect(JSON.parse(r.body)).toMatchObject({ who: 'svc', path: '/svc/items?x=1', host: FRONT, frontIn: 'yes', internalIn: '127.0.0.1', xff: '127.0.0.1', depth: null });
+      expect(JSON.parse(r.text)).toMatchObject({ who: 'svc', path: '/svc/items?x=1', host: FRONT, frontIn: 'yes', internalIn: '127.0.0.1', xff: '127.0.0.1', depth: null });
       expect([r.headers['x-internal-out'], r.headers['x-front-out']]).toEqual(['yes', 'yes']);
       // The internal endpoint's deny applies.
       const denied = await request(n.http, FRONT, '/svc/admin');
       expect([denied.status, denied.headers['x-front-out']]).toEqual([403, 'yes']);
       // An internal endpoint without a policy; the URL interpolated.
       const plain = await request(n.http, FRONT, '/plain/a');
-      expect(JSON.parse(plain.body)).toMatchObject({ who: 'plain', path: '/plain/a', frontIn: 'yes' });
+      expect(JSON.parse(plain.text)).toMatchObject({ who: 'plain', path: '/plain/a', frontIn: 'yes' });
       // HEAD and POST go the same way.
       expect((await request(n.http, FRONT, '/svc/x', 'HEAD')).status).toBe(200);
-      expect(JSON.parse((await request(n.http, FRONT, '/svc/x', 'POST')).body)).toMatchObject({ who: 'svc' });
+      expect(JSON.parse((await request(n.http, FRONT, '/svc/x', 'POST')).text)).toMatchObject({ who: 'svc' });
       // Other paths reach the public endpoint's own upstream.
-      expect(JSON.parse((await request(n.http, FRONT, '/home')).body)).toMatchObject({ who: 'front' });
+      expect(JSON.parse((await request(n.http, FRONT, '/home')).text)).toMatchObject({ who: 'front' });
     }
   });
 
@@ -211,9 +202,9 @@ describe('forward-internal', () => {
     for (const n of [a, b]) {
       const halted = await request(n.http, FRONT, '/missing-halt');
       expect([halted.status, halted.headers['warren-error-code']]).toEqual([503, 'ERR_WARREN_7003']);
-      expect(halted.body).toContain('nope.internal');
+      expect(halted.text).toContain('nope.internal');
       const fallback = await request(n.http, FRONT, '/missing-continue');
-      expect([fallback.status, fallback.body, fallback.headers['x-front-out']]).toEqual([200, 'fallback page', 'yes']);
+      expect([fallback.status, fallback.text, fallback.headers['x-front-out']]).toEqual([200, 'fallback page', 'yes']);
     }
   });
 
@@ -221,7 +212,7 @@ describe('forward-internal', () => {
     for (const n of [a, b]) {
       const r = await request(n.http, FRONT, '/other-account');
       expect(r.status).toBe(503);
-      expect(r.body).not.toContain('b-svc"');
+      expect(r.text).not.toContain('b-svc"');
       for (const host of ['svc.internal', 'b-svc.internal']) expect((await request(n.http, host, '/svc/x')).status).toBe(404);
     }
   });
@@ -229,8 +220,8 @@ describe('forward-internal', () => {
   it('ends a loop between internal endpoints with 503 after a bounded number of forwards', async () => {
     for (const n of [a, b]) {
       const r = await request(n.http, FRONT, '/loop');
-      expect(r.status, r.body).toBe(503);
-      expect(r.body).toContain('forwarded 8 times');
+      expect(r.status, r.text).toBe(503);
+      expect(r.text).toContain('forwarded 8 times');
     }
   });
 });

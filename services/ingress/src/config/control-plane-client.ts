@@ -26,6 +26,12 @@ import { CONFIG_FORMAT, StateStore } from './state-store.js';
 
 export type ReportedTunnel = Omit<DpTunnel, 'nodeId' | 'nodeAddress'>;
 
+/** A tunnel's own facts, as reported and as other nodes know it (a local tunnel's streams and policy left out). */
+export function tunnelFacts(t: ReportedTunnel): ReportedTunnel {
+  const { id, accountId, sessionId, proto, labels, publicUrl, bindings, poolingEnabled, forwardsTo, metadata, startedAt } = t;
+  return { id, accountId, sessionId, proto, labels, publicUrl, bindings, poolingEnabled, forwardsTo, metadata, startedAt };
+}
+
 export interface ControlPlaneClientOptions {
   /** Control-plane gRPC `host:port`s; the client moves to the next one after a failure. */
   targets: string[];
@@ -325,9 +331,8 @@ export class ControlPlaneClient extends EventEmitter<ControlPlaneClientEvents> {
   }
 
   tunnelUp(t: ReportedTunnel): void {
-    const { id, accountId, sessionId, proto, labels, publicUrl, bindings, poolingEnabled, forwardsTo, metadata, startedAt } = t;
-    const own: ReportedTunnel = { id, accountId, sessionId, proto, labels, publicUrl, bindings, poolingEnabled, forwardsTo, metadata, startedAt };
-    this.tunnels.set(id, own);
+    const own = tunnelFacts(t);
+    this.tunnels.set(own.id, own);
     this.report({ tunnelUp: { tunnel: tunnelToProto(own) } });
   }
 

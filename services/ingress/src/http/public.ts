@@ -17,6 +17,7 @@ import { BODY_READ_TIMEOUT_MS, BodyBudget, MAX_BUFFERED_BODY, readBody, type Rou
 import type { Outcome, RequestState } from '../pipeline/types.js';
 import { CLOSE_CONNECTION, closeConnection } from '../policy/flow-actions.js';
 import { isForward, type ForwardOutcome } from '../policy/forward-internal.js';
+import { tunnelFacts } from '../config/control-plane-client.js';
 import { collectPolicyLogs } from '../policy/var-actions.js';
 import { encodePolicyResult } from '../events/tracking.js';
 import { HTTP_REQUEST_COMPLETE, HttpRequestTracker, TCP_CONNECTION_CLOSED, trackTcpConnection, type TrafficEvents } from '../events/index.js';
@@ -579,8 +580,7 @@ export class PublicHandler {
     if (t === null || t.kind === 'remote' || !t.tunnel.trafficPolicy) return t;
     const self = this.opts.nodeAddress?.();
     if (!self) return null;
-    const { openStream: _o, openStreamSync: _s, openStreams: _n, trafficPolicy: _p, ...dp } = t.tunnel;
-    return { kind: 'remote', tunnel: { ...dp, nodeId: '', nodeAddress: self } };
+    return { kind: 'remote', tunnel: { ...tunnelFacts(t.tunnel), nodeId: '', nodeAddress: self } };
   }
 
   /** An upgrade on a route with a pipeline: the request stages (no body), then the tunnel. */
