@@ -93,7 +93,7 @@ export const edgesRepo = {
    * The first of `hostports` whose host a public Bind tunnel (agent endpoint: proto http, https or
    * tls, not `internal`) of another account serves now, as the nodes reported it (`tunnels`).
    * Call after {@link hostportTaken}, in its transaction: the node presence takes the same
-   * per-host advisory lock when it records a new tunnel (`lockEndpointHosts`), so an edge
+   * per-host advisory lock when it records a new tunnel ({@link lockHosts}), so an edge
    * creation and a concurrent Bind report are serialised and cannot both pass unseen.
    */
   async endpointOfOtherAccount(q: Queryable, accountId: string, hostports: string[]): Promise<string | undefined> {
