@@ -3,7 +3,7 @@ import https from 'node:https';
 import type net from 'node:net';
 import { createHash, X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { EnvError, createLogger, type DataPlaneConfig } from '@warren/shared';
+import { EnvError, createLogger, type DataPlaneConfig, type DpTunnel } from '@warren/shared';
 import { AgentServer, type AgentIdentity, type BindRequest } from './agents/server.js';
 import { ControlPlaneClient } from './config/index.js';
 import { loadIngressEnv } from './env.js';
@@ -191,6 +191,8 @@ async function main(): Promise<void> {
     return out;
   };
   const httpsPublicPort = () => env.PUBLIC_HTTPS_PORT || httpsPort;
+  /** A Bind of a hostname another account's endpoint holds: its refusal, and why its later twin is stopped. */
+  const hostnameInUse = (hostname: string) => `the hostname ${hostname} is in use by another account (ERR_WARREN_4101)`;
   const checkBind = (b: BindRequest): string | null => {
     const cfg = client.config;
     const table = cfg ? compiled.get(cfg) : undefined;
@@ -203,7 +205,7 @@ async function main(): Promise<void> {
       // The agent's own tunnel, resumed after a reconnect (perhaps to another node, while the
       // old node's report of it has not expired yet), is no conflict.
       if (t.id === b.tunnelId) continue;
-      if (t.accountId !== b.accountId) return `the hostname ${b.hostname} is in use by another account (ERR_WARREN_4101)`;
+      if (t.accountId !== b.accountId) return hostnameInUse(b.hostname);
       if (!t.poolingEnabled || !b.poolingEnabled) return `the endpoint ${b.hostname} is already online; start both with pooling enabled to share it (ERR_WARREN_4101)`;
     }
     return null;
@@ -259,9 +261,23 @@ async function main(): Promise<void> {
   }
 
   const remoteChanged = () => metrics.tunnels.set({ location: 'remote' }, registry.remoteCount);
+  /**
+   * Two accounts' Binds of one hostname on two nodes at once can both pass their node's check.
+   * Once this node learns of the other account's older tunnel, its own later one (which routing
+   * already gives no traffic) is stopped, with the Bind refusal's words: it would otherwise take
+   * over whenever the holder's tunnel went down for a moment.
+   */
+  const stopOutheldBinds = (by?: DpTunnel) => {
+    for (const { tunnel, hostname } of registry.outheldLocalBinds(by)) {
+      if (agentServer.stopTunnel(tunnel.id, hostnameInUse(hostname), 'ERR_WARREN_4101')) {
+        log.info({ tunnel: tunnel.id, account: tunnel.accountId, hostname }, "stopped a tunnel whose hostname another account's older tunnel holds");
+      }
+    }
+  };
   client.on('remoteTunnelUp', (t) => {
     registry.addRemote(t);
     remoteChanged();
+    stopOutheldBinds(t);
   });
   client.on('remoteTunnelDown', (id: string) => {
     registry.removeRemote(id);
@@ -278,6 +294,7 @@ async function main(): Promise<void> {
     metrics.retain(cfg);
     registry.setRemote(client.remoteTunnels.values());
     remoteChanged();
+    stopOutheldBinds();
     // A deleted or disabled credential ends its agents' sessions at once.
     if (previous) {
       for (const id of previous.credentials.keys()) {
@@ -286,6 +303,13 @@ async function main(): Promise<void> {
           if (n > 0) log.info({ credential: id, sessions: n }, 'closed sessions of a revoked credential');
         }
       }
+    }
+    // A credential's changed ACL applies to its live sessions: later Binds are checked against
+    // it, and tunnels it no longer allows are stopped (StopTunnel, ERR_WARREN_1100); the sessions
+    // and the tunnels still allowed carry on. (The map is the same object when no credential changed.)
+    if (cfg.credentials !== previous?.credentials) {
+      const n = agentServer.applyCredentialAcls((id) => cfg.credentials.get(id)?.acl);
+      if (n > 0) log.info({ tunnels: n }, "stopped tunnels their credential's new ACL no longer allows");
     }
     log.debug({ version: cfg.version }, 'config applied');
   });

@@ -4,6 +4,7 @@ import {
   parseIPv6,
   answerHeartbeats,
   encodeProxyPrelude,
+  encodeStopTunnel,
   HeartbeatSender,
   isId,
   LivenessTimer,
@@ -25,6 +26,7 @@ import {
   type MuxCloseInfo,
   type MuxStream,
   type DrainOnDestroy,
+  type StopTunnelMessage,
 } from '@warren/shared';
 import { aclAllowsHostname, aclAllowsLabels } from './acl.js';
 import { bindTrafficPolicyBytes, parseAuth, parseBind, parseLabelTunnel } from './requests.js';
@@ -36,9 +38,27 @@ import { TunnelStreamError, type AgentIdentity, type BindRequest, type LocalTunn
 /**
  * Most proxy streams one session may have open. The SDK's muxado accepts 512 streams in all and
  * its session dies on the 513th SYN (agent-protocol.md §2, the 512-stream hazard); it holds its
- * own heartbeat stream and one or two RPC streams, and we hold a heartbeat stream too.
+ * own heartbeat stream and one or two RPC streams, we hold a heartbeat stream too, and a
+ * StopTunnel stream may take one slot past the cap ({@link STOP_TUNNEL_RESERVED_SLOTS}):
+ * 505 + 1 + 1 + 3 = 510.
  */
 export const MAX_SAFE_STREAMS = 505;
+/**
+ * StopTunnel streams (server → agent, type 9) may take this many slots past the session's stream
+ * cap, so that a tunnel can be stopped while proxy streams fill the session; beyond it they wait.
+ * Proxy streams never use it (they stop at the cap, StopTunnel streams counted).
+ */
+export const STOP_TUNNEL_RESERVED_SLOTS = 1;
+/** StopTunnel streams one session has open at once (the SDK reads them one at a time in its accept loop); more wait their turn. */
+export const MAX_STOP_TUNNEL_STREAMS = 4;
+/**
+ * How long a StopTunnel stream may stay open. The SDK answers nothing: it reads the request, closes
+ * the listener and drops the stream, which FINs it; warren-agent answers `{}` and FINs. A peer that
+ * does neither by then gets RST, and the stream's slot is held as a reset proxy stream's is.
+ */
+export const STOP_TUNNEL_TIMEOUT_MS = 5_000;
+/** While StopTunnel streams wait for a free slot, they try again this often. */
+const STOP_TUNNEL_RETRY_MS = 100;
 
 /**
  * How long a finished proxy stream counts against the cap at least (see `lingering()`). Measured
@@ -345,13 +365,19 @@ export class AgentConnection {
   private drainOnDestroy: DrainOnDestroy = { maxBytes: ABORT_DRAIN_MAX_BYTES, maxMs: AUTH_TIMEOUT_MS };
   /** Tunnel starts of this session (see {@link TokenBucket}); full at first, so a reconnect can resume every tunnel at once. */
   private readonly starts: TokenBucket;
+  /** StopTunnel requests waiting for a stream (at most one per tunnel the session had), oldest first. */
+  private stopQueue: StopTunnelMessage[] = [];
+  /** StopTunnel streams open on the wire (MAX_STOP_TUNNEL_STREAMS). */
+  private stopStreams = 0;
+  private stopRetry: NodeJS.Timeout | null = null;
 
   constructor(host: ConnectionHost, socket: tls.TLSSocket) {
     this.host = host;
     this.starts = new TokenBucket(host.settings.tunnelStartsPerSecond, host.settings.tunnelStartBurst);
     this.ip = remoteIp(socket);
     this.log = host.log.child({ agentIp: this.ip });
-    this.mux = new MuxSession(socket, { client: false, maxOutboundStreams: host.settings.maxStreams + 1, maxInboundStreams: MAX_INBOUND_STREAMS });
+    // The cap, our heartbeat stream, and the StopTunnel streams' reserve past the cap.
+    this.mux = new MuxSession(socket, { client: false, maxOutboundStreams: host.settings.maxStreams + 1 + STOP_TUNNEL_RESERVED_SLOTS, maxInboundStreams: MAX_INBOUND_STREAMS });
     this.mux.on('stream', (st) => void this.onStream(st));
     this.mux.on('release', (st) => {
       if (st.id % 2 !== 0 || st === this.heartbeat?.streamRef) return;
@@ -363,6 +389,9 @@ export class AgentConnection {
         this.heldClients.push(client);
         return;
       }
+      // A StopTunnel stream the agent FINed (or reset) is gone on its side: the SDK FINs it only
+      // as it drops it, warren-agent with its answer after our FIN. Its slot is free at once.
+      if ((st as StopTagged)[STOP_KEY] === true) return;
       this.releasedAt.push(performance.now());
       this.releasedBeats.push(this.heartbeat?.sent ?? 0);
       this.releasedClients.push(client);
@@ -835,6 +864,101 @@ export class AgentConnection {
     this.host.tunnelUp(t);
   }
 
+  /**
+   * Stops tunnel `t` of this session from the server's side: StopTunnel (type 9) tells the agent
+   * (`message`, `errorCode`; no answer is waited for, the SDK sends none) and the tunnel is closed
+   * here at once, as an Unbind would close it: out of routing, reported down, no longer counted
+   * against the caps. False when `t` is not a live tunnel of this session.
+   */
+  stopTunnel(t: LocalTunnelImpl, message: string, errorCode: string): boolean {
+    if (this.tunnels.get(t.id) !== t) return false;
+    if (this.closeReason === null && !this.mux.closed) {
+      // Bounded, should an agent that never lets go of StopTunnel streams keep starting tunnels
+      // that get stopped: the oldest request is dropped (its tunnel is closed here all the same).
+      if (this.stopQueue.length >= this.host.settings.maxTunnelsPerSession) this.stopQueue.shift();
+      this.stopQueue.push({ Id: t.id, Message: message, ErrorCode: errorCode });
+      this.sendStops();
+    }
+    this.log.info({ tunnel: t.id, errorCode, message }, 'stopping tunnel');
+    this.closeTunnel(t, `stopped by the server: ${message}`);
+    return true;
+  }
+
+  /**
+   * The session's credential has a new ACL (a config changed it): later Binds and
+   * StartTunnelWithLabels of this session are checked against `acl`, and the tunnels it no longer
+   * allows are stopped (StopTunnel, ERR_WARREN_1100): Bind tunnels by hostname, labeled tunnels by
+   * labels. Returns how many were stopped.
+   */
+  updateAcl(acl: readonly string[]): number {
+    const identity = this.identity;
+    if (!identity) return 0;
+    this.identity = { ...identity, acl: [...acl] };
+    let stopped = 0;
+    for (const t of [...this.tunnels.values()]) {
+      if (t.proto === 'labeled') {
+        if (!aclAllowsLabels(acl, t.labels) && this.stopTunnel(t, "the authtoken's ACL no longer allows these labels (ERR_WARREN_1100)", 'ERR_WARREN_1100')) stopped++;
+      } else if (!aclAllowsHostname(acl, t.hostname) && this.stopTunnel(t, `the authtoken's ACL no longer allows binding ${t.hostname} (ERR_WARREN_1100)`, 'ERR_WARREN_1100')) {
+        stopped++;
+      }
+    }
+    return stopped;
+  }
+
+  /**
+   * Opens StopTunnel streams for the queued requests: type and request in one write, then FIN.
+   * They count against the session's stream cap like proxy streams, with
+   * STOP_TUNNEL_RESERVED_SLOTS past it (proxy streams may hold every slot of the cap), and at most
+   * MAX_STOP_TUNNEL_STREAMS at once; the rest wait for a slot. A stream the agent has not FINed
+   * or reset within STOP_TUNNEL_TIMEOUT_MS is reset.
+   */
+  private sendStops(): void {
+    while (this.stopQueue.length > 0 && this.stopStreams < MAX_STOP_TUNNEL_STREAMS) {
+      if (this.closeReason !== null || this.mux.closed) {
+        this.stopQueue = [];
+        return;
+      }
+      if (this.streamSlotsInUse >= this.host.settings.maxStreams + STOP_TUNNEL_RESERVED_SLOTS) {
+        this.retryStops();
+        return;
+      }
+      let st: MuxStream;
+      try {
+        st = this.mux.open({ allowHalfOpen: true });
+      } catch (err) {
+        const e = err as MuxError;
+        if (e.code === 'STREAM_CAP') {
+          this.retryStops();
+          return;
+        }
+        if (e.code === 'STREAMS_EXHAUSTED') this.close('stream ids exhausted', MuxErrorCode.StreamsExhausted);
+        this.stopQueue = [];
+        return;
+      }
+      const m = this.stopQueue.shift()!;
+      this.stopStreams++;
+      (st as StopTagged)[STOP_KEY] = true;
+      const timer = setTimeout(() => st.destroy(), STOP_TUNNEL_TIMEOUT_MS);
+      timer.unref();
+      st.once('close', () => {
+        clearTimeout(timer);
+        this.stopStreams--;
+        this.sendStops();
+      });
+      st.resume(); // an answer (warren-agent's `{}`) is read and dropped; none is waited for
+      st.end(encodeStopTunnel(m));
+    }
+  }
+
+  private retryStops(): void {
+    if (this.stopRetry) return;
+    this.stopRetry = setTimeout(() => {
+      this.stopRetry = null;
+      this.sendStops();
+    }, STOP_TUNNEL_RETRY_MS);
+    this.stopRetry.unref();
+  }
+
   /** @internal */
   closeTunnel(t: LocalTunnelImpl, reason: string): void {
     if (this.tunnels.get(t.id) !== t) return;
@@ -856,6 +980,9 @@ export class AgentConnection {
     this.closeReason = reason;
     this.liveness.stop();
     this.heartbeat?.stop();
+    this.stopQueue = [];
+    if (this.stopRetry) clearTimeout(this.stopRetry);
+    this.stopRetry = null;
     // The session's streams are gone with it (no 'release' follows): nothing is held any more.
     this.clientSlots.clear();
     for (const t of [...this.tunnels.values()]) this.closeTunnel(t, reason);
@@ -870,6 +997,9 @@ export class AgentConnection {
 /** The client address a proxy stream counts against, on the stream itself (set once, at open). */
 const CLIENT_KEY = Symbol('warren.streamClient');
 type ClientTagged = MuxStream & { [CLIENT_KEY]?: string };
+/** Marks a StopTunnel stream (set once, at open). */
+const STOP_KEY = Symbol('warren.stopTunnel');
+type StopTagged = MuxStream & { [STOP_KEY]?: true };
 
 /**
  * The address whose share of a session's slots a stream with this `ClientAddr` takes:

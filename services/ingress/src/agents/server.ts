@@ -202,6 +202,12 @@ function countDown(counts: Map<string, number>, key: string): void {
   else counts.delete(key);
 }
 
+function sameStrings(a: readonly string[], b: readonly string[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
 /** The credential whose session carries `t` (set before any of its tunnels start). */
 function credentialOf(t: LocalTunnelImpl): string {
   return t.connection.identity!.credentialId;
@@ -452,6 +458,36 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
       n++;
     }
     return n;
+  }
+
+  /**
+   * Stops local tunnel `id` from the server's side: StopTunnel (type 9) with `message` and
+   * `errorCode` (e.g. `ERR_WARREN_1100`) goes to its agent, which is not waited for, and the
+   * tunnel is closed here at once (`tunnelClosed`), as an Unbind would close it. Its session
+   * stays up. False when no such tunnel is live on this node.
+   */
+  stopTunnel(id: string, message: string, errorCode: string): boolean {
+    const t = this.tunnelsById.get(id);
+    return t ? t.connection.stopTunnel(t, message, errorCode) : false;
+  }
+
+  /**
+   * After a config change: every authenticated session whose credential's ACL (`aclOf`; undefined
+   * for a credential that is gone, which {@link closeSessionsOfCredential} deals with) differs from
+   * the one it holds takes the new one, so that its later Binds are checked against it, and its
+   * tunnels the new ACL no longer allows are stopped (StopTunnel, ERR_WARREN_1100). Sessions stay
+   * up. Returns how many tunnels were stopped.
+   */
+  applyCredentialAcls(aclOf: (credentialId: string) => readonly string[] | undefined): number {
+    let stopped = 0;
+    for (const conn of [...this.connections]) {
+      const identity = conn.identity;
+      if (!identity) continue;
+      const acl = aclOf(identity.credentialId);
+      if (acl === undefined || sameStrings(acl, identity.acl)) continue;
+      stopped += conn.updateAcl(acl);
+    }
+    return stopped;
   }
 
   sessions(): DpAgentSession[] {

@@ -83,6 +83,66 @@ describe('tunnel registry', () => {
       expect(r.pickForHost('shared.test')?.tunnel.id).toBe('tn_b');
     });
 
+    it("names this node's later Bind of a host another account holds, once it learns of the older tunnel (never the holder's, nor pooled twins)", () => {
+      // Node A holds X's tunnel (later); V's (earlier) is on node B.
+      const a = new TunnelRegistry('node-a');
+      a.addLocal(local('tn_x', 'ac_x', {}, bind('2026-01-01T00:00:01.000Z')));
+      a.addLocal(local('tn_other', 'ac_x', {}, bind('2026-01-01T00:00:01.000Z', { publicUrl: 'https://other.test' })));
+      expect(a.outheldLocalBinds()).toEqual([]);
+      const v = remote('tn_v', 'ac_v', {}, bind('2026-01-01T00:00:00.500Z'));
+      a.addRemote(v);
+      expect(a.outheldLocalBinds(v)).toEqual([{ tunnel: expect.objectContaining({ id: 'tn_x' }), hostname: 'shared.test' }]);
+      expect(a.outheldLocalBinds()).toEqual([{ tunnel: expect.objectContaining({ id: 'tn_x' }), hostname: 'shared.test' }]);
+      // Node B, holding V's tunnel, learns of X's later one: nothing of its own to stop.
+      const b = new TunnelRegistry('node-b');
+      b.addLocal(local('tn_v', 'ac_v', {}, bind('2026-01-01T00:00:00.500Z')));
+      const x = remote('tn_x', 'ac_x', {}, { ...bind('2026-01-01T00:00:01.000Z'), nodeId: 'node-a' });
+      b.addRemote(x);
+      expect(b.outheldLocalBinds(x)).toEqual([]);
+      expect(b.outheldLocalBinds()).toEqual([]);
+      // Once stopped (removed), nothing is named any more.
+      a.removeLocal('tn_x');
+      expect(a.outheldLocalBinds()).toEqual([]);
+      expect(a.outheldLocalBinds(v)).toEqual([]);
+    });
+
+    it('leaves same-account pooled tunnels, internal endpoints, labeled tunnels and other hosts alone', () => {
+      const r = new TunnelRegistry('node-a');
+      r.addLocal(local('tn_1', 'ac_1', {}, bind('2026-01-01T00:00:05Z', { poolingEnabled: true })));
+      r.addLocal(local('tn_int', 'ac_2', {}, bind('2026-01-01T00:00:05Z', { bindings: ['internal'] })));
+      r.addLocal(local('tn_lab', 'ac_2', { app: 'x' }, { startedAt: '2026-01-01T00:00:05Z' }));
+      const pooled = remote('tn_0', 'ac_1', {}, bind('2026-01-01T00:00:01Z', { poolingEnabled: true }));
+      r.addRemote(pooled);
+      expect(r.outheldLocalBinds(pooled)).toEqual([]);
+      const elsewhere = remote('tn_e', 'ac_2', {}, bind('2026-01-01T00:00:00Z', { publicUrl: 'https://elsewhere.test' }));
+      r.addRemote(elsewhere);
+      expect(r.outheldLocalBinds(elsewhere)).toEqual([]);
+      const internal = remote('tn_ri', 'ac_9', {}, bind('2026-01-01T00:00:00Z', { bindings: ['internal'] }));
+      r.addRemote(internal);
+      expect(r.outheldLocalBinds(internal)).toEqual([]);
+      // Another account's tunnel started between the holder's (tn_0) and ours: ac_1 still holds the name.
+      const between = remote('tn_between', 'ac_2', {}, bind('2026-01-01T00:00:03Z'));
+      r.addRemote(between);
+      expect(r.outheldLocalBinds(between)).toEqual([]);
+      expect(r.outheldLocalBinds()).toEqual([]);
+      // The holder's tunnel goes: ac_2's (tn_between, 00:03) is now the oldest, and our pooled one (00:05) loses.
+      r.removeRemote('tn_0');
+      expect(r.outheldLocalBinds().map((o) => o.tunnel.id)).toEqual(['tn_1']);
+      // A report of this node's own tunnel coming back is ignored.
+      const self = remote('tn_self', 'ac_9', {}, { ...bind('2026-01-01T00:00:00Z'), nodeId: 'node-a' });
+      r.addRemote(self);
+      expect(r.outheldLocalBinds(self)).toEqual([]);
+    });
+
+    it('looks at the whole remote set once it is replaced', () => {
+      const r = new TunnelRegistry('node-a');
+      r.addLocal(local('tn_late', 'ac_2', {}, bind('2026-01-01T00:00:03Z')));
+      r.setRemote([remote('tn_first', 'ac_1', {}, bind('2026-01-01T00:00:01Z'))]);
+      expect(r.outheldLocalBinds()).toEqual([{ tunnel: expect.objectContaining({ id: 'tn_late' }), hostname: 'shared.test' }]);
+      r.setRemote([]);
+      expect(r.outheldLocalBinds()).toEqual([]);
+    });
+
     it("keeps spreading over all of the holder's tunnels (pooling), local ones first", () => {
       const r = new TunnelRegistry('node-a');
       r.addLocal(local('tn_1', 'ac_1', {}, bind('2026-01-01T00:00:05Z', { poolingEnabled: true })));

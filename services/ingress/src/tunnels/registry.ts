@@ -53,6 +53,8 @@ export function hostnameOfUrl(url: string): string {
 export class TunnelRegistry {
   private readonly local = new Map<string, LocalTunnel>();
   private readonly remote = new Map<string, DpTunnel>();
+  /** hostname → this node's public Bind tunnels of it, kept as they come and go ({@link outheldLocalBinds}). */
+  private readonly localBinds = new Map<string, Map<string, LocalTunnel>>();
   private byBackend = new Map<string, Candidates>();
   /** hostname → public Bind tunnels; rebuilt in one pass after a change, so a miss costs nothing. */
   private byHost: Map<string, HostCandidates> | null = null;
@@ -65,12 +67,32 @@ export class TunnelRegistry {
   constructor(private readonly nodeId: string) {}
 
   addLocal(t: LocalTunnel): void {
+    const old = this.local.get(t.id);
+    if (old) this.forgetLocalBind(old);
     this.local.set(t.id, t);
+    const host = publicBindHost(t);
+    if (host) {
+      let m = this.localBinds.get(host);
+      if (!m) this.localBinds.set(host, (m = new Map()));
+      m.set(t.id, t);
+    }
     this.changed();
   }
 
   removeLocal(id: string): void {
-    if (this.local.delete(id)) this.changed();
+    const t = this.local.get(id);
+    if (!t) return;
+    this.local.delete(id);
+    this.forgetLocalBind(t);
+    this.changed();
+  }
+
+  private forgetLocalBind(t: LocalTunnel): void {
+    const host = publicBindHost(t);
+    const m = host ? this.localBinds.get(host) : undefined;
+    if (m?.get(t.id) !== t) return;
+    m.delete(t.id);
+    if (m.size === 0) this.localBinds.delete(host);
   }
 
   /** A tunnel on another node; our own node's tunnels are ignored (we know them first-hand). */
@@ -182,6 +204,41 @@ export class TunnelRegistry {
   }
 
   /**
+   * This node's public Bind tunnels whose hostname another account holds: that account's tunnel
+   * for it started first (two Binds of one hostname raced on two nodes, each node's check passing
+   * before it knew of the other's). {@link pickForHost} gives them no traffic, on every node; the
+   * caller stops them. Pooled tunnels of the holder's account are not conflicts.
+   * - `by`: a remote tunnel just added or changed: only its hostname is looked at, and only when
+   *   this node has a Bind of it of another account (a map hit otherwise: never per request, and
+   *   cheap while a snapshot's tunnels arrive one by one).
+   * - none: every hostname this node has Binds of (after the remote set was replaced).
+   */
+  outheldLocalBinds(by?: DpTunnel): Array<{ tunnel: LocalTunnel; hostname: string }> {
+    let hosts: Iterable<string>;
+    if (by) {
+      const host = publicBindHost(by);
+      const mine = host ? this.localBinds.get(host) : undefined;
+      if (!mine || !this.remote.has(by.id)) return [];
+      // A tunnel can only make its own account the holder: only other accounts' Binds may lose.
+      let other = false;
+      for (const t of mine.values()) if (t.accountId !== by.accountId) other = true;
+      if (!other) return [];
+      hosts = [host];
+    } else {
+      if (this.localBinds.size === 0) return [];
+      hosts = [...this.localBinds.keys()];
+    }
+    const out: Array<{ tunnel: LocalTunnel; hostname: string }> = [];
+    for (const hostname of hosts) {
+      const owner = this.hostOwner(hostname);
+      const mine = this.localBinds.get(hostname);
+      if (!owner || !mine) continue;
+      for (const tunnel of mine.values()) if (tunnel.accountId !== owner.accountId) out.push({ tunnel, hostname });
+    }
+    return out;
+  }
+
+  /**
    * Makes `table`'s edges yield to agent endpoints, now and whenever the tunnels change (after the
    * change, in one pass, never per request): an edge's hostport is taken out of routing while its
    * host is held by public Bind tunnels of another account that started before the edge was
@@ -270,6 +327,12 @@ export class TunnelRegistry {
       });
     }
   }
+}
+
+/** The hostname of a public Bind tunnel (what {@link TunnelRegistry.pickForHost} serves); '' for others. */
+function publicBindHost(t: LocalTunnel | DpTunnel): string {
+  if (t.proto === 'labeled' || t.bindings.includes('internal')) return '';
+  return hostnameOfUrl(t.publicUrl);
 }
 
 function pick(c: Candidates, exclude?: ReadonlySet<string>): TunnelTarget | null {

@@ -94,6 +94,17 @@ export interface StopTunnelMessage {
   ErrorCode: string;
 }
 
+/**
+ * The whole of what the server writes on a StopTunnel stream: type 9 (uint32 BE), then the
+ * request, one complete JSON object with all three fields as strings. The Rust SDK reads it in
+ * its accept loop until the bytes parse as one JSON value: an incomplete or invalid one ends that
+ * loop (no more proxy streams for the session), so it goes out whole, in one write.
+ */
+export function encodeStopTunnel(m: StopTunnelMessage): Buffer {
+  const json = JSON.stringify({ Id: String(m.Id), Message: String(m.Message), ErrorCode: String(m.ErrorCode) });
+  return Buffer.concat([encodeStreamType(StreamType.StopTunnel), Buffer.from(json, 'utf8')]);
+}
+
 /** EdgeType of a proxy header, as a string (§3 Proxy streams). */
 export type EdgeType = '0' | '1' | '2' | '3';
 
