@@ -417,7 +417,12 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
     const foreign = await bindError(s.httpEndpoint().domain(IPS_HOST).trafficPolicy(doc(theirs)).listenAndForward(upstreamUrl));
     expect(foreign).toMatch(new RegExp(`on_http_request\\[0\\]\\.actions\\[0\\]\\.config\\.ip_policies\\[0\\]: no IP policy with id "${theirs}" in this account \\(ERR_WARREN_3002\\)`));
     // Our own (once the config with it has reached node A): 127.0.0.0/8 is denied.
-    await waitFor('the IP policy reaches node A', async () => (await bindError(s.httpEndpoint().domain(IPS_HOST).trafficPolicy(doc(ours)).listenAndForward(upstreamUrl))) === '', 10_000);
+    let listener: ngrok.Listener | undefined;
+    await waitFor('the IP policy reaches node A', async () => {
+      listener = await s.httpEndpoint().domain(IPS_HOST).trafficPolicy(doc(ours)).listenAndForward(upstreamUrl).catch(() => undefined);
+      return listener !== undefined;
+    }, 10_000);
+    const closed = listener!.join().then(() => null, (e: Error) => e);
     for (const n of [a, b]) {
       const r = await waitFor(`${n.nodeId} serves ${IPS_HOST}`, async () => {
         const x = await request(n.http, IPS_HOST, '/');
@@ -429,13 +434,18 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
     expect((await callApi(cp.baseUrl, keyA, 'DELETE', `/ip_policy_rules/${rule}`)).status).toBe(204);
     await waitFor('the rule change reaches node A', async () => (await request(b.http, IPS_HOST, '/')).status === 200);
     // The IP policy itself deleted (nothing in the control plane knows an endpoint names it): the
-    // endpoint fails closed, never serves without its restrict-ips.
+    // endpoint never serves without its restrict-ips, and its tunnel is stopped (StopTunnel), so
+    // the SDK's listener ends with the reason.
     expect((await callApi(cp.baseUrl, keyA, 'DELETE', `/ip_policies/${ours}`)).status).toBe(204);
-    const gone = await waitFor('the deletion reaches node A', async () => {
-      const x = await request(a.http, IPS_HOST, '/');
-      return x.status === 503 ? x : null;
-    });
-    expect(gone.body).toMatch(/traffic policy cannot be applied.*ERR_WARREN_7010|ERR_WARREN_7010.*traffic policy cannot be applied/s);
-    expect((await request(b.http, IPS_HOST, '/')).status).toBe(503);
+    const err = await closed;
+    expect(err?.message).toMatch(new RegExp(`traffic policy \\(Bind Opts.TrafficPolicy\\) cannot be applied any more: .*${ours}.*\\(ERR_WARREN_7010\\)`));
+    expect(err?.message).toContain('ERR_WARREN_7010');
+    for (const n of [a, b]) {
+      const gone = await waitFor(`${n.nodeId} no longer has the endpoint`, async () => {
+        const x = await request(n.http, IPS_HOST, '/');
+        return x.status === 404 ? x : null;
+      });
+      expect(gone.body).toContain('ERR_WARREN_7000');
+    }
   });
 });

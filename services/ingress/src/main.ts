@@ -288,8 +288,11 @@ async function main(): Promise<void> {
     edgeTls = buildEdgeTls(cfg);
     for (const e of table.routeErrors) log.error({ route: e.routeId, err: e.message }, 'route configuration not applicable; the route answers 503 until it is fixed');
     handler.setTable(table);
-    // Endpoint policies naming IP policies follow the config's (a deleted one: 503, fail closed).
-    recompileEndpointPolicies(endpointPolicies(), cfg, stageDeps, log.child({ component: 'pipeline' }));
+    // Endpoint policies naming IP policies follow the config's. One that names an IP policy gone
+    // from its account fails closed (503) and its tunnel is stopped: the agent is told why.
+    for (const { tunnelId, message } of recompileEndpointPolicies(endpointPolicies(), cfg, stageDeps, log.child({ component: 'pipeline' }))) {
+      agentServer.stopTunnel(tunnelId, `this endpoint's traffic policy (Bind Opts.TrafficPolicy) cannot be applied any more: ${message} (ERR_WARREN_7010)`, 'ERR_WARREN_7010');
+    }
     events?.setConfig(cfg);
     metrics.retain(cfg);
     registry.setRemote(client.remoteTunnels.values());

@@ -64,14 +64,15 @@ describe('endpoint traffic policies', () => {
     if (!ips.ok || !plain.ok) throw new Error('not compiled');
     expect(await ips.value.cr.pipeline!.onRequest(request())).toBeNull();
     const plainCr = plain.value.cr;
-    recompileEndpointPolicies([ips.value, plain.value], cfg([{ id: 'ipr_1', cidr: '203.0.113.0/24', action: 'deny' }]), deps(), log);
+    expect(recompileEndpointPolicies([ips.value, plain.value], cfg([{ id: 'ipr_1', cidr: '203.0.113.0/24', action: 'deny' }]), deps(), log)).toEqual([]);
     expect((await ips.value.cr.pipeline!.onRequest(request()))?.status).toBe(403);
     expect(plain.value.cr).toBe(plainCr); // names nothing of the config: left as it was
     // A change that leaves its IP policies as they were (another account's, another policy) recompiles nothing.
     const ipsCr = ips.value.cr;
     recompileEndpointPolicies([ips.value], config([{ id: IPP_OURS, accountId: 'ac_1', rules: [{ id: 'ipr_1', cidr: '203.0.113.0/24', action: 'deny' }] }, { id: IPP_THEIRS, accountId: 'ac_2', rules: [] }]), deps(), log);
     expect(ips.value.cr).toBe(ipsCr);
-    recompileEndpointPolicies([ips.value], config(), deps(), log);
+    // Reported to the caller, which stops the tunnel (StopTunnel): the API removed what it depends on.
+    expect(recompileEndpointPolicies([ips.value], config(), deps(), log)).toEqual([{ tunnelId: 'tn_1', message: expect.stringMatching(new RegExp(IPP_OURS)) }]);
     const gone = await ips.value.cr.pipeline!.onRequest(request());
     expect(gone?.status).toBe(503);
     expect(String(gone?.body)).toMatch(/traffic policy cannot be applied/);

@@ -104,9 +104,11 @@ export function compileEndpointPolicy(r: EndpointPolicyRequest, config: DataPlan
  * policy deleted); the others are left alone, so a config change costs a lookup per endpoint
  * that names IP policies, not a compile (an audit: 300 endpoints of 60 KB policies stalled a node
  * for 3.8 s on every change). One that no longer compiles answers every request with 503
- * (ERR_WARREN_7010) until the agent binds again: a security control is never skipped.
+ * (ERR_WARREN_7010), a security control never skipped, and is returned: the caller stops its
+ * tunnel (StopTunnel), since the API removed what the endpoint depends on.
  */
-export function recompileEndpointPolicies(policies: Iterable<EndpointPolicy>, config: DataPlaneConfig, deps: StageDeps, log: Logger): void {
+export function recompileEndpointPolicies(policies: Iterable<EndpointPolicy>, config: DataPlaneConfig, deps: StageDeps, log: Logger): Array<{ tunnelId: string; message: string }> {
+  const broken: Array<{ tunnelId: string; message: string }> = [];
   for (const ep of policies) {
     if (!ep.dependsOnConfig) continue;
     const now = ipPolicyFingerprint(ep.request, config);
@@ -117,8 +119,10 @@ export function recompileEndpointPolicies(policies: Iterable<EndpointPolicy>, co
       if (cr.pipeline) ep.cr = cr;
     } catch (err) {
       const message = String((err as Error)?.message ?? err);
-      log.error({ tunnel: ep.request.tunnelId, err: message }, "endpoint traffic policy not applicable to the new configuration; the endpoint answers 503 until it binds again");
+      log.error({ tunnel: ep.request.tunnelId, err: message }, 'endpoint traffic policy not applicable to the new configuration; its tunnel is stopped');
       ep.cr = { ...ep.cr, pipeline: new RoutePipeline([{ name: 'unavailable', onRequest: () => errorAnswer(undefined, 7010, `this endpoint's traffic policy cannot be applied: ${message}`) }]) };
+      broken.push({ tunnelId: ep.request.tunnelId, message });
     }
   }
+  return broken;
 }
