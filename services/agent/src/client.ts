@@ -143,6 +143,11 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
   private sessionId = '';
   private cookie = '';
   private readonly tunnels = new Map<string, TunnelState>();
+
+  /** Tunnels this client holds now (started, not closed, lost or stopped by the server). */
+  get tunnelCount(): number {
+    return this.tunnels.size;
+  }
   private closing = false;
   private readonly stop = new AbortController();
 

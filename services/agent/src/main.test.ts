@@ -72,6 +72,14 @@ describe('warren-agent (executable)', () => {
     expect(output.stderr).toBe('');
   });
 
+  it('exits 1 with the reason when the server stops its only tunnel (StopTunnel)', async () => {
+    const { child, output, exited } = run(['http', String(up.port), '--domain', 'stopped.cli.test', '--server', `localhost:${port}`, '--ca', caFile], { WARREN_AUTHTOKEN: TOKEN });
+    const id = (await waitFor(/^tunnel (tn_\w+) online: /, output, child))[1]!;
+    expect(server.stopTunnel(id, "the authtoken's ACL no longer allows binding stopped.cli.test (ERR_WARREN_1100)", 'ERR_WARREN_1100')).toBe(true);
+    expect(await exited).toBe(1);
+    expect(output.stderr).toBe(`warren-agent: tunnel ${id} lost: the authtoken's ACL no longer allows binding stopped.cli.test (ERR_WARREN_1100)\nwarren-agent: no tunnel left; exiting\n`);
+  });
+
   it('an unknown authtoken: the server message on one line, exit 1', async () => {
     const { output, exited } = run(['http', '8080', '--domain', 'x.test', '--authtoken', 'wrn_agt_wrong', '--server', `localhost:${port}`, '--ca', caFile]);
     expect(await exited).toBe(1);

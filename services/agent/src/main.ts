@@ -66,15 +66,26 @@ async function main(): Promise<number> {
   process.on('SIGINT', stop);
   process.on('SIGTERM', stop);
 
+  // Set when the server took the last tunnel away: the process exits 1, so that a supervisor
+  // sees it rather than a session that serves nothing.
+  let lostAll = false;
   const finished = new Promise<number>((resolve) =>
     client.on('closed', (reason, fatal) => {
       if (fatal) err(reason);
-      resolve(fatal ? 1 : 0);
+      resolve(fatal || lostAll ? 1 : 0);
     }),
   );
   client.on('tunnel', (t) => out(onlineLine(t)));
   client.on('disconnected', (reason) => err(`session lost (${reason}); reconnecting`));
-  client.on('tunnelLost', (id, reason) => err(`tunnel ${id} lost: ${reason}`));
+  client.on('tunnelLost', (id, reason) => {
+    err(`tunnel ${id} lost: ${reason}`);
+    if (client.tunnelCount === 0 && !stopping) {
+      err('no tunnel left; exiting');
+      lostAll = true;
+      stopping = true;
+      void client.close();
+    }
+  });
   client.on('forwardError', (id, e) => err(`tunnel ${id}: cannot reach ${cfg.targetUrl}: ${(e as NodeJS.ErrnoException).code ?? e.message}`));
 
   // The first connection: an unreachable server is retried (it may be starting), a refusal is final.
