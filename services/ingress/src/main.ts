@@ -193,12 +193,14 @@ async function main(): Promise<void> {
   const httpsPublicPort = () => env.PUBLIC_HTTPS_PORT || httpsPort;
   /** A Bind of a hostname another account's endpoint holds: its refusal, and why its later twin is stopped. */
   const hostnameInUse = (hostname: string) => `the hostname ${hostname} is in use by another account (ERR_WARREN_4101)`;
+  /** A Bind of a hostname an HTTPS edge of another account serves: its refusal, and why a Bind that edge predates is stopped. */
+  const hostnameOfEdge = (hostname: string) => `the hostname ${hostname} belongs to another account (ERR_WARREN_4101)`;
   const checkBind = (b: BindRequest): string | null => {
     const cfg = client.config;
     const table = cfg ? compiled.get(cfg) : undefined;
     if (table) {
       for (const [hp, ce] of table.edgesByHostport) {
-        if (hostOfHostport(hp) === b.hostname && ce.edge.accountId !== b.accountId) return `the hostname ${b.hostname} belongs to another account (ERR_WARREN_4101)`;
+        if (hostOfHostport(hp) === b.hostname && ce.edge.accountId !== b.accountId) return hostnameOfEdge(b.hostname);
       }
     }
     for (const t of registry.bindsOf(b.hostname)) {
@@ -262,15 +264,16 @@ async function main(): Promise<void> {
 
   const remoteChanged = () => metrics.tunnels.set({ location: 'remote' }, registry.remoteCount);
   /**
-   * Two accounts' Binds of one hostname on two nodes at once can both pass their node's check.
-   * Once this node learns of the other account's older tunnel, its own later one (which routing
-   * already gives no traffic) is stopped, with the Bind refusal's words: it would otherwise take
-   * over whenever the holder's tunnel went down for a moment.
+   * Two accounts' Binds of one hostname on two nodes at once can both pass their node's check,
+   * and so can a Bind made before its node learned of another account's new HTTPS edge on the
+   * host. Once this node learns of the other account's older tunnel or edge, its own later Bind
+   * (which routing already gives no traffic) is stopped, with the Bind refusal's words: it would
+   * otherwise take over whenever the holder's tunnel went down for a moment.
    */
   const stopOutheldBinds = (by?: DpTunnel) => {
-    for (const { tunnel, hostname } of registry.outheldLocalBinds(by)) {
-      if (agentServer.stopTunnel(tunnel.id, hostnameInUse(hostname), 'ERR_WARREN_4101')) {
-        log.info({ tunnel: tunnel.id, account: tunnel.accountId, hostname }, "stopped a tunnel whose hostname another account's older tunnel holds");
+    for (const { tunnel, hostname, by: holder } of registry.outheldLocalBinds(by)) {
+      if (agentServer.stopTunnel(tunnel.id, holder === 'edge' ? hostnameOfEdge(hostname) : hostnameInUse(hostname), 'ERR_WARREN_4101')) {
+        log.info({ tunnel: tunnel.id, account: tunnel.accountId, hostname, holder }, `stopped a tunnel whose hostname another account's older ${holder === 'edge' ? 'HTTPS edge' : 'tunnel'} holds`);
       }
     }
   };

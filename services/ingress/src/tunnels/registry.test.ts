@@ -91,8 +91,8 @@ describe('tunnel registry', () => {
       expect(a.outheldLocalBinds()).toEqual([]);
       const v = remote('tn_v', 'ac_v', {}, bind('2026-01-01T00:00:00.500Z'));
       a.addRemote(v);
-      expect(a.outheldLocalBinds(v)).toEqual([{ tunnel: expect.objectContaining({ id: 'tn_x' }), hostname: 'shared.test' }]);
-      expect(a.outheldLocalBinds()).toEqual([{ tunnel: expect.objectContaining({ id: 'tn_x' }), hostname: 'shared.test' }]);
+      expect(a.outheldLocalBinds(v)).toEqual([{ tunnel: expect.objectContaining({ id: 'tn_x' }), hostname: 'shared.test', by: 'endpoint' }]);
+      expect(a.outheldLocalBinds()).toEqual([{ tunnel: expect.objectContaining({ id: 'tn_x' }), hostname: 'shared.test', by: 'endpoint' }]);
       // Node B, holding V's tunnel, learns of X's later one: nothing of its own to stop.
       const b = new TunnelRegistry('node-b');
       b.addLocal(local('tn_v', 'ac_v', {}, bind('2026-01-01T00:00:00.500Z')));
@@ -138,7 +138,7 @@ describe('tunnel registry', () => {
       const r = new TunnelRegistry('node-a');
       r.addLocal(local('tn_late', 'ac_2', {}, bind('2026-01-01T00:00:03Z')));
       r.setRemote([remote('tn_first', 'ac_1', {}, bind('2026-01-01T00:00:01Z'))]);
-      expect(r.outheldLocalBinds()).toEqual([{ tunnel: expect.objectContaining({ id: 'tn_late' }), hostname: 'shared.test' }]);
+      expect(r.outheldLocalBinds()).toEqual([{ tunnel: expect.objectContaining({ id: 'tn_late' }), hostname: 'shared.test', by: 'endpoint' }]);
       r.setRemote([]);
       expect(r.outheldLocalBinds()).toEqual([]);
     });
@@ -182,6 +182,27 @@ describe('tunnel registry', () => {
       r.addRemote({ ...remote('tn_late', 'ac_v', {}), proto: 'https', publicUrl: 'https://victim.test', startedAt: new Date(Date.now() + 1000).toISOString() });
       await tick();
       expect(table.edgeFor('victim.test', 443, 443)?.edge.accountId).toBe('ac_x');
+    });
+
+    it("names this node's Binds of a host where another account's edge is older than the holder's tunnel (never the same account's edge, nor a newer edge)", () => {
+      const r = new TunnelRegistry('node-a');
+      // Created now (its id carries the time), before the endpoint started: the edge holds the host.
+      const table = new RoutingTable(config([edge('ac_x', ['victim.test:8443']), edge('ac_v', ['victim.test:443'])]));
+      r.followEdges(table);
+      r.addLocal(endpoint('tn_v', 'ac_v', new Date(Date.now() + 60_000).toISOString()));
+      expect(r.outheldLocalBinds()).toEqual([{ tunnel: expect.objectContaining({ id: 'tn_v' }), hostname: 'victim.test', by: 'edge' }]);
+      // A remote tunnel's arrival looks at endpoints only.
+      expect(r.outheldLocalBinds({ ...remote('tn_o', 'ac_o', {}), proto: 'https', publicUrl: 'https://victim.test', startedAt: new Date().toISOString() })).toEqual([]);
+      // The same account's edge is no conflict, and an edge created after the endpoint started is
+      // the one taken out of routing instead.
+      const r2 = new TunnelRegistry('node-a');
+      r2.followEdges(new RoutingTable(config([edge('ac_v', ['victim.test:443'])])));
+      r2.addLocal(endpoint('tn_v', 'ac_v', new Date(Date.now() + 60_000).toISOString()));
+      expect(r2.outheldLocalBinds()).toEqual([]);
+      const r3 = new TunnelRegistry('node-a');
+      r3.followEdges(new RoutingTable(config([edge('ac_x', ['victim.test:443'])])));
+      r3.addLocal(endpoint('tn_v', 'ac_v', new Date(Date.now() - 60_000).toISOString()));
+      expect(r3.outheldLocalBinds()).toEqual([]);
     });
 
     it("shadows an edge once another account's older endpoint shows up, and never the same account's", async () => {

@@ -211,9 +211,13 @@ export class TunnelRegistry {
    * - `by`: a remote tunnel just added or changed: only its hostname is looked at, and only when
    *   this node has a Bind of it of another account (a map hit otherwise: never per request, and
    *   cheap while a snapshot's tunnels arrive one by one).
-   * - none: every hostname this node has Binds of (after the remote set was replaced).
+   * - none: every hostname this node has Binds of (after the remote set or the config was
+   *   replaced). This also names the Binds of a host where an HTTPS edge of another account was
+   *   created before the host's holder started (`by: 'edge'`): routing tries edges first, so they
+   *   get no traffic, and a Bind made now would be refused as well. (An edge created after the
+   *   holder started is the one taken out of routing, see {@link followEdges}.)
    */
-  outheldLocalBinds(by?: DpTunnel): Array<{ tunnel: LocalTunnel; hostname: string }> {
+  outheldLocalBinds(by?: DpTunnel): Array<{ tunnel: LocalTunnel; hostname: string; by: 'endpoint' | 'edge' }> {
     let hosts: Iterable<string>;
     if (by) {
       const host = publicBindHost(by);
@@ -228,12 +232,18 @@ export class TunnelRegistry {
       if (this.localBinds.size === 0) return [];
       hosts = [...this.localBinds.keys()];
     }
-    const out: Array<{ tunnel: LocalTunnel; hostname: string }> = [];
+    const out: Array<{ tunnel: LocalTunnel; hostname: string; by: 'endpoint' | 'edge' }> = [];
+    const table = by ? null : this.table;
     for (const hostname of hosts) {
       const owner = this.hostOwner(hostname);
       const mine = this.localBinds.get(hostname);
       if (!owner || !mine) continue;
-      for (const tunnel of mine.values()) if (tunnel.accountId !== owner.accountId) out.push({ tunnel, hostname });
+      const edges = table?.edgesOnHost(hostname);
+      const edgeFirst = edges !== undefined && edges.some(({ ce }) => ce.edge.accountId !== owner.accountId && table!.edgeCreatedMs(ce) <= owner.since);
+      for (const tunnel of mine.values()) {
+        if (tunnel.accountId !== owner.accountId) out.push({ tunnel, hostname, by: 'endpoint' });
+        else if (edgeFirst) out.push({ tunnel, hostname, by: 'edge' });
+      }
     }
     return out;
   }
