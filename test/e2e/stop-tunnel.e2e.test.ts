@@ -96,7 +96,8 @@ beforeAll(async () => {
   tls = await ensureLocalTls(tempDir('warren-stop-tls-'));
   nodeToken = randomBytes(16).toString('hex');
   cp = await startCp();
-  const env = { TLS_CERT_FILE: tls.caFile.replace(/ca\.pem$/, 'cert.pem'), TLS_KEY_FILE: tls.caFile.replace(/ca\.pem$/, 'key.pem') };
+  // OUTHELD_BIND_GRACE_MS: the race below is stopped 3 s after node b learns of the older tunnel (15 s by default).
+  const env = { TLS_CERT_FILE: tls.caFile.replace(/ca\.pem$/, 'cert.pem'), TLS_KEY_FILE: tls.caFile.replace(/ca\.pem$/, 'key.pem'), OUTHELD_BIND_GRACE_MS: '3000' };
   [a, b] = (await Promise.all(['stop-a', 'stop-b'].map((nodeId) => startIngress({ nodeId, controlPlane: [`127.0.0.1:${cp.grpcPort}`], nodeToken, env })))) as [IngressProcess, IngressProcess];
 }, 120_000);
 
@@ -215,7 +216,12 @@ describe('StopTunnel of the later tunnel of a cross-account hostname race', () =
     expect((await request(b.http, host)).body).toBe(`later ${host}`);
 
     cp = await startCp(grpcPort);
-    // Node b learns of the first tunnel and stops its own later one, with the Bind refusal's words.
+    // Node b learns of the first tunnel: routing gives it the host at once, and the later tunnel is
+    // stopped only after OUTHELD_BIND_GRACE_MS (the first may be a dead node's stale report).
+    await waitFor('node b serves the first claimer', async () => (await request(b.http, host)).body === `first ${host}`, 30_000);
+    const early = await Promise.race([laterClosed.then(() => 'closed'), new Promise((r) => setTimeout(() => r('open'), 300))]);
+    expect(early).toBe('open');
+    // Then it is stopped, with the Bind refusal's words.
     const err = await Promise.race([laterClosed, new Promise<Error>((_, reject) => setTimeout(() => reject(new Error('the later listener was not closed')), 30_000))]);
     expect(err?.message).toMatch(/ListenerClosed/);
     expect(err?.message).toContain(`the hostname ${host} is in use by another account (ERR_WARREN_4101)`);

@@ -121,6 +121,13 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
        * waits with it): past that, it passes unchanged and streams (`slow`).
        */
       FIND_REPLACE_HOLD_MS: envInt(10_000, 100, 600_000),
+      /**
+       * How long this node must have known another account's older tunnel for a hostname before it
+       * stops its own later Bind of it (ms): past a dead node's tunnel lease (the control plane's
+       * TUNNEL_LEASE_MS, 10 s) and sweep, so that a stale report cannot stop a tunnel that would
+       * soon hold the host. Routing gives the later Bind no traffic meanwhile.
+       */
+      OUTHELD_BIND_GRACE_MS: envInt(15_000, 0, 3_600_000),
     },
     source,
   );

@@ -270,11 +270,39 @@ async function main(): Promise<void> {
    * (which routing already gives no traffic) is stopped, with the Bind refusal's words: it would
    * otherwise take over whenever the holder's tunnel went down for a moment.
    */
+  // A tunnel outheld by another account's tunnel is stopped only once that has lasted
+  // OUTHELD_BIND_GRACE_MS (the holder may be a dead node's report, swept within seconds); one
+  // outheld by an edge (the config says so) at once. Tunnel id → when first found outheld.
+  const outheldSince = new Map<string, number>();
+  let outheldTimer: NodeJS.Timeout | null = null;
   const stopOutheldBinds = (by?: DpTunnel) => {
-    for (const { tunnel, hostname, by: holder } of registry.outheldLocalBinds(by)) {
+    const found = registry.outheldLocalBinds(by);
+    const now = performance.now();
+    if (!by) {
+      const still = new Set<string>();
+      for (const f of found) if (f.by === 'endpoint') still.add(f.tunnel.id);
+      for (const id of outheldSince.keys()) if (!still.has(id)) outheldSince.delete(id);
+    }
+    for (const { tunnel, hostname, by: holder } of found) {
+      if (holder === 'endpoint') {
+        const since = outheldSince.get(tunnel.id) ?? now;
+        if (now - since < env.OUTHELD_BIND_GRACE_MS) {
+          outheldSince.set(tunnel.id, since);
+          continue;
+        }
+        outheldSince.delete(tunnel.id);
+      }
       if (agentServer.stopTunnel(tunnel.id, holder === 'edge' ? hostnameOfEdge(hostname) : hostnameInUse(hostname), 'ERR_WARREN_4101')) {
         log.info({ tunnel: tunnel.id, account: tunnel.accountId, hostname, holder }, `stopped a tunnel whose hostname another account's older ${holder === 'edge' ? 'HTTPS edge' : 'tunnel'} holds`);
       }
+    }
+    // Looked at again (all of them) until none is waiting.
+    if (outheldSince.size > 0 && !outheldTimer) {
+      outheldTimer = setTimeout(() => {
+        outheldTimer = null;
+        stopOutheldBinds();
+      }, Math.min(5_000, Math.max(100, env.OUTHELD_BIND_GRACE_MS / 3)));
+      outheldTimer.unref();
     }
   };
   client.on('remoteTunnelUp', (t) => {
