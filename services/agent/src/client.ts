@@ -130,6 +130,15 @@ const sleep = (ms: number, signal: AbortSignal) =>
     });
   });
 
+/** A refusal that says when to try again (a start rate limit, ERR_WARREN_8001): that many ms, else null. */
+export function retryHintMs(message: string): number | null {
+  const m = /retry in (\d+) ms \(ERR_WARREN_8001\)/.exec(message);
+  return m ? Number(m[1]) : null;
+}
+
+/** Tries a tunnel's resume refused for its rate (ERR_WARREN_8001) this often at most before giving it up. */
+const RESUME_RATE_RETRIES = 10;
+
 export class AgentClient extends EventEmitter<AgentClientEvents> {
   private readonly opts: AgentClientOptions;
   private readonly log: Logger;
@@ -363,15 +372,26 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
     if (!mux) return;
     for (const [id, state] of [...this.tunnels]) {
       try {
-        let next: TunnelState;
-        try {
-          next = await this.open(mux, state.tunnel.spec, state.target, state);
-        } catch (err) {
-          // The server does not know the old id any more (e.g. another ingress with another
-          // key): start the tunnel afresh under a new id rather than lose it.
-          if (!(err instanceof AgentRpcError) || !/cannot resume tunnel/.test(err.message)) throw err;
-          this.log.warn({ tunnel: id, err: err.message }, 'could not resume the tunnel id; starting it anew');
-          next = await this.open(mux, state.tunnel.spec, state.target, null);
+        let next: TunnelState | null = null;
+        for (let attempt = 0; next === null; attempt++) {
+          try {
+            next = await this.open(mux, state.tunnel.spec, state.target, state);
+          } catch (err) {
+            // Refused for its rate (many agents of one authtoken reconnecting to a node at once):
+            // tried again when the server says, not given up.
+            const hint = err instanceof AgentRpcError ? retryHintMs(err.message) : null;
+            if (hint !== null && attempt < RESUME_RATE_RETRIES) {
+              this.log.info({ tunnel: id, retryInMs: hint }, 'tunnel resume refused for its rate; trying again');
+              await sleep(Math.min(Math.max(hint, 10), 10_000), this.stop.signal);
+              if (this.closing || this.mux !== mux || mux.closed) return;
+              continue;
+            }
+            // The server does not know the old id any more (e.g. another ingress with another
+            // key): start the tunnel afresh under a new id rather than lose it.
+            if (!(err instanceof AgentRpcError) || !/cannot resume tunnel/.test(err.message)) throw err;
+            this.log.warn({ tunnel: id, err: err.message }, 'could not resume the tunnel id; starting it anew');
+            next = await this.open(mux, state.tunnel.spec, state.target, null);
+          }
         }
         if (next.tunnel.id !== id) this.tunnels.delete(id);
         this.tunnels.set(next.tunnel.id, next);

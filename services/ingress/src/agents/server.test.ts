@@ -206,6 +206,28 @@ describe('AgentServer with warren-agent', () => {
     expect(res.body.toString()).toBe('hello /again');
   });
 
+  it('a resume refused for its rate (ERR_WARREN_8001) is tried again when the server says, not given up', async () => {
+    // The credential's start bucket (2 tunnels) is empty after the first starts, and a reconnect brings no fresh one.
+    const { server, port } = await startServer({ tunnelStartsPerSecond: 4, tunnelStartBurst: 2, maxTunnelsPerCredential: 2 });
+    const up = await upstream();
+    const client = await startClient(port);
+    await client.connect();
+    const one = await client.bind({ domain: 'rate-one.test', forwardsTo: up.url });
+    const two = await client.bind({ domain: 'rate-two.test', forwardsTo: up.url });
+    const online: string[] = [];
+    const lost: string[] = [];
+    client.on('tunnel', (t) => online.push(t.id));
+    client.on('tunnelLost', (id, reason) => lost.push(`${id}: ${reason}`));
+    const disconnected = once(client, 'disconnected');
+    expect(server.closeSessionsOfCredential('cr_1', 'credential rotated')).toBe(1);
+    await disconnected;
+    await until(() => online.length === 2, 5_000);
+    expect(online.sort()).toEqual([one.id, two.id].sort());
+    expect(lost).toEqual([]);
+    expect(client.tunnelCount).toBe(2);
+    expect(server.getTunnel(two.id)).toBeDefined();
+  });
+
   it('reconnects when the TCP connection is cut without GOAWAY', async () => {
     const { server, port } = await startServer();
     const up = await upstream();
