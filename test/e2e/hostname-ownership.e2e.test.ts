@@ -1,11 +1,10 @@
 import http from 'node:http';
 import { randomBytes } from 'node:crypto';
-import pg from 'pg';
 import ngrok from '@ngrok/ngrok';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freshDatabase } from '../support/databases.js';
 import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
-import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
+import { callApi, cleanupTempDirs, nodesAtHead, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
 import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
@@ -55,21 +54,8 @@ async function upstream(answer: string): Promise<number> {
   return new Promise((r) => s.listen(0, '127.0.0.1', () => r((s.address() as { port: number }).port)));
 }
 
-async function headVersion(): Promise<number> {
-  const client = new pg.Client({ connectionString: db.url });
-  await client.connect();
-  try {
-    return Number((await client.query<{ version: string }>('SELECT version FROM config_state')).rows[0]!.version);
-  } finally {
-    await client.end();
-  }
-}
-
 /** Every node has applied the database's head version (credentials usable on any node). */
-async function applied(): Promise<void> {
-  const head = await headVersion();
-  for (const n of [a, b]) await waitFor(`${n.nodeId} applies version ${head}`, async () => (((await (await fetch(`${n.internalUrl}/status`)).json()) as { config_version: number | null }).config_version ?? 0) >= head, 20_000);
-}
+const applied = () => nodesAtHead(db.url, [a, b]);
 
 const startCp = (grpcPort?: number) =>
   startControlPlane({ databaseUrl: db.url, env: { WARREN_NODE_TOKEN: nodeToken, ...(grpcPort ? { GRPC_PORT: String(grpcPort) } : {}) } });

@@ -1,12 +1,11 @@
 import http from 'node:http';
 import { randomBytes } from 'node:crypto';
-import pg from 'pg';
 import ngrok from '@ngrok/ngrok';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentClient } from '../../services/agent/src/client.js';
 import { freshDatabase } from '../support/databases.js';
 import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
-import { callApi, callApiExpecting, cleanupTempDirs, startIngress, tempDir, waitFor, type IngressProcess } from '../support/cluster.js';
+import { callApi, callApiExpecting, cleanupTempDirs, nodesAtHead, startIngress, tempDir, waitFor, type IngressProcess } from '../support/cluster.js';
 import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
@@ -65,21 +64,8 @@ async function upstream(answer: string): Promise<string> {
   return `http://127.0.0.1:${port}`;
 }
 
-async function headVersion(): Promise<number> {
-  const client = new pg.Client({ connectionString: db.url });
-  await client.connect();
-  try {
-    return Number((await client.query<{ version: string }>('SELECT version FROM config_state')).rows[0]!.version);
-  } finally {
-    await client.end();
-  }
-}
-
 /** Every node has applied the database's head version (credentials usable on any node). */
-async function applied(): Promise<void> {
-  const head = await headVersion();
-  for (const n of [a, b]) await waitFor(`${n.nodeId} applies version ${head}`, async () => (((await (await fetch(`${n.internalUrl}/status`)).json()) as { config_version: number | null }).config_version ?? 0) >= head, 20_000);
-}
+const applied = () => nodesAtHead(db.url, [a, b]);
 
 const tunnelIds = async (k: string) => ((await api(k, 'GET', '/tunnels')).body.tunnels as Array<{ id: string }>).map((t) => t.id);
 const joined = (l: ngrok.Listener) => l.join().then(() => null, (e: Error) => e);

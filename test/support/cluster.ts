@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import pg from 'pg';
 import { REPO_ROOT, type ExitInfo } from './processes.js';
 
 /**
@@ -142,6 +143,28 @@ export async function startIngress(o: IngressOptions): Promise<IngressProcess> {
     caPem: String(m.caPem ?? ''),
     internalUrl: `http://127.0.0.1:${m.internal as number}`,
   };
+}
+
+/** The database's config head version: what every node has once it has caught up. */
+export async function configHead(databaseUrl: string): Promise<number> {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    return Number((await client.query<{ version: string }>('SELECT version FROM config_state')).rows[0]!.version);
+  } finally {
+    await client.end();
+  }
+}
+
+/** The config version a node has applied (its internal /status), 0 before the first. */
+export async function appliedVersion(n: IngressProcess): Promise<number> {
+  return (((await (await fetch(`${n.internalUrl}/status`)).json()) as { config_version: number | null }).config_version ?? 0);
+}
+
+/** Waits until every one of `nodes` has applied the database's head version (read now, after a change). */
+export async function nodesAtHead(databaseUrl: string, nodes: readonly IngressProcess[], timeoutMs = 20_000): Promise<void> {
+  const head = await configHead(databaseUrl);
+  for (const n of nodes) await waitFor(`${n.nodeId} applies version ${head}`, async () => (await appliedVersion(n)) >= head, timeoutMs);
 }
 
 /** Polls `fn` every 25 ms until it returns a truthy value; throws with `what` after `timeoutMs`. */

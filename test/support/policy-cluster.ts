@@ -1,9 +1,8 @@
 import http from 'node:http';
-import pg from 'pg';
 import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import { startControlPlane, type ControlPlaneProcess } from './processes.js';
-import { callApi, callApiExpecting, cleanupTempDirs, startAgentProcess, startIngress, waitFor, type AgentProcess, type IngressProcess } from './cluster.js';
+import { appliedVersion, callApi, callApiExpecting, cleanupTempDirs, configHead, startAgentProcess, startIngress, waitFor, type AgentProcess, type IngressProcess } from './cluster.js';
 import { freshAccount, localTls, startOrStop, type FreshDatabase, type LocalTls } from './sign-in-cluster.js';
 
 /**
@@ -111,17 +110,6 @@ export const echoUrlAndHeaders: http.RequestListener = (req, res) => {
   });
 };
 
-/** The database's config head version (what every node has once it has caught up). */
-async function headVersion(url: string): Promise<number> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return Number((await client.query<{ version: string }>('SELECT version FROM config_state')).rows[0]!.version);
-  } finally {
-    await client.end();
-  }
-}
-
 export async function startPolicyCluster(o: PolicyClusterOptions): Promise<PolicyCluster> {
   const c: Partial<PolicyCluster> & { db?: FreshDatabase; started?: (IngressProcess | undefined)[] } = {};
   const stop = async (): Promise<void> => {
@@ -177,7 +165,6 @@ async function start(o: PolicyClusterOptions, c: Partial<PolicyCluster> & { db?:
     });
   const routeBody = (match: string, fields: Record<string, unknown> = {}) => ({ match_type: 'path_prefix', match, backend: { enabled: true, backend_id: backendId }, ...fields });
   /** The config version a node has applied (its internal /status). */
-  const appliedVersion = async (n: IngressProcess): Promise<number> => ((await (await fetch(`${n.internalUrl}/status`)).json()) as { config_version: number | null }).config_version ?? 0;
   const route = async (match: string, fields: Record<string, unknown>) => {
     const r = await api('POST', `/edges/https/${edgeId}/routes`, routeBody(match, fields));
     if (r.status !== 201) throw new Error(`route ${match}: ${r.status} ${JSON.stringify(r.body)}`);
@@ -191,7 +178,7 @@ async function start(o: PolicyClusterOptions, c: Partial<PolicyCluster> & { db?:
   };
   /** Waits until every node has applied the database's head version (read now, after the change). */
   const applied = async (what: string) => {
-    const head = await headVersion(db.url);
+    const head = await configHead(db.url);
     for (const n of nodes) await waitFor(`${n.nodeId} applies ${what} (version ${head})`, async () => (await appliedVersion(n)) >= head);
   };
   const credential = async (body: Record<string, unknown> = {}) => {
