@@ -213,6 +213,10 @@ export interface ForwarderOptions {
   maxStreamsPerTunnel: number;
   /** Requests allowed to wait for a free stream per tunnel before 503. */
   maxQueuedPerTunnel: number;
+  /** Keep-alive connections kept to each other node (hops); default {@link HOP_CONNECTIONS}. */
+  hopConnections?: number;
+  /** How long a hop may wait for a free connection to its node before 503 (ms); default {@link HOP_QUEUE_WAIT_MS}. */
+  hopQueueWaitMs?: number;
 }
 
 /** The origin undici is told for a tunnel's pool: never resolved (the pool's connector opens streams). */
@@ -243,6 +247,8 @@ interface TunnelPool {
   inFlight: number;
   /** A hop pool's requests in flight per account of the tunnel they go to ({@link HOP_PER_ACCOUNT}). */
   byAccount?: Map<string, number>;
+  /** A hop pool's connections: requests in flight past these wait in its queue. */
+  connections?: number;
 }
 
 /**
@@ -256,7 +262,15 @@ export class Forwarder {
   /** Keep-alive pools to the other nodes' internal listeners, by `host:port`. */
   private readonly hopPools = new Map<string, TunnelPool>();
 
-  constructor(private readonly opts: ForwarderOptions) {}
+  private readonly hopConnections: number;
+  private readonly hopPerAccount: number;
+  private readonly hopQueueWaitMs: number;
+
+  constructor(private readonly opts: ForwarderOptions) {
+    this.hopConnections = opts.hopConnections ?? HOP_CONNECTIONS;
+    this.hopPerAccount = Math.max(1, Math.floor(this.hopConnections / 4));
+    this.hopQueueWaitMs = opts.hopQueueWaitMs ?? HOP_QUEUE_WAIT_MS;
+  }
 
   /** Drops the connection pool of a tunnel that went away. */
   release(tunnelId: string): void {
@@ -289,8 +303,8 @@ export class Forwarder {
   private hopPoolFor(nodeAddress: string): TunnelPool {
     let p = this.hopPools.get(nodeAddress);
     if (!p) {
-      const pool = new Pool(`http://${nodeAddress}`, { ...this.poolOptions(), connections: HOP_CONNECTIONS, maxHeaderSize: HOP_MAX_HEADER_BYTES });
-      p = { pool, inFlight: 0, byAccount: new Map() };
+      const pool = new Pool(`http://${nodeAddress}`, { ...this.poolOptions(), connections: this.hopConnections, maxHeaderSize: HOP_MAX_HEADER_BYTES });
+      p = { pool, inFlight: 0, byAccount: new Map(), connections: this.hopConnections };
       this.hopPools.set(nodeAddress, p);
     }
     return p;
@@ -416,7 +430,7 @@ export class Forwarder {
     // node, held them all and every other account's hops to that node waited without end).
     const byAccount = p.byAccount!;
     const held = byAccount.get(accountId) ?? 0;
-    if (held >= HOP_PER_ACCOUNT) return Promise.reject(new ForwardError(7006, `more than ${HOP_PER_ACCOUNT} requests of this account are on their way to the ingress node holding tunnel ${tunnelId}`, 'any'));
+    if (held >= this.hopPerAccount) return Promise.reject(new ForwardError(7006, `more than ${this.hopPerAccount} requests of this account are on their way to the ingress node holding tunnel ${tunnelId}`, 'any'));
     byAccount.set(accountId, held + 1);
     const done = req.url === '*' && hooks?.state.target === undefined ? this.asterisk(p, req, res, hopHeaders, hooks, info, { node: nodeAddress }) : this.dispatch(p, req, res, hopHeaders, hooks, null, true, info.onHopPolicy, info.written);
     const release = () => {
@@ -526,6 +540,8 @@ export class Forwarder {
       try {
         // A traffic-policy url-rewrite's target, else the client's.
         p.pool.dispatch({ path: hooks?.state.target ?? req.url ?? '/', method: req.method ?? 'GET', headers, body }, x);
+        // Every connection to the node is busy: it waits in the pool's queue, but not for ever.
+        if (p.connections !== undefined && p.inFlight > p.connections) x.expireQueued(this.hopQueueWaitMs);
       } catch (err) {
         // undici refused the request itself (a request target it cannot send, …).
         x.onError(err as Error);
@@ -665,6 +681,13 @@ const HOP_CLOSE_RE = new RegExp(`\r\n${HOP.close}:`, 'i');
 
 /** Keep-alive connections kept to each other node (hops). */
 const HOP_CONNECTIONS = 1024;
+
+/**
+ * Longest wait of a hop for a free connection to its node, once all {@link HOP_CONNECTIONS} are
+ * busy (several accounts each at {@link HOP_PER_ACCOUNT}): past it, 503 `ERR_WARREN_7006` (another
+ * tunnel tried first), not a request held until its client gives up.
+ */
+export const HOP_QUEUE_WAIT_MS = 10_000;
 
 /**
  * Requests of one account (the account of the tunnel they go to) in flight to one other node at
@@ -820,6 +843,10 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
    */
   private miss = false;
   private hopError: ForwardError | null = null;
+  /** Set while it waits in a hop pool's queue with a deadline ({@link expireQueued}). */
+  private queueTimer: NodeJS.Timeout | null = null;
+  /** Given up in the queue: aborted as soon as undici hands it a connection. */
+  private expired = false;
 
   constructor(
     private readonly req: http.IncomingMessage,
@@ -865,8 +892,25 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
     queueMicrotask(w);
   }
 
+  /**
+   * Waiting in a hop pool's queue (every connection to the node busy): answered with 503
+   * `ERR_WARREN_7006` unless a connection takes it within `ms`; undici then gets it aborted at once.
+   */
+  expireQueued(ms: number): void {
+    this.queueTimer = setTimeout(() => {
+      this.queueTimer = null;
+      if (this.abortFn !== null || this.settled) return;
+      this.expired = true;
+      this.finish(0, new ForwardError(7006, `no connection to the ingress node holding the tunnel was free within ${ms / 1000} s`, 'any'));
+    }, ms);
+  }
+
   private finish(status: number, err: ForwardError | null): void {
     this.wrote();
+    if (this.queueTimer) {
+      clearTimeout(this.queueTimer);
+      this.queueTimer = null;
+    }
     if (this.settled) return;
     this.settled = true;
     this.pool.inFlight--;
@@ -876,8 +920,13 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
 
   onConnect(abort: (err?: Error) => void): void {
     this.abortFn = abort;
+    if (this.queueTimer) {
+      clearTimeout(this.queueTimer);
+      this.queueTimer = null;
+    }
     if (this.written !== undefined) this.wrote();
     if (this.res.destroyed) abort(new Error('the client went away'));
+    else if (this.expired) abort(new Error('given up waiting for a connection'));
   }
 
   onHeaders(status: number, rawHeaders: Buffer[], resume: () => void, statusText: string): boolean {
