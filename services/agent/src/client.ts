@@ -130,14 +130,18 @@ const sleep = (ms: number, signal: AbortSignal) =>
     });
   });
 
-/** A refusal that says when to try again (a start rate limit, ERR_WARREN_8001): that many ms, else null. */
+/**
+ * A refusal that says to try again: after the ms it names (a start rate limit, ERR_WARREN_8001),
+ * or after half a second (a node without its configuration yet, ERR_WARREN_7008); else null.
+ */
 export function retryHintMs(message: string): number | null {
   const m = /retry in (\d+) ms \(ERR_WARREN_8001\)/.exec(message);
-  return m ? Number(m[1]) : null;
+  if (m) return Number(m[1]);
+  return /retry shortly \(ERR_WARREN_7008\)/.test(message) ? 500 : null;
 }
 
-/** Tries a tunnel's resume refused for its rate (ERR_WARREN_8001) this often at most before giving it up. */
-const RESUME_RATE_RETRIES = 10;
+/** Tries a tunnel's resume refused for a while (see {@link retryHintMs}) this often at most before giving it up. */
+const RESUME_RETRIES = 10;
 
 export class AgentClient extends EventEmitter<AgentClientEvents> {
   private readonly opts: AgentClientOptions;
@@ -377,11 +381,11 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
           try {
             next = await this.open(mux, state.tunnel.spec, state.target, state);
           } catch (err) {
-            // Refused for its rate (many agents of one authtoken reconnecting to a node at once):
-            // tried again when the server says, not given up.
+            // Refused for its rate (many agents of one authtoken reconnecting to a node at once)
+            // or by a node still without its configuration: tried again when the server says.
             const hint = err instanceof AgentRpcError ? retryHintMs(err.message) : null;
-            if (hint !== null && attempt < RESUME_RATE_RETRIES) {
-              this.log.info({ tunnel: id, retryInMs: hint }, 'tunnel resume refused for its rate; trying again');
+            if (hint !== null && attempt < RESUME_RETRIES) {
+              this.log.info({ tunnel: id, retryInMs: hint }, 'tunnel resume refused for now; trying again');
               await sleep(Math.min(Math.max(hint, 10), 10_000), this.stop.signal);
               if (this.closing || this.mux !== mux || mux.closed) return;
               continue;
