@@ -51,7 +51,15 @@ export class DispatchTurn {
   private inLoop = false;
   private go: (() => void) | null = null;
 
+  /**
+   * This request was sent upstream (its head written: `RequestInfo.written`), or ends without being
+   * sent (answered, refused, failed): later ones may go. Idempotent; a bound function (made in the
+   * constructor: a named arrow field would cost a `__name` defineProperty per turn under tsx).
+   */
+  readonly done: () => void;
+
   constructor(private readonly socket: PendingSocket) {
+    this.done = () => this.ownDone();
     const prev = socket[PENDING];
     // The connection's last turn is never over (it is removed when it is): `prev` is still open.
     this.earlierOver = prev === undefined;
@@ -70,15 +78,11 @@ export class DispatchTurn {
     else this.go = go;
   }
 
-  /**
-   * This request was sent upstream (its head written: `RequestInfo.written`), or ends without being
-   * sent (answered, refused, failed): later ones may go. Idempotent; a bound function.
-   */
-  readonly done = (): void => {
+  private ownDone(): void {
     if (this.own) return;
     this.own = true;
     if (!this.inLoop) this.settle();
-  };
+  }
 
   /** Ends this turn and lets the next ones go, in order, as far as they are done (a loop, not a recursion: a client may pipeline thousands). */
   private settle(): void {

@@ -863,10 +863,11 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
     /** {@link RequestInfo.written}: once the request's head is written (or never will be). */
     private written?: () => void,
   ) {
-    res.on('close', this.onClientClose);
+    // Inline, not a named arrow field: tsx's keepNames wraps those in a defineProperty per instance.
+    res.on('close', () => this.clientClosed());
   }
 
-  private readonly onClientClose = (): void => {
+  private clientClosed(): void {
     if (!this.res.writableFinished) {
       // The client went away: stop the upstream request (or the rest of its body) too.
       this.abortFn?.(new Error('the client went away'));
@@ -875,11 +876,7 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
       return;
     }
     this.finish(this.res.statusCode ?? this.status, null);
-  };
-
-  private readonly onDrain = (): void => {
-    this.resumeFn?.();
-  };
+  }
 
   /**
    * The request's head went to the upstream connection, or never will: {@link written} runs, once,
@@ -996,7 +993,7 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
     if (this.miss) return true;
     if (this.body) return this.body.push(chunk);
     if (this.res.write(chunk)) return true;
-    this.res.once('drain', this.onDrain);
+    this.res.once('drain', () => this.resumeFn?.());
     return false;
   }
 
@@ -1017,7 +1014,7 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
       if (this.body) {
         // Through the response stages: `deliver` decides (a 502 while their head still waits,
         // the connection cut once it went out, nothing when a stage's own answer replaced the
-        // response); the exchange ends when the client's response does (onClientClose).
+        // response); the exchange ends when the client's response does (clientClosed).
         this.body.destroy(err);
         return;
       }

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { Counter, type Registry } from 'prom-client';
 import type { Logger } from 'pino';
-import { isValidHostValue, type PolicyDirection } from '@warren/shared';
+import { headerValues, isValidHostValue, type PolicyDirection } from '@warren/shared';
 import type { Transform } from 'node:stream';
 import type { Outcome, RateLimiter, RateLimitResult, RequestState, ResponseState, RouteStage, UpstreamResult } from '../pipeline/types.js';
 import { noContentStatus } from '../http/answer.js';
@@ -50,9 +50,11 @@ function errorCounter(registry: Registry): Counter<'direction'> {
 interface Run {
   act: Activation;
   rules: CompiledRule[];
-  /** The headers the actions edit: the request's (inbound) or the response's (outbound). */
-  getHeaders(): string[];
-  setHeaders(h: string[]): void;
+  /**
+   * Whose headers the actions edit: the request's (inbound) or the response's (outbound). (An
+   * object, not a getter/setter pair: two closures fewer per request on the hot path.)
+   */
+  edited: { headers: string[] };
 }
 
 function hasContentType(headers: Record<string, string>): boolean {
@@ -139,26 +141,12 @@ export class TrafficPolicyStage implements RouteStage {
     // oauth / openid-connect special paths (`<prefix>/ngrok/{login,logout,callback}`) are answered before any rule.
     const special = this.policy.auth?.specialPath(s);
     if (special) return special;
-    const run: Run = {
-      act: new Activation(s, null),
-      rules: this.policy.inbound,
-      getHeaders: () => s.headers,
-      setHeaders: (h) => {
-        s.headers = h;
-      },
-    };
+    const run: Run = { act: new Activation(s, null), rules: this.policy.inbound, edited: s };
     return this.runFrom(run, 0, 0);
   }
 
   private runResponse(s: RequestState, r: ResponseState): Outcome | Promise<Outcome> {
-    const run: Run = {
-      act: new Activation(s, r),
-      rules: this.policy.outbound,
-      getHeaders: () => r.headers,
-      setHeaders: (h) => {
-        r.headers = h;
-      },
-    };
+    const run: Run = { act: new Activation(s, r), rules: this.policy.outbound, edited: r };
     return this.runFrom(run, 0, 0);
   }
 
@@ -180,10 +168,10 @@ export class TrafficPolicyStage implements RouteStage {
             this.addHeaders(run, a);
             break;
           case 'remove-headers': {
-            const before = run.getHeaders();
+            const before = run.edited.headers;
             const after = withoutHeaders(before, a.lower);
             if (after !== before) {
-              run.setHeaders(after);
+              run.edited.headers = after;
               run.act.headersChanged();
             }
             break;
@@ -325,7 +313,7 @@ export class TrafficPolicyStage implements RouteStage {
    * and logged as a failed interpolation, never handed to undici (which asserts on it: a 502).
    */
   private addHeaders(run: Run, a: CompiledAddHeaders): void {
-    let out = run.getHeaders().slice();
+    let out = run.edited.headers.slice();
     const added: string[] | undefined = a.record ? [] : undefined;
     for (const h of a.headers) {
       const where = `add-headers ${h.name}`;
@@ -341,7 +329,7 @@ export class TrafficPolicyStage implements RouteStage {
       out.push(h.name, value);
       added?.push(h.name, value);
     }
-    run.setHeaders(out);
+    run.edited.headers = out;
     run.act.headersChanged();
     // `actions.ngrok.add_headers.headers_added` (only for a policy that reads it; see `CompiledAddHeaders.record`).
     if (added) actionsOf(run.act.s).ngrok.add_headers.record(added);
@@ -398,7 +386,9 @@ export class TrafficPolicyStage implements RouteStage {
 
   /** Asks the limiter; then a 429, or the rules go on after action `j` of rule `i`. */
   private rateLimit(run: Run, a: CompiledRateLimit, i: number, j: number): Promise<Outcome> {
-    const values = a.bucketKey.map((k) => (k.kind === 'host' ? run.act.s.host : k.kind === 'client_ip' ? run.act.s.clientIp : run.act.req.header(k.name).join(', ')));
+    // A header straight from the request's pairs as they stand (names lowercased at parse): the
+    // same values `req.headers` shows, without building the CEL request view for it.
+    const values = a.bucketKey.map((k) => (k.kind === 'host' ? run.act.s.host : k.kind === 'client_ip' ? run.act.s.clientIp : headerValues(run.act.s.headers, k.name).join(', ')));
     const shown = JSON.stringify(values);
     const key = a.prefix.length + shown.length <= MAX_PLAIN_KEY ? a.prefix + shown : `${a.prefix}#${createHash('sha256').update(shown).digest('base64url')}`;
     const vars = actionsOf(run.act.s).ngrok.rate_limit;
