@@ -268,11 +268,11 @@ async function main(): Promise<void> {
    * and so can a Bind made before its node learned of another account's new HTTPS edge on the
    * host. Once this node learns of the other account's older tunnel or edge, its own later Bind
    * (which routing already gives no traffic) is stopped, with the Bind refusal's words: it would
-   * otherwise take over whenever the holder's tunnel went down for a moment.
+   * otherwise take over whenever the holder's tunnel went down for a moment. Outheld by a tunnel:
+   * only once that has lasted OUTHELD_BIND_GRACE_MS (the holder may be a dead node's report, swept
+   * within seconds); by an edge (the config says so): at once.
    */
-  // A tunnel outheld by another account's tunnel is stopped only once that has lasted
-  // OUTHELD_BIND_GRACE_MS (the holder may be a dead node's report, swept within seconds); one
-  // outheld by an edge (the config says so) at once. Tunnel id → when first found outheld.
+  /** Tunnel id → when it was first found outheld by another account's tunnel. */
   const outheldSince = new Map<string, number>();
   let outheldTimer: NodeJS.Timeout | null = null;
   const stopOutheldBinds = (by?: DpTunnel) => {

@@ -268,7 +268,7 @@ export class Forwarder {
 
   constructor(private readonly opts: ForwarderOptions) {
     this.hopConnections = opts.hopConnections ?? HOP_CONNECTIONS;
-    this.hopPerAccount = Math.max(1, Math.floor(this.hopConnections / 4));
+    this.hopPerAccount = hopShare(this.hopConnections);
     this.hopQueueWaitMs = opts.hopQueueWaitMs ?? HOP_QUEUE_WAIT_MS;
   }
 
@@ -695,7 +695,12 @@ export const HOP_QUEUE_WAIT_MS = 10_000;
  * connection (an audit held all 512 with 525 never-ending responses; every other account's
  * requests through that node then hung). Past it: 503 `ERR_WARREN_7006`, another tunnel tried.
  */
-export const HOP_PER_ACCOUNT = HOP_CONNECTIONS / 4;
+export const HOP_PER_ACCOUNT = hopShare(HOP_CONNECTIONS);
+
+/** The hop requests one account may have in flight to a node with `connections` hop connections: a quarter. */
+function hopShare(connections: number): number {
+  return Math.max(1, Math.floor(connections / 4));
+}
 
 /**
  * Longest head read from another node (hops, both ways: this pool's answers and the internal

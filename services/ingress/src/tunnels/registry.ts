@@ -278,8 +278,7 @@ export class TunnelRegistry {
   private indexHosts(): Map<string, HostCandidates> {
     const all = new Map<string, { local: LocalTunnel[]; remote: DpTunnel[] }>();
     const entry = (t: LocalTunnel | DpTunnel) => {
-      if (t.proto === 'labeled' || t.bindings.includes('internal')) return null;
-      const host = hostnameOfUrl(t.publicUrl);
+      const host = publicBindHost(t);
       if (!host) return null;
       let c = all.get(host);
       if (!c) all.set(host, (c = { local: [], remote: [] }));
