@@ -54,7 +54,8 @@ export const STORE_ERROR_CODE = 'ERR_WARREN_RATE_LIMIT_STORE';
 /** The script as a custom ioredis command: EVALSHA, with EVAL once per connection and after NOSCRIPT. */
 const COMMAND = 'warrenSlidingWindow';
 /** Counter mode: [admitted, P, C, e, ahead]; log mode: [admitted, ms until admitted, 0, 0, 0] (script.ts). */
-type ScriptReply = [admitted: number, a: number, b: number, c: number, d: number];
+/** The script's answer (script.ts): 1 when admitted, else five integers, the first 0. */
+type ScriptReply = 1 | [admitted: 0, a: number, b: number, c: number, d: number];
 type WithCommand = Redis & { [COMMAND](key: string, capacity: number, windowMs: number, now: string, mode: ModeArg): Promise<ScriptReply> };
 /** ARGV[4] of the script. */
 type ModeArg = '1' | '0';
@@ -247,7 +248,7 @@ export class RedisSlidingWindowLimiter implements RateLimiter {
   private decide(reply: ScriptReply, mode: ModeArg, capacity: number, windowMs: number, started: number): RateLimitResult {
     if (this.breaker.success()) this.log?.info({ serverId: this.serverId }, 'rate-limit store: Redis answering again');
     this.metrics.redisLatency((performance.now() - started) / 1000);
-    if (reply[0] === 1) {
+    if (typeof reply === 'number') {
       this.metrics.decision(false);
       return ADMITTED;
     }

@@ -3,12 +3,12 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startRedisServer, type RedisServer } from '../../../../test/support/redis-server.js';
 import { RedisSlidingWindowLimiter } from './redis.js';
-import { command, parseReply, redisEndpoint, ScriptPipe } from './script-pipe.js';
+import { command, parseReply, redisEndpoint, ScriptPipe, type ScriptReply } from './script-pipe.js';
 import { handshakeStaller } from './testing.js';
 
 const SCRIPT = `return {tonumber(ARGV[1]) + 1, #KEYS[1], ARGV[2] == '' and 1 or 0}`;
 
-function call(pipe: ScriptPipe, key: string, args: string[]): Promise<number[]> {
+function call(pipe: ScriptPipe, key: string, args: string[]): Promise<ScriptReply> {
   return new Promise((resolve, reject) => pipe.call(key, args, (err, r) => (err ? reject(err) : resolve(r!))));
 }
 
@@ -54,6 +54,14 @@ describe('ScriptPipe against Redis', () => {
     const replies = await Promise.all(Array.from({ length: 5000 }, (_, i) => call(p, `key-${'x'.repeat(i % 7)}`, [String(i), i % 2 ? '' : 'y'])));
     replies.forEach((r, i) => expect(r).toEqual([i + 1, 4 + (i % 7), i % 2 ? 1 : 0]));
     expect(p.inFlight).toBe(0);
+  });
+
+  it('delivers an integer reply as a number, in order among array replies (the limiter script answers an admission with 1)', async () => {
+    const p = new ScriptPipe({ url: inject('redisUrl'), script: `if ARGV[1] == 'n' then return tonumber(ARGV[2]) end return {tonumber(ARGV[2]), -1}`, argCount: 2, timeoutMs: 2000 });
+    pipes.push(p);
+    await new Promise<void>((r) => p.once('ready', () => r()));
+    const replies = await Promise.all(Array.from({ length: 200 }, (_, i) => call(p, 'k', [i % 3 ? 'n' : 'a', String(i - 100)])));
+    replies.forEach((r, i) => expect(r).toEqual(i % 3 ? i - 100 : [i - 100, -1]));
   });
 
   it('reloads the script after NOSCRIPT (a flushed script cache) and sends the call that met it again, once', async () => {

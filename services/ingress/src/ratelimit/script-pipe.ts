@@ -5,7 +5,7 @@ import tls from 'node:tls';
 
 /**
  * A lean Redis connection for the rate limiter's one hot command: `EVALSHA` of one script with one
- * key, whose reply is an array of integers.
+ * key, whose reply is an integer or an array of integers.
  *
  * Why not ioredis here: the rate-limit check runs on every request of a limited route, and a CPU
  * profile of the ingress put 28.6 % of its busy time in ioredis's per-command path (Command
@@ -30,7 +30,7 @@ import tls from 'node:tls';
  * Everything else that talks to Redis (tests, the event pipeline, BullMQ) uses ioredis.
  */
 
-export type ScriptReply = number[];
+export type ScriptReply = number[] | number;
 export type ReplyCallback = (err: Error | null, reply: ScriptReply | null) => void;
 
 export interface ScriptPipeOptions {
@@ -461,8 +461,8 @@ export class ScriptPipe extends EventEmitter<{ ready: []; error: [Error]; close:
     const cb = p.cb;
     p.cb = null;
     if (err) return cb(err, null);
-    if (!Array.isArray(value)) return cb(new RedisError(`unexpected script reply: ${JSON.stringify(value)}`), null);
-    cb(null, value as number[]);
+    if (typeof value !== 'number' && !Array.isArray(value)) return cb(new RedisError(`unexpected script reply: ${JSON.stringify(value)}`), null);
+    cb(null, value as ScriptReply);
   }
 
   private reloading = false;

@@ -31,11 +31,13 @@
  * only increment `c` (HINCRBY): the expiry set at the window's first write already covers them,
  * so the common case is one read and one write.
  *
- * Denied requests write nothing in either mode. Returns five non-negative integers, as seen
- * before this request:
- * - log mode:     {admitted (1/0), ms until a request would be admitted (0 when admitted), 0, 0, 0}
- * - counter mode: {admitted (1/0), P, C, e, ahead}; the caller derives the Retry-After from them
- *   with window.ts' `retryAfterMs`, so that formula exists once.
+ * Denied requests write nothing in either mode. An admitted request gets the integer 1 (the
+ * common answer, kept short: Redis builds and sends one integer instead of a five-element array,
+ * ~10 % of the script's cost, and the ingress parses one integer). A denied one gets five
+ * non-negative integers, as seen before this request:
+ * - log mode:     {0, ms until a request would be admitted, 0, 0, 0}
+ * - counter mode: {0, P, C, e, ahead}; the caller derives the Retry-After from them with
+ *   window.ts' `retryAfterMs`, so that formula exists once.
  */
 export const SLIDING_WINDOW_LUA = `
 local L = tonumber(ARGV[1])
@@ -63,7 +65,7 @@ if ARGV[4] == '1' then
     redis.call('LTRIM', KEYS[1], 0, L - 1)
   end
   redis.call('PEXPIRE', KEYS[1], t - now + W)
-  return {1, 0, 0, 0, 0}
+  return 1
 end
 local k = math.floor(now / W)
 local e = now - k * W
@@ -93,7 +95,7 @@ if p * (W - e) <= (L - 1 - c) * W then
     redis.call('HSET', KEYS[1], 'k', k, 'c', c + 1, 'p', p)
     redis.call('PEXPIRE', KEYS[1], 2 * W)
   end
-  return {1, p, c, e, ahead}
+  return 1
 end
 return {0, p, c, e, ahead}
 `;
