@@ -20,6 +20,10 @@
  *   c    c0 with the `rate-limit` action on (sliding_window, capacity 2e9, key = host + header,
  *        one hot key): one Redis script per request; Redis joins the system under test on core 1
  *   c10k c with 10,000 keys (a wrk Lua script sets a random header per request)
+ *   c50  half the requests refused: the 429 path timed (performance.md §2's variant of c). Two
+ *        rules: requests with `x-half: 1` (every other one, set by a wrk Lua script) meet a
+ *        rate-limit of capacity 1 and get 429; the others meet case c's. One Redis script per
+ *        request either way; an expression per request more than c
  *   hop  Warren: wrk → ingress B → internal hop → ingress A → agent → upstream
  * The agent is the customer's side of a tunnel; it runs on core 0 with the upstream. CPU µs per
  * request is read from /proc for the proxy processes (nginx worker; ingress; agent).
@@ -56,6 +60,15 @@ const HOST = 'proxy.bench.test';
 const RL_HOST = 'rl.bench.test';
 const RL_POLICY = JSON.stringify({
   inbound: [{ actions: [{ type: 'rate-limit', config: { name: 'bench', algorithm: 'sliding_window', capacity: 2_000_000_000, rate: '60s', bucket_key: ['req.host', "req.headers['x-client']"] } }] }],
+});
+
+/** Case c50: every other request refused by the first rule's rate limit, the rest passed by the second's. */
+const RL50_HOST = 'rl50.bench.test';
+const RL50_POLICY = JSON.stringify({
+  inbound: [
+    { expressions: ["'x-half' in req.headers && req.headers['x-half'][0] == '1'"], actions: [{ type: 'rate-limit', config: { name: 'refuse', algorithm: 'sliding_window', capacity: 1, rate: '60s', bucket_key: ['req.host'] } }] },
+    { actions: [{ type: 'rate-limit', config: { name: 'bench', algorithm: 'sliding_window', capacity: 2_000_000_000, rate: '60s', bucket_key: ['req.host', "req.headers['x-client']"] } }] },
+  ],
 });
 
 /**
@@ -256,12 +269,17 @@ async function main(): Promise<void> {
     await api('POST', `/edges/https/${edge.id}/routes`, { match_type: 'path_prefix', match: '/', backend: { enabled: true, backend_id: backend.id } });
     const rlEdge = await api('POST', '/edges/https', { hostports: [`${RL_HOST}:443`] });
     await api('POST', `/edges/https/${rlEdge.id}/routes`, { match_type: 'path_prefix', match: '/', backend: { enabled: true, backend_id: backend.id }, traffic_policy: { value: process.env.BENCH_POLICY ?? RL_POLICY } });
+    const rl50Edge = await api('POST', '/edges/https', { hostports: [`${RL50_HOST}:443`] });
+    await api('POST', `/edges/https/${rl50Edge.id}/routes`, { match_type: 'path_prefix', match: '/', backend: { enabled: true, backend_id: backend.id }, traffic_policy: { value: RL50_POLICY } });
     // wrk script for the 10k-keys variant: a random client header per request.
     const keysScript = path.join(dir, 'keys.lua');
     writeFileSync(keysScript, `request = function()\n  wrk.headers["x-client"] = tostring(math.random(1, 10000))\n  return wrk.format(nil, "/")\nend\n`);
+    // wrk script for c50: x-half alternates 0, 1 (one hot client key, as in c).
+    const halfScript = path.join(dir, 'half.lua');
+    writeFileSync(halfScript, `local n = 0\nrequest = function()\n  n = n + 1\n  wrk.headers["x-client"] = "a"\n  wrk.headers["x-half"] = tostring(n % 2)\n  return wrk.format(nil, "/")\nend\n`);
     agent = startAgentProcess(['http', String(upstream.port), '--label', 'bench=proxy', '--authtoken', cred.token, '--server', `localhost:${a.agent}`, '--ca', tls.caFile], { LOG_LEVEL: 'warn' });
     await agent.waitForOutput('online');
-    for (const n of [a, b]) for (const host of [HOST, RL_HOST]) await waitFor(`${n.nodeId} serves ${host}`, () => new Promise<boolean>((resolve) => {
+    for (const n of [a, b]) for (const host of [HOST, RL_HOST, RL50_HOST]) await waitFor(`${n.nodeId} serves ${host}`, () => new Promise<boolean>((resolve) => {
       http.get({ host: '127.0.0.1', port: n.http, path: '/', headers: { host } }, (res) => { res.resume(); resolve(res.statusCode === 200); }).on('error', () => resolve(false));
     }), 15_000);
     // Redis belongs to the rate-limit case's system under test: core 1 with the ingress.
@@ -273,7 +291,7 @@ async function main(): Promise<void> {
     pin(cp.pid, 0);
     if (process.env.BENCH_HOLD === '1') {
       // Profiling aid: keep the set-up running (pinned as for the cases) until SIGINT or SIGTERM.
-      log(`holding: ingress A pid ${a.pid} http ${a.http} (hosts ${HOST}, ${RL_HOST}); agent pid ${agent.pid}; nginx proxy ${proxy.port}, with limit_req ${limited.port}; bare Node proxy ${bareProxyPort}; upstream ${upstream.port}; redis ${redisCliArgs.join(' ')}`);
+      log(`holding: ingress A pid ${a.pid} http ${a.http} (hosts ${HOST}, ${RL_HOST}, ${RL50_HOST}); agent pid ${agent.pid}; nginx proxy ${proxy.port}, with limit_req ${limited.port}; bare Node proxy ${bareProxyPort}; upstream ${upstream.port}; redis ${redisCliArgs.join(' ')}`);
       await new Promise<void>((resolve) => {
         // `on`, not `once`: tsx relays the signal to this process, and `pkill -f proxy-bench`
         // sends it again; a second signal without a handler would kill the process before the
@@ -293,6 +311,7 @@ async function main(): Promise<void> {
       { name: 'c0', port: a.http, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid }) },
       { name: 'c', port: a.http, host: RL_HOST, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid, ...(redisPid ? { redis: redisPid } : {}) }) },
       { name: 'c10k', port: a.http, host: RL_HOST, script: keysScript, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid, ...(redisPid ? { redis: redisPid } : {}) }) },
+      { name: 'c50', port: a.http, host: RL50_HOST, script: halfScript, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid, ...(redisPid ? { redis: redisPid } : {}) }) },
       { name: 'hop', port: b.http, cpuPids: () => ({ ingress_b: b!.pid, ingress_a: a!.pid, agent: agent!.pid }) },
     ];
     const only = process.env.BENCH_CASES?.split(',');
@@ -340,6 +359,11 @@ async function main(): Promise<void> {
     if (perRoundHb.length) log(`h/b per round (Node hello world ÷ nginx + limit_req: the ceiling of c/b here): ${perRoundHb.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundHb), 2)}`);
     const perRoundC0n = runs.c0 && runs.n ? runs.c0.map((r, i) => r.rps / runs.n![i]!.rps) : [];
     if (perRoundC0n.length) log(`c0/n per round (ingress ÷ bare Node proxy): ${perRoundC0n.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundC0n), 2)}`);
+    if (runs.c50) {
+      const refused = runs.c50.map((r) => r.non2xx / r.requests);
+      const perRoundC50 = runs.c ? runs.c50.map((r, i) => r.rps / runs.c![i]!.rps) : [];
+      log(`c50 (every other request refused with 429): refused share per round ${refused.map((x) => fmt(x, 3)).join(', ')}${perRoundC50.length ? `; c50/c per round ${perRoundC50.map((x) => fmt(x, 2)).join(', ')}, median ${fmt(median(perRoundC50), 2)}` : ''}`);
+    }
 
     // Open loop at 50 % and 80 % of the rate-limit case's max: the latency the check adds.
     const openLoopResults: Record<string, unknown> = {};
@@ -407,7 +431,7 @@ async function main(): Promise<void> {
       machine: machine(),
       method: { rounds: ROUNDS, warmup_s: WARMUP, duration_s: DURATION, connections: CONNECTIONS, generator: 'wrk -t1 (core 0)', upstream: 'nginx return 200 "ok" (core 0)', sut_core: 1, agent_core: 0 },
       summary,
-      ratios: { 'c/c0 per-round median': perRound.length ? median(perRound) : NaN, 'c/b per-round median': perRoundCb.length ? median(perRoundCb) : NaN, 'n/b per-round median': perRoundNb.length ? median(perRoundNb) : NaN, 'h/b per-round median': perRoundHb.length ? median(perRoundHb) : NaN, 'c0/n per-round median': perRoundC0n.length ? median(perRoundC0n) : NaN, 'c/n': ratio('c', 'n'), 'c0/a': ratio('c0', 'a'), 'c0/b0': ratio('c0', 'b0'), 'b0/a': ratio('b0', 'a'), 'c/c0': ratio('c', 'c0'), 'c/b0': ratio('c', 'b0'), 'c/b': ratio('c', 'b'), 'b/b0': ratio('b', 'b0'), 'c10k/c0': ratio('c10k', 'c0'), 'hop/c0': ratio('hop', 'c0') },
+      ratios: { 'c/c0 per-round median': perRound.length ? median(perRound) : NaN, 'c/b per-round median': perRoundCb.length ? median(perRoundCb) : NaN, 'n/b per-round median': perRoundNb.length ? median(perRoundNb) : NaN, 'h/b per-round median': perRoundHb.length ? median(perRoundHb) : NaN, 'c0/n per-round median': perRoundC0n.length ? median(perRoundC0n) : NaN, 'c/n': ratio('c', 'n'), 'c0/a': ratio('c0', 'a'), 'c0/b0': ratio('c0', 'b0'), 'b0/a': ratio('b0', 'a'), 'c/c0': ratio('c', 'c0'), 'c/b0': ratio('c', 'b0'), 'c/b': ratio('c', 'b'), 'b/b0': ratio('b', 'b0'), 'c10k/c0': ratio('c10k', 'c0'), 'c50/c': ratio('c50', 'c'), 'hop/c0': ratio('hop', 'c0') },
       open_loop: openLoopResults,
       sequential,
       runs,
