@@ -20,6 +20,9 @@
  *   c    c0 with the `rate-limit` action on (sliding_window, capacity 2e9, key = host + header,
  *        one hot key): one Redis script per request; Redis joins the system under test on core 1
  *   c10k c with 10,000 keys (a wrk Lua script sets a random header per request)
+ *   blua b0 with the limiter's own script on the same Redis per request (nginx + Lua, performance.md
+ *        §2's optional b′; needs Debian's libnginx-mod-http-lua and lua-resty-core, else skipped):
+ *        what the Redis hop costs a C proxy
  *   c50  half the requests refused: the 429 path timed (performance.md §2's variant of c). Two
  *        rules: requests with `x-half: 1` (every other one, set by a wrk Lua script) meet a
  *        rate-limit of capacity 1 and get 429; the others meet case c's. One Redis script per
@@ -41,13 +44,14 @@
  */
 import http from 'node:http';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { freePort, startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
 import { cleanupTempDirs, startAgentProcess, startIngress, tempDir, waitFor, type AgentProcess, type IngressProcess } from '../support/cluster.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { SLIDING_WINDOW_LUA } from '../../services/ingress/src/ratelimit/script.js';
 import { benchDatabase, cpuMicros, cpuSplit, fmt, log, machine } from './support.js';
 import { openLoop, openLoopPaired, type OpenLoopResult } from './open-loop.js';
 
@@ -152,13 +156,14 @@ function pin(pid: number, core: number): void {
   execFileSync('taskset', ['-a', '-pc', String(core), String(pid)], { stdio: 'ignore' });
 }
 
-function startNginx(dir: string, name: string, core: number, server: string, upstream?: number, httpExtra = ''): Promise<{ child: ChildProcess; port: number; workerPid: () => number }> {
+function startNginx(dir: string, name: string, core: number, server: string, upstream?: number, httpExtra = '', mainExtra = ''): Promise<{ child: ChildProcess; port: number; workerPid: () => number }> {
   return (async () => {
     const port = await freePort();
     const conf = path.join(dir, `${name}.conf`);
     writeFileSync(
       conf,
-      `worker_processes 1;
+      `${mainExtra}
+worker_processes 1;
 daemon off;
 user root;
 pid ${dir}/${name}.pid;
@@ -186,6 +191,39 @@ http {
     const workerPid = () => Number(execFileSync('pgrep', ['-P', String(child.pid)], { encoding: 'utf8' }).trim().split('\n')[0]);
     return { child, port, workerPid };
   })();
+}
+
+const NGINX_LUA_MODULE = '/usr/share/nginx/modules/ngx_http_lua_module.so';
+const NGINX_NDK_MODULE = '/usr/share/nginx/modules/ndk_http_module.so';
+
+/**
+ * Case blua: nginx (1 worker, core 1) that, before proxying as b0 does, runs the limiter's own
+ * script (SLIDING_WINDOW_LUA, EVALSHA, capacity 2e9, counter mode as case c) on the bench's Redis
+ * over a kept-alive cosocket, one call and one round trip per request, and answers 429 when it
+ * refuses (never, at this capacity). What the Redis hop costs a C proxy: c/blua compares like
+ * with like, where b's limit_req is a shared-memory counter with no hop at all.
+ */
+async function startNginxLua(dir: string, upstreamPort: number, redisUrl: string): Promise<{ child: ChildProcess; port: number; workerPid: () => number }> {
+  const sha = createHash('sha1').update(SLIDING_WINDOW_LUA).digest('hex');
+  const u = new URL(redisUrl);
+  const connect = u.protocol === 'unix:' ? `sock:connect("unix:${u.pathname}")` : `sock:connect("${u.hostname}", ${Number(u.port || 6379)})`;
+  execFileSync('redis-cli', [...redisCliArgs, 'SCRIPT', 'LOAD', SLIDING_WINDOW_LUA], { stdio: 'ignore' });
+  const lua = `
+    local sock = ngx.socket.tcp()
+    sock:settimeout(50)
+    local ok = ${connect}
+    if not ok then return end
+    local key = "warren:bench:blua:" .. (ngx.var.host or "") .. "|" .. (ngx.var.http_x_client or "")
+    local args = { "EVALSHA", "${sha}", "1", key, "2000000000", "60000", "", "0" }
+    local out = { "*", #args, "\\r\\n" }
+    for _, a in ipairs(args) do out[#out + 1] = "$" .. #a .. "\\r\\n" .. a .. "\\r\\n" end
+    sock:send(table.concat(out))
+    local line = sock:receive()
+    if line and line:sub(1, 1) == "*" then for _ = 1, 5 do sock:receive() end end
+    sock:setkeepalive(60000, 64)
+    if line ~= nil and line ~= ":1" then return ngx.exit(429) end`;
+  return startNginx(dir, 'blua', 1, `location / { access_by_lua_block {${lua}
+    } proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header Host $host; }`, upstreamPort, '', `load_module ${NGINX_NDK_MODULE};\nload_module ${NGINX_LUA_MODULE};`);
 }
 
 function median(xs: number[]): number {
@@ -254,6 +292,11 @@ async function main(): Promise<void> {
       rateLimitRedis = REDIS_MODE === 'unix' ? `unix://${sock}` : `redis://127.0.0.1:${port}`;
     }
     log(`rate-limit Redis: ${REDIS_MODE} (${rateLimitRedis})`);
+    // (b′, performance.md §2's optional case): nginx + Lua + Redis, the same script on the same
+    // Redis per request, when Debian's libnginx-mod-http-lua (and lua-resty-core) are installed.
+    const blua = existsSync(NGINX_LUA_MODULE) && existsSync(NGINX_NDK_MODULE) ? await startNginxLua(dir, upstream.port, rateLimitRedis) : null;
+    if (blua) children.push(blua.child);
+    else log(`case blua skipped: ${NGINX_LUA_MODULE} not found (apt-get install libnginx-mod-http-lua lua-resty-core)`);
     const ingressEnv = { TLS_CERT_FILE: path.join(dir, 'tls', 'cert.pem'), TLS_KEY_FILE: path.join(dir, 'tls', 'key.pem'), LOG_LEVEL: 'warn', REDIS_URL: 'redis://127.0.0.1:6379', RATE_LIMIT_REDIS_URL: rateLimitRedis, RATE_LIMIT_SERVER_ID: `bench-${randomBytes(3).toString('hex')}`, ...(JSON.parse(process.env.BENCH_INGRESS_ENV ?? '{}') as Record<string, string>) };
     a = await startIngress({ nodeId: 'bench-a', controlPlane: [`127.0.0.1:${grpcPort}`], nodeToken, env: ingressEnv });
     b = await startIngress({ nodeId: 'bench-b', controlPlane: [`127.0.0.1:${grpcPort}`], nodeToken, env: ingressEnv });
@@ -306,6 +349,7 @@ async function main(): Promise<void> {
       { name: 'a', port: upstream.port, cpuPids: () => ({}) },
       { name: 'b0', port: proxy.port, cpuPids: () => ({ nginx: proxy.workerPid() }) },
       { name: 'b', port: limited.port, cpuPids: () => ({ nginx: limited.workerPid() }) },
+      ...(blua ? [{ name: 'blua', port: blua.port, cpuPids: () => ({ nginx: blua.workerPid(), ...(redisPid ? { redis: redisPid } : {}) }) }] : []),
       { name: 'h', port: helloPort, cpuPids: () => ({ node: hello.pid! }) },
       { name: 'n', port: bareProxyPort, cpuPids: () => ({ node: bare.pid! }) },
       { name: 'c0', port: a.http, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid }) },
@@ -359,6 +403,8 @@ async function main(): Promise<void> {
     if (perRoundHb.length) log(`h/b per round (Node hello world ÷ nginx + limit_req: the ceiling of c/b here): ${perRoundHb.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundHb), 2)}`);
     const perRoundC0n = runs.c0 && runs.n ? runs.c0.map((r, i) => r.rps / runs.n![i]!.rps) : [];
     if (perRoundC0n.length) log(`c0/n per round (ingress ÷ bare Node proxy): ${perRoundC0n.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundC0n), 2)}`);
+    const perRoundCblua = runs.c && runs.blua ? runs.c.map((r, i) => r.rps / runs.blua![i]!.rps) : [];
+    if (perRoundCblua.length) log(`c/blua per round (ingress + rate limit ÷ nginx + Lua + the same Redis script): ${perRoundCblua.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundCblua), 2)}`);
     if (runs.c50) {
       const refused = runs.c50.map((r) => r.non2xx / r.requests);
       const perRoundC50 = runs.c ? runs.c50.map((r, i) => r.rps / runs.c![i]!.rps) : [];
@@ -431,7 +477,7 @@ async function main(): Promise<void> {
       machine: machine(),
       method: { rounds: ROUNDS, warmup_s: WARMUP, duration_s: DURATION, connections: CONNECTIONS, generator: 'wrk -t1 (core 0)', upstream: 'nginx return 200 "ok" (core 0)', sut_core: 1, agent_core: 0 },
       summary,
-      ratios: { 'c/c0 per-round median': perRound.length ? median(perRound) : NaN, 'c/b per-round median': perRoundCb.length ? median(perRoundCb) : NaN, 'n/b per-round median': perRoundNb.length ? median(perRoundNb) : NaN, 'h/b per-round median': perRoundHb.length ? median(perRoundHb) : NaN, 'c0/n per-round median': perRoundC0n.length ? median(perRoundC0n) : NaN, 'c/n': ratio('c', 'n'), 'c0/a': ratio('c0', 'a'), 'c0/b0': ratio('c0', 'b0'), 'b0/a': ratio('b0', 'a'), 'c/c0': ratio('c', 'c0'), 'c/b0': ratio('c', 'b0'), 'c/b': ratio('c', 'b'), 'b/b0': ratio('b', 'b0'), 'c10k/c0': ratio('c10k', 'c0'), 'c50/c': ratio('c50', 'c'), 'hop/c0': ratio('hop', 'c0') },
+      ratios: { 'c/c0 per-round median': perRound.length ? median(perRound) : NaN, 'c/b per-round median': perRoundCb.length ? median(perRoundCb) : NaN, 'n/b per-round median': perRoundNb.length ? median(perRoundNb) : NaN, 'h/b per-round median': perRoundHb.length ? median(perRoundHb) : NaN, 'c0/n per-round median': perRoundC0n.length ? median(perRoundC0n) : NaN, 'c/n': ratio('c', 'n'), 'c0/a': ratio('c0', 'a'), 'c0/b0': ratio('c0', 'b0'), 'b0/a': ratio('b0', 'a'), 'c/c0': ratio('c', 'c0'), 'c/b0': ratio('c', 'b0'), 'c/b': ratio('c', 'b'), 'b/b0': ratio('b', 'b0'), 'c10k/c0': ratio('c10k', 'c0'), 'c50/c': ratio('c50', 'c'), 'c/blua per-round median': perRoundCblua.length ? median(perRoundCblua) : NaN, 'blua/b': ratio('blua', 'b'), 'hop/c0': ratio('hop', 'c0') },
       open_loop: openLoopResults,
       sequential,
       runs,
