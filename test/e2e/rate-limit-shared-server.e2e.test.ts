@@ -83,10 +83,7 @@ describe('one rate-limit server, three ingress processes, one of them with a ske
     const moments = limited.map(({ r, at }) => at + Number(r.headers['retry-after']) * 1000);
     const spread = Math.max(...moments) - Math.min(...moments);
     console.log(`[shared server] L=${L}: Retry-After ${Math.min(...limited.map(({ r }) => Number(r.headers['retry-after'])))}-${Math.max(...limited.map(({ r }) => Number(r.headers['retry-after'])))} s, moments named within ${spread} ms`);
+    // At most the 1 s of rounding plus how much the answers' travel times differ.
     expect(spread).toBeLessThan(2_500);
-    for (const node of [0, 1, 2]) {
-      const mine = limited.filter((x) => x.node === node).map(({ r, at }) => at + Number(r.headers['retry-after']) * 1000);
-      if (mine.length) expect(Math.abs(Math.min(...mine) - Math.min(...moments))).toBeLessThan(2_500);
-    }
   }, 60_000);
 });
