@@ -201,7 +201,8 @@ const NGINX_NDK_MODULE = '/usr/share/nginx/modules/ndk_http_module.so';
  * script (SLIDING_WINDOW_LUA, EVALSHA, capacity 2e9, counter mode as case c) on the bench's Redis
  * over a kept-alive cosocket, one call and one round trip per request, and answers 429 when it
  * refuses (never, at this capacity). What the Redis hop costs a C proxy: c/blua compares like
- * with like, where b's limit_req is a shared-memory counter with no hop at all.
+ * with like, where b's limit_req is a shared-memory counter with no hop at all. A request with
+ * `x-nolimit: 1` skips the check (b0 on the same nginx): the paired open loop's other class.
  */
 async function startNginxLua(dir: string, upstreamPort: number, redisUrl: string): Promise<{ child: ChildProcess; port: number; workerPid: () => number }> {
   const sha = createHash('sha1').update(SLIDING_WINDOW_LUA).digest('hex');
@@ -209,6 +210,7 @@ async function startNginxLua(dir: string, upstreamPort: number, redisUrl: string
   const connect = u.protocol === 'unix:' ? `sock:connect("unix:${u.pathname}")` : `sock:connect("${u.hostname}", ${Number(u.port || 6379)})`;
   execFileSync('redis-cli', [...redisCliArgs, 'SCRIPT', 'LOAD', SLIDING_WINDOW_LUA], { stdio: 'ignore' });
   const lua = `
+    if ngx.var.http_x_nolimit == "1" then return end
     local sock = ngx.socket.tcp()
     sock:settimeout(50)
     local ok = ${connect}
@@ -436,6 +438,26 @@ async function main(): Promise<void> {
         const diff = (k: 'p50' | 'p99') => median(rounds.c.map((r, i) => r[k] - rounds.c0[i]![k]));
         openLoopResults[`${share * 100}%`] = { rate, rounds, c0: { p50: med('c0', 'p50'), p99: med('c0', 'p99') }, c: { p50: med('c', 'p50'), p99: med('c', 'p99') }, added_p50_ms: diff('p50'), added_p99_ms: diff('p99') };
         log(`open loop @ ${share * 100}% (${rate}/s), medians of ${OL_ROUNDS}: c0 p50 ${fmt(med('c0', 'p50'), 2)} p99 ${fmt(med('c0', 'p99'), 2)} ms; c p50 ${fmt(med('c', 'p50'), 2)} p99 ${fmt(med('c', 'p99'), 2)} ms; added (median of per-round differences) p50 ${fmt(diff('p50'), 2)} ms, p99 ${fmt(diff('p99'), 2)} ms`);
+      }
+    }
+    // The same paired open loop for nginx: b0 and blua requests on the blua nginx (x-nolimit: 1
+    // skips the Lua check), at 50 % and 80 % of blua's max: the latency a Redis hop adds to a C
+    // proxy on this box, beside what it adds to the ingress.
+    if (summary.blua && blua && process.env.BENCH_OPEN_LOOP_PAIRED === '1') {
+      const OL_ROUNDS = Number(process.env.BENCH_OPEN_LOOP_ROUNDS ?? 3);
+      const classes: Array<Record<string, string>> = [{ host: HOST, 'x-client': 'hot', 'x-nolimit': '1' }, { host: HOST, 'x-client': 'hot' }];
+      for (const share of [0.5, 0.8]) {
+        const rate = Math.round(summary.blua.rps_median * share);
+        const rounds: Array<{ b0: OpenLoopResult; blua: OpenLoopResult }> = [];
+        for (let round = 1; round <= OL_ROUNDS; round++) {
+          await openLoopPaired({ url: `http://127.0.0.1:${blua.port}/`, classes, rate, durationS: Math.min(WARMUP, 3) });
+          const [b0r, bl] = await openLoopPaired({ url: `http://127.0.0.1:${blua.port}/`, classes, rate, durationS: DURATION });
+          rounds.push({ b0: b0r!, blua: bl! });
+          log(`paired open loop (nginx) round ${round} @ ${rate}/s: b0 p50 ${fmt(b0r!.p50, 2)} p99 ${fmt(b0r!.p99, 2)} ms; blua p50 ${fmt(bl!.p50, 2)} p99 ${fmt(bl!.p99, 2)} ms; non2xx ${b0r!.non2xx + bl!.non2xx} errors ${b0r!.errors + bl!.errors}`);
+        }
+        const diff = (k: 'p50' | 'p99') => rounds.map((r) => r.blua[k] - r.b0[k]);
+        openLoopResults[`nginx paired ${share * 100}%`] = { rate, rounds, added_p50_ms: median(diff('p50')), added_p99_ms: median(diff('p99')) };
+        log(`paired open loop (nginx) @ ${share * 100}% of blua (${rate}/s): the Redis hop adds p50 ${fmt(median(diff('p50')), 2)} ms (per round ${diff('p50').map((x) => fmt(x, 2)).join(', ')}), p99 ${fmt(median(diff('p99')), 2)} ms (per round ${diff('p99').map((x) => fmt(x, 2)).join(', ')})`);
       }
     }
     // Paired open loop: c0 and c requests alternate within one run at the same total rate, so
