@@ -347,17 +347,19 @@ async function main(): Promise<void> {
       return;
     }
 
+    // Redis' CPU counts for the cases whose check runs in it (it shares core 1 with the proxy).
+    const withRedis: Record<string, number> = redisPid ? { redis: redisPid } : {};
     const cases: Array<{ name: string; port: number; host?: string; script?: string; cpuPids: () => Record<string, number> }> = [
       { name: 'a', port: upstream.port, cpuPids: () => ({}) },
       { name: 'b0', port: proxy.port, cpuPids: () => ({ nginx: proxy.workerPid() }) },
       { name: 'b', port: limited.port, cpuPids: () => ({ nginx: limited.workerPid() }) },
-      ...(blua ? [{ name: 'blua', port: blua.port, cpuPids: () => ({ nginx: blua.workerPid(), ...(redisPid ? { redis: redisPid } : {}) }) }] : []),
+      ...(blua ? [{ name: 'blua', port: blua.port, cpuPids: () => ({ nginx: blua.workerPid(), ...withRedis }) }] : []),
       { name: 'h', port: helloPort, cpuPids: () => ({ node: hello.pid! }) },
       { name: 'n', port: bareProxyPort, cpuPids: () => ({ node: bare.pid! }) },
       { name: 'c0', port: a.http, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid }) },
-      { name: 'c', port: a.http, host: RL_HOST, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid, ...(redisPid ? { redis: redisPid } : {}) }) },
-      { name: 'c10k', port: a.http, host: RL_HOST, script: keysScript, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid, ...(redisPid ? { redis: redisPid } : {}) }) },
-      { name: 'c50', port: a.http, host: RL50_HOST, script: halfScript, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid, ...(redisPid ? { redis: redisPid } : {}) }) },
+      { name: 'c', port: a.http, host: RL_HOST, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid, ...withRedis }) },
+      { name: 'c10k', port: a.http, host: RL_HOST, script: keysScript, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid, ...withRedis }) },
+      { name: 'c50', port: a.http, host: RL50_HOST, script: halfScript, cpuPids: () => ({ ingress: a!.pid, agent: agent!.pid, ...withRedis }) },
       { name: 'hop', port: b.http, cpuPids: () => ({ ingress_b: b!.pid, ingress_a: a!.pid, agent: agent!.pid }) },
     ];
     const only = process.env.BENCH_CASES?.split(',');
@@ -395,21 +397,23 @@ async function main(): Promise<void> {
     ) as Record<string, { rps_median: number; p99_ms_median: number; rps_cv: number }>;
     const ratio = (x: string, y: string) => (summary[x] && summary[y] ? summary[x]!.rps_median / summary[y]!.rps_median : NaN);
     // c/c0 per round (the two ran back to back), then the median: drift of the box between rounds cancels.
-    const perRound = runs.c && runs.c0 ? runs.c.map((r, i) => r.rps / runs.c0![i]!.rps) : [];
+    /** x/y per round (the two ran back to back in each), or [] when either case did not run. */
+    const perRoundOf = (x: string, y: string): number[] => (runs[x] && runs[y] ? runs[x].map((r, i) => r.rps / runs[y]![i]!.rps) : []);
+    const perRound = perRoundOf('c', 'c0');
     if (perRound.length) log(`c/c0 per round: ${perRound.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRound), 2)}`);
-    const perRoundCb = runs.c && runs.b ? runs.c.map((r, i) => r.rps / runs.b![i]!.rps) : [];
+    const perRoundCb = perRoundOf('c', 'b');
     if (perRoundCb.length) log(`c/b per round: ${perRoundCb.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundCb), 2)}`);
-    const perRoundNb = runs.n && runs.b ? runs.n.map((r, i) => r.rps / runs.b![i]!.rps) : [];
+    const perRoundNb = perRoundOf('n', 'b');
     if (perRoundNb.length) log(`n/b per round (bare Node proxy ÷ nginx + limit_req): ${perRoundNb.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundNb), 2)}`);
-    const perRoundHb = runs.h && runs.b ? runs.h.map((r, i) => r.rps / runs.b![i]!.rps) : [];
+    const perRoundHb = perRoundOf('h', 'b');
     if (perRoundHb.length) log(`h/b per round (Node hello world ÷ nginx + limit_req: the ceiling of c/b here): ${perRoundHb.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundHb), 2)}`);
-    const perRoundC0n = runs.c0 && runs.n ? runs.c0.map((r, i) => r.rps / runs.n![i]!.rps) : [];
+    const perRoundC0n = perRoundOf('c0', 'n');
     if (perRoundC0n.length) log(`c0/n per round (ingress ÷ bare Node proxy): ${perRoundC0n.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundC0n), 2)}`);
-    const perRoundCblua = runs.c && runs.blua ? runs.c.map((r, i) => r.rps / runs.blua![i]!.rps) : [];
+    const perRoundCblua = perRoundOf('c', 'blua');
     if (perRoundCblua.length) log(`c/blua per round (ingress + rate limit ÷ nginx + Lua + the same Redis script): ${perRoundCblua.map((x) => fmt(x, 2)).join(', ')}; median ${fmt(median(perRoundCblua), 2)}`);
     if (runs.c50) {
       const refused = runs.c50.map((r) => r.non2xx / r.requests);
-      const perRoundC50 = runs.c ? runs.c50.map((r, i) => r.rps / runs.c![i]!.rps) : [];
+      const perRoundC50 = perRoundOf('c50', 'c');
       log(`c50 (every other request refused with 429): refused share per round ${refused.map((x) => fmt(x, 3)).join(', ')}${perRoundC50.length ? `; c50/c per round ${perRoundC50.map((x) => fmt(x, 2)).join(', ')}, median ${fmt(median(perRoundC50), 2)}` : ''}`);
     }
 

@@ -53,8 +53,7 @@ export const STORE_ERROR_CODE = 'ERR_WARREN_RATE_LIMIT_STORE';
 
 /** The script as a custom ioredis command: EVALSHA, with EVAL once per connection and after NOSCRIPT. */
 const COMMAND = 'warrenSlidingWindow';
-/** Counter mode: [admitted, P, C, e, ahead]; log mode: [admitted, ms until admitted, 0, 0, 0] (script.ts). */
-/** The script's answer (script.ts): 1 when admitted, else five integers, the first 0. */
+/** The script's answer (script.ts): 1 when admitted; refused, counter mode [0, P, C, e, ahead], log mode [0, ms until admitted, 0, 0, 0]. */
 type ScriptReply = 1 | [admitted: 0, a: number, b: number, c: number, d: number];
 type WithCommand = Redis & { [COMMAND](key: string, capacity: number, windowMs: number, now: string, mode: ModeArg): Promise<ScriptReply> };
 /** ARGV[4] of the script. */
