@@ -22,8 +22,18 @@ describe('parseCli', () => {
         caFile: 'ca.pem',
         metadata: '',
         trafficPolicyFile: null,
+        drainMs: 10_000,
       },
     });
+  });
+
+  it('--drain-timeout in seconds (0 to 3600, fractions allowed); anything else is refused naming the flag', () => {
+    expect(parseCli(['http', '8080', '--drain-timeout', '30'], env)).toMatchObject({ kind: 'run', config: { drainMs: 30_000 } });
+    expect(parseCli(['http', '8080', '--drain-timeout', '0'], env)).toMatchObject({ kind: 'run', config: { drainMs: 0 } });
+    expect(parseCli(['http', '8080', '--drain-timeout', '2.5'], env)).toMatchObject({ kind: 'run', config: { drainMs: 2_500 } });
+    for (const bad of ['-1', 'ten', '', '3601', '1e3', '0x10']) {
+      expect(parseCli(['http', '8080', `--drain-timeout=${bad}`], env)).toEqual({ kind: 'error', message: `invalid --drain-timeout ${JSON.stringify(bad)}: use seconds from 0 to 3600` });
+    }
   });
 
   it('an endpoint traffic policy file; not with labels (a labeled tunnel has its edge route\'s)', () => {

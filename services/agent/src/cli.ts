@@ -13,6 +13,8 @@ Options:
   --server <host:port>  ingress agent listener (default: $WARREN_SERVER)
   --ca <file>           PEM of the CA that signed the server certificate (default: $WARREN_CA; else system CAs)
   --metadata <text>     opaque session metadata shown by the API
+  --drain-timeout <s>   on SIGINT/SIGTERM, seconds the requests in progress may take to finish
+                        after the tunnels are unbound, before the session closes (default 10; 0: at once)
   --traffic-policy-file <file>
                         a traffic policy (YAML or JSON, as a route's traffic_policy) for the
                         endpoint, run by the ingress on each of its requests
@@ -35,6 +37,8 @@ export interface CliConfig {
   metadata: string;
   /** Path of the endpoint's traffic policy file (YAML or JSON), or null. */
   trafficPolicyFile: string | null;
+  /** --drain-timeout, in ms. */
+  drainMs: number;
 }
 
 export type CliParse = { kind: 'run'; config: CliConfig } | { kind: 'help' } | { kind: 'error'; message: string };
@@ -56,6 +60,7 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
         server: { type: 'string' },
         ca: { type: 'string' },
         metadata: { type: 'string' },
+        'drain-timeout': { type: 'string' },
         'traffic-policy-file': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -94,6 +99,14 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
   const scheme = v.scheme ?? 'https';
   if (scheme !== 'http' && scheme !== 'https') return { kind: 'error', message: '--scheme must be http or https' };
 
+  let drainMs = 10_000;
+  if (v['drain-timeout'] !== undefined) {
+    const raw = v['drain-timeout'].trim();
+    const seconds = /^\d+(\.\d+)?$/.test(raw) ? Number(raw) : NaN;
+    if (!(seconds <= 3600)) return { kind: 'error', message: `invalid --drain-timeout ${JSON.stringify(v['drain-timeout'])}: use seconds from 0 to 3600` };
+    drainMs = Math.round(seconds * 1000);
+  }
+
   const authtoken = v.authtoken ?? env.WARREN_AUTHTOKEN ?? '';
   if (!authtoken) return { kind: 'error', message: 'no authtoken: pass --authtoken or set WARREN_AUTHTOKEN' };
   const server = v.server ?? env.WARREN_SERVER ?? '';
@@ -115,6 +128,7 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
       caFile: v.ca ?? env.WARREN_CA ?? null,
       metadata: v.metadata ?? '',
       trafficPolicyFile: v['traffic-policy-file'] ?? null,
+      drainMs,
     },
   };
 }

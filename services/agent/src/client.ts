@@ -49,8 +49,17 @@ export interface AgentClientOptions {
   backoff?: { initialMs?: number; maxMs?: number };
   /** TLS connect + Auth deadline per attempt (default 15 s). */
   connectTimeoutMs?: number;
+  /**
+   * On `close()`, how long the connections being forwarded may take to finish after the tunnels
+   * are unbound (no new ones arrive), before the session is closed under them (ms; default
+   * {@link DRAIN_MS}; 0: close at once).
+   */
+  drainMs?: number;
   log?: Logger;
 }
+
+/** Default of {@link AgentClientOptions.drainMs}. */
+export const DRAIN_MS = 10_000;
 
 export interface LabeledTunnelSpec {
   kind: 'labeled';
@@ -156,6 +165,10 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
   private sessionId = '';
   private cookie = '';
   private readonly tunnels = new Map<string, TunnelState>();
+  /** Proxy streams open now (every tunnel): what `close()` lets finish before it hangs up. */
+  private readonly proxyStreams = new Set<MuxStream>();
+  /** Set while `close()` waits for {@link proxyStreams} to empty. */
+  private drained: (() => void) | null = null;
 
   /** Tunnels this client holds now (started, not closed, lost or stopped by the server). */
   get tunnelCount(): number {
@@ -234,6 +247,7 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
     const mux = this.mux;
     if (mux && !mux.closed) {
       await Promise.all([...this.tunnels.keys()].map((id) => this.call(mux, StreamType.Unbind, { Id: id }, 2_000).catch(() => {})));
+      await this.drain(mux);
       const gone = new Promise<void>((resolve) => (mux.socket.destroyed ? resolve() : mux.socket.once('close', () => resolve())));
       mux.goAway(0, 'agent closed');
       await Promise.race([gone, new Promise((r) => setTimeout(r, 2_000).unref())]);
@@ -241,6 +255,30 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
     this.teardown();
     this.tunnels.clear();
     this.emit('closed', 'closed by the agent', false);
+  }
+
+  /**
+   * After the Unbinds: the server routes nothing more here and closes the idle streams, so what is
+   * left are requests (or TCP connections) in progress. Waits for them, at most `drainMs`, since
+   * GOAWAY ends every stream of the session at once.
+   */
+  private drain(mux: MuxSession): Promise<void> {
+    const ms = this.opts.drainMs ?? DRAIN_MS;
+    if (this.proxyStreams.size === 0 || ms <= 0 || mux.closed) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        mux.off('close', done);
+        this.drained = null;
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        this.log.warn({ open: this.proxyStreams.size, drainMs: ms }, 'connections still open after the drain timeout; closing them');
+        done();
+      }, ms);
+      this.drained = done;
+      mux.once('close', done);
+    });
   }
 
   // ---- session ------------------------------------------------------------------------------
@@ -482,6 +520,11 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
   }
 
   private async onProxyStream(st: MuxStream): Promise<void> {
+    this.proxyStreams.add(st);
+    st.once('close', () => {
+      this.proxyStreams.delete(st);
+      if (this.proxyStreams.size === 0) this.drained?.();
+    });
     let header;
     try {
       header = await readProxyHeader(st);

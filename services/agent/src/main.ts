@@ -55,6 +55,7 @@ async function main(): Promise<number> {
     authtoken: cfg.authtoken,
     ca,
     metadata: cfg.metadata,
+    drainMs: cfg.drainMs,
     log: createLogger('warren-agent', process.env.LOG_LEVEL ?? 'warn'),
   });
   let stopping = false;

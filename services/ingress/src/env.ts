@@ -109,7 +109,10 @@ export function loadIngressEnv(source: NodeJS.ProcessEnv = process.env) {
        * changes. Unset: reading any `conn.geo` field is an evaluation error (a deny rule on it denies).
        */
       WARREN_GEOIP_DB: z.string().optional(),
-      /** Drain limit on SIGTERM (ms). */
+      /**
+       * Drain limit on SIGTERM (ms), and how long the requests a tunnel carries when its agent
+       * unbinds it (or the server stops it) may take to finish before they are cut.
+       */
       DRAIN_TIMEOUT_MS: envInt(10_000, 0),
       /**
        * Request bodies the route pipelines hold in memory at once, in all (bytes): a body to

@@ -71,6 +71,7 @@ async function main(): Promise<void> {
     upstreamTimeoutMs: env.UPSTREAM_TIMEOUT_MS,
     maxStreamsPerTunnel: env.MAX_STREAMS_PER_TUNNEL,
     maxQueuedPerTunnel: env.MAX_QUEUED_PER_TUNNEL,
+    releaseDrainMs: env.DRAIN_TIMEOUT_MS,
   });
   // Traffic events for subscribed accounts, on a Redis connection of their own.
   const events = env.EVENTS_REDIS_URL

@@ -59,6 +59,8 @@ export interface LocalTunnel extends Omit<DpTunnel, 'nodeId' | 'nodeAddress'> {
   openStreamSync?(h: ProxyHeaderInit): TunnelStream;
   /** Proxy streams currently open on this tunnel's session (on the wire: one abandoned by its client stays open until the agent's FIN). */
   readonly openStreams: number;
+  /** True once the tunnel went away (Unbind, StopTunnel, its session ended). Optional for test doubles. */
+  readonly closed?: boolean;
   /**
    * A Bind endpoint's traffic policy (`Opts.TrafficPolicy`), compiled; null or absent when none.
    * Runs on this node only (`PublicHandler`): other nodes hop the request here.

@@ -217,7 +217,15 @@ export interface ForwarderOptions {
   hopConnections?: number;
   /** How long a hop may wait for a free connection to its node before 503 (ms); default {@link HOP_QUEUE_WAIT_MS}. */
   hopQueueWaitMs?: number;
+  /**
+   * How long the requests a tunnel was carrying when it went away (Unbind, StopTunnel) may take to
+   * finish before their streams are cut (ms); default {@link RELEASE_DRAIN_MS}.
+   */
+  releaseDrainMs?: number;
 }
+
+/** Default of {@link ForwarderOptions.releaseDrainMs}: as long as the node's own drain on SIGTERM. */
+export const RELEASE_DRAIN_MS = 10_000;
 
 /** The origin undici is told for a tunnel's pool: never resolved (the pool's connector opens streams). */
 const TUNNEL_ORIGIN = 'http://tunnel.warren.invalid';
@@ -265,6 +273,8 @@ export class Forwarder {
   private readonly hopConnections: number;
   private readonly hopPerAccount: number;
   private readonly hopQueueWaitMs: number;
+  /** Pools of tunnels that went away, finishing the requests they carry: pool → its deadline. */
+  private readonly draining = new Map<Pool, NodeJS.Timeout>();
 
   constructor(private readonly opts: ForwarderOptions) {
     this.hopConnections = opts.hopConnections ?? HOP_CONNECTIONS;
@@ -272,17 +282,41 @@ export class Forwarder {
     this.hopQueueWaitMs = opts.hopQueueWaitMs ?? HOP_QUEUE_WAIT_MS;
   }
 
-  /** Drops the connection pool of a tunnel that went away. */
+  /**
+   * Drops the connection pool of a tunnel that went away (its agent unbound it, or the server
+   * stopped it). The tunnel is already out of routing, so no new request comes here; the requests
+   * it was carrying finish (an agent that unbinds before it hangs up lets them: a graceful agent
+   * shutdown loses nothing), its idle streams are closed, and whatever still runs after
+   * `releaseDrainMs` is cut. A session that ended took its streams with it: those requests have
+   * failed already.
+   */
   release(tunnelId: string): void {
     const p = this.pools.get(tunnelId);
-    if (p) {
-      this.pools.delete(tunnelId);
-      p.pool.destroy().catch(() => {});
-    }
+    if (!p) return;
+    this.pools.delete(tunnelId);
+    const pool = p.pool;
+    const deadline = setTimeout(() => {
+      this.draining.delete(pool);
+      pool.destroy().catch(() => {});
+    }, this.opts.releaseDrainMs ?? RELEASE_DRAIN_MS);
+    deadline.unref();
+    this.draining.set(pool, deadline);
+    pool.close().then(
+      () => {
+        clearTimeout(deadline);
+        this.draining.delete(pool);
+      },
+      () => {},
+    );
   }
 
   close(): void {
     for (const id of [...this.pools.keys()]) this.release(id);
+    for (const [pool, deadline] of this.draining) {
+      clearTimeout(deadline);
+      pool.destroy().catch(() => {});
+    }
+    this.draining.clear();
     for (const p of this.hopPools.values()) p.pool.destroy().catch(() => {});
     this.hopPools.clear();
   }
@@ -404,6 +438,9 @@ export class Forwarder {
   }
 
   private viaLocal(req: http.IncomingMessage, res: http.ServerResponse, tunnel: LocalTunnel, info: RequestInfo, headers: string[], hooks?: ForwardHooks): Promise<number> {
+    // Routed before its tunnel went away (while the pipeline ran): nothing was sent, so it may go
+    // to another tunnel. Checked here so that no pool is made again for a tunnel already released.
+    if (tunnel.closed) return Promise.reject(new ForwardError(7004, 'the tunnel went away', 'any'));
     const p = this.poolFor(tunnel);
     if (p.inFlight >= this.opts.maxStreamsPerTunnel + this.opts.maxQueuedPerTunnel) {
       return Promise.reject(new ForwardError(7006, `more than ${this.opts.maxQueuedPerTunnel} requests are waiting for tunnel ${tunnel.id}`, 'any'));
