@@ -1,4 +1,5 @@
 import http from 'node:http';
+import net from 'node:net';
 import { randomBytes } from 'node:crypto';
 import ngrok from '@ngrok/ngrok';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -18,6 +19,8 @@ import { ensureLocalTls } from '../../services/ingress/src/tls.js';
  *   node that holds it and through a hop from the other node; the ingress cuts them only after
  *   DRAIN_TIMEOUT_MS. The SDK's `listener.close()` (an Unbind) keeps forwarding what it had
  *   accepted, so its requests finish too.
+ * - Upgraded connections: after an Unbind they are the agent's to end; a tunnel the server stops
+ *   (a narrowed ACL) has them closed DRAIN_TIMEOUT_MS later.
  * - warren-agent on SIGTERM unbinds, lets the requests in progress finish (bounded by
  *   --drain-timeout), then closes the session and exits 0: a graceful agent restart loses nothing.
  */
@@ -51,6 +54,13 @@ async function startUpstream(): Promise<void> {
     const t = setTimeout(() => res.end('last'), Number(m[1]));
     res.on('close', () => clearTimeout(t));
   });
+  // An Upgrade: 101, then an echo of whatever comes.
+  upstreamServer.on('upgrade', (req, socket: net.Socket) => {
+    seen.push(req.url ?? '');
+    socket.on('error', () => {});
+    socket.write('HTTP/1.1 101 Switching Protocols\r\nupgrade: echo\r\nconnection: upgrade\r\n\r\n');
+    socket.pipe(socket);
+  });
   const port = await new Promise<number>((r) => upstreamServer.listen(0, '127.0.0.1', () => r((upstreamServer.address() as { port: number }).port)));
   upstreamUrl = `http://127.0.0.1:${port}`;
 }
@@ -77,6 +87,36 @@ function request(port: number, host: string, p: string): Promise<Answer> {
       res.on('error', () => done(false));
     });
     req.setTimeout(20_000, () => req.destroy(new Error('timed out')));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** An upgraded connection to `host` through node `port`'s public listener, echoed by the upstream. */
+function upgrade(port: number, host: string, p: string): Promise<{ socket: net.Socket; echo: (text: string) => Promise<string>; closed: Promise<number> }> {
+  // `closed`: performance.now() when the connection closed.
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path: p, agent: false, headers: { host, connection: 'upgrade', upgrade: 'echo' } });
+    req.on('upgrade', (_res, socket: net.Socket) => {
+      socket.on('error', () => {});
+      const closed = new Promise<number>((r) => socket.once('close', () => r(performance.now())));
+      const echo = (text: string) =>
+        new Promise<string>((res, rej) => {
+          let got = '';
+          const onData = (c: Buffer) => {
+            got += c.toString();
+            if (got.length >= text.length) {
+              socket.off('data', onData);
+              res(got);
+            }
+          };
+          socket.on('data', onData);
+          socket.once('close', () => rej(new Error(`closed before the echo of ${text}`)));
+          socket.write(text);
+        });
+      resolve({ socket, echo, closed });
+    });
+    req.on('response', (res) => reject(new Error(`no upgrade: ${res.statusCode}`)));
     req.on('error', reject);
     req.end();
   });
@@ -160,6 +200,52 @@ describe('a tunnel unbound while it carries requests', () => {
     expect(r).toMatchObject({ status: 200, body: 'first ', complete: false });
     expect(cutAfter).toBeGreaterThan(INGRESS_DRAIN_MS - 500);
     expect(cutAfter).toBeLessThan(INGRESS_DRAIN_MS + 3_000);
+  });
+});
+
+describe('upgraded connections (WebSocket, any Upgrade)', () => {
+  it('a tunnel the server stops (narrowed ACL): its connections still run within DRAIN_TIMEOUT_MS, then are closed', async () => {
+    const host = `ws-stop.${DOMAIN}`;
+    const keep = `ws-keep.${DOMAIN}`;
+    const cred = await callApiExpecting(cp.baseUrl, key, 201, 'POST', '/credentials', { acl: [`bind:${host}`, `bind:${keep}`] });
+    await nodesAtHead(db.url, [a, b]);
+    const client = new AgentClient({ serverAddr: `localhost:${a.agent}`, authtoken: cred.token as string, ca: tls.caPem!, reconnect: false });
+    agents.push(client);
+    await client.connect();
+    await client.bind({ domain: host, forwardsTo: upstreamUrl });
+    await client.bind({ domain: keep, forwardsTo: upstreamUrl });
+    await served(host);
+    await served(keep);
+    const stopped = await upgrade(a.http, host, '/ws/stopped');
+    const kept = await upgrade(a.http, keep, '/ws/kept');
+    expect(await stopped.echo('one')).toBe('one');
+
+    await callApiExpecting(cp.baseUrl, key, 200, 'PATCH', `/credentials/${cred.id as string}`, { acl: [`bind:${keep}`] });
+    const t0 = performance.now();
+    await waitFor(`${host} no longer routed`, async () => (await request(a.http, host, '/ping')).status !== 200, 10_000);
+    expect(await stopped.echo('two')).toBe('two');
+    // t0 is before the node learned of the new ACL, so the close comes at least the drain after it.
+    const closedAfter = (await stopped.closed) - t0;
+    expect(closedAfter).toBeGreaterThan(INGRESS_DRAIN_MS);
+    expect(closedAfter).toBeLessThan(INGRESS_DRAIN_MS + 3_000);
+    // The tunnel still allowed, in the same session, keeps its connection.
+    expect(await kept.echo('three')).toBe('three');
+    kept.socket.destroy();
+  });
+
+  it("a tunnel its agent unbinds: its connections are the agent's to end, and outlive DRAIN_TIMEOUT_MS", async () => {
+    const host = `ws-unbind.${DOMAIN}`;
+    const client = new AgentClient({ serverAddr: `localhost:${a.agent}`, authtoken: await credential(host), ca: tls.caPem!, reconnect: false });
+    agents.push(client);
+    await client.connect();
+    const t = await client.bind({ domain: host, forwardsTo: upstreamUrl });
+    await served(host);
+    const conn = await upgrade(a.http, host, '/ws/unbound');
+    expect(await conn.echo('one')).toBe('one');
+    await client.unbind(t.id);
+    await new Promise((r) => setTimeout(r, INGRESS_DRAIN_MS + 1_000));
+    expect(await conn.echo('two')).toBe('two');
+    conn.socket.destroy();
   });
 });
 

@@ -228,6 +228,7 @@ async function main(): Promise<void> {
       return `${proto}://${host}${port === std ? '' : `:${port}`}`;
     },
     maxStreamsPerSession: env.MAX_STREAMS_PER_SESSION,
+    stoppedTunnelDrainMs: env.DRAIN_TIMEOUT_MS,
     maxStreamsPerClient: env.MAX_STREAMS_PER_CLIENT,
     maxTunnelsPerSession: env.MAX_TUNNELS_PER_SESSION,
     maxTunnelsPerNode: env.MAX_TUNNELS_PER_NODE,

@@ -143,6 +143,8 @@ export interface ConnectionHost {
     tunnelStartBurst: number;
     heartbeatIntervalMs: number | undefined;
     heartbeatToleranceMs: number | undefined;
+    /** How long the streams of a tunnel the server stopped may still run before they are reset (ms). */
+    stoppedTunnelDrainMs: number;
   };
   authenticate(token: string): AgentIdentity | null;
   checkBind(req: BindRequest): string | null;
@@ -202,6 +204,8 @@ export class LocalTunnelImpl implements LocalTunnel {
   readonly #hostname: string;
   readonly #trafficPolicy: EndpointPolicy | null;
   #closed = false;
+  /** Its proxy streams open now: what a stop from the server's side ends after the drain. */
+  readonly #streams = new Set<MuxStream>();
 
   constructor(conn: AgentConnection, fields: TunnelFields, hostname: string, trafficPolicy: EndpointPolicy | null = null) {
     this.id = fields.id;
@@ -263,6 +267,20 @@ export class LocalTunnelImpl implements LocalTunnel {
   /** @internal */
   markClosed(): void {
     this.#closed = true;
+  }
+
+  /** @internal A proxy stream of this tunnel was opened: tracked until it closes. */
+  track(stream: MuxStream): void {
+    this.#streams.add(stream);
+    stream.once('close', () => this.#streams.delete(stream));
+  }
+
+  /** @internal Resets this tunnel's proxy streams still open; returns how many. */
+  resetStreams(): number {
+    const n = this.#streams.size;
+    for (const s of this.#streams) s.destroy();
+    this.#streams.clear();
+    return n;
   }
 }
 
@@ -534,6 +552,7 @@ export class AgentConnection {
     // Type, length and header go out in one DATA frame (with SYN), coalesced with the first
     // request bytes when the caller writes them in the same tick.
     stream.write(encodeProxyPrelude({ Id: t.id, ClientAddr: h.clientAddr, Proto: h.proto, EdgeType: h.edgeType, PassthroughTLS: h.passthroughTls === true }));
+    t.track(stream);
     return stream;
   }
 
@@ -869,6 +888,10 @@ export class AgentConnection {
    * (`message`, `errorCode`; no answer is waited for, the SDK sends none) and the tunnel is closed
    * here at once, as an Unbind would close it: out of routing, reported down, no longer counted
    * against the caps. False when `t` is not a live tunnel of this session.
+   *
+   * Unlike after an Unbind (the agent's own choice: what it carries is its business), what the
+   * tunnel still carries `stoppedTunnelDrainMs` later is reset: a WebSocket or TCP connection
+   * must not outlive, for as long as it likes, a tunnel its credential may no longer have.
    */
   stopTunnel(t: LocalTunnelImpl, message: string, errorCode: string): boolean {
     if (this.tunnels.get(t.id) !== t) return false;
@@ -881,6 +904,11 @@ export class AgentConnection {
     }
     this.log.info({ tunnel: t.id, errorCode, message }, 'stopping tunnel');
     this.closeTunnel(t, `stopped by the server: ${message}`);
+    const cut = setTimeout(() => {
+      const n = t.resetStreams();
+      if (n > 0) this.log.info({ tunnel: t.id, streams: n }, 'reset the streams a stopped tunnel still carried');
+    }, this.host.settings.stoppedTunnelDrainMs);
+    cut.unref();
     return true;
   }
 

@@ -99,6 +99,12 @@ export interface AgentServerOptions {
   /** Default 500; at most 505 (the SDK's session dies past 512 streams, its own included). */
   maxStreamsPerSession?: number;
   /**
+   * How long the streams of a tunnel stopped from the server's side (StopTunnel: a narrowed ACL,
+   * a lost hostname race, a deleted IP policy) may still run before they are reset (ms; default
+   * 10,000; the ingress passes DRAIN_TIMEOUT_MS). An Unbind leaves them to the agent.
+   */
+  stoppedTunnelDrainMs?: number;
+  /**
    * Slots of a session's stream cap one public client address (IPv4, or IPv6 /64) may hold at
    * once. Default: `maxStreamsPerSession` (no share of its own); the ingress sets
    * MAX_STREAMS_PER_CLIENT, default {@link DEFAULT_MAX_STREAMS_PER_CLIENT} (80). Past it, `openStream` fails with 'CLIENT_STREAM_CAP' (429 ERR_WARREN_7014)
@@ -299,7 +305,7 @@ export class AgentServer extends EventEmitter<AgentServerEvents> {
       nodeId: opts.nodeId,
       log: this.log,
       tokens,
-      settings: { defaultDomain, maxStreams, maxStreamsPerClient, maxTunnelsPerSession, tunnelStartsPerSecond, tunnelStartBurst, heartbeatIntervalMs: opts.heartbeatIntervalMs, heartbeatToleranceMs: opts.heartbeatToleranceMs },
+      settings: { defaultDomain, maxStreams, maxStreamsPerClient, maxTunnelsPerSession, tunnelStartsPerSecond, tunnelStartBurst, heartbeatIntervalMs: opts.heartbeatIntervalMs, heartbeatToleranceMs: opts.heartbeatToleranceMs, stoppedTunnelDrainMs: opts.stoppedTunnelDrainMs ?? 10_000 },
       authenticate: (token) => opts.authenticate(token),
       checkBind: (req) => checkBind(req),
       endpointPolicy: (req) => (opts.endpointPolicy ? opts.endpointPolicy(req) : { ok: false, error: 'traffic policies on endpoints are not available on this server (ERR_WARREN_2104)' }),

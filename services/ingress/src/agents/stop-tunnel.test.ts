@@ -203,6 +203,46 @@ describe('StopTunnel on the wire', () => {
     expect(server.tunnels()).toEqual([]);
   });
 
+  it("resets what the stopped tunnel still carries after stoppedTunnelDrainMs, not before; other tunnels' streams and an unbound tunnel's stay", async () => {
+    const { server, port } = await startServer({ stoppedTunnelDrainMs: 400 });
+    const agent = await rawAgent(port);
+    const stopped = await agent.bind('drained.stop.test');
+    const other = await agent.bind('other.stop.test');
+    const unbound = await agent.bind('unbound.stop.test');
+    const open = async (id: string) => {
+      const st = await server.getTunnel(id)!.openStream(ENDPOINT);
+      st.on('error', () => {});
+      return st;
+    };
+    const mine = [await open(stopped), await open(stopped)];
+    const others = [await open(other), await open(unbound)];
+    await until(() => agent.proxies.length === 4);
+    const farEnds = [...agent.proxies];
+    // The agent's side of a stream the node ends: FIN (then RST if the agent keeps it), so it sees the end first.
+    const ended = new Set<MuxStream>();
+    for (const p of farEnds) {
+      p.on('error', () => {});
+      p.once('end', () => ended.add(p));
+      p.once('close', () => ended.add(p));
+    }
+    await rpcCall(agent.mux, StreamType.Unbind, { Id: unbound });
+    await until(() => !server.getTunnel(unbound));
+
+    const t0 = performance.now();
+    server.stopTunnel(stopped, 'stop', 'ERR_WARREN_1100');
+    await new Promise((r) => setTimeout(r, 200));
+    // Within the drain: everything still open.
+    expect([...mine, ...others].map((s) => s.destroyed)).toEqual([false, false, false, false]);
+    await until(() => mine.every((s) => s.destroyed));
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(390);
+    // The agent sees its two streams end; the other tunnel's and the unbound tunnel's stay open.
+    await until(() => ended.size === 2);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(others.map((s) => s.destroyed)).toEqual([false, false]);
+    expect(ended.size).toBe(2);
+    for (const s of others) s.destroy();
+  });
+
   it('a stopped tunnel no longer counts against the caps', async () => {
     const { server, port } = await startServer({ maxTunnelsPerSession: 2 });
     const client = startClient(port);
