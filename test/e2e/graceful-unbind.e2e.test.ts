@@ -159,14 +159,20 @@ async function served(host: string): Promise<void> {
   for (const n of [a, b]) await waitFor(`${n.nodeId} serves ${host}`, async () => (await request(n.http, host, '/ping')).body === 'ok /ping', 20_000);
 }
 
+/** Our agent, in-process, with one tunnel on `host` (a credential of its own) served by both nodes. */
+async function boundAgent(host: string) {
+  const client = new AgentClient({ serverAddr: `localhost:${a.agent}`, authtoken: await credential(host), ca: tls.caPem!, reconnect: false });
+  agents.push(client);
+  await client.connect();
+  const t = await client.bind({ domain: host, forwardsTo: upstreamUrl });
+  await served(host);
+  return { client, t };
+}
+
 describe('a tunnel unbound while it carries requests', () => {
   it('its requests finish, on its node and through a hop; new ones are no longer routed to it', async () => {
     const host = `unbind.${DOMAIN}`;
-    const client = new AgentClient({ serverAddr: `localhost:${a.agent}`, authtoken: await credential(host), ca: tls.caPem!, reconnect: false });
-    agents.push(client);
-    await client.connect();
-    const t = await client.bind({ domain: host, forwardsTo: upstreamUrl });
-    await served(host);
+    const { client, t } = await boundAgent(host);
 
     const local = request(a.http, host, '/slow/1500/local');
     const hop = request(b.http, host, '/slow/1500/hop');
@@ -185,11 +191,7 @@ describe('a tunnel unbound while it carries requests', () => {
 
   it('the ingress cuts what still runs DRAIN_TIMEOUT_MS after the Unbind', async () => {
     const host = `deadline.${DOMAIN}`;
-    const client = new AgentClient({ serverAddr: `localhost:${a.agent}`, authtoken: await credential(host), ca: tls.caPem!, reconnect: false });
-    agents.push(client);
-    await client.connect();
-    const t = await client.bind({ domain: host, forwardsTo: upstreamUrl });
-    await served(host);
+    const { client, t } = await boundAgent(host);
 
     const long = request(a.http, host, '/slow/15000/long');
     await reached('/slow/15000/long');
@@ -235,11 +237,7 @@ describe('upgraded connections (WebSocket, any Upgrade)', () => {
 
   it("a tunnel its agent unbinds: its connections are the agent's to end, and outlive DRAIN_TIMEOUT_MS", async () => {
     const host = `ws-unbind.${DOMAIN}`;
-    const client = new AgentClient({ serverAddr: `localhost:${a.agent}`, authtoken: await credential(host), ca: tls.caPem!, reconnect: false });
-    agents.push(client);
-    await client.connect();
-    const t = await client.bind({ domain: host, forwardsTo: upstreamUrl });
-    await served(host);
+    const { client, t } = await boundAgent(host);
     const conn = await upgrade(a.http, host, '/ws/unbound');
     expect(await conn.echo('one')).toBe('one');
     await client.unbind(t.id);
