@@ -290,6 +290,7 @@ describe('warren-agent on SIGTERM', () => {
     expect(exit).toEqual({ code: 0, signal: null });
     // Once the last request ended (the idle streams were closed by the ingress), not after 10 s.
     expect(exitedAfter).toBeLessThan(6_000);
+    expect(agent.output()).toMatch(/warren-agent: waiting up to 10 s for \d+ connections? in progress to finish \(signal again to quit now\)\n/);
     expect(agent.output()).not.toMatch(/still open after the drain timeout/);
   });
 
@@ -307,6 +308,7 @@ describe('warren-agent on SIGTERM', () => {
     expect(exit).toEqual({ code: 0, signal: null });
     expect(exitedAfter).toBeGreaterThan(800);
     expect(exitedAfter).toBeLessThan(INGRESS_DRAIN_MS + 2_000);
+    expect(agent.output()).toMatch(/waiting up to 1 s for \d+ connections? in progress to finish/);
     expect(agent.output()).toMatch(/still open after the drain timeout/);
   });
 });

@@ -113,6 +113,8 @@ export interface AgentClientEvents {
   closed: [reason: string, fatal: boolean];
   /** A proxied connection could not reach the local service. */
   forwardError: [tunnelId: string, error: Error];
+  /** `close()` waits for `open` connections in progress to finish, at most `drainMs`. */
+  draining: [open: number, drainMs: number];
 }
 
 /** The server answered an RPC with `{"Error": …}` (e.g. unknown authtoken, refused Bind). */
@@ -265,6 +267,7 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
   private drain(mux: MuxSession): Promise<void> {
     const ms = this.opts.drainMs ?? DRAIN_MS;
     if (this.proxyStreams.size === 0 || ms <= 0 || mux.closed) return Promise.resolve();
+    this.emit('draining', this.proxyStreams.size, ms);
     return new Promise<void>((resolve) => {
       const done = () => {
         clearTimeout(timer);
