@@ -222,11 +222,11 @@ describe('upgraded connections (WebSocket, any Upgrade)', () => {
     const kept = await upgrade(a.http, keep, '/ws/kept');
     expect(await stopped.echo('one')).toBe('one');
 
-    await callApiExpecting(cp.baseUrl, key, 200, 'PATCH', `/credentials/${cred.id as string}`, { acl: [`bind:${keep}`] });
     const t0 = performance.now();
+    await callApiExpecting(cp.baseUrl, key, 200, 'PATCH', `/credentials/${cred.id as string}`, { acl: [`bind:${keep}`] });
     await waitFor(`${host} no longer routed`, async () => (await request(a.http, host, '/ping')).status !== 200, 10_000);
     expect(await stopped.echo('two')).toBe('two');
-    // t0 is before the node learned of the new ACL, so the close comes at least the drain after it.
+    // t0 is before the PATCH, so before the node stopped the tunnel: the close comes at least the drain after it.
     const closedAfter = (await stopped.closed) - t0;
     expect(closedAfter).toBeGreaterThan(INGRESS_DRAIN_MS);
     expect(closedAfter).toBeLessThan(INGRESS_DRAIN_MS + 3_000);
@@ -292,6 +292,17 @@ describe('warren-agent on SIGTERM', () => {
     expect(exitedAfter).toBeLessThan(6_000);
     expect(agent.output()).toMatch(/warren-agent: waiting up to 10 s for \d+ connections? in progress to finish \(signal again to quit now\)\n/);
     expect(agent.output()).not.toMatch(/still open after the drain timeout/);
+  });
+
+  it('with nothing in progress (only idle kept-alive streams) exits at once and says nothing', async () => {
+    const host = `idle.${DOMAIN}`;
+    const agent = await agentFor(host);
+    for (let i = 0; i < 3; i++) expect((await request(a.http, host, `/idle/${i}`)).body).toBe(`ok /idle/${i}`);
+    const t0 = performance.now();
+    agent.child.kill('SIGTERM');
+    expect(await agent.exited).toEqual({ code: 0, signal: null });
+    expect(performance.now() - t0).toBeLessThan(3_000);
+    expect(agent.output()).not.toMatch(/waiting up to/);
   });
 
   it('--drain-timeout bounds the wait: what still runs is cut, and the agent exits 0', async () => {

@@ -60,6 +60,11 @@ export interface AgentClientOptions {
 
 /** Default of {@link AgentClientOptions.drainMs}. */
 export const DRAIN_MS = 10_000;
+/**
+ * The server closes a tunnel's idle kept-alive streams right after its Unbind: streams still open
+ * this long after the Unbinds carry something in progress ('draining' is emitted then, not before).
+ */
+const DRAIN_QUIET_MS = 250;
 
 export interface LabeledTunnelSpec {
   kind: 'labeled';
@@ -267,10 +272,10 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
   private drain(mux: MuxSession): Promise<void> {
     const ms = this.opts.drainMs ?? DRAIN_MS;
     if (this.proxyStreams.size === 0 || ms <= 0 || mux.closed) return Promise.resolve();
-    this.emit('draining', this.proxyStreams.size, ms);
     return new Promise<void>((resolve) => {
       const done = () => {
         clearTimeout(timer);
+        clearTimeout(quiet);
         mux.off('close', done);
         this.drained = null;
         resolve();
@@ -279,6 +284,7 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
         this.log.warn({ open: this.proxyStreams.size, drainMs: ms }, 'connections still open after the drain timeout; closing them');
         done();
       }, ms);
+      const quiet = setTimeout(() => this.emit('draining', this.proxyStreams.size, ms), Math.min(DRAIN_QUIET_MS, ms));
       this.drained = done;
       mux.once('close', done);
     });

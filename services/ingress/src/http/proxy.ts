@@ -183,13 +183,31 @@ function replayable(req: http.IncomingMessage): boolean {
 }
 
 /**
- * May a failed attempt go to another tunnel? `any`: the request never reached the target (no
- * stream, a full queue, a node that refused the connection), so any request whose body can be
- * sent again may. `idempotent`: it may have reached the upstream (a kept-alive connection closed
- * under it before an answer), so only a request safe to repeat (RFC 9110 §9.2.2: GET, HEAD,
- * OPTIONS, DELETE, without a body) may; a POST the pipeline buffered is not sent twice.
+ * May a failed attempt go to another tunnel? `untouched`: nothing of the request was read or sent
+ * (its tunnel went away before it was dispatched), so any request may, a streamed body too.
+ * `any`: the request never reached the target (no stream, a full queue, a node that refused the
+ * connection), so any request whose body can be sent again may. `idempotent`: it may have reached
+ * the upstream (a kept-alive connection closed under it before an answer), so only a request safe
+ * to repeat (RFC 9110 §9.2.2: GET, HEAD, OPTIONS, DELETE, without a body) may; a POST the pipeline
+ * buffered is not sent twice.
  */
-type Retry = 'any' | 'idempotent' | 'no';
+type Retry = 'untouched' | 'any' | 'idempotent' | 'no';
+
+function mayRetry(retry: Retry, req: http.IncomingMessage, hooks: ForwardHooks | undefined): boolean {
+  switch (retry) {
+    case 'untouched':
+      return true;
+    case 'any':
+      return replayable(req) || hooks?.state.body !== undefined;
+    case 'idempotent':
+      return replayable(req);
+    default:
+      return false;
+  }
+}
+
+/** The error a released tunnel's pool is destroyed with at its drain deadline (see {@link Forwarder.release}). */
+const RELEASED = 'WARREN_TUNNEL_RELEASED';
 
 class ForwardError extends Error {
   constructor(
@@ -295,10 +313,13 @@ export class Forwarder {
     if (!p) return;
     this.pools.delete(tunnelId);
     const pool = p.pool;
+    const drainMs = this.opts.releaseDrainMs ?? RELEASE_DRAIN_MS;
     const deadline = setTimeout(() => {
       this.draining.delete(pool);
-      pool.destroy().catch(() => {});
-    }, this.opts.releaseDrainMs ?? RELEASE_DRAIN_MS);
+      // Its own error: a request cut here may have reached the upstream (not undici's "destroyed",
+      // which a queued request also meets).
+      pool.destroy(Object.assign(new Error(`the tunnel went away and the request was still running ${drainMs} ms later (DRAIN_TIMEOUT_MS)`), { code: RELEASED })).catch(() => {});
+    }, drainMs);
     deadline.unref();
     this.draining.set(pool, deadline);
     pool.close().then(
@@ -397,7 +418,7 @@ export class Forwarder {
         const fe = err instanceof ForwardError ? err : new ForwardError(7004, (err as Error).message);
         const failed = target.tunnel.id;
         // A body the pipeline buffered can be sent again; a streamed one cannot.
-        if (attempt < 3 && (fe.retry === 'any' ? replayable(req) || hooks?.state.body !== undefined : fe.retry === 'idempotent' && replayable(req))) {
+        if (attempt < 3 && mayRetry(fe.retry, req, hooks)) {
           (tried ??= new Set()).add(failed);
           target = next(tried);
           if (target) continue;
@@ -432,15 +453,20 @@ export class Forwarder {
       // Marked as this node's own error, with its code, so the sender answers it as a local error
       // would be (no response stages; a retryable one may go to another tunnel) rather than as
       // the upstream's response, or as a miss ("the tunnel has moved or gone").
-      sendError(req, res, fe.code, fe.message, { [HOP.error]: fe.retry === 'any' ? `${fe.code}; retryable` : fe.retry === 'idempotent' ? `${fe.code}; idempotent` : String(fe.code), [HOP.errorMessage]: encodeURIComponent(fe.message.slice(0, 256)) });
+      sendError(req, res, fe.code, fe.message, { [HOP.error]: fe.retry === 'any' || fe.retry === 'untouched' ? `${fe.code}; retryable` : fe.retry === 'idempotent' ? `${fe.code}; idempotent` : String(fe.code), [HOP.errorMessage]: encodeURIComponent(fe.message.slice(0, 256)) });
       return res.statusCode;
     }
   }
 
   private viaLocal(req: http.IncomingMessage, res: http.ServerResponse, tunnel: LocalTunnel, info: RequestInfo, headers: string[], hooks?: ForwardHooks): Promise<number> {
-    // Routed before its tunnel went away (while the pipeline ran): nothing was sent, so it may go
-    // to another tunnel. Checked here so that no pool is made again for a tunnel already released.
-    if (tunnel.closed) return Promise.reject(new ForwardError(7004, 'the tunnel went away', 'any'));
+    if (tunnel.closed) {
+      // Routed before its tunnel went away (while the pipeline ran). Checked here so that no pool
+      // is made again for a tunnel already released. Resumed by its agent's reconnect (the same
+      // id, a new session): it goes there; else nothing was read or sent, so anywhere.
+      const resumed = this.opts.registry.getLocal(tunnel.id);
+      if (!resumed || resumed === tunnel || resumed.closed) return Promise.reject(new ForwardError(7003, `tunnel ${tunnel.id} went away`, 'untouched'));
+      tunnel = resumed;
+    }
     const p = this.poolFor(tunnel);
     if (p.inFlight >= this.opts.maxStreamsPerTunnel + this.opts.maxQueuedPerTunnel) {
       return Promise.reject(new ForwardError(7006, `more than ${this.opts.maxQueuedPerTunnel} requests are waiting for tunnel ${tunnel.id}`, 'any'));
@@ -839,10 +865,15 @@ export function forwardErrorOf(err: Error & { code?: string }, hop: boolean, log
       return new ForwardError(7014, err.message, 'any');
     case 'SESSION_CLOSED':
       return new ForwardError(7004, 'the agent session closed', 'idempotent');
-    // The pool was closed under a queued request (its tunnel went away): nothing was sent.
-    case 'UND_ERR_DESTROYED':
+    // Dispatched to a pool already closed (its tunnel went away): nothing was sent.
     case 'UND_ERR_CLOSED':
       return new ForwardError(7004, 'the tunnel went away', 'any');
+    // The pool was destroyed under the request (the node is stopping, or the tunnel went away past
+    // its drain): it may have been running, so only a request safe to repeat goes again.
+    case 'UND_ERR_DESTROYED':
+      return new ForwardError(7004, 'the tunnel went away', 'idempotent');
+    case RELEASED:
+      return new ForwardError(7004, err.message, 'idempotent');
     // A request target or header the HTTP/1.1 client will not send (e.g. `OPTIONS *`).
     case 'UND_ERR_INVALID_ARG':
       return new ForwardError(7011, err.message);
