@@ -34,6 +34,10 @@ describe('parseCli', () => {
     for (const bad of ['-1', 'ten', '', '3601', '1e3', '0x10']) {
       expect(parseCli(['http', '8080', `--drain-timeout=${bad}`], env)).toEqual({ kind: 'error', message: `invalid --drain-timeout ${JSON.stringify(bad)}: use seconds from 0 to 3600` });
     }
+    // From the environment when the flag is absent; the flag wins.
+    expect(parseCli(['http', '8080'], { ...env, WARREN_DRAIN_TIMEOUT: '45' })).toMatchObject({ kind: 'run', config: { drainMs: 45_000 } });
+    expect(parseCli(['http', '8080', '--drain-timeout', '5'], { ...env, WARREN_DRAIN_TIMEOUT: '45' })).toMatchObject({ kind: 'run', config: { drainMs: 5_000 } });
+    expect(parseCli(['http', '8080'], { ...env, WARREN_DRAIN_TIMEOUT: 'soon' })).toEqual({ kind: 'error', message: 'invalid WARREN_DRAIN_TIMEOUT "soon": use seconds from 0 to 3600' });
   });
 
   it('an endpoint traffic policy file; not with labels (a labeled tunnel has its edge route\'s)', () => {

@@ -14,7 +14,8 @@ Options:
   --ca <file>           PEM of the CA that signed the server certificate (default: $WARREN_CA; else system CAs)
   --metadata <text>     opaque session metadata shown by the API
   --drain-timeout <s>   on SIGINT/SIGTERM, seconds the requests in progress may take to finish
-                        after the tunnels are unbound, before the session closes (default 10; 0: at once)
+                        after the tunnels are unbound, before the session closes
+                        (default: $WARREN_DRAIN_TIMEOUT, else 10; 0: at once)
   --traffic-policy-file <file>
                         a traffic policy (YAML or JSON, as a route's traffic_policy) for the
                         endpoint, run by the ingress on each of its requests
@@ -100,10 +101,11 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
   if (scheme !== 'http' && scheme !== 'https') return { kind: 'error', message: '--scheme must be http or https' };
 
   let drainMs = 10_000;
-  if (v['drain-timeout'] !== undefined) {
-    const raw = v['drain-timeout'].trim();
-    const seconds = /^\d+(\.\d+)?$/.test(raw) ? Number(raw) : NaN;
-    if (!(seconds <= 3600)) return { kind: 'error', message: `invalid --drain-timeout ${JSON.stringify(v['drain-timeout'])}: use seconds from 0 to 3600` };
+  const drain = v['drain-timeout'] ?? env.WARREN_DRAIN_TIMEOUT;
+  if (drain !== undefined) {
+    const seconds = /^\d+(\.\d+)?$/.test(drain.trim()) ? Number(drain.trim()) : NaN;
+    const what = v['drain-timeout'] !== undefined ? '--drain-timeout' : 'WARREN_DRAIN_TIMEOUT';
+    if (!(seconds <= 3600)) return { kind: 'error', message: `invalid ${what} ${JSON.stringify(drain)}: use seconds from 0 to 3600` };
     drainMs = Math.round(seconds * 1000);
   }
 

@@ -52,7 +52,8 @@ export interface AgentClientOptions {
   /**
    * On `close()`, how long the connections being forwarded may take to finish after the tunnels
    * are unbound (no new ones arrive), before the session is closed under them (ms; default
-   * {@link DRAIN_MS}; 0: close at once).
+   * {@link DRAIN_MS}; 0: close at once). `close()` itself may take up to 2 s more for the Unbinds
+   * and 2 s more for the server to hang up after GOAWAY.
    */
   drainMs?: number;
   log?: Logger;
