@@ -316,6 +316,7 @@ export class Forwarder {
     const drainMs = this.opts.releaseDrainMs ?? RELEASE_DRAIN_MS;
     const deadline = setTimeout(() => {
       this.draining.delete(pool);
+      if (p.inFlight > 0) this.opts.log.warn({ tunnel: tunnelId, requests: p.inFlight, drainMs }, 'requests still running after their tunnel went away: cut (DRAIN_TIMEOUT_MS)');
       // Its own error: a request cut here may have reached the upstream (not undici's "destroyed",
       // which a queued request also meets).
       pool.destroy(Object.assign(new Error(`the tunnel went away and the request was still running ${drainMs} ms later (DRAIN_TIMEOUT_MS)`), { code: RELEASED })).catch(() => {});

@@ -14,7 +14,9 @@ import { listen } from './testing.js';
  * without a pool being made again for the dead one.
  */
 
-const log = pino({ level: 'silent' });
+/** What the forwarder logged (warn and above), one parsed line each. */
+const logged: Array<Record<string, unknown>> = [];
+const log = pino({ level: 'warn' }, { write: (line: string) => void logged.push(JSON.parse(line) as Record<string, unknown>) });
 const RELEASE_DRAIN_MS = 800;
 let upstream: http.Server;
 let upPort: number;
@@ -112,6 +114,8 @@ describe('Forwarder.release', () => {
     expect(await r).toMatchObject({ status: 200, body: 'first ', complete: false });
     expect(performance.now() - t0).toBeGreaterThan(RELEASE_DRAIN_MS - 100);
     expect(performance.now() - t0).toBeLessThan(RELEASE_DRAIN_MS + 2_000);
+    // Said in the log: which tunnel, how many requests were cut.
+    expect(logged).toContainEqual(expect.objectContaining({ tunnel: 'tn_cut', requests: 1, drainMs: RELEASE_DRAIN_MS, msg: expect.stringMatching(/cut \(DRAIN_TIMEOUT_MS\)/) }));
   });
 
   it('a request routed to a tunnel that has gone away goes to the next one; no stream or pool for the dead one', async () => {
