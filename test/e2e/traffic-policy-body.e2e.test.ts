@@ -1,4 +1,5 @@
 import type http from 'node:http';
+import net from 'node:net';
 import { createHmac } from 'node:crypto';
 import zlib from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -155,6 +156,45 @@ describe('verify-webhook on live traffic', () => {
     const small = await request('/dropbox/other', { body: 'not a webhook' });
     expect([small.status, small.json().body]).toEqual([200, 'not a webhook']);
   });
+
+  it('a body far over 1 MiB still gets its 413 read by the client: the rest of the body is read and dropped before the connection closes, never a reset', async () => {
+    await route('/linger', { inbound: [{ actions: [{ type: 'verify-webhook', config: { provider: 'dropbox', secret: 'dbx-app-secret' } }] }] });
+    const before = upstreamHits;
+    const body = Buffer.alloc(8 * 1024 * 1024, 0x61);
+    // Declared (content-length), so the answer comes before any of it is read: without lingering,
+    // the client meets EPIPE or ECONNRESET while it still sends.
+    for (let i = 0; i < 10; i++) {
+      const r = await request('/linger/upload', { body });
+      expect([r.status, r.headers['warren-error-code'], r.headers.connection]).toEqual([413, 'ERR_WARREN_7009', 'close']);
+    }
+    expect(upstreamHits).toBe(before);
+  });
+
+  it('the lingering is bounded: a client still sending 5 s (LINGER_MS) after its 413 is cut', async () => {
+    await route('/lingerslow', { inbound: [{ actions: [{ type: 'verify-webhook', config: { provider: 'dropbox', secret: 'dbx-app-secret' } }] }] });
+    // allowHalfOpen: the client keeps sending after the ingress's FIN, as an uploader that does not read would.
+    const sock = net.connect({ port: c.a.http, host: '127.0.0.1', allowHalfOpen: true });
+    sock.on('error', () => {});
+    let answer = '';
+    let answeredAt = 0;
+    sock.on('data', (d: Buffer) => {
+      answer += d.toString('latin1');
+      if (!answeredAt && answer.includes('\r\n\r\n')) answeredAt = performance.now();
+    });
+    const closed = new Promise<number>((r) => sock.once('close', () => r(performance.now())));
+    sock.write(`POST /lingerslow/up HTTP/1.1\r\nhost: ${c.host}\r\ncontent-length: ${100 * 1024 * 1024}\r\n\r\n`);
+    const drip = setInterval(() => sock.writable && sock.write(Buffer.alloc(1024, 0x61)), 100);
+    try {
+      const closedAt = await closed;
+      expect(answer).toMatch(/^HTTP\/1\.1 413 /);
+      expect(answeredAt).toBeGreaterThan(0);
+      expect(closedAt - answeredAt).toBeGreaterThan(4_500);
+      expect(closedAt - answeredAt).toBeLessThan(8_000);
+    } finally {
+      clearInterval(drip);
+      sock.destroy();
+    }
+  }, 20_000);
 
   it('refuses what the ingress could not verify when the policy is saved', async () => {
     expect(await refused({ inbound: [{ actions: [{ type: 'verify-webhook', config: { provider: 'orbit', secret: 'x' } }] }] })).toContain('inbound[0].actions[0].config.provider: orbit signs webhooks in a way that is not published');

@@ -104,6 +104,30 @@ interface Resolved {
 
 const NONE = () => null;
 
+/** How long a connection closing after an answer may still read (and drop) the request's body. */
+export const LINGER_MS = 5_000;
+
+/**
+ * Before an answer sent without taking the whole request body (413, 503 busy): the connection
+ * closes after the answer, but not at once. A client still sending its body would meet a reset
+ * (EPIPE, ECONNRESET) and might never read the answer; so, as nginx's lingering close does, the
+ * rest of the body is read and dropped for at most {@link LINGER_MS} after the answer, then the
+ * socket is destroyed (at once if the client hangs up first). Nothing is kept, so it costs no
+ * memory; a client sending for longer is cut as before.
+ */
+function lingerAfterAnswer(req: http.IncomingMessage): void {
+  const socket = req.socket as (Duplex & { destroySoon?: () => void; destroyed: boolean }) | null;
+  if (!socket || req.complete || socket.destroyed || typeof socket.destroySoon !== 'function') return;
+  req.resume(); // read, and drop
+  // Node's HTTP server calls destroySoon() once the last answer of a closing connection is written.
+  socket.destroySoon = function lingeringClose(this: Duplex) {
+    if (this.writable) this.end();
+    const kill = setTimeout(() => this.destroy(), LINGER_MS);
+    kill.unref();
+    this.once('close', () => clearTimeout(kill));
+  };
+}
+
 type Forward = ForwardOutcome['forward'];
 
 export interface PublicHandlerOptions {
@@ -391,8 +415,9 @@ export class PublicHandler {
         (body) => {
           if (body === 'busy') {
             turn.done();
-            // The rest of the body is not read: the connection closes after the answer.
+            // The rest of the body is not kept: the connection closes after the answer.
             res.shouldKeepAlive = false;
+            lingerAfterAnswer(req);
             sendError(req, res, 7013, undefined, { 'retry-after': '1' });
             return 503;
           }
@@ -410,9 +435,10 @@ export class PublicHandler {
           state.body = body;
           if (!body) {
             turn.done();
-            // Over the bound: the rest of the body is not read (it may be a gigabyte): the
+            // Over the bound: the rest of the body is not kept (it may be a gigabyte): the
             // connection closes after the answer, as for 408 and 503 above.
             res.shouldKeepAlive = false;
+            lingerAfterAnswer(req);
             sendError(req, res, 7009);
             return 413;
           }
