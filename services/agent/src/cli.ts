@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util';
+import { DRAIN_MS } from './client.js';
 import { parseForwardTarget } from './forward.js';
 
 /** Command-line parsing for warren-agent (pure: no I/O, testable). */
@@ -100,7 +101,7 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
   const scheme = v.scheme ?? 'https';
   if (scheme !== 'http' && scheme !== 'https') return { kind: 'error', message: '--scheme must be http or https' };
 
-  let drainMs = 10_000;
+  let drainMs = DRAIN_MS;
   const drain = v['drain-timeout'] ?? env.WARREN_DRAIN_TIMEOUT;
   if (drain !== undefined) {
     const seconds = /^\d+(\.\d+)?$/.test(drain.trim()) ? Number(drain.trim()) : NaN;

@@ -332,8 +332,10 @@ export class Forwarder {
     );
   }
 
+  /** The node is stopping (its own drain is over): every pool is destroyed at once, draining ones too. */
   close(): void {
-    for (const id of [...this.pools.keys()]) this.release(id);
+    for (const p of this.pools.values()) p.pool.destroy().catch(() => {});
+    this.pools.clear();
     for (const [pool, deadline] of this.draining) {
       clearTimeout(deadline);
       pool.destroy().catch(() => {});

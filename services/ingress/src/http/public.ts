@@ -105,7 +105,7 @@ interface Resolved {
 const NONE = () => null;
 
 /** How long a connection closing after an answer may still read (and drop) the request's body. */
-export const LINGER_MS = 5_000;
+const LINGER_MS = 5_000;
 
 /**
  * Before an answer sent without taking the whole request body (413, 503 busy): the connection
