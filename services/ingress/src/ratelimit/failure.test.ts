@@ -15,9 +15,11 @@ const serverId = `t-fail-${inject('runId')}-${randomBytes(3).toString('hex')}`;
 let admin: Redis;
 const closers: Array<() => Promise<void>> = [];
 
-async function timed(p: Promise<RateLimitResult>): Promise<RateLimitResult & { ms: number }> {
+async function timed(call: () => Promise<RateLimitResult>): Promise<RateLimitResult & { ms: number }> {
+  // The clock starts before the call arms its timeout: started after it, a pause of this
+  // process between the two (GC, preemption on a loaded machine) made the timeout look early.
   const t = performance.now();
-  const r = await p;
+  const r = await call();
   return { ...r, ms: performance.now() - t };
 }
 
@@ -57,7 +59,7 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     const l = new RedisSlidingWindowLimiter({ redis: `redis://127.0.0.1:${await closedPort()}`, serverId, registry });
     closers.push(() => l.close());
     const results = [];
-    for (let i = 0; i < 5; i++) results.push(await timed(l.hit('k', 3, 60)));
+    for (let i = 0; i < 5; i++) results.push(await timed(() => l.hit('k', 3, 60)));
     expect(results.map((r) => r.limited)).toEqual([false, false, false, true, true]);
     for (const r of results) {
       expect(r.error).toEqual({ code: STORE_ERROR_CODE, message: expect.stringMatching(/rate-limit store unavailable \(Redis is not connected\)/) });
@@ -97,7 +99,7 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
 
     proxy.stall();
     const slow = [];
-    for (let i = 0; i < 3; i++) slow.push(await timed(l.hit('k', 1000, 60)));
+    for (let i = 0; i < 3; i++) slow.push(await timed(() => l.hit('k', 1000, 60)));
     for (const r of slow) {
       expect(r.limited).toBe(false);
       expect(r.error).toEqual({ code: STORE_ERROR_CODE, message: expect.stringMatching(/did not answer within 50 ms/) });
@@ -106,7 +108,7 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
       expect(r.ms).toBeLessThan(50 + 100);
     }
     // Three timeouts opened the circuit: no more waiting on Redis.
-    const fast = await timed(l.hit('k', 1000, 60));
+    const fast = await timed(() => l.hit('k', 1000, 60));
     expect(fast.error?.message).toMatch(/failed repeatedly/);
     expect(fast.ms).toBeLessThan(FAST_MS);
     expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'timeout' })).toBe(3);
@@ -114,9 +116,9 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
 
     // Still stalled after a second: one request probes (and times out), the circuit opens again.
     await new Promise((r) => setTimeout(r, 1050));
-    const probe = await timed(l.hit('k', 1000, 60));
+    const probe = await timed(() => l.hit('k', 1000, 60));
     expect(probe.error?.message).toMatch(/did not answer/);
-    expect((await timed(l.hit('k', 1000, 60))).ms).toBeLessThan(FAST_MS);
+    expect((await timed(() => l.hit('k', 1000, 60))).ms).toBeLessThan(FAST_MS);
 
     proxy.resume();
     const recovery = await until(async () => !(await l.hit('k', 1000, 60)).error, 3000);
@@ -193,7 +195,7 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     proxy.down();
     await until(async () => l.status !== 'ready', 2000);
     const during = [];
-    for (let i = 0; i < 4; i++) during.push(await timed(l.hit('gone', 2, 60)));
+    for (let i = 0; i < 4; i++) during.push(await timed(() => l.hit('gone', 2, 60)));
     // The fallback knows nothing of Redis' counts: it admits its own L (fail-open, bounded).
     expect(during.map((r) => r.limited)).toEqual([false, false, true, true]);
     for (const r of during) {
