@@ -164,8 +164,10 @@ describe('account rate limit across replicas (shared through Postgres)', () => {
       const t0 = performance.now();
       for (let i = 0; i < 5; i++) expect(attempt(a, 'x')).toBe(0);
       expect(attempt(a, 'x')).toBeGreaterThan(0);
-      // Well under the 300 ms a sync may wait (a loaded CI box can stall any process for tens of ms).
-      expect(performance.now() - t0).toBeLessThan(200);
+      // check() is synchronous (it answers or throws; attempt() gets no promise), so it cannot wait
+      // on Postgres. The bound only catches a blocking wait of the 300 ms sync timeout on each of
+      // the 6 calls; it is loose, as a loaded CI box can stall any process for a while.
+      expect(performance.now() - t0).toBeLessThan(1_000);
       const s0 = performance.now();
       await a.sync();
       expect(performance.now() - s0).toBeLessThan(2_000);

@@ -37,6 +37,12 @@ function bound(sessionId: string, host: string): ReportedTunnel {
 }
 
 const connectedNode = (over: Parameters<typeof startNode>[1] = {}) => startNode([target], over);
+/**
+ * Announcements (ups and downs) are pushed: milliseconds when idle. The bound only has to tell
+ * "pushed" from "never" on a loaded CI machine; nothing else delivers them meanwhile (no periodic
+ * resync, and the sessions' leases are renewed by the node's keep-alives, so they do not expire).
+ */
+const ANNOUNCE_MS = 5_000;
 const ids = async (path: string, key: string): Promise<string[]> => ((await acct.call('GET', path)).body[key] as { id: string }[]).map((x) => x.id).sort();
 
 describe('tunnel presence', () => {
@@ -52,9 +58,10 @@ describe('tunnel presence', () => {
     a.client.tunnelUp(tl);
     a.client.tunnelUp(tb);
 
-    await expect.poll(() => b.client.remoteTunnels.size, { timeout: 1_000, interval: 5 }).toBe(2);
+    await expect.poll(() => b.client.remoteTunnels.size, { timeout: ANNOUNCE_MS, interval: 5 }).toBe(2);
     const seenMs = performance.now() - t0;
-    expect(seenMs).toBeLessThan(1_000);
+    console.log(`tunnels reported by one node → known on another: ${seenMs.toFixed(1)} ms`);
+    expect(seenMs).toBeLessThan(ANNOUNCE_MS);
     const addr = (a.client as unknown as { opts: { nodeAddress: string } }).opts.nodeAddress;
     expect(b.client.remoteTunnels.get(tl.id)).toEqual({ ...tl, startedAt: new Date(tl.startedAt).toISOString(), nodeId: a.nodeId, nodeAddress: addr });
     expect(b.client.remoteTunnels.get(tb.id)).toMatchObject({ proto: 'https', publicUrl: 'https://presence.example.com', bindings: ['public'], poolingEnabled: true, nodeId: a.nodeId });
@@ -79,11 +86,11 @@ describe('tunnel presence', () => {
 
     // Down: a tunnel, then the session (its other tunnel goes with it).
     a.client.tunnelDown(tb.id);
-    await expect.poll(() => b.downs, { timeout: 1_000, interval: 5 }).toEqual([tb.id]);
+    await expect.poll(() => b.downs, { timeout: ANNOUNCE_MS, interval: 5 }).toEqual([tb.id]);
     expect(await ids('/tunnels', 'tunnels')).toEqual([tl.id]);
     a.client.sessionDown(s.id);
-    await expect.poll(() => b.client.remoteTunnels.size, { timeout: 1_000, interval: 5 }).toBe(0);
-    await expect.poll(() => c.client.remoteTunnels.size, { timeout: 1_000, interval: 5 }).toBe(0);
+    await expect.poll(() => b.client.remoteTunnels.size, { timeout: ANNOUNCE_MS, interval: 5 }).toBe(0);
+    await expect.poll(() => c.client.remoteTunnels.size, { timeout: ANNOUNCE_MS, interval: 5 }).toBe(0);
     expect(await ids('/tunnels', 'tunnels')).toEqual([]);
     expect(await ids('/tunnel_sessions', 'tunnel_sessions')).toEqual([]);
   });
@@ -95,7 +102,7 @@ describe('tunnel presence', () => {
     const t = labeled(s.id);
     a.client.sessionUp(s);
     a.client.tunnelUp(t);
-    await expect.poll(() => b.client.remoteTunnels.has(t.id), { timeout: 1_000, interval: 5 }).toBe(true);
+    await expect.poll(() => b.client.remoteTunnels.has(t.id), { timeout: ANNOUNCE_MS, interval: 5 }).toBe(true);
     // Keep-alives renew the lease well past its length.
     await new Promise((r) => setTimeout(r, FAST.leaseMs + 500));
     expect(b.client.remoteTunnels.has(t.id)).toBe(true);
@@ -133,7 +140,7 @@ describe('tunnel presence', () => {
     const tk = bound(kept.id, 'kept.example.com');
     for (const s of [s0, kept]) a1.client.sessionUp(s);
     for (const t of [t0, tk]) a1.client.tunnelUp(t);
-    await expect.poll(() => b.client.remoteTunnels.size, { timeout: 1_000, interval: 5 }).toBe(2);
+    await expect.poll(() => b.client.remoteTunnels.size, { timeout: ANNOUNCE_MS, interval: 5 }).toBe(2);
     await a1.client.stop();
 
     // The node restarts with the same id: it still has `kept`, lost s0, and gained s1.
@@ -144,7 +151,7 @@ describe('tunnel presence', () => {
     for (const t of [tk, t1]) a2.client.tunnelUp(t);
     await a2.client.start();
 
-    await expect.poll(() => [...b.client.remoteTunnels.keys()].sort(), { timeout: 2_000, interval: 5 }).toEqual([tk.id, t1.id].sort());
+    await expect.poll(() => [...b.client.remoteTunnels.keys()].sort(), { timeout: ANNOUNCE_MS, interval: 5 }).toEqual([tk.id, t1.id].sort());
     expect(b.downs).toEqual([t0.id]);
     expect(b.ups.filter((t) => t.id === tk.id)).toHaveLength(1); // unchanged: not announced again
     const rows = await api.db.query('SELECT id FROM tunnel_sessions WHERE ingress_node = $1 ORDER BY id', [nodeId]);
@@ -165,7 +172,7 @@ describe('tunnel presence', () => {
     a.client.sessionUp(s);
     const t = labeled(s.id);
     a.client.tunnelUp(t);
-    await expect.poll(() => b.client.remoteTunnels.has(t.id), { timeout: 1_000, interval: 5 }).toBe(true);
+    await expect.poll(() => b.client.remoteTunnels.has(t.id), { timeout: ANNOUNCE_MS, interval: 5 }).toBe(true);
     const sessions = await ids('/tunnel_sessions', 'tunnel_sessions');
     expect(sessions).toContain(s.id);
     expect(sessions).not.toContain(ghost.id);

@@ -95,8 +95,12 @@ describe('two control-plane replicas', () => {
     }
     const report = { n: latencies.length, p50: pct(latencies, 50), p99: pct(latencies, 99), max: Math.max(...latencies) };
     console.log(`PATCH response → applied on both nodes (ms): ${JSON.stringify(Object.fromEntries(Object.entries(report).map(([k, v]) => [k, Math.round(v * 10) / 10])))}`);
-    expect(report.p50).toBeLessThan(100);
-    expect(report.max).toBeLessThan(1_000);
+    // Pushed, not polled or retried: a few ms here when idle. The bounds are generous (a loaded CI
+    // machine runs two control planes, Postgres and other test files on two cores); the real
+    // figures are test/load/propagation-bench.ts's. A write that waited for a reconnect, a retry
+    // backoff or a later change would miss these, or never arrive (the test times out).
+    expect(report.p50).toBeLessThan(250);
+    expect(report.max).toBeLessThan(3_000);
 
     // A burst: 30 PATCHes at once through both replicas converge on the last one.
     const last = '/burst-29';
@@ -104,7 +108,9 @@ describe('two control-plane replicas', () => {
     for (let i = 0; i < 30; i++) await api(i % 2 ? r1 : r2)('PATCH', `/edges/https/${edge.id}/routes/${route.id}`, { match: `/burst-${i}` });
     const t0 = performance.now();
     await Promise.all(converged);
-    expect(performance.now() - t0).toBeLessThan(1_000);
+    const burstMs = performance.now() - t0;
+    console.log(`burst of 30 PATCHes: last response → applied on both nodes ${burstMs.toFixed(1)} ms`);
+    expect(burstMs).toBeLessThan(3_000);
   });
 
   it('announce a tunnel reported to one replica to a node on the other', async () => {
@@ -117,12 +123,15 @@ describe('two control-plane replicas', () => {
     const t0 = performance.now();
     a.client.sessionUp({ id: sessionId, accountId, credentialId: cred.id, agentVersion: '1', os: 'linux', ip: '127.0.0.1', metadata: '', startedAt: new Date().toISOString() });
     a.client.tunnelUp({ id: tunnelId, accountId, sessionId, proto: 'labeled', labels: { x: 'y' }, publicUrl: '', bindings: [], poolingEnabled: false, forwardsTo: '', metadata: '', startedAt: new Date().toISOString() });
-    await expect.poll(() => b.client.remoteTunnels.get(tunnelId)?.nodeId, { timeout: 1_000, interval: 5 }).toBe(a.nodeId);
-    expect(performance.now() - t0).toBeLessThan(1_000);
+    await expect.poll(() => b.client.remoteTunnels.get(tunnelId)?.nodeId, { timeout: 3_000, interval: 5 }).toBe(a.nodeId);
+    const announcedMs = performance.now() - t0;
+    console.log(`tunnel reported to one replica → known on a node of the other: ${announcedMs.toFixed(1)} ms`);
+    expect(announcedMs).toBeLessThan(3_000);
     // Both replicas' APIs show it.
     for (const r of [r1, r2]) expect((await api(r)('GET', '/tunnels')).tunnels.map((t: { id: string }) => t.id)).toContain(tunnelId);
     a.client.tunnelDown(tunnelId);
-    await expect.poll(() => b.client.remoteTunnels.has(tunnelId), { timeout: 1_000, interval: 5 }).toBe(false);
+    // Only the down notice removes it: the session stays up and node a renews its lease.
+    await expect.poll(() => b.client.remoteTunnels.has(tunnelId), { timeout: 3_000, interval: 5 }).toBe(false);
   });
 
   it('a node fails over to the other replica when its replica stops, and keeps getting changes', async () => {

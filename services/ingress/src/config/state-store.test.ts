@@ -66,10 +66,20 @@ describe('StateStore: a large config', () => {
       sync.push(performance.now() - t);
       await p;
     }
-    const worst = Math.max(...sync);
-    console.log(`state store: ${(whole.length / 1048576).toFixed(1)} MiB config, whole stringify ${stringifyMs.toFixed(1)} ms; per delta on the main thread: max ${worst.toFixed(2)} ms`);
-    expect(worst).toBeLessThan(20);
-    expect(worst).toBeLessThan(stringifyMs / 3);
+    // A whole serialization per delta (or every few deltas) would put every (or every few)
+    // sample near stringifyMs; one preemption or GC pause on a loaded machine puts a single
+    // sample anywhere. So: the median, and the third worst (at most two outliers tolerated, which
+    // still catches a serialization as often as one delta in ten), not the max (logged).
+    const sorted = [...sync].sort((a, b) => a - b);
+    const median = sorted[sorted.length >> 1]!;
+    const thirdWorst = sorted.at(-3)!;
+    console.log(
+      `state store: ${(whole.length / 1048576).toFixed(1)} MiB config, whole stringify ${stringifyMs.toFixed(1)} ms; ` +
+        `per delta on the main thread: median ${median.toFixed(2)} ms, third worst ${thirdWorst.toFixed(2)} ms, max ${sorted.at(-1)!.toFixed(2)} ms`,
+    );
+    const bound = Math.min(20, stringifyMs / 3);
+    expect(median).toBeLessThan(bound);
+    expect(thirdWorst).toBeLessThan(bound);
     // Only deltas went to the worker after the snapshot.
     expect(store.fullPosts).toBe(1);
     expect(store.deltaPosts).toBe(30);

@@ -106,7 +106,9 @@ describe('traffic event queue', () => {
     // More batches while the first is in flight: they wait for it.
     for (let i = 0; i < 1200; i++) q.push([D1], env(500 + i));
     expect(pub.calls).toHaveLength(1);
-    await sleep(150);
+    // Both publishes done (the second right after the first, ~80 ms, not after flushMs): polled,
+    // as a stall of this process delays the second publish's timer behind the first's.
+    await waitFor(() => q.held === 0);
     expect(pub.maxInFlight).toBe(1);
     expect(pub.events().map((e) => (e.object as { conn: { bytes_in: number } }).conn.bytes_in)).toEqual(Array.from({ length: 1700 }, (_, i) => i));
   });
@@ -131,14 +133,15 @@ describe('traffic event queue', () => {
     pub.fail = new Error('Connection is closed.');
     q.push([D1, D2], env(7));
     q.push([D1], env(8));
-    await sleep(60);
+    // The flush timer, then the publish's own delay: polled (a stall delays the chained timer).
+    await waitFor(() => q.held === 0);
     expect(await c.dropped('redis_error')).toBe(3);
     expect(q.held).toBe(0);
 
     pub.fail = null;
     pub.overflowEvery = 2;
     q.push([D1, D2], env(9));
-    await sleep(60);
+    await waitFor(() => q.held === 0);
     expect(await c.dropped('buffer_full')).toBe(1);
   });
 
