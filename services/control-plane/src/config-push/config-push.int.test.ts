@@ -81,6 +81,9 @@ describe('config push', () => {
 
     const node = await started();
     let cfg = await until(node, (c) => c.routes.has(route.id));
+    const claimed = cfg.edges.get(edge.id)!.hostportClaimedMs!['snap.example.com:443']!;
+    expect(claimed).toBeGreaterThanOrEqual(Date.parse(edge.created_at));
+    expect(claimed).toBeLessThanOrEqual(Date.now());
     const head = await headVersion();
     expect(cfg.version).toBe(head);
     expect(cfg.edges.get(edge.id)).toEqual({
@@ -89,6 +92,7 @@ describe('config push', () => {
       hostports: ['snap.example.com:443'],
       mutualTls: { enabled: true, certificateAuthorityIds: [caId] },
       tlsTermination: { enabled: true, minVersion: '1.3' },
+      hostportClaimedMs: { 'snap.example.com:443': claimed },
     });
     const r = cfg.routes.get(route.id)!;
     expect(r).toMatchObject({ id: route.id, accountId: acct.accountId, edgeId: edge.id, matchType: 'path_prefix', match: '/', backendId: backend.id, ipPolicyIds: [policyId] });
@@ -112,8 +116,17 @@ describe('config push', () => {
     await put(`/edges/https/${edge.id}/routes/${route.id}/backend`, { enabled: false, backend_id: backend.id });
     cfg = await until(node, (c) => c.routes.get(route.id)?.backendId === null);
     // edge update
+    // edge update: the hostport it keeps keeps its claim time, the one it gains is claimed now
+    // (the data plane settles a race for a host with an agent endpoint by it).
+    const beforeAdd = Date.now();
     await patch(`/edges/https/${edge.id}`, { hostports: ['snap.example.com:443', 'snap2.example.com:443'] });
-    await until(node, (c) => c.edges.get(edge.id)?.hostports.length === 2);
+    cfg = await until(node, (c) => c.edges.get(edge.id)?.hostports.length === 2);
+    const claims = cfg.edges.get(edge.id)!.hostportClaimedMs!;
+    expect(claims['snap.example.com:443']).toBe(claimed);
+    expect(claims['snap2.example.com:443']).toBeGreaterThanOrEqual(beforeAdd);
+    await patch(`/edges/https/${edge.id}`, { hostports: ['snap2.example.com:443'] });
+    cfg = await until(node, (c) => c.edges.get(edge.id)?.hostports.length === 1);
+    expect(cfg.edges.get(edge.id)!.hostportClaimedMs).toEqual({ 'snap2.example.com:443': claims['snap2.example.com:443'] });
     await del(`/edges/https/${edge.id}/mutual_tls`);
     await until(node, (c) => c.edges.get(edge.id)?.mutualTls === null);
     // backend update

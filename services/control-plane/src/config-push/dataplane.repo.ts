@@ -27,6 +27,8 @@ export interface EdgeDpRow {
   mutual_tls: { enabled: boolean } | null;
   tls_termination: { enabled: boolean; min_version?: string | null } | null;
   ca_ids: string[];
+  /** hostport → when the edge gained it (Unix ms); hostports from before claims were recorded are absent. */
+  hostport_claimed_ms: Record<string, number>;
 }
 
 export interface RouteDpRow {
@@ -73,7 +75,8 @@ export interface EventSubscriptionDpRow {
 }
 
 const EDGES = `SELECT e.id, e.account_id, e.hostports, e.mutual_tls, e.tls_termination,
-  COALESCE((SELECT array_agg(c.ca_id ORDER BY c.position) FROM https_edge_certificate_authorities c WHERE c.edge_id = e.id), '{}') AS ca_ids
+  COALESCE((SELECT array_agg(c.ca_id ORDER BY c.position) FROM https_edge_certificate_authorities c WHERE c.edge_id = e.id), '{}') AS ca_ids,
+  COALESCE((SELECT jsonb_object_agg(h.hostport, h.claimed_ms) FROM https_edge_hostports h WHERE h.edge_id = e.id AND h.claimed_ms IS NOT NULL), '{}'::jsonb) AS hostport_claimed_ms
   FROM https_edges e`;
 const ROUTES = 'SELECT r.id, r.account_id, r.edge_id, r.match_type, r.match, r.modules FROM https_edge_routes r';
 const BACKENDS = 'SELECT b.id, b.account_id, b.labels FROM tunnel_group_backends b';

@@ -25,6 +25,7 @@ export function toDpEdge(r: EdgeDpRow): DpEdge {
     hostports: r.hostports,
     mutualTls: r.mutual_tls ? { enabled: r.mutual_tls.enabled !== false, certificateAuthorityIds: r.ca_ids } : null,
     tlsTermination: r.tls_termination ? { enabled: r.tls_termination.enabled !== false, minVersion: r.tls_termination.min_version ?? null } : null,
+    hostportClaimedMs: r.hostport_claimed_ms ?? {},
   };
 }
 

@@ -229,6 +229,15 @@ export class RoutingTable {
   }
 
   /**
+   * Since when the edge holds `hostport` (Unix ms): when it gained it, as the control plane
+   * recorded; else (stored before claims were recorded) since the edge's creation. An edge made
+   * long ago and updated to add a host counts from the update.
+   */
+  hostportClaimedMs(ce: CompiledEdge, hostport: string): number {
+    return ce.edge.hostportClaimedMs?.[hostport] ?? this.edgeCreatedMs(ce);
+  }
+
+  /**
    * Takes these hostports out of request routing (and puts back the ones taken out before and not
    * listed now): hosts whose edge belongs to one account while an older public agent endpoint of
    * another account serves the host (TunnelRegistry decides which, when the tunnels or the config

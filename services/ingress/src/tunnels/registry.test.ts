@@ -219,5 +219,41 @@ describe('tunnel registry', () => {
       expect(table.edgeFor('victim.test', 443, 443)).toBeUndefined();
       expect(table.shadowedHostports).toEqual(new Set(['victim.test:443']));
     });
+
+    it('counts a hostport from when its edge gained it, not from when the edge was created', () => {
+      const t0 = Date.now();
+      // Created long ago (an id that is no KSUID counts as the oldest) with another host; updated to
+      // add victim.test a second after the endpoint started (the update's check ran before the
+      // control plane knew of the Bind): the endpoint holds the host, the edge's new hostport yields.
+      const old = { ...edge('ac_x', ['other.test:443', 'victim.test:443']), id: 'edghts_made_before_the_endpoint' };
+      const started = new Date(t0 - 1000).toISOString();
+      const updated = (claimedMs: number): DpEdge => ({ ...old, hostportClaimedMs: { 'other.test:443': t0 - 3_600_000, 'victim.test:443': claimedMs } });
+
+      const r = new TunnelRegistry('node-a');
+      const table = new RoutingTable(config([updated(t0)]));
+      r.followEdges(table);
+      r.addLocal(endpoint('tn_v', 'ac_v', started));
+      r.shadowEdges();
+      expect(r.outheldLocalBinds()).toEqual([]);
+      expect(table.shadowedHostports).toEqual(new Set(['victim.test:443']));
+      expect(table.edgeFor('other.test', 443, 443)?.edge.id).toBe(old.id);
+
+      // Gained before the endpoint started: the edge holds it, the Bind is the one named.
+      const r2 = new TunnelRegistry('node-a');
+      const table2 = new RoutingTable(config([updated(t0 - 2000)]));
+      r2.followEdges(table2);
+      r2.addLocal(endpoint('tn_v', 'ac_v', started));
+      r2.shadowEdges();
+      expect(r2.outheldLocalBinds()).toEqual([{ tunnel: expect.objectContaining({ id: 'tn_v' }), hostname: 'victim.test', by: 'edge' }]);
+      expect(table2.shadowedHostports).toEqual(new Set());
+
+      // No claim recorded (stored before claims were, or saved by an older node): the edge's creation.
+      const r3 = new TunnelRegistry('node-a');
+      const table3 = new RoutingTable(config([old]));
+      r3.followEdges(table3);
+      r3.addLocal(endpoint('tn_v', 'ac_v', started));
+      r3.shadowEdges();
+      expect(r3.outheldLocalBinds()).toEqual([{ tunnel: expect.objectContaining({ id: 'tn_v' }), hostname: 'victim.test', by: 'edge' }]);
+    });
   });
 });

@@ -212,9 +212,9 @@ export class TunnelRegistry {
    *   this node has a Bind of it of another account (a map hit otherwise: never per request, and
    *   cheap while a snapshot's tunnels arrive one by one).
    * - none: every hostname this node has Binds of (after the remote set or the config was
-   *   replaced). This also names the Binds of a host where an HTTPS edge of another account was
-   *   created before the host's holder started (`by: 'edge'`): routing tries edges first, so they
-   *   get no traffic, and a Bind made now would be refused as well. (An edge created after the
+   *   replaced). This also names the Binds of a host that an HTTPS edge of another account claimed
+   *   before the host's holder started (`by: 'edge'`): routing tries edges first, so they get no
+   *   traffic, and a Bind made now would be refused as well. (An edge that claimed it after the
    *   holder started is the one taken out of routing, see {@link followEdges}.)
    */
   outheldLocalBinds(by?: DpTunnel): Array<{ tunnel: LocalTunnel; hostname: string; by: 'endpoint' | 'edge' }> {
@@ -239,7 +239,7 @@ export class TunnelRegistry {
       const mine = this.localBinds.get(hostname);
       if (!owner || !mine) continue;
       const edges = table?.edgesOnHost(hostname);
-      const edgeFirst = edges !== undefined && edges.some(({ ce }) => ce.edge.accountId !== owner.accountId && table!.edgeCreatedMs(ce) <= owner.since);
+      const edgeFirst = edges !== undefined && edges.some(({ hostport, ce }) => ce.edge.accountId !== owner.accountId && table!.hostportClaimedMs(ce, hostport) <= owner.since);
       for (const tunnel of mine.values()) {
         if (tunnel.accountId !== owner.accountId) out.push({ tunnel, hostname, by: 'endpoint' });
         else if (edgeFirst) out.push({ tunnel, hostname, by: 'edge' });
@@ -251,9 +251,10 @@ export class TunnelRegistry {
   /**
    * Makes `table`'s edges yield to agent endpoints, now and whenever the tunnels change (after the
    * change, in one pass, never per request): an edge's hostport is taken out of routing while its
-   * host is held by public Bind tunnels of another account that started before the edge was
-   * created (the time its id carries). The account that held the host first keeps it; an edge
-   * created before the endpoint keeps its host (resolve() tries edges first).
+   * host is held by public Bind tunnels of another account that started before the edge claimed
+   * that hostport ({@link RoutingTable.hostportClaimedMs}: when the edge gained it, or else its
+   * creation). The account that held the host first keeps it; an edge that claimed it before the
+   * endpoint started keeps it (resolve() tries edges first).
    */
   followEdges(table: RoutingTable): void {
     this.table = table;
@@ -270,7 +271,7 @@ export class TunnelRegistry {
     for (const [host, c] of this.byHost) {
       const edges = table.edgesOnHost(host);
       if (!edges) continue;
-      for (const { hostport, ce } of edges) if (ce.edge.accountId !== c.accountId && c.since < table.edgeCreatedMs(ce)) out.add(hostport);
+      for (const { hostport, ce } of edges) if (ce.edge.accountId !== c.accountId && c.since < table.hostportClaimedMs(ce, hostport)) out.add(hostport);
     }
     table.shadowHostports(out);
   }

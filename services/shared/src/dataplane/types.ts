@@ -14,6 +14,13 @@ export interface DpEdge {
   hostports: string[];
   mutualTls: { enabled: boolean; certificateAuthorityIds: string[] } | null;
   tlsTermination: { enabled: boolean; minVersion: string | null } | null;
+  /**
+   * hostport → when the edge gained it (Unix ms, the control plane's clock). A hostport not
+   * listed (stored before claims were recorded, or a config saved by an older node) counts from
+   * the edge's creation, the time its id carries. The data plane settles a race for a host
+   * between this edge and an agent endpoint of another account by it.
+   */
+  hostportClaimedMs?: Record<string, number>;
 }
 
 export interface DpRoute {

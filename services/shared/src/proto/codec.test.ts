@@ -40,8 +40,16 @@ describe('warren.config.v1 codec', () => {
     const codec = configStreamCodec();
     const lists = {
       edges: [
-        { id: 'edghts_1', accountId: 'ac_1', hostports: ['a.example.com:443'], mutualTls: { enabled: true, certificateAuthorityIds: ['ca_1'] }, tlsTermination: { enabled: true, minVersion: '1.3' } },
-        { id: 'edghts_2', accountId: 'ac_1', hostports: [], mutualTls: null, tlsTermination: { enabled: false, minVersion: null } },
+        {
+          id: 'edghts_1',
+          accountId: 'ac_1',
+          hostports: ['a.example.com:443', 'b.example.com:8443'],
+          mutualTls: { enabled: true, certificateAuthorityIds: ['ca_1'] },
+          tlsTermination: { enabled: true, minVersion: '1.3' },
+          hostportClaimedMs: { 'a.example.com:443': 1_700_000_000_123, 'b.example.com:8443': 1_800_000_000_456 } as Record<string, number>,
+        },
+        // No claims recorded (hostports stored before they were): an empty map.
+        { id: 'edghts_2', accountId: 'ac_1', hostports: [], mutualTls: null, tlsTermination: { enabled: false, minVersion: null }, hostportClaimedMs: {} },
       ],
       routes: [route, { ...route, id: 'edghtsrt_2', backendId: null, ipPolicyIds: [], trafficPolicy: null, modules: {} }],
       backends: [{ id: 'bkdtg_1', accountId: 'ac_1', labels: { a: 'b' } }],
@@ -80,6 +88,9 @@ describe('warren.config.v1 codec', () => {
     bad.snapshot!.resources!.routes[0]!.modulesJson = '{}';
     bad.snapshot!.resources!.routes[0]!.matchType = 'regex';
     expect(() => resourcesFromProto(bad.snapshot!.resources)).toThrow(/match_type/);
+    const edge = { id: 'edghts_1', accountId: 'ac_1', hostports: ['a.test:443'], mutualTls: null, tlsTermination: null, hostportClaimedMs: { 'a.test:443': -5 } };
+    const badEdge = codec.decodeControl(codec.encodeControl({ snapshot: { resources: resourcesToProto({ edges: [edge], routes: [], backends: [], ipPolicies: [], certificateAuthorities: [], credentials: [], eventSubscriptions: [] }) } }));
+    expect(() => resourcesFromProto(badEdge.snapshot!.resources)).toThrow(/edge\.hostport_claimed_ms\.a\.test:443: not a time in Unix ms/);
   });
 
   it('keeps event types and destination kinds it does not know out of a subscription, and refuses malformed ones', () => {

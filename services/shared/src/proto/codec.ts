@@ -36,6 +36,17 @@ function labels(v: unknown, what: string): Record<string, string> {
   for (const [k, x] of Object.entries(v)) out[k] = str(x, `${what}.${k}`);
   return out;
 }
+/** A map of Unix ms (int64 as a number), e.g. `edge.hostport_claimed_ms`; absent reads as empty. */
+function millisMap(v: unknown, what: string): Record<string, number> {
+  if (v === undefined || v === null) return {};
+  if (typeof v !== 'object' || Array.isArray(v)) throw new CodecError(`${what}: not a map`);
+  const out: Record<string, number> = {};
+  for (const [k, x] of Object.entries(v)) {
+    if (typeof x !== 'number' || !Number.isSafeInteger(x) || x < 0) throw new CodecError(`${what}.${k}: not a time in Unix ms`);
+    out[k] = x;
+  }
+  return out;
+}
 function json(v: unknown, what: string): unknown {
   try {
     return JSON.parse(str(v, what));
@@ -53,6 +64,7 @@ export function edgeToProto(e: DpEdge): Edge {
     hostports: e.hostports,
     mutualTls: e.mutualTls ? { enabled: e.mutualTls.enabled, certificateAuthorityIds: e.mutualTls.certificateAuthorityIds } : null,
     tlsTermination: e.tlsTermination ? { enabled: e.tlsTermination.enabled, minVersion: e.tlsTermination.minVersion ?? '' } : null,
+    hostportClaimedMs: e.hostportClaimedMs ?? {},
   };
 }
 
@@ -63,6 +75,7 @@ export function edgeFromProto(m: Edge__Output): DpEdge {
     hostports: strs(m.hostports, 'edge.hostports'),
     mutualTls: m.mutualTls ? { enabled: !!m.mutualTls.enabled, certificateAuthorityIds: strs(m.mutualTls.certificateAuthorityIds, 'edge.mutual_tls.certificate_authority_ids') } : null,
     tlsTermination: m.tlsTermination ? { enabled: !!m.tlsTermination.enabled, minVersion: str(m.tlsTermination.minVersion, 'edge.tls_termination.min_version') || null } : null,
+    hostportClaimedMs: millisMap(m.hostportClaimedMs, 'edge.hostport_claimed_ms'),
   };
 }
 

@@ -108,10 +108,21 @@ export const edgesRepo = {
     return hostports.find((h) => held.has(hostOf(h)));
   },
 
-  /** Mirrors the hostports into https_edge_hostports, whose primary key makes them unique across edges. */
+  /**
+   * Mirrors the hostports into https_edge_hostports, whose primary key makes them unique across
+   * edges (another edge's hostport fails the insert with 23505). Hostports the edge keeps keep
+   * their claim time; the ones it gains are claimed now (`claimed_ms`, this process's clock, as
+   * the edge id's time is): the data plane settles a race for a host with an agent endpoint by it.
+   */
   async setHostports(q: Queryable, edgeId: string, hostports: string[]): Promise<void> {
-    await q.query('DELETE FROM https_edge_hostports WHERE edge_id = $1', [edgeId]);
-    if (hostports.length > 0) await q.query('INSERT INTO https_edge_hostports (hostport, edge_id) SELECT unnest($1::text[]), $2', [hostports, edgeId]);
+    await q.query('DELETE FROM https_edge_hostports WHERE edge_id = $1 AND hostport <> ALL($2::text[])', [edgeId, hostports]);
+    if (hostports.length > 0)
+      await q.query(
+        `INSERT INTO https_edge_hostports (hostport, edge_id, claimed_ms)
+         SELECT h, $2, $3 FROM unnest($1::text[]) AS h
+          WHERE NOT EXISTS (SELECT 1 FROM https_edge_hostports x WHERE x.hostport = h AND x.edge_id = $2)`,
+        [hostports, edgeId, Date.now()],
+      );
   },
 
   async setCertificateAuthorities(q: Queryable, edgeId: string, caIds: string[]): Promise<void> {

@@ -3,6 +3,7 @@
 
 import type { MutualTls as _warren_config_v1_MutualTls, MutualTls__Output as _warren_config_v1_MutualTls__Output } from '../../../warren/config/v1/MutualTls.js';
 import type { TlsTermination as _warren_config_v1_TlsTermination, TlsTermination__Output as _warren_config_v1_TlsTermination__Output } from '../../../warren/config/v1/TlsTermination.js';
+import type { Long } from '@grpc/proto-loader';
 
 export interface Edge {
   'id'?: (string);
@@ -10,6 +11,7 @@ export interface Edge {
   'hostports'?: (string)[];
   'mutualTls'?: (_warren_config_v1_MutualTls | null);
   'tlsTermination'?: (_warren_config_v1_TlsTermination | null);
+  'hostportClaimedMs'?: ({[key: string]: number | string | Long});
 }
 
 export interface Edge__Output {
@@ -18,4 +20,5 @@ export interface Edge__Output {
   'hostports': (string)[];
   'mutualTls': (_warren_config_v1_MutualTls__Output | null);
   'tlsTermination': (_warren_config_v1_TlsTermination__Output | null);
+  'hostportClaimedMs': ({[key: string]: number});
 }
