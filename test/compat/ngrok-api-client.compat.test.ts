@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Ngrok, EventTarget, HTTPSEdgeRouteUpdate, TunnelGroupBackendUpdate, CredentialCreate, EndpointWebhookValidation, HTTPSEdgeRouteCreate } from '@ngrok/ngrok-api';
 import { freshDatabase } from '../support/databases.js';
 import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
+import { CONTROL_PLANE_START_MS, WORK_MS } from '../support/timeouts.js';
 import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ApiCallError, deleteAndVerify, expectApiError, expectPaging, map, officialClient, times, tolerateEmptyBody } from './client.js';
@@ -22,7 +23,7 @@ beforeAll(async () => {
   cp = await startControlPlane({ databaseUrl: database.url });
   base = cp.baseUrl;
   pool = createPool(database.url, 2);
-});
+}, CONTROL_PLANE_START_MS + WORK_MS);
 afterAll(async () => {
   await cp?.stop();
   await pool?.end();

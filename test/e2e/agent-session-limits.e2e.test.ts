@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentClient } from '../../services/agent/src/client.js';
 import { waitFor } from '../support/cluster.js';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * What one authtoken and one agent session may do on an ingress node, through real processes (a
@@ -35,7 +36,7 @@ beforeAll(async () => {
         : { TUNNEL_STARTS_PER_SECOND_PER_SESSION: String(STARTS_PER_SECOND), TUNNEL_START_BURST_PER_SESSION: String(START_BURST) },
   });
   await c.route('/ok', {});
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await Promise.allSettled([...clients.map((cl) => cl.close()), ...sdkSessions.map((s) => s.close())]);
@@ -156,21 +157,44 @@ describe('agent limits through real processes', () => {
   it('tunnel starts per session are rate limited (ERR_WARREN_8001, retry later); the session and the node carry on', async () => {
     const cred = await c.credential();
     const churn = await connected(cred.token, 'b');
-    // Start and stop in a tight loop: the burst goes through, then the rate holds.
+    // Start and stop in a tight loop: the burst goes through (a session's bucket starts full, so
+    // whatever the timing), then the rate holds.
+    const t0 = performance.now();
     for (let i = 0; i < START_BURST; i++) {
       const t = i % 2 ? await churn.bind({ domain: `churn${i}.limits.e2e.test`, forwardsTo: LOCAL }) : await churn.startLabeledTunnel({ app: `churn${i}` }, LOCAL);
       await churn.unbind(t.id);
     }
-    await expect(churn.startLabeledTunnel({ app: 'churn-over' }, LOCAL)).rejects.toThrow(/this agent session starts tunnels faster than this server allows \(TUNNEL_STARTS_PER_SECOND_PER_SESSION: 2 a second, 3 at once\); retry in \d+ ms \(ERR_WARREN_8001\)/);
-    await expect(churn.bind({ domain: 'churn-over.limits.e2e.test', forwardsTo: LOCAL })).rejects.toThrow(/ERR_WARREN_8001/);
+    // Then more starts than the bucket holds, StartTunnelWithLabel and Bind in turn, all at once:
+    // one after another, a loaded box may take long enough per round trip for a token to come back
+    // in between (one every 500 ms), and a start that should be refused would go through.
+    const over = await Promise.allSettled(
+      Array.from({ length: 4 * START_BURST }, (_, i) => (i % 2 ? churn.bind({ domain: `churn-over${i}.limits.e2e.test`, forwardsTo: LOCAL }) : churn.startLabeledTunnel({ app: `churn-over${i}` }, LOCAL))),
+    );
+    const elapsed = performance.now() - t0;
+    const overStarted = over.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []));
+    for (const t of overStarted) await churn.unbind(t.id);
+    // Whatever the timing, the session started no more than its burst and what refilled since its
+    // first start; and the starts that arrived with the bucket empty were refused, of each kind.
+    expect(START_BURST + overStarted.length, `started in ${Math.round(elapsed)} ms`).toBeLessThanOrEqual(Math.floor(START_BURST + (STARTS_PER_SECOND * elapsed) / 1000));
+    const refusals = (kind: 0 | 1) => over.flatMap((o, i) => (i % 2 === kind && o.status === 'rejected' ? [(o.reason as Error).message] : []));
+    const [labeled, bound] = [refusals(0), refusals(1)];
+    expect(labeled.length, `StartTunnelWithLabel refusals of ${over.length / 2} in ${Math.round(elapsed)} ms`).toBeGreaterThan(0);
+    expect(bound.length, `Bind refusals of ${over.length / 2} in ${Math.round(elapsed)} ms`).toBeGreaterThan(0);
+    for (const message of [...labeled, ...bound]) {
+      expect(message).toMatch(/this agent session starts tunnels faster than this server allows \(TUNNEL_STARTS_PER_SECOND_PER_SESSION: 2 a second, 3 at once\); retry in \d+ ms \(ERR_WARREN_8001\)/);
+    }
 
     // The official SDK gets the refusal as an error, and its session carries on.
-    // Twice the burst at once (one after another, a loaded box may take long enough per start for
-    // the bucket to refill in between): the burst goes through, some of the rest are refused.
+    // Four times the burst at once (one after another, a loaded box may take long enough per start
+    // for the bucket to refill in between): the burst goes through, no more than the bucket and
+    // its refill allow over the time taken, the rest are refused.
     const session = await sdkConnect(sdk(cred.token, 'b'));
-    const starts = await Promise.allSettled(Array.from({ length: 2 * START_BURST }, (_, i) => session.labeledListener().label('app', `sdk${i}`).listen()));
+    const s0 = performance.now();
+    const starts = await Promise.allSettled(Array.from({ length: 4 * START_BURST }, (_, i) => session.labeledListener().label('app', `sdk${i}`).listen()));
+    const sdkElapsed = performance.now() - s0;
     const refused = starts.flatMap((s) => (s.status === 'rejected' ? [s.reason as Error] : []));
     expect(starts.length - refused.length).toBeGreaterThanOrEqual(START_BURST);
+    expect(starts.length - refused.length, `started in ${Math.round(sdkElapsed)} ms`).toBeLessThanOrEqual(Math.floor(START_BURST + (STARTS_PER_SECOND * sdkElapsed) / 1000));
     expect(refused.length).toBeGreaterThan(0);
     for (const err of refused) expect(err.message).toMatch(/TUNNEL_STARTS_PER_SECOND_PER_SESSION.*retry in \d+ ms.*ERR_WARREN_8001/);
     for (const s of starts) if (s.status === 'fulfilled') await s.value.close();

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentClient } from '../../services/agent/src/client.js';
 import { waitFor } from '../support/cluster.js';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * Tunnels per agent session (MAX_TUNNELS_PER_SESSION) and per ingress node
@@ -25,7 +26,7 @@ const sdkSessions: ngrok.Session[] = [];
 beforeAll(async () => {
   c = await startPolicyCluster({ name: 'tunnelcaps', host: HOST, nodes: 2, ingressEnv: () => ({ MAX_TUNNELS_PER_SESSION: String(PER_SESSION), MAX_TUNNELS_PER_NODE: String(PER_NODE) }) });
   await c.route('/ok', {});
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await Promise.allSettled([...clients.map((cl) => cl.close()), ...sdkSessions.map((s) => s.close())]);

@@ -3,6 +3,7 @@ import { freshDatabase } from '../support/databases.js';
 import { startControlPlane, type ControlPlaneProcess } from '../support/processes.js';
 import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
+import { CONTROL_PLANE_START_MS, WORK_MS } from '../support/timeouts.js';
 
 // Two real control-plane processes on one database share the per-account management API limit
 // (API_RATE_LIMIT_PER_MINUTE) through Postgres (API_RATE_LIMIT_SYNC_MS).
@@ -16,7 +17,7 @@ beforeAll(async () => {
   database = await freshDatabase();
   const env = { API_RATE_LIMIT_PER_MINUTE: String(LIMIT), API_RATE_LIMIT_SYNC_MS: String(SYNC_MS) };
   replicas.push(...(await Promise.all([startControlPlane({ databaseUrl: database.url, env }), startControlPlane({ databaseUrl: database.url, env })])));
-});
+}, CONTROL_PLANE_START_MS + WORK_MS); // two control planes at once
 afterAll(async () => {
   await Promise.allSettled(replicas.map((p) => p.stop({ timeoutMs: 15_000 })));
   await database?.drop();

@@ -10,6 +10,7 @@ import { createDb, createPool } from '../../services/control-plane/src/db/pool.j
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { NODES_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * One public client address may hold only its share (MAX_STREAMS_PER_CLIENT, 5 here) of an agent
@@ -118,7 +119,7 @@ beforeAll(async () => {
   session = await new ngrok.SessionBuilder().serverAddr(`localhost:${a.agent}`).caCert(Buffer.from(tls.caPem!)).authtoken(authtoken).connect();
   await session.httpEndpoint().domain(HOST).listenAndForward(upstreamUrl);
   for (const n of [a, b]) await waitFor(`${n.nodeId} serves the endpoint`, async () => (await request(n.http, '/ready', '127.0.0.1')).status === 200, 15_000);
-}, 90_000);
+}, NODES_HOOK_MS);
 
 afterAll(async () => {
   releaseSlow();

@@ -15,6 +15,7 @@ import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
 import { collect, type Res } from '../support/http-answer.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * Edge TLS settings and the websocket_tcp_converter on live traffic, through real processes: a
@@ -164,7 +165,7 @@ beforeAll(async () => {
   agents.push(startAgentProcess(['http', `tcp://127.0.0.1:${echoPort}`, '--label', 'app=echo', ...common]));
   agents.push(startAgentProcess(['http', `tcp://127.0.0.1:${greeterPort}`, '--label', 'app=greeter', ...common]));
   await Promise.all(agents.map((p) => p.waitForOutput('online')));
-}, 90_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await Promise.allSettled([...agents.map((p) => p.stop({ timeoutMs: 10_000 })), a?.stop({ timeoutMs: 10_000 }), b?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);

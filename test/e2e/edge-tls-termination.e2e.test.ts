@@ -14,6 +14,7 @@ import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
 import { collect, type Res } from '../support/http-answer.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * An edge's TLS settings hold per request, not only per handshake: the ingress routes by Host,
@@ -190,7 +191,7 @@ beforeAll(async () => {
   await route(v13, '/after-tls');
   await served(V13_HOST, '/after-tls');
   await served(PLAIN_HOST, '/');
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await Promise.allSettled([agent?.stop({ timeoutMs: 10_000 }), node?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);

@@ -17,6 +17,7 @@ import { callApi, cleanupTempDirs, startAgentProcess, startIngress, tempDir, wai
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 import { startAwsFake, startAzureFake, startDatadogFake, type AwsFake, type AzureFake, type DatadogFake } from '../support/fakes/index.js';
 import { deleteKeys, metricValue, redisContents, repeated, runEventsAdmin, startEventWorker, unfinishedFlushJobs, type EventWorkerProcess } from '../support/events.js';
+import { AGENT_ONLINE_MS, CLI_RUN_MS, CONTROL_PLANE_START_MS, INGRESS_START_MS, WORKER_START_MS, WORK_MS } from '../support/timeouts.js';
 
 /**
  * The whole event pipeline with real processes (event-delivery.md §4): the control plane (REST
@@ -345,7 +346,7 @@ beforeAll(async () => {
   tlsFiles = { caFile: tls.caFile, certFile: tls.caFile.replace(/ca\.pem$/, 'cert.pem'), keyFile: tls.caFile.replace(/ca\.pem$/, 'key.pem') };
   nodeToken = randomBytes(16).toString('hex');
   [cp, worker] = await Promise.all([startControlPlane({ databaseUrl: db.url, env: { WARREN_NODE_TOKEN: nodeToken } }), startWorker()]);
-}, 90_000);
+}, Math.max(CONTROL_PLANE_START_MS, WORKER_START_MS) + WORK_MS); // a control plane and a worker at once
 
 afterAll(async () => {
   await Promise.allSettled([agent?.stop({ timeoutMs: 10_000 }), ingress?.stop({ timeoutMs: 10_000 })]);
@@ -500,7 +501,7 @@ describe('event delivery end to end (control plane → outbox → relay → Redi
     await agent.stop({ timeoutMs: 10_000 });
     expect((await ingress.stop({ timeoutMs: 15_000 })).code).toBe(0);
     agent = ingress = undefined;
-  }, 60_000);
+  }, INGRESS_START_MS + AGENT_ONLINE_MS + 2 * WORK_MS); // a node, an agent, and waits of up to 2 min
 
   it('a receiver down for a while: retries, then every event arrives once it is back; none lost, none twice', async () => {
     const a = acct.down!;
@@ -557,7 +558,7 @@ describe('event delivery end to end (control plane → outbox → relay → Redi
     await drained();
     expect(receivedIds(d)).toEqual([rows[1]!.event_id, poison!.event_id]);
     expect(await deadLetters(d)).toEqual([]);
-  }, 60_000);
+  }, 2 * CLI_RUN_MS + 2 * WORK_MS); // two events-admin runs, and waits of up to 90 s
 
   it('an auth failure pauses the destination (backlog kept, no dead letters); a PATCH with the right key resumes it and everything arrives in order', async () => {
     const a = acct.paused!;
@@ -622,7 +623,7 @@ describe('event delivery end to end (control plane → outbox → relay → Redi
     for (const x of got) expect(got.filter((y) => y === x).length).toBeLessThanOrEqual(2);
     expect(worker.logs().some((l) => /flush job stalled/.test(String(l.msg))), 'the new worker took the job over as stalled').toBe(true);
     received(d).forEach((e) => checkAudit(e, rows.find((r) => r.event_id === e.event_id)!, a));
-  }, 90_000);
+  }, WORKER_START_MS + 2 * WORK_MS); // a worker, and waits of up to 80 s
 
   it('SIGTERM mid-call: the worker finishes the call and exits 0 within its shutdown timeout; the next one delivers the rest, no duplicates', async () => {
     const a = acct.term!;
@@ -647,7 +648,7 @@ describe('event delivery end to end (control plane → outbox → relay → Redi
     await waitReceived(d, rows.map((r) => r.event_id));
     await drained();
     expectExactly(d, rows);
-  }, 60_000);
+  }, WORKER_START_MS + WORK_MS);
 
   it('Redis restart: changes made while Redis is down are relayed and delivered after it returns; nothing lost', async () => {
     const a = acct.restart!;

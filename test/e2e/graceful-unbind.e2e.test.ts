@@ -11,6 +11,7 @@ import { createDb, createPool } from '../../services/control-plane/src/db/pool.j
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { AGENT_ONLINE_MS, NODES_HOOK_MS, WORK_MS } from '../support/timeouts.js';
 
 /**
  * A tunnel that goes away while it carries requests, with real processes (a control plane, two
@@ -137,7 +138,7 @@ beforeAll(async () => {
   const env = { TLS_CERT_FILE: tls.caFile.replace(/ca\.pem$/, 'cert.pem'), TLS_KEY_FILE: tls.caFile.replace(/ca\.pem$/, 'key.pem'), DRAIN_TIMEOUT_MS: String(INGRESS_DRAIN_MS) };
   [a, b] = (await Promise.all(['drain-a', 'drain-b'].map((nodeId) => startIngress({ nodeId, controlPlane: [`127.0.0.1:${cp.grpcPort}`], nodeToken, env })))) as [IngressProcess, IngressProcess];
   await startUpstream();
-}, 120_000);
+}, NODES_HOOK_MS);
 
 afterAll(async () => {
   for (const c of agents) await c.close().catch(() => {});
@@ -266,7 +267,8 @@ describe('the official SDK (@ngrok/ngrok 1.7.0, unmodified)', () => {
   });
 });
 
-describe('warren-agent on SIGTERM', () => {
+// Each test starts an agent (up to AGENT_ONLINE_MS); the shutdown timings are the point and stay tight.
+describe('warren-agent on SIGTERM', { timeout: AGENT_ONLINE_MS + WORK_MS }, () => {
   async function agentFor(host: string, extra: string[] = []) {
     const agent = startAgentProcess(['http', upstreamUrl, '--domain', host, '--server', `localhost:${a.agent}`, '--ca', tls.caFile, ...extra], { WARREN_AUTHTOKEN: await credential(host), LOG_LEVEL: 'warn' });
     await agent.waitForOutput(/tunnel tn_\w+ online/);

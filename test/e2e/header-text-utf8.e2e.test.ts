@@ -4,6 +4,7 @@ import { Redis } from 'ioredis';
 import { digestKey, redisKeyPattern } from '../../services/ingress/src/ratelimit/index.js';
 import { deleteKeys } from '../support/redis-keys.js';
 import { startPolicyCluster, type PolicyCluster, type PolicyResponse } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * Header values are UTF-8 text, as ngrok (Go) treats them, through real processes (a control
@@ -83,7 +84,7 @@ beforeAll(async () => {
       });
     },
   });
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await c?.stop();

@@ -9,6 +9,7 @@ import { createDb, createPool } from '../../services/control-plane/src/db/pool.j
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { AGENT_ONLINE_MS, CONTROL_PLANE_START_MS, NODES_HOOK_MS, WORK_MS } from '../support/timeouts.js';
 
 /**
  * A hostname belongs to one account (README), with real processes: a control plane, two ingress
@@ -72,7 +73,7 @@ beforeAll(async () => {
   cp = await startCp();
   const env = { TLS_CERT_FILE: tls.caFile.replace(/ca\.pem$/, 'cert.pem'), TLS_KEY_FILE: tls.caFile.replace(/ca\.pem$/, 'key.pem') };
   [a, b] = (await Promise.all(['hostname-a', 'hostname-b'].map((nodeId) => startIngress({ nodeId, controlPlane: [`127.0.0.1:${cp.grpcPort}`], nodeToken, env })))) as [IngressProcess, IngressProcess];
-}, 120_000);
+}, NODES_HOOK_MS);
 
 afterAll(async () => {
   for (const s of sessions) await s.close().catch(() => {});
@@ -115,7 +116,7 @@ describe('hostname ownership across accounts', () => {
     if (edge.status === 201) await api(xKey, 'POST', `/edges/https/${edge.body.id as string}/routes`, { match_type: 'path_prefix', match: '/', backend: { enabled: true, backend_id: backend.id } });
     await applied();
     for (const n of [a, b]) for (let i = 0; i < 3; i++) expect((await request(n.http, host)).body).toBe('victim');
-  }, 90_000);
+  }, 2 * AGENT_ONLINE_MS + 2 * WORK_MS); // two agents, and waits for the nodes of up to 110 s in all
 
   it('two Binds of one hostname by two accounts on two nodes: every node ends up serving the first', async () => {
     const host = 'raced.e2e.test';
@@ -147,5 +148,5 @@ describe('hostname ownership across accounts', () => {
     const seen: string[] = [];
     for (const n of [a, b]) for (let i = 0; i < 4; i++) seen.push((await request(n.http, host)).body);
     expect(new Set(seen)).toEqual(new Set(['first']));
-  }, 120_000);
+  }, CONTROL_PLANE_START_MS + 3 * WORK_MS); // a control plane restarted, and waits of up to 40 + 20 + 90 s
 });

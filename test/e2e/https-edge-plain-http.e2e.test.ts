@@ -13,6 +13,7 @@ import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
 import { collect, type Res } from '../support/http-answer.js';
+import { CLUSTER_HOOK_MS, WORK_MS } from '../support/timeouts.js';
 
 /**
  * HTTPS edges are not served in cleartext on the plain-HTTP listener (HTTPS_EDGES_ON_HTTP), through
@@ -127,7 +128,7 @@ beforeAll(async () => {
       await waitFor(`${n.nodeId} serves ${host} over HTTPS`, async () => (await secure(n, host, '/ready')).headers['x-upstream'] === 'yes', 20_000);
     }
   }
-}, 90_000);
+}, CLUSTER_HOOK_MS + 2 * WORK_MS); // and eight waits of up to 20 s for the nodes to serve
 
 afterAll(async () => {
   await Promise.allSettled([...agents.map((p) => p.stop({ timeoutMs: 10_000 })), ...(nodes ?? []).map((n) => n.stop({ timeoutMs: 10_000 })), cp?.stop({ timeoutMs: 10_000 })]);

@@ -1,6 +1,7 @@
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * The bytes of request bodies an ingress holds for its route pipelines, in all
@@ -17,7 +18,7 @@ let c: PolicyCluster;
 beforeAll(async () => {
   c = await startPolicyCluster({ name: 'bodybudget', host: HOST, ingressEnv: () => ({ MAX_BUFFERED_BODY_BYTES: String(LIMIT) }) });
   await c.route('/hook', { webhook_verification: { provider: 'stripe', secret: 'whsec_budget' } });
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await c?.stop();

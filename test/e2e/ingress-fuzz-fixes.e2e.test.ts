@@ -1,6 +1,7 @@
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * Ingress defects a fuzz audit found, through real processes (a control plane, two ingress nodes,
@@ -108,7 +109,7 @@ beforeAll(async () => {
   await c.policyRoute('/host-interp', {
     on_http_request: [{ actions: [{ type: 'add-headers', config: { headers: { host: "${req.headers['x-a'][0]}" } } }] }],
   });
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await c?.stop();

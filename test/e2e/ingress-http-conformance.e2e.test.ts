@@ -3,6 +3,7 @@ import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
 import { rawExchange, statuses } from '../support/raw-exchange.js';
+import { CLUSTER_HOOK_MS, WORK_MS } from '../support/timeouts.js';
 
 /**
  * HTTP conformance of the public listeners, through real processes (a control plane, two ingress
@@ -87,7 +88,7 @@ beforeAll(async () => {
     on_http_request: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-path-seen': '${req.url.path}' } } }] }],
     on_http_response: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-root-route': 'yes' } } }] }],
   });
-}, 180_000);
+}, CLUSTER_HOOK_MS + WORK_MS); // and nine routes to apply on two nodes
 
 afterAll(async () => {
   await c?.stop();

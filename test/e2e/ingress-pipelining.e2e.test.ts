@@ -2,6 +2,7 @@ import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
 import { rawExchange, statuses } from '../support/raw-exchange.js';
+import { CLUSTER_HOOK_MS, WORK_MS } from '../support/timeouts.js';
 
 /**
  * HTTP/1.1 keep-alive and pipelining on the public listeners (found by an audit with raw sockets),
@@ -59,7 +60,7 @@ beforeAll(async () => {
   await c.policyRoute('/cr', { on_http_request: [{ actions: [{ type: 'custom-response', config: { status_code: 200, body: 'custom-body' } }] }] });
   await c.policyRoute('/fr', { on_http_request: [{ actions: [{ type: 'request-body-find-replace', config: { replacements: [{ from: 'foo', to: 'barbaz' }] } }] }] });
   await c.policyRoute('/close', { on_http_request: [{ expressions: ["'x-close' in req.headers"], actions: [{ type: 'close-connection' }] }] });
-}, 180_000);
+}, CLUSTER_HOOK_MS + WORK_MS);
 
 afterAll(async () => {
   await c?.stop();

@@ -11,6 +11,7 @@ import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
 import { listenEchoingUpgrades, upgradeEcho } from '../support/upgrade.js';
+import { AGENT_ONLINE_MS, CONTROL_PLANE_START_MS, INGRESS_START_MS, NODES_HOOK_MS, WORK_MS } from '../support/timeouts.js';
 
 /**
  * Live traffic end to end, every piece a real process on real Postgres: a control plane, two
@@ -89,7 +90,7 @@ beforeAll(async () => {
   );
   a = started[0]!;
   b = started[1]!;
-}, 90_000);
+}, NODES_HOOK_MS);
 
 afterAll(async () => {
   await Promise.allSettled([agent?.stop({ timeoutMs: 10_000 }), a?.stop({ timeoutMs: 10_000 }), b?.stop({ timeoutMs: 10_000 }), cp?.stop({ timeoutMs: 10_000 })]);
@@ -149,7 +150,7 @@ describe('live traffic through two ingress nodes', () => {
     expect(sessions.body.tunnel_sessions).toHaveLength(1);
     const be = await api('GET', `/backends/tunnel_group/${backendId}`);
     expect(be.body.tunnels.map((t: { id: string }) => t.id)).toEqual([tunnels[0].id]);
-  });
+  }, AGENT_ONLINE_MS + WORK_MS);
 
   it('carries requests through both nodes (B hops to A), over HTTP and HTTPS', async () => {
     for (const n of [a, b]) {
@@ -186,7 +187,7 @@ describe('live traffic through two ingress nodes', () => {
     const r = await request(b.http, '/api/after-restart');
     expect(r.status).toBe(200);
     expect((await request(b.http, '/hello')).status).toBe(404); // the PATCHed route, from disk
-  });
+  }, INGRESS_START_MS + WORK_MS); // a node restarted
 
   it('catches up when the control plane returns', async () => {
     cp = await startCp();
@@ -212,7 +213,7 @@ describe('live traffic through two ingress nodes', () => {
         console.warn(`${n.nodeId} caught up only through the stall watchdog\n--- ${n.nodeId} output ---\n${n.output().slice(-6000)}\n--- control plane output ---\n${cp.output().slice(-8000)}`);
       }
     }
-  }, 90_000);
+  }, CONTROL_PLANE_START_MS + 2 * WORK_MS); // a control plane restarted, and two waits of up to 30 s
 
   it('removes the tunnel from the API when the agent stops', async () => {
     await agent.stop();
@@ -232,5 +233,5 @@ describe('revoking an agent credential', () => {
     expect(exit?.code).toBe(1);
     expect(revoked.output()).toMatch(/ERR_WARREN_1004/);
     await waitFor('revoked tunnel gone', async () => (await api('GET', '/tunnels')).body?.tunnels?.length === 0, 5_000);
-  });
+  }, AGENT_ONLINE_MS + WORK_MS);
 });

@@ -6,6 +6,7 @@ import type { TestIdp } from '../support/oidc-idp.js';
 import type { FakeGithub } from '../support/github-fake.js';
 import { startOAuthTestProviders, type OAuthTestProviders } from '../support/oauth-providers.js';
 import { startSignInCluster, type SignInCluster } from '../support/sign-in-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * The `oauth` route module on live traffic, two ingress nodes pointed at local providers through
@@ -66,7 +67,7 @@ beforeAll(async () => {
   await route('/team', github({ teams: ['acme/ops'] }, { cookie_prefix: 'team.' }));
   await route('/mail', github({ email_addresses: ['carol@corp.test'] }, { cookie_prefix: 'mail.' }));
   await route('/g', { provider: { google: { client_id: G_ID, client_secret: G_SECRET, email_domains: ['example.test'] } }, cookie_prefix: 'g.' });
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(() => c?.stop(), 60_000);
 

@@ -5,6 +5,7 @@ import { waitFor, type IngressProcess } from '../support/cluster.js';
 import { formPost, type Browser, type BrowserResponse } from '../support/browser.js';
 import { startTestIdp, type TestIdp } from '../support/oidc-idp.js';
 import { startSignInCluster, type SignInCluster } from '../support/sign-in-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * The `oidc` route module on live traffic: a real OpenID Provider (oidc-provider over HTTPS, in
@@ -67,7 +68,7 @@ beforeAll(async () => {
   await route('/', {});
   await route('/short', { cookie_prefix: 'short.', maximum_duration: 2 });
   await route('/idle', { cookie_prefix: 'idle.', maximum_duration: 3600, inactivity_timeout: 2 });
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(() => c?.stop(), 60_000);
 

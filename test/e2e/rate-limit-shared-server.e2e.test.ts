@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { deleteServerKeys } from '../../services/ingress/src/ratelimit/testing.js';
 import { startPolicyCluster, type PolicyCluster, type PolicyResponse } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * performance.md §3, "three proxies, one key" and "clock skew", through real processes: three
@@ -31,7 +32,7 @@ beforeAll(async () => {
       ...(nodeId.endsWith('-c') ? { NODE_OPTIONS: `--import ${fileURLToPath(new URL('../support/clock-skew.mjs', import.meta.url))}`, WARREN_TEST_CLOCK_SKEW_MS: String(SKEW_MS) } : {}),
     }),
   });
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await c?.stop();

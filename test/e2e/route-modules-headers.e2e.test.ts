@@ -3,6 +3,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../support/cluster.js';
 import { startPolicyCluster, type PolicyCluster, type PolicyResponse } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * The request_headers, response_headers and compression modules on live traffic, through real
@@ -48,7 +49,7 @@ beforeAll(async () => {
       });
     },
   });
-}, 90_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await c?.stop();

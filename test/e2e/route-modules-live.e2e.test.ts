@@ -13,6 +13,7 @@ import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 import { httpsRequest } from '../support/route-modules-https.js';
 import { FaultyProxy } from '../../services/ingress/src/ratelimit/testing.js';
 import { TestSamlIdp } from '../support/saml-idp.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * Route modules on live traffic, through real processes: a control plane on its own database,
@@ -107,7 +108,7 @@ beforeAll(async () => {
     upstream,
   });
   await c.route('/plain', {});
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await c?.stop();

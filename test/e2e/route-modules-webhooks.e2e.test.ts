@@ -3,6 +3,7 @@ import { createHash, createHmac, generateKeyPairSync, randomBytes, sign } from '
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPolicyCluster, type PolicyCluster, type PolicyResponse } from '../support/policy-cluster.js';
 import { httpsRequest } from '../support/route-modules-https.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * The route module `webhook_verification` on live traffic for the providers other than GitHub,
@@ -41,7 +42,7 @@ beforeAll(async () => {
       });
     },
   });
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await c?.stop();

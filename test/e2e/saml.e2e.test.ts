@@ -5,6 +5,7 @@ import type { IngressProcess } from '../support/cluster.js';
 import type { Browser, BrowserResponse } from '../support/browser.js';
 import { newSamlKey, TestSamlIdp, type ResponseOptions } from '../support/saml-idp.js';
 import { startSignInCluster, type SignInCluster } from '../support/sign-in-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * The `saml` route module on live traffic: a control plane (the SP endpoints under its public
@@ -69,7 +70,7 @@ beforeAll(async () => {
   main = await route('/', {});
   admins = await route('/admins', { cookie_prefix: 'adm.', authorized_groups: ['admins'] });
   unsolicited = await route('/idp', { cookie_prefix: 'idp.', allow_idp_initiated: true });
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(() => c?.stop(), 60_000);
 

@@ -15,6 +15,7 @@ import { createAccountWithKey } from '../../services/control-plane/src/modules/a
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
 import { listenEchoingUpgrades, upgradeEcho } from '../support/upgrade.js';
 import { clientJa4 } from '../support/client-hello.js';
+import { AGENT_ONLINE_MS, NODES_HOOK_MS, WORK_MS } from '../support/timeouts.js';
 
 /**
  * The official agent SDK's `traffic_policy` option (`@ngrok/ngrok` 1.7.0, unmodified; Bind
@@ -151,7 +152,7 @@ beforeAll(async () => {
     });
   });
   upstreamUrl = `http://127.0.0.1:${await listenEchoingUpgrades(upstream)}`;
-}, 90_000);
+}, NODES_HOOK_MS);
 
 afterAll(async () => {
   for (const s of sessions) await s.close().catch(() => {});
@@ -371,7 +372,7 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
     const empty = startAgentProcess(['http', upstreamUrl, '--domain', host, '--traffic-policy-file', file, '--authtoken', tokenA, '--server', `localhost:${a.agent}`, '--ca', tls.caFile]);
     expect((await empty.exited).code).toBe(2);
     expect(empty.output()).toMatch(/the traffic policy file .*policy\.yml is empty/);
-  });
+  }, 4 * AGENT_ONLINE_MS + WORK_MS); // four agent processes, one after another
 
   it('close-connection closes the client connection whichever node it reached (over a hop the holding node tells the sending node; destroying the hop read there as a 502)', async () => {
     const dir = tempDir('warren-sdk-tp-cc-');
@@ -404,7 +405,7 @@ describe('the SDK traffic_policy option on Bind endpoints', () => {
     } finally {
       await agent.stop({ timeoutMs: 10_000 });
     }
-  });
+  }, AGENT_ONLINE_MS + WORK_MS);
 
   it('restrict-ips resolves ip_policies of the tunnel\'s own account only', async () => {
     const ours = (await callApi(cp.baseUrl, keyA, 'POST', '/ip_policies', { description: 'ours' })).body.id as string;

@@ -10,6 +10,7 @@ import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
 import { listenEchoingUpgrades, upgradeEcho } from '../support/upgrade.js';
+import { NODES_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * The official agent SDK (`@ngrok/ngrok` 1.7.0, unmodified) against real Warren processes: a
@@ -71,7 +72,7 @@ beforeAll(async () => {
     });
   });
   upstreamUrl = `http://127.0.0.1:${await listenEchoingUpgrades(upstream)}`;
-}, 90_000);
+}, NODES_HOOK_MS);
 
 afterAll(async () => {
   for (const s of sessions) await s.close().catch(() => {});

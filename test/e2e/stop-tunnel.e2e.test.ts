@@ -10,6 +10,7 @@ import { createDb, createPool } from '../../services/control-plane/src/db/pool.j
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { NODES_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * StopTunnel (server → agent, agent-protocol.md §3) with real processes: a control plane, two
@@ -85,7 +86,7 @@ beforeAll(async () => {
   // OUTHELD_BIND_GRACE_MS: the race below is stopped 3 s after node b learns of the older tunnel (15 s by default).
   const env = { TLS_CERT_FILE: tls.caFile.replace(/ca\.pem$/, 'cert.pem'), TLS_KEY_FILE: tls.caFile.replace(/ca\.pem$/, 'key.pem'), OUTHELD_BIND_GRACE_MS: '3000' };
   [a, b] = (await Promise.all(['stop-a', 'stop-b'].map((nodeId) => startIngress({ nodeId, controlPlane: [`127.0.0.1:${cp.grpcPort}`], nodeToken, env })))) as [IngressProcess, IngressProcess];
-}, 120_000);
+}, NODES_HOOK_MS);
 
 afterAll(async () => {
   for (const s of sessions) await s.close().catch(() => {});

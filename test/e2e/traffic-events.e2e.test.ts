@@ -15,6 +15,7 @@ import { createDb, createPool } from '../../services/control-plane/src/db/pool.j
 import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
+import { AGENT_ONLINE_MS, CLUSTER_HOOK_MS, INGRESS_START_MS, WORK_MS } from '../support/timeouts.js';
 
 /**
  * Traffic events from a real ingress process: an account subscribes a destination to
@@ -174,7 +175,7 @@ beforeAll(async () => {
 
   await nodeAtHead();
   await waitFor('the routes serve', async () => (await request('/plain/ready')).status === 200 && (await request('/rl/ready', HOST, { 'x-user': 'probe' })).status === 200, 20_000);
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   for (const s of echoSockets) s.destroy();
@@ -326,7 +327,7 @@ describe('traffic events from the ingress', () => {
     await agent.stop({ timeoutMs: 10_000 });
     await hopNode.stop({ timeoutMs: 10_000 });
     hopNode = undefined;
-  });
+  }, INGRESS_START_MS + 2 * AGENT_ONLINE_MS + WORK_MS); // a node, then two agents
 
   it('writes tcp_connection_closed.v0 when a WebSocket carried as TCP closes', async () => {
     const { handshake, client } = await openWebSocket({ port: node.http, host: HOST, path: '/ws/chat' });
@@ -395,7 +396,7 @@ describe('traffic events from the ingress', () => {
     // Emitted by the node the client reached, not again by the node the request hopped to.
     for (const e of drained) expect(e.object.warren).toMatchObject({ edge_id: edgeId, route_id: plainRouteId, rate_limit: null });
     expect(drained.every((e) => /^tn_/.test(e.object.warren.tunnel_id))).toBe(true);
-  });
+  }, INGRESS_START_MS + WORK_MS);
 
   it('counts what it cannot publish when its Redis is down, and still stops promptly', async () => {
     deadNode = await startIngress({
@@ -419,5 +420,5 @@ describe('traffic events from the ingress', () => {
     expect(await httpEvents('/plain/dead')).toEqual([]);
     // A process start, a config sync and a stop of up to 15 s: above the 30 s default when two
     // runs share the box (the stop itself must still take under 8 s).
-  }, 90_000);
+  }, INGRESS_START_MS + WORK_MS);
 });

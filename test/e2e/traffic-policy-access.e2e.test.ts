@@ -4,6 +4,7 @@ import { callApiExpecting, waitFor, type IngressProcess } from '../support/clust
 import { createDb, createPool } from '../../services/control-plane/src/db/pool.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { startPolicyCluster, type PolicyCluster, type PolicyRequestOptions } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * The traffic-policy access actions `restrict-ips` and `basic-auth` on live traffic, through real
@@ -38,7 +39,7 @@ beforeAll(async () => {
   // Listening on `::`, a node takes IPv4 (127.0.0.1) and IPv6 (::1) clients.
   c = await startPolicyCluster({ name: 'access', host: HOST, ingressEnv: () => ({ HOST: '::' }) });
   ({ cp, a: ing, edgeId } = c);
-}, 90_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(() => c?.stop(), 60_000);
 

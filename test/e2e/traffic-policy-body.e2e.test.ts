@@ -4,6 +4,7 @@ import { createHmac } from 'node:crypto';
 import zlib from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPolicyCluster, type PolicyCluster, type PolicyRequestOptions } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * The traffic-policy body actions `verify-webhook` and `compress-response` on live traffic,
@@ -72,7 +73,7 @@ const upstream: http.RequestListener = (req, res) => {
 
 beforeAll(async () => {
   c = await startPolicyCluster({ name: 'body', host: HOST, upstream });
-}, 90_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(() => c?.stop(), 60_000);
 

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * Where Warren's CEL follows cel-go (ngrok's engine) rather than the CEL library, on live
@@ -13,7 +14,7 @@ let c: PolicyCluster;
 
 beforeAll(async () => {
   c = await startPolicyCluster({ name: 'celcompat', host: HOST });
-}, 90_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await c?.stop();

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPolicyCluster, type PolicyCluster, type PolicyRequestOptions } from '../support/policy-cluster.js';
 import { waitFor } from '../support/cluster.js';
 import { metricValue } from '../support/events.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * The traffic-policy actions `request-body-find-replace` and `response-body-find-replace` on live
@@ -116,7 +117,7 @@ const upstream: http.RequestListener = (req, res) => {
 
 beforeAll(async () => {
   c = await startPolicyCluster({ name: 'findreplace', host: HOST, upstream, ingressEnv: () => ({ FIND_REPLACE_HOLD_MS: '1000' }) });
-}, 90_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(() => c?.stop(), 60_000);
 

@@ -2,6 +2,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { echoUrlAndHeaders, startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * The traffic-policy flow actions `circuit-breaker` and `close-connection` on live traffic,
@@ -55,7 +56,7 @@ function rawExchange(raw: string, timeoutMs = 5_000): Promise<{ received: string
 
 beforeAll(async () => {
   c = await startPolicyCluster({ name: 'flow', host: HOST, upstream });
-}, 90_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(() => c?.stop(), 60_000);
 

@@ -12,6 +12,7 @@ import { createAccountWithKey } from '../../services/control-plane/src/modules/a
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
 import { listenEchoingUpgrades, upgradeEcho } from '../support/upgrade.js';
 import { collect, type Res } from '../support/http-answer.js';
+import { CLUSTER_HOOK_MS, WORK_MS } from '../support/timeouts.js';
 
 /**
  * forward-internal through real processes: a control plane, two ingress nodes, our agent (one
@@ -159,7 +160,7 @@ beforeAll(async () => {
       });
     }
   }
-}, 120_000);
+}, CLUSTER_HOOK_MS + WORK_MS); // and six waits of up to 10 s for the nodes to forward
 
 afterAll(async () => {
   await Promise.allSettled(agents.map((x) => x.stop({ timeoutMs: 10_000 })));

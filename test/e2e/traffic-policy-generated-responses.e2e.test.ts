@@ -1,6 +1,7 @@
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * Answers the ingress makes itself on the way in (an inbound deny, custom-response, the
@@ -119,7 +120,7 @@ beforeAll(async () => {
       { expressions: ["req.url.path.startsWith('/plain/empty')"], actions: [{ type: 'custom-response', config: { status_code: 204, body: 'hello' } }] },
     ],
   });
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(() => c?.stop(), 60_000);
 

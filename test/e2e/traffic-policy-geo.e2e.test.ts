@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startIngress, type IngressProcess } from '../support/cluster.js';
 import { cityRecord, MmdbWriter } from '../support/mmdb-writer.js';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS, INGRESS_START_MS, WORK_MS } from '../support/timeouts.js';
 
 /**
  * `conn.geo.*` on live traffic, through real processes: a control plane, two ingress nodes
@@ -51,7 +52,7 @@ beforeAll(async () => {
     ingressEnv: (nodeId) => ({ HOST: '::', LOG_LEVEL: 'info', ...(nodeId === 'geo-a' ? { WARREN_GEOIP_DB: DB } : {}) }),
   });
   [a, b] = c.nodes as [IngressProcess, IngressProcess];
-}, 90_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await c?.stop();
@@ -118,7 +119,7 @@ describe('conn.geo on live traffic', () => {
       [path.join(dir, 'missing.mmdb'), /warren ingress: WARREN_GEOIP_DB=\S+missing\.mmdb: cannot read the GeoIP database: ENOENT[^\n]*\n/],
       [(writeFileSync(path.join(dir, 'bad.mmdb'), 'not a database'), path.join(dir, 'bad.mmdb')), /warren ingress: WARREN_GEOIP_DB=\S+bad\.mmdb: not a MaxMind DB \(\.mmdb\) file: [^\n]*\n/],
     ] as const) {
-      const err = await startIngress({ nodeId: 'geo-bad', controlPlane: [`127.0.0.1:${c.cp.grpcPort}`], nodeToken: 'unused', env: { WARREN_GEOIP_DB: file }, timeoutMs: 20_000 }).then(
+      const err = await startIngress({ nodeId: 'geo-bad', controlPlane: [`127.0.0.1:${c.cp.grpcPort}`], nodeToken: 'unused', env: { WARREN_GEOIP_DB: file } }).then(
         (n) => {
           void n.stop();
           return new Error('the ingress started');
@@ -128,6 +129,6 @@ describe('conn.geo on live traffic', () => {
       expect(err.message).toMatch(/exited before listening \(code 1,/);
       expect(err.message).toMatch(line);
     }
-    // Two process starts of up to 20 s each: above the 30 s default when two runs share the box.
-  }, 60_000);
+    // Two process starts, each up to INGRESS_START_MS (a hang detector: the exit is what is expected).
+  }, 2 * INGRESS_START_MS + WORK_MS);
 });

@@ -4,6 +4,7 @@ import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { exportJWK, generateKeyPair, SignJWT, type JWK } from 'jose';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * The traffic-policy `jwt-validation` action on live traffic, through real processes: a control
@@ -103,7 +104,7 @@ beforeAll(async () => {
   const closed = net.createServer();
   closedPort = await listen(closed);
   await new Promise((r) => closed.close(r));
-}, 90_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await cluster?.stop();

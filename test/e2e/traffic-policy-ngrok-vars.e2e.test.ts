@@ -1,6 +1,7 @@
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { echoUrlAndHeaders, startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * ngrok's request, connection and response variables that Warren fills
@@ -25,7 +26,7 @@ let c: PolicyCluster;
 
 beforeAll(async () => {
   c = await startPolicyCluster({ name: 'ngrokvars', host: HOST, upstream: upstreamSettingCookies });
-}, 90_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await c?.stop();

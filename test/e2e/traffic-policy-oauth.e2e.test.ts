@@ -8,6 +8,7 @@ import type { TestIdp } from '../support/oidc-idp.js';
 import type { FakeGithub } from '../support/github-fake.js';
 import { startOAuthTestProviders, type OAuthTestProviders } from '../support/oauth-providers.js';
 import { startSignInCluster, type SignInCluster } from '../support/sign-in-cluster.js';
+import { AGENT_ONLINE_MS, CLUSTER_HOOK_MS, WORK_MS } from '../support/timeouts.js';
 
 /**
  * The traffic policy's `oauth` and `openid-connect` actions on live traffic, on the same local
@@ -88,7 +89,7 @@ beforeAll(async () => {
       { actions: [{ type: 'remove-headers', config: { headers: ['x-oidc-email', 'x-oidc-sub', 'x-oidc-expires'] } }, { type: 'add-headers', config: { headers: { 'x-oidc-email': '${actions.ngrok.oidc.identity.email}', 'x-oidc-sub': '${actions.ngrok.oidc.identity.provider_user_id}', 'x-oidc-expires': '${actions.ngrok.oidc.expires_at}' } } }] },
     ],
   });
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(() => c?.stop(), 60_000);
 
@@ -264,7 +265,7 @@ describe('traffic policy oauth / openid-connect on live traffic', () => {
       node = () => a;
       await agent.stop({ timeoutMs: 10_000 });
     }
-  });
+  }, AGENT_ONLINE_MS + WORK_MS);
 
   it('refuses a bad configuration with a 400 naming the field, without echoing the secret', async () => {
     const tryPolicy = (policy: unknown) =>

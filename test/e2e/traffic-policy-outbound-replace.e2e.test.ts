@@ -2,6 +2,7 @@ import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../support/cluster.js';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * An outbound answer (custom-response, deny, redirect) replaces the upstream's response: the
@@ -32,7 +33,7 @@ beforeAll(async () => {
       });
     },
   });
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 afterAll(() => c?.stop(), 60_000);
 
 /** A GET on its own connection, read to its end. */

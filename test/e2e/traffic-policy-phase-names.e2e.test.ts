@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../support/cluster.js';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * A traffic policy written with ngrok's current phase names, `on_http_request` and
@@ -67,7 +68,7 @@ let routeId = '';
 beforeAll(async () => {
   c = await startPolicyCluster({ name: 'phases', host: HOST });
   routeId = await c.policyRoute('/ph', POLICY('short and stout'));
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(() => c?.stop(), 60_000);
 

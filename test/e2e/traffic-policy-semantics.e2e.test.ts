@@ -5,6 +5,7 @@ import { Redis } from 'ioredis';
 import { digestKey, redisKeyPattern } from '../../services/ingress/src/ratelimit/index.js';
 import { waitFor } from '../support/cluster.js';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * Where the traffic policy follows ngrok's documented semantics, on live traffic (a control plane,
@@ -42,7 +43,7 @@ beforeAll(async () => {
       });
     },
   });
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await c?.stop();

@@ -13,6 +13,7 @@ import { migrate } from '../../services/control-plane/src/db/migrate.js';
 import { createAccountWithKey } from '../../services/control-plane/src/modules/accounts/accounts.service.js';
 import { ensureLocalTls } from '../../services/ingress/src/tls.js';
 import { clientJa4 } from '../support/client-hello.js';
+import { CLUSTER_HOOK_MS, WORK_MS } from '../support/timeouts.js';
 
 /**
  * The traffic policy's `conn.tls` variables on live traffic, through real processes: a control
@@ -164,7 +165,7 @@ beforeAll(async () => {
     await waitFor(`${n.nodeId} runs the policy on ${OPEN_HOST}`, async () => (await httpGet(n.http, OPEN_HOST, '/probe')).status === 426);
     await waitFor(`${n.nodeId} reaches the tunnel`, async () => (await httpsGet(n.https, MTLS_HOST, '/probe', { cert: allowed })).status === 200);
   }
-}, 120_000);
+}, CLUSTER_HOOK_MS + WORK_MS); // and six waits of up to 10 s for the nodes to apply the edges
 
 afterAll(async () => {
   await Promise.allSettled([agent?.stop({ timeoutMs: 10_000 }), ...nodes.map((n) => n.stop({ timeoutMs: 10_000 })), cp?.stop({ timeoutMs: 10_000 })]);

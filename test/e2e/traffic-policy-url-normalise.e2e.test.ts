@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { IngressProcess } from '../support/cluster.js';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * A url-rewrite's result is normalised as a client's request target is (dot segments removed,
@@ -45,7 +46,7 @@ beforeAll(async () => {
   await c.policyRoute('/go', {
     inbound: [{ actions: [{ type: 'redirect', config: { from: '/go/search\\?q=([^&]*)', to: '/go/items/$1' } }] }],
   });
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(() => c?.stop(), 60_000);
 

@@ -2,6 +2,7 @@ import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { IngressProcess } from '../support/cluster.js';
 import { startPolicyCluster, type PolicyCluster, type PolicyRequestOptions } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * The traffic-policy url-rewrite and redirect actions on live traffic, through real processes: a
@@ -58,7 +59,7 @@ beforeAll(async () => {
     },
   });
   [a, b] = c.nodes as [IngressProcess, IngressProcess];
-}, 90_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(() => c?.stop(), 60_000);
 

@@ -5,6 +5,7 @@ import { Redis } from 'ioredis';
 import { bufferKey } from '@warren/shared';
 import { waitFor } from '../support/cluster.js';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * The traffic-policy `set-vars` and `log` actions through real processes: a control plane that
@@ -34,7 +35,7 @@ beforeAll(async () => {
   ({ edgeId } = c);
   destId = (await c.apiExpecting(201, 'POST', '/event_destinations', { target: { datadog: { api_key: 'dummy-datadog-key' } } })).id;
   await c.apiExpecting(201, 'POST', '/event_subscriptions', { sources: [{ type: 'http_request_complete.v0' }], destination_ids: [destId] });
-}, 90_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await c?.stop();

@@ -5,6 +5,7 @@ import { Redis } from 'ioredis';
 import { redisKeyPattern } from '../../services/ingress/src/ratelimit/index.js';
 import { waitFor, type IngressProcess } from '../support/cluster.js';
 import { startPolicyCluster, type PolicyCluster, type PolicyRequestOptions } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * Route modules and the traffic policy on live traffic, through real processes: a control plane,
@@ -47,7 +48,7 @@ beforeAll(async () => {
   });
   [a, b] = c.nodes as [IngressProcess, IngressProcess];
   ({ edgeId, backendId } = c);
-}, 90_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await c?.stop();

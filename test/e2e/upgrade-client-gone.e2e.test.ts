@@ -2,6 +2,7 @@ import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../support/cluster.js';
 import { startPolicyCluster, type PolicyCluster } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * An Upgrade whose client goes away (a reset) while the upstream has not answered yet: the
@@ -35,7 +36,7 @@ beforeAll(async () => {
   });
   await c.route('/plain', {});
   await c.policyRoute('/pipe', { inbound: [{ actions: [{ type: 'add-headers', config: { headers: { 'x-a': '1' } } }] }] });
-}, 120_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(() => c?.stop(), 60_000);
 

@@ -1,6 +1,7 @@
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPolicyCluster, type PolicyCluster, type PolicyResponse } from '../support/policy-cluster.js';
+import { CLUSTER_HOOK_MS } from '../support/timeouts.js';
 
 /**
  * `user_agent_filter` on live traffic, through real processes: a control plane, an ingress node,
@@ -17,7 +18,7 @@ let c: PolicyCluster;
 
 beforeAll(async () => {
   c = await startPolicyCluster({ name: 'uaf', host: HOST });
-}, 90_000);
+}, CLUSTER_HOOK_MS);
 
 afterAll(async () => {
   await c?.stop();

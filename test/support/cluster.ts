@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { REPO_ROOT, type ExitInfo } from './processes.js';
+import { AGENT_ONLINE_MS, INGRESS_START_MS } from './timeouts.js';
 
 /**
  * Real ingress and agent processes for end-to-end tests: each is `node --import tsx <main>` with
@@ -101,6 +102,7 @@ export interface IngressOptions {
   /** Fixed ports (a restart keeps its internal port so that other nodes' hops still reach it). */
   ports?: Partial<Record<'http' | 'https' | 'agent' | 'internal', number>>;
   env?: Record<string, string | undefined>;
+  /** Limit for the 'listening' message (default `INGRESS_START_MS`, a hang detector: see timeouts.ts). */
   timeoutMs?: number;
 }
 
@@ -130,8 +132,16 @@ export async function startIngress(o: IngressOptions): Promise<IngressProcess> {
     HTTPS_EDGES_ON_HTTP: 'serve',
     ...o.env,
   });
-  const timeout = o.timeoutMs ?? 30_000;
-  const m = await Promise.race([p.message, sleep(timeout).then(() => Promise.reject(new Error(`ingress ${o.nodeId} sent no 'listening' message within ${timeout} ms\n${p.output()}`)))]);
+  const timeout = o.timeoutMs ?? INGRESS_START_MS;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      // Not left running behind the failed start (nobody would stop it).
+      p.child.kill('SIGKILL');
+      reject(new Error(`ingress ${o.nodeId} (pid ${p.pid}) sent no 'listening' message within ${timeout} ms\n${p.output()}`));
+    }, timeout);
+  });
+  const m = await Promise.race([p.message, late]).finally(() => clearTimeout(timer));
   return {
     ...p,
     nodeId: o.nodeId,
@@ -184,7 +194,11 @@ export async function waitFor<T>(what: string, fn: () => Promise<T> | T, timeout
 }
 
 export interface AgentProcess extends ServiceProcess {
-  /** Resolves when the agent has printed `text` (e.g. 'online'), with the output so far. */
+  /**
+   * Resolves when the agent has printed `text` (e.g. 'online'), with the output so far. Rejects,
+   * with the output, when the agent exits without having printed it, or after `timeoutMs`
+   * (default `AGENT_ONLINE_MS`, a hang detector: see timeouts.ts).
+   */
   waitForOutput(text: string | RegExp, timeoutMs?: number): Promise<string>;
 }
 
@@ -193,13 +207,27 @@ export function startAgentProcess(args: string[], env: Record<string, string | u
   const p = spawnService('agent', 'services/agent/src/main.ts', args, env);
   return {
     ...p,
-    waitForOutput: (text, timeoutMs = 15_000) =>
-      waitFor(`agent output ${String(text)}`, () => {
+    async waitForOutput(text, timeoutMs = AGENT_ONLINE_MS) {
+      const found = () => {
         const out = p.output();
-        return (typeof text === 'string' ? out.includes(text) : text.test(out)) ? out : '';
-      }, timeoutMs).catch((err: Error) => {
-        throw new Error(`${err.message}\n--- agent output ---\n${p.output()}`);
-      }),
+        return (typeof text === 'string' ? out.includes(text) : text.test(out)) ? out : undefined;
+      };
+      const t0 = Date.now();
+      for (;;) {
+        const out = found();
+        if (out !== undefined) return out;
+        const { exitCode, signalCode } = p.child;
+        if (exitCode !== null || signalCode !== null) {
+          // 'exit' may come before the last output: read on until both pipes have closed.
+          await Promise.race([Promise.all([p.child.stdout!, p.child.stderr!].map((s) => (s.readableEnded || s.destroyed ? undefined : new Promise((r) => s.once('close', r))))), sleep(1_000)]);
+          const last = found();
+          if (last !== undefined) return last;
+          throw new Error(`agent (pid ${p.pid}) exited (code ${exitCode}, signal ${signalCode}) without printing ${String(text)}\n--- agent output ---\n${p.output()}`);
+        }
+        if (Date.now() - t0 > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms waiting for agent (pid ${p.pid}) output ${String(text)}\n--- agent output ---\n${p.output()}`);
+        await sleep(25);
+      }
+    },
   };
 }
 

@@ -3,6 +3,7 @@ import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { EVENT_TARGET_KINDS, TARGET_QUEUES } from '@warren/shared';
 import { REPO_ROOT, type ExitInfo } from './processes.js';
+import { CLI_RUN_MS, WORKER_START_MS } from './timeouts.js';
 
 /**
  * Helpers for end-to-end tests of the event pipeline (test/e2e/events.e2e.test.ts): the delivery
@@ -31,7 +32,7 @@ export interface EventWorkerProcess {
 }
 
 /** Starts the worker with `env` (on top of the test process's) and waits for its 'listening' IPC message. */
-export async function startEventWorker(env: Record<string, string>, timeoutMs = 30_000): Promise<EventWorkerProcess> {
+export async function startEventWorker(env: Record<string, string>, timeoutMs = WORKER_START_MS): Promise<EventWorkerProcess> {
   if (!hook) {
     hook = true;
     process.once('exit', () => {
@@ -114,7 +115,7 @@ export function metricValue(text: string, name: string, labels: Record<string, s
 }
 
 /** Runs the events-admin CLI (services/worker/src/admin.ts) to completion. */
-export function runEventsAdmin(args: string[], env: Record<string, string>, timeoutMs = 30_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export function runEventsAdmin(args: string[], env: Record<string, string>, timeoutMs = CLI_RUN_MS): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const full: Record<string, string | undefined> = { ...process.env, VITEST: undefined, ...env };
     for (const k of Object.keys(full)) if (full[k] === undefined) delete full[k];

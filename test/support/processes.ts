@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { CONTROL_PLANE_START_MS } from './timeouts.js';
 
 /** Repository root (this file lives in test/support). */
 export const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -43,7 +44,7 @@ export interface StartOptions {
    * `env.PUBLIC_BASE_URL` is given the server builds its uris from `http://127.0.0.1:0`.
    */
   port?: number;
-  /** Limit for listening + ready (default 30 s). */
+  /** Limit for listening + ready (default `CONTROL_PLANE_START_MS`, a hang detector: see timeouts.ts). */
   timeoutMs?: number;
 }
 
@@ -97,7 +98,7 @@ export async function startControlPlane(opts: StartOptions): Promise<ControlPlan
 
 async function startOnce(opts: StartOptions, port: number): Promise<ControlPlaneProcess> {
   installExitHook();
-  const timeoutMs = opts.timeoutMs ?? 30_000;
+  const timeoutMs = opts.timeoutMs ?? CONTROL_PLANE_START_MS;
   const host = '127.0.0.1';
   let baseUrl = `http://${host}:${port}`;
   const env: Record<string, string | undefined> = {

@@ -5,8 +5,13 @@ import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentServer } from '../../ingress/src/agents/server.js';
 import { createTestPki, httpRequest, startUpstream, tokenAuthenticator, type Upstream } from '../../ingress/src/agents/testing.js';
+import { AGENT_ONLINE_MS, WORK_MS } from '../../../test/support/timeouts.js';
 
-/** The real executable (bin/warren-agent) against an in-process AgentServer. */
+/**
+ * The real executable (bin/warren-agent) against an in-process AgentServer. Each test starts the
+ * executable (`node --import <tsx> main.ts`: about a second on an idle machine, many times that on
+ * a loaded one), so each test may take up to `AGENT_ONLINE_MS` for that (see test/support/timeouts.ts).
+ */
 
 const BIN = resolve(import.meta.dirname, '../bin/warren-agent');
 const TOKEN = 'wrn_agt_cli_test';
@@ -49,17 +54,19 @@ function run(args: string[], env: Record<string, string> = {}) {
   return { child, output, exited };
 }
 
-async function waitFor(re: RegExp, output: { stdout: string }, child: ChildProcess): Promise<RegExpExecArray> {
-  const deadline = Date.now() + 10_000;
+/** Waits for `re` on the child's stdout: a hang detector (the executable's start may be slow), not a performance check. */
+async function waitFor(re: RegExp, output: { stdout: string; stderr: string }, child: ChildProcess, timeoutMs = AGENT_ONLINE_MS): Promise<RegExpExecArray> {
+  const t0 = Date.now();
   for (;;) {
     const m = re.exec(output.stdout);
     if (m) return m;
-    if (child.exitCode !== null || Date.now() > deadline) throw new Error(`no match for ${re}; stdout: ${output.stdout}`);
+    const why = child.exitCode !== null || child.signalCode !== null ? `the agent exited (code ${child.exitCode}, signal ${child.signalCode})` : Date.now() - t0 > timeoutMs ? `not within ${timeoutMs} ms` : null;
+    if (why) throw new Error(`no match for ${re}: ${why}; stdout: ${JSON.stringify(output.stdout)}; stderr: ${JSON.stringify(output.stderr)}`);
     await new Promise((r) => setTimeout(r, 20));
   }
 }
 
-describe('warren-agent (executable)', () => {
+describe('warren-agent (executable)', { timeout: AGENT_ONLINE_MS + WORK_MS }, () => {
   it('prints one line when the tunnel is online, serves it, and exits 0 on SIGTERM after Unbind', async () => {
     const { child, output, exited } = run(['http', String(up.port), '--label', 'edge=edghts_cli', '--server', `localhost:${port}`, '--ca', caFile], { WARREN_AUTHTOKEN: TOKEN });
     const m = await waitFor(/^tunnel (tn_\w+) online: labels edge=edghts_cli → http:\/\/localhost:(\d+)\n$/, output, child);

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newId, type DataPlaneConfig } from '@warren/shared';
 import { freshDatabase } from '../../../../test/support/databases.js';
 import { startControlPlane, type ControlPlaneProcess } from '../../../../test/support/processes.js';
+import { CONTROL_PLANE_START_MS, WORK_MS } from '../../../../test/support/timeouts.js';
 import { createDb, createPool } from '../db/pool.js';
 import { createAccountWithKey } from '../modules/accounts/accounts.service.js';
 import { cleanupNodes, newNode, type TestNode } from './testing.js';
@@ -29,7 +30,7 @@ beforeAll(async () => {
   } finally {
     await pool.end();
   }
-}, 60_000);
+}, CONTROL_PLANE_START_MS + WORK_MS);
 afterAll(async () => {
   await cleanupNodes();
   await Promise.allSettled(procs.map((p) => p.stop({ timeoutMs: 15_000 })));

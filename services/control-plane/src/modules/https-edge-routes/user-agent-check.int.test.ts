@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { userAgentFilterCostProblems } from '@warren/shared';
 import { freshDatabase } from '../../../../../test/support/databases.js';
 import { startControlPlane, type ControlPlaneProcess } from '../../../../../test/support/processes.js';
+import { CONTROL_PLANE_START_MS, WORK_MS } from '../../../../../test/support/timeouts.js';
 import { createDb, createPool } from '../../db/pool.js';
 import { createAccountWithKey } from '../accounts/accounts.service.js';
 import { hostileUserAgentFilter } from './user-agent-check.testing.js';
@@ -32,7 +33,7 @@ beforeAll(async () => {
   } finally {
     await pool.end();
   }
-}, 60_000);
+}, CONTROL_PLANE_START_MS + WORK_MS);
 afterAll(async () => {
   await Promise.allSettled([cp?.stop(), capped?.stop()]);
   await database?.drop();
