@@ -158,19 +158,23 @@ describe('account rate limit across replicas (shared through Postgres)', () => {
       // in the background and delete every row whose window ended over a minute ago.
       const t = Date.now();
       const now = () => t;
-      const a = limiter(5, { databaseUrl: viaProxy.toString(), timeoutMs: 300, log, registry, now });
+      // A sync's timeout of 1 s: under it, a loaded machine often does not give the sync after the
+      // outage (a new connection through the proxy, Postgres' startup, four statements) its time.
+      const a = limiter(5, { databaseUrl: viaProxy.toString(), timeoutMs: 1_000, log, registry, now });
       const b = limiter(5, { now });
       // Postgres hangs: every check answers at once, a sync gives up after its timeout.
       const t0 = performance.now();
       for (let i = 0; i < 5; i++) expect(attempt(a, 'x')).toBe(0);
       expect(attempt(a, 'x')).toBeGreaterThan(0);
       // check() is synchronous (it answers or throws; attempt() gets no promise), so it cannot wait
-      // on Postgres. The bound only catches a blocking wait of the 300 ms sync timeout on each of
+      // on Postgres. The bound only catches a blocking wait of the 1 s sync timeout on each of
       // the 6 calls; it is loose, as a loaded CI box can stall any process for a while.
       expect(performance.now() - t0).toBeLessThan(1_000);
       const s0 = performance.now();
       await a.sync();
-      expect(performance.now() - s0).toBeLessThan(2_000);
+      // The sync in flight since the limiter started, then one of its own: each given up at its
+      // timeout (without one it would wait on the hanging Postgres for good).
+      expect(performance.now() - s0).toBeLessThan(5_000);
       mode = 'refuse';
       await a.sync();
       await a.sync();
@@ -183,8 +187,17 @@ describe('account rate limit across replicas (shared through Postgres)', () => {
       await b.sync();
       expect(attempt(a, 'z')).toBe(0);
       mode = 'pass';
-      await a.sync();
+      // Synced until one works: even 1 s is not always enough on a loaded machine for the first
+      // after the outage. A try that still fails is part of the same outage.
+      const recovered = () => logged.some((l) => l.startsWith('info'));
+      let tries = 0;
+      for (const until = performance.now() + 40_000; !recovered(); tries++) {
+        if (performance.now() > until) throw new Error(`no sync worked within 40 s after Postgres answered again: ${JSON.stringify(logged)}`);
+        await a.sync();
+      }
+      console.log(`rate-limit sync recovered at try ${tries} once Postgres answered again`);
       expect(logged.filter((l) => l.startsWith('info'))).toHaveLength(1);
+      expect(logged.filter((l) => l.startsWith('warn'))).toHaveLength(1);
       expect(attempt(a, 'z')).toBeGreaterThan(0);
       // And b learns what a counted during the outage (x: 5 admitted).
       await b.sync();
@@ -195,5 +208,5 @@ describe('account rate limit across replicas (shared through Postgres)', () => {
       for (const s of sockets) s.destroy();
       await new Promise((r) => proxy.close(r));
     }
-  });
+  }, 60_000);
 });

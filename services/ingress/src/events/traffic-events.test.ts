@@ -17,7 +17,8 @@ import { HTTP_REQUEST_COMPLETE, TCP_CONNECTION_CLOSED, TrafficEventQueue, Traffi
 
 const log = createLogger('test', 'silent');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-async function waitFor(fn: () => boolean, timeoutMs = 2_000): Promise<void> {
+/** Polls `fn`; the deadline only bounds a hang (a loaded machine may stall this process for seconds). */
+async function waitFor(fn: () => boolean, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!fn()) {
     if (Date.now() > deadline) throw new Error('timed out');
@@ -151,19 +152,21 @@ describe('traffic event queue', () => {
     const c = counters();
     const q = new TrafficEventQueue({ publisher: pub, metrics: c.metrics, log, maxQueued: 10_000, flushMs: 10_000, batchSize: 500, maxPerPublish: 500 });
     for (let i = 0; i < 1200; i++) q.push([D1], env(i));
-    expect(await q.close(2_000)).toBe(0);
+    // The bound is loose (the three publishes take ~60 ms): a drain cut short by it would leave events.
+    expect(await q.close(10_000)).toBe(0);
     expect(pub.events()).toHaveLength(1200);
     expect(q.push([D1], env(0))).toBe(false);
     expect(await c.dropped('shutdown')).toBe(1);
 
     const slow = new FakePublisher();
-    slow.delayMs = 500;
+    // A publish far longer than close's bound of 100 ms: a close that waited for it would take 5 s.
+    slow.delayMs = 5_000;
     const c2 = counters();
     const q2 = new TrafficEventQueue({ publisher: slow, metrics: c2.metrics, log, maxQueued: 10_000, flushMs: 10_000, batchSize: 10, maxPerPublish: 10 });
     for (let i = 0; i < 30; i++) q2.push([D1], env(i));
     const t0 = Date.now();
     const left = await q2.close(100);
-    expect(Date.now() - t0).toBeLessThan(400);
+    expect(Date.now() - t0).toBeLessThan(2_500);
     expect(left).toBe(30); // 10 in flight, 20 queued and dropped
     expect(await c2.dropped('shutdown')).toBe(20);
   });
@@ -239,16 +242,20 @@ describe('http_request_complete.v0 from the public handler', () => {
   let upstream: http.Server;
   let server: http.Server;
   let forwarder: Forwarder;
+  /** Called when a `slow` request reaches the upstream (through the edge). */
+  let onSlow: () => void = () => {};
 
   beforeAll(async () => {
     upstream = http.createServer((req, res) => {
+      const slow = req.url?.includes('slow') ?? false;
+      if (slow) onSlow();
       req.resume();
       req.on('end', () => {
         setTimeout(() => {
           if (res.destroyed) return;
           res.writeHead(200, { 'content-type': 'text/plain' });
           res.end('hello world'); // 11 bytes
-        }, req.url?.includes('slow') ? 300 : 0);
+        }, slow ? 1_500 : 0);
       });
     });
     const upPort = await new Promise<number>((r) => upstream.listen(0, '127.0.0.1', () => r((upstream.address() as net.AddressInfo).port)));
@@ -291,7 +298,9 @@ describe('http_request_complete.v0 from the public handler', () => {
     const before = Date.now();
     const results = [await request('/rl/a?secret=1'), await request('/rl/b'), await request('/rl/c'), await request('/plain/x', 'app.test', 'POST', 'abc'), await request('/teapot', 'other.test')];
     expect(results.map((r) => r.status)).toEqual([200, 200, 429, 200, 200]);
-    await sleep(60);
+    // Polled: the last event is queued when the edge has finished its answer, then flushed after
+    // flushMs; a fixed sleep assumed this process is never stalled meanwhile.
+    await waitFor(() => pub.events('ed_1').length >= 4);
     const evs = pub.events('ed_1');
     expect(evs).toHaveLength(4); // ac_2 has no subscription
     const [first, , limited, plain] = evs as Array<EventEnvelope & { object: any }>;
@@ -330,7 +339,7 @@ describe('http_request_complete.v0 from the public handler', () => {
   it('emits for answers of the edge itself (no route) and for a client that went away', async () => {
     pub.calls = [];
     expect((await request('/nothing-here')).status).toBe(404);
-    await sleep(40);
+    await waitFor(() => pub.events('ed_1').length > 0);
     const [e] = pub.events('ed_1') as Array<EventEnvelope & { object: any }>;
     expect(e!.object.http.response.status_code).toBe(404);
     expect(e!.object.warren).toMatchObject({ edge_id: 'edghts_1', route_id: null, tunnel_id: null, rate_limit: null });
@@ -340,8 +349,11 @@ describe('http_request_complete.v0 from the public handler', () => {
       const req = http.request({ port, host: '127.0.0.1', path: '/plain/slow', agent: false, headers: { host: 'app.test' } });
       req.on('error', () => resolve());
       req.end();
-      setTimeout(() => req.destroy(), 50);
+      // Gone once the edge has forwarded the request (the upstream answers 1.5 s later): after a
+      // fixed 50 ms, a loaded machine could have the client gone before the edge saw a request.
+      onSlow = () => req.destroy();
     });
+    onSlow = () => {};
     await waitFor(() => pub.events('ed_1').length > 0);
     const [gone] = pub.events('ed_1') as Array<EventEnvelope & { object: any }>;
     expect(gone!.object.http.response).toMatchObject({ status_code: 499, body_length: 0, first_byte_ts: null });

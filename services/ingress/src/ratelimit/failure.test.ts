@@ -89,12 +89,18 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     const l = new RedisSlidingWindowLimiter({ redis: staller.url, serverId, transport });
     closers.push(() => l.close());
     await new Promise((r) => setTimeout(r, 200));
-    expect((await l.hit('handshake', 5, 60)).error?.code).toBe(STORE_ERROR_CODE);
-    await l.ready(5000);
+    // Still on the stalled first connection (unless this process itself stalled past the 1 s
+    // deadline meanwhile, which a loaded machine can do): the fallback decides.
+    if (staller.connections() === 1) expect((await l.hit('handshake', 5, 60)).error?.code).toBe(STORE_ERROR_CODE);
+    else console.log(`handshake stall (${transport}): the first connection was already dropped when checked`);
+    await l.ready(15_000);
     expect(performance.now() - t).toBeGreaterThanOrEqual(900);
     expect(staller.connections()).toBe(2);
-    expect((await l.hit('handshake', 5, 60)).error).toBeUndefined();
-  });
+    // Redis decides on the second connection. Polled: one call gets 50 ms (with ioredis an
+    // EVALSHA, and an EVAL too when Redis does not know the script yet), which a loaded machine
+    // does not always give.
+    await until(async () => !(await l.hit('handshake', 5, 60)).error, 10_000);
+  }, 40_000);
 
   it('Redis stalls (connection open, no answers): fallback within timeoutMs, circuit opens, then recovers when Redis answers again', async () => {
     const url = new URL(inject('redisUrl'));
@@ -104,7 +110,11 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     const l = new RedisSlidingWindowLimiter({ redis: proxy.url, serverId, registry, timeoutMs: 50, breaker: { threshold: 3, openMs: 1000 } });
     closers.push(() => l.close());
     await l.ready();
-    expect((await l.hit('k', 1000, 60)).error).toBeUndefined();
+    // Redis decides first. Polled: one call gets 50 ms, which a loaded machine does not always
+    // give; a success closes the circuit again, and the fallbacks below are counted from here.
+    await until(async () => !(await l.hit('k', 1000, 60)).error, 10_000);
+    const base = { timeout: await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'timeout' }), open: await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'circuit_open' }) };
+    const fallbacks = async (reason: 'timeout' | 'circuit_open') => (await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason })) - (reason === 'timeout' ? base.timeout : base.open);
 
     proxy.stall();
     const slow = [];
@@ -113,8 +123,9 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
       expect(r.limited).toBe(false);
       expect(r.error).toEqual({ code: STORE_ERROR_CODE, message: expect.stringMatching(/did not answer within 50 ms/) });
       expect(r.ms).toBeGreaterThanOrEqual(49);
-      // Each: loose for loaded CI machines (other suites at once), as event-loop-stall.test.ts.
-      expect(r.ms).toBeLessThan(50 + 250);
+      // Each: only that it did not wait for Redis to answer again (it would until resume() below);
+      // a stall of this process on a loaded machine can delay any one call by hundreds of ms.
+      expect(r.ms).toBeLessThan(2_000);
     }
     // A stalled Redis costs a call the timeout plus a tick (not twice the timeout, the rule for a
     // Redis that answers slowly): the quickest of the three shows it, a stall of this process
@@ -127,8 +138,8 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     for (let i = 0; i < 5; i++) fast.push(await timed(() => l.hit('k', 1000, 60)));
     for (const r of fast) expect(r.error?.message).toMatch(/failed repeatedly/);
     expect(Math.min(...fast.map((r) => r.ms))).toBeLessThan(UNDER_TIMEOUT_MS);
-    expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'timeout' })).toBe(3);
-    expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'circuit_open' })).toBe(5);
+    expect(await fallbacks('timeout')).toBe(3);
+    expect(await fallbacks('circuit_open')).toBe(5);
 
     // Still stalled after a second: one request probes (and times out), the circuit opens again.
     await new Promise((r) => setTimeout(r, 1050));
@@ -138,15 +149,19 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     for (let i = 0; i < 5; i++) reopened.push(await timed(() => l.hit('k', 1000, 60)));
     for (const r of reopened) expect(r.error?.message).toMatch(/failed repeatedly/);
     expect(Math.min(...reopened.map((r) => r.ms))).toBeLessThan(UNDER_TIMEOUT_MS);
-    expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'timeout' })).toBe(4);
-    expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'circuit_open' })).toBe(10);
+    expect(await fallbacks('timeout')).toBe(4);
+    expect(await fallbacks('circuit_open')).toBe(10);
 
     proxy.resume();
-    const recovery = await until(async () => !(await l.hit('k', 1000, 60)).error, 3000);
-    console.log(`stall: recovered ${recovery.toFixed(0)} ms after Redis answered again (circuit open 1 s)`);
-    expect(recovery).toBeLessThan(1500);
+    const recovery = await until(async () => !(await l.hit('k', 1000, 60)).error, 10_000);
+    // The first probe once the circuit's second is over decides it. On a loaded machine that probe
+    // may itself miss its 50 ms (and open the circuit for another second): each such probe is
+    // counted, and allowed its second.
+    const missedProbes = (await fallbacks('timeout')) - 4;
+    console.log(`stall: recovered ${recovery.toFixed(0)} ms after Redis answered again (circuit open 1 s; probes that missed 50 ms: ${missedProbes})`);
+    expect(recovery).toBeLessThan(2000 + missedProbes * 1100);
     expect(await metric(registry, 'warren_ingress_ratelimit_redis_seconds_count', {})).toBeGreaterThanOrEqual(2);
-  }, 15_000);
+  }, 30_000);
 
   it.each(['pipe', 'ioredis'] as const)('a connection gone silent without a reset (blackholed) is dropped after staleMs and made again: Redis decides again by itself (%s)', async (transport) => {
     const url = new URL(inject('redisUrl'));
@@ -156,13 +171,21 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     const l = new RedisSlidingWindowLimiter({ redis: proxy.url, serverId, registry, transport, timeoutMs: 50, staleMs: 400, breaker: { threshold: 3, openMs: 100 } });
     closers.push(() => l.close());
     await l.ready();
-    expect((await l.hit('bh', 1000, 60)).error).toBeUndefined();
+    // Redis decides before the blackhole. Polled: one call gets 50 ms (through the proxy; with
+    // ioredis an EVALSHA, and an EVAL too when Redis does not know the script yet), which a loaded
+    // machine does not always give; calls that timed out may even have had the connection made
+    // again (staleMs counts from the start).
+    await until(async () => !(await l.hit('bh', 1000, 60)).error, 10_000);
+    const timeoutsBefore = await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'timeout' });
     proxy.blackhole();
-    // Before: the pipe stayed `ready` on the dead socket (until TCP gave up, ~15 min), every call falling back.
-    const recovery = await until(async () => !(await l.hit('bh', 1000, 60)).error, 5000);
+    // Before: the pipe stayed `ready` on the dead socket (until TCP gave up, ~15 min), every call
+    // falling back. Bounded by seconds, not by staleMs: a loaded machine may also let the calls on
+    // the new connection miss their 50 ms a few times.
+    const recovery = await until(async () => !(await l.hit('bh', 1000, 60)).error, 15_000);
     console.log(`blackholed connection (${transport}): Redis decides again ${recovery.toFixed(0)} ms later (staleMs 400)`);
-    expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'timeout' })).toBeGreaterThanOrEqual(1);
-  }, 15_000);
+    // The blackhole did cost calls their timeout (these are the calls it was detected by).
+    expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'timeout' })).toBeGreaterThan(timeoutsBefore);
+  }, 40_000);
 
   it('a lost connection does not open the breaker: Redis decides again as soon as the pipe has reconnected', async () => {
     const url = new URL(inject('redisUrl'));
@@ -170,7 +193,9 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     const proxy = await new FaultyProxy(target).start();
     closers.push(() => proxy.close());
     const registry = new Registry();
-    const l = new RedisSlidingWindowLimiter({ redis: proxy.url, serverId, registry, breaker: { threshold: 3, openMs: 5000 } });
+    // A long timeout: only the lost connection's failures may reach the breaker here, not calls
+    // that miss 50 ms on a loaded machine (three of those would rightly open it).
+    const l = new RedisSlidingWindowLimiter({ redis: proxy.url, serverId, registry, timeoutMs: SLOW_TIMEOUT_MS, breaker: { threshold: 3, openMs: 5000 } });
     closers.push(() => l.close());
     await l.ready();
     // A batch in flight when the connection drops (CLIENT KILL, a Redis restart): each call fails at once.
@@ -179,7 +204,8 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     const results = await Promise.all(batch);
     expect(results.some((r) => r.error !== undefined)).toBe(true);
     // Before: those failures counted as consecutive ones and the breaker skipped Redis for openMs (here 5 s).
-    const recovery = await until(async () => !(await l.hit('lost', 1000, 60)).error, 2000);
+    // (An open circuit would also show as circuit_open fallbacks below.)
+    const recovery = await until(async () => !(await l.hit('lost', 1000, 60)).error, 10_000);
     console.log(`lost connection: Redis decides again ${recovery.toFixed(0)} ms later`);
     expect(await metric(registry, 'warren_ingress_ratelimit_fallback_total', { reason: 'circuit_open' })).toBe(0);
   }, 15_000);
@@ -225,7 +251,7 @@ describe('RedisSlidingWindowLimiter when Redis fails', () => {
     }
 
     proxy.up();
-    const recovery = await until(async () => !(await l.hit('gone', 2, 60)).error, 5000);
+    const recovery = await until(async () => !(await l.hit('gone', 2, 60)).error, 15_000);
     console.log(`outage: recovered ${recovery.toFixed(0)} ms after Redis accepted connections again`);
     // Back on Redis, whose bucket is still full.
     const after = await l.hit('gone', 2, 60);

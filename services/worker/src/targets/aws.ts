@@ -3,7 +3,7 @@ import { NodeHttpHandler } from '@smithy/node-http-handler';
 import type { AwsCredentialIdentity, AwsCredentialIdentityProvider } from '@smithy/types';
 import http from 'node:http';
 import https from 'node:https';
-import tls from 'node:tls';
+import { trustedContext } from './http.js';
 import type { LoadedDestination, SendOutcome, TargetEnv } from './types.js';
 import { Secrets, errorText, looksTooLarge, neverConnected, retryAfterMs, timeoutOf, unknownFor5xx } from './util.js';
 
@@ -63,7 +63,8 @@ export function roleSessionName(destId: string): string {
 
 export function makeHandler(env: TargetEnv): NodeHttpHandler {
   const timeout = timeoutOf(env);
-  const ca = env.caPem ? { ca: [...tls.rootCertificates, env.caPem] } : {};
+  // One TLS context for every connection (see trustedContext), not `ca`, which rebuilds it per connection.
+  const ca = env.caPem ? { secureContext: trustedContext(env.caPem) } : {};
   return new NodeHttpHandler({
     requestTimeout: timeout,
     throwOnRequestTimeout: true, // without it this handler version only logs a warning

@@ -1,7 +1,9 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import tls from 'node:tls';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startAzureFake, type AzureFake } from '../../../../test/support/fakes/azure.js';
 import { startDatadogFake, type DatadogFake } from '../../../../test/support/fakes/datadog.js';
 import { datadogIntakeUrl } from './datadog.js';
+import { createAgents, httpRequest } from './http.js';
 import { createTarget } from './index.js';
 import { dest, record, records } from './test-helpers.js';
 import type { Target, TargetEnv } from './types.js';
@@ -23,13 +25,30 @@ afterEach(() => {
   for (const t of open.splice(0)) t.close();
 });
 
+/**
+ * Sends until one send is done: for a target with a short timeout, the connection (and Azure's
+ * token) made beforehand, so that the timeout a test then provokes is the answer's. A loaded
+ * machine may not give a first send (a connection, a TLS handshake) those few hundred ms; each
+ * try that timed out is a retry, and the next one gets further.
+ */
+async function warmUp(t: Target): Promise<void> {
+  for (const until = Date.now() + 20_000; ; ) {
+    const o = await t.send(records(1));
+    if (o.kind === 'done') return;
+    expect(o).toMatchObject({ kind: 'retry' });
+    if (Date.now() > until) throw new Error(`no send done within 20 s: ${JSON.stringify(o)}`);
+  }
+}
+
 describe('datadog', () => {
   let fake: DatadogFake;
   let env: TargetEnv;
   const dd = (over: Record<string, unknown> = {}) => dest('datadog', { api_key: API_KEY, ddtags: 'env:test,team:edge', service: '', ddsite: 'datadoghq.eu', ...over });
   beforeAll(async () => {
     fake = await startDatadogFake({ apiKeys: [API_KEY] });
-    env = { datadogBaseUrl: fake.url, requestTimeoutMs: 2000, hostname: 'warren-worker-1' };
+    // Long enough that no send times out unless the test means it to (those set their own):
+    // a loaded machine can take seconds for a first connection.
+    env = { datadogBaseUrl: fake.url, requestTimeoutMs: 20_000, hostname: 'warren-worker-1' };
   });
   afterEach(() => fake.reset());
   afterAll(async () => {
@@ -78,10 +97,14 @@ describe('datadog', () => {
 
   it('no answer: slow beyond the timeout or reset after accepting → unknown outcome; refused → known', async () => {
     const t = target(dd(), { ...env, requestTimeoutMs: 300 });
+    // On a kept-alive connection the request is written at once: the 300 ms are all the answer's
+    // (a connection still being made when they ran out would rightly be a known outcome).
+    await warmUp(t);
     fake.fail({ kind: 'slow', ms: 1500 });
     expect(await t.send(records(1))).toMatchObject({ kind: 'retry', unknownOutcome: true, reason: expect.stringContaining('300 ms') });
     fake.fail({ kind: 'accept-then-reset' });
-    expect(await t.send(records(1))).toMatchObject({ kind: 'retry', unknownOutcome: true });
+    // The timed-out connection is gone: this send makes a new one, so with the file's long timeout.
+    expect(await target(dd(), env).send(records(1))).toMatchObject({ kind: 'retry', unknownOutcome: true });
     const refused = target(dd(), { ...env, datadogBaseUrl: 'http://127.0.0.1:1' });
     expect(await refused.send(records(1))).toMatchObject({ kind: 'retry', unknownOutcome: false, reason: expect.stringContaining('ECONNREFUSED') });
   });
@@ -105,13 +128,15 @@ describe('datadog', () => {
 
   it('an aborted signal is a retry', async () => {
     const t = target(dd(), env);
-    fake.fail({ kind: 'slow', ms: 1500 });
+    // Never answered within the test: only the abort ends the send.
+    fake.fail({ kind: 'slow', ms: 60_000 });
     const ac = new AbortController();
     const before = fake.requests.length;
     const sending = t.send(records(1), ac.signal);
     // Aborted once the request has reached the intake (a fixed delay could fire before it is sent
     // on a loaded box, and an abort before sending is rightly a known outcome).
-    for (let i = 0; i < 500 && fake.requests.length === before; i++) await new Promise((r) => setTimeout(r, 10));
+    for (const until = Date.now() + 20_000; fake.requests.length === before && Date.now() < until; ) await new Promise((r) => setTimeout(r, 10));
+    expect(fake.requests.length).toBeGreaterThan(before);
     ac.abort();
     expect(await sending).toMatchObject({ kind: 'retry', unknownOutcome: true, reason: expect.stringContaining('aborted') });
   });
@@ -132,7 +157,8 @@ describe('azure logs ingestion', () => {
     });
   beforeAll(async () => {
     fake = await startAzureFake({ tenantId: TENANT, clientId: CLIENT, clientSecret: CLIENT_SECRET });
-    env = { azureAuthorityHost: fake.url, caPem: fake.caPem, requestTimeoutMs: 2000 };
+    // As for datadog: only the tests of timeouts set a short one.
+    env = { azureAuthorityHost: fake.url, caPem: fake.caPem, requestTimeoutMs: 20_000 };
   });
   afterEach(() => fake.reset());
   afterAll(async () => {
@@ -215,7 +241,8 @@ describe('azure logs ingestion', () => {
 
   it('slow beyond the timeout → retry with unknown outcome (the rows may have landed)', async () => {
     const t = target(az(), { ...env, requestTimeoutMs: 400 });
-    expect(await t.send(records(1))).toMatchObject({ kind: 'done' }); // token first
+    // The token first, and a kept-alive connection: the timeout below is the upload's answer's.
+    await warmUp(t);
     fake.fail('ingest', { kind: 'slow', ms: 1500 });
     expect(await t.send(records(1))).toMatchObject({ kind: 'retry', unknownOutcome: true });
   });
@@ -233,6 +260,27 @@ describe('azure logs ingestion', () => {
     expect(rows[1]).toMatchObject({ Truncated: false });
     const many = Array.from({ length: 20 }, () => record(Date.now(), 60_000));
     expect(await t.send(many)).toMatchObject({ kind: 'too_large' });
+  });
+
+  it('trusts the extra CA through one TLS context, not one made per connection', async () => {
+    // Given `ca`, tls.connect made a SecureContext for every connection, parsing the ~145 public
+    // root certificates each time: tens of ms of CPU blocking the event loop per connection (and
+    // on a loaded machine, past this file's request timeouts).
+    const connects = vi.spyOn(tls, 'connect');
+    const contexts = vi.spyOn(tls, 'createSecureContext');
+    const agents = createAgents(fake.caPem);
+    try {
+      // At once, so that each request has a connection of its own (a 404: the fake has no such route).
+      const answers = await Promise.all(Array.from({ length: 4 }, () => httpRequest({ url: new URL('/nothing', fake.url), method: 'GET', headers: {}, agents, timeoutMs: 20_000 })));
+      expect(answers.map((a) => a.status)).toEqual([404, 404, 404, 404]);
+      expect(connects).toHaveBeenCalledTimes(4);
+      // The one context (made by createAgents, or before by another target trusting the same CA).
+      expect(contexts.mock.calls.length).toBeLessThanOrEqual(1);
+    } finally {
+      agents.destroy();
+      connects.mockRestore();
+      contexts.mockRestore();
+    }
   });
 
   it('without the CA the TLS handshake fails: retry, nothing sent', async () => {

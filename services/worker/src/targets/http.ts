@@ -24,9 +24,22 @@ export interface Agents {
   destroy(): void;
 }
 
+/** The TLS context trusting the public roots and `EVENTS_CA_FILE`'s certificates, made once per PEM. */
+let caContext: { pem: string; context: tls.SecureContext } | undefined;
+
+/**
+ * A context, not `ca`, for the agent: given `ca`, tls.connect builds a new SecureContext for every
+ * connection, parsing the ~145 public root certificates each time (tens of ms of CPU, blocking
+ * the event loop, on every new connection of every target).
+ */
+export function trustedContext(caPem: string): tls.SecureContext {
+  if (caContext?.pem !== caPem) caContext = { pem: caPem, context: tls.createSecureContext({ ca: [...tls.rootCertificates, caPem] }) };
+  return caContext.context;
+}
+
 export function createAgents(caPem: string | undefined): Agents {
   const httpAgent = new http.Agent({ keepAlive: true, maxSockets: 16 });
-  const httpsAgent = new https.Agent({ keepAlive: true, maxSockets: 16, ...(caPem ? { ca: [...tls.rootCertificates, caPem] } : {}) });
+  const httpsAgent = new https.Agent({ keepAlive: true, maxSockets: 16, ...(caPem ? { secureContext: trustedContext(caPem) } : {}) });
   return {
     http: httpAgent,
     https: httpsAgent,
