@@ -313,7 +313,7 @@ describe('WebSocket frames arriving in pieces', () => {
       expect((await s.output()).equals(want), `pieces of ${piece}`).toBe(true);
       expect(s.sent.some((b) => b.equals(encodeFrame(10, Buffer.from('ping!')))), `pieces of ${piece}`).toBe(true);
     }
-  });
+  }, 60_000); // ~0.6 s of CPU (pieces of 1 byte): 25 times that in wall time on a box running two test runs and more at once
 
   it('a 16 MiB frame sent in 1 KiB pieces costs its length once, not its length per piece (it took 15-25 s of CPU)', async () => {
     const s = wsStream();

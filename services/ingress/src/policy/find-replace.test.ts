@@ -3,7 +3,7 @@ import { Readable, type Transform } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
 import zlib from 'node:zlib';
 import { Registry } from 'prom-client';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FIND_REPLACE_LIMITS } from '@warren/shared';
 import { FIND_REPLACE_PROCESS_LIMITS, findReplaceInFlight } from './find-replace.js';
 import { REGEX_WORKER_LIMITS, regexWorkerCounts, stopRegexWorker } from './regex-worker.js';
@@ -12,6 +12,14 @@ import { makeConfig, makeEdge, makeRoute, makeState, testDeps } from '../modules
 import { isOutcome, RoutePipeline } from '../pipeline/runner.js';
 import type { RequestState, RouteStage } from '../pipeline/types.js';
 import { trafficPolicyStage } from './index.js';
+
+// The regex worker thread's deadlines are wall time (a job 1 s, the thread's start 10 s): on a box
+// running two test runs at once, each process waiting its turn for a core, jobs of 5-25 ms of CPU
+// ran past them and their bodies passed unchanged. These tests check what is rewritten, so they
+// allow more; the deadline itself has its own test (timeoutMs 1).
+const workerLimits = { ...REGEX_WORKER_LIMITS };
+beforeAll(() => Object.assign(REGEX_WORKER_LIMITS, { timeoutMs: 30_000, startupMs: 60_000 }));
+afterAll(() => Object.assign(REGEX_WORKER_LIMITS, workerLimits));
 
 const route = (policy: unknown, modules: Record<string, unknown> = {}) => makeRoute(modules, { trafficPolicy: { enabled: true, value: policy } });
 function stage(policy: unknown, registry?: Registry): RouteStage {
@@ -253,7 +261,7 @@ describe('literal replacements on large bodies', () => {
     await st.onRequest!(b);
     expect(b.body!.toString()).toBe(big);
     expect(await skips(registry)).toEqual({ 'request/too_large': 1 });
-  });
+  }, 60_000); // ~1 s of CPU with the thread's start: 10-25 times that in wall time on a box running two test runs and more at once (the same below)
 });
 
 describe('a response body that takes long to arrive', () => {
@@ -302,7 +310,7 @@ describe('regex replacements on bodies over 4 KiB: the regex worker thread', () 
     const gz = zlib.gzipSync(body);
     const r2 = await respond(pipeline(responsePolicy(LINKS)), get('gzip'), ['Content-Type', 'text/html', 'Content-Encoding', 'gzip'], gz);
     expect(zlib.gunzipSync(r2.body).toString()).toBe(want);
-  });
+  }, 60_000);
 
   it('the worker keeps the match and result bounds of its own: past them the body passes unchanged, counted', async () => {
     const registry = new Registry();
@@ -317,7 +325,7 @@ describe('regex replacements on bodies over 4 KiB: the regex worker thread', () 
     await st.onRequest!(s2);
     expect(s2.body!.toString()).toBe('b '.repeat(FIND_REPLACE_LIMITS.workerMaxMatches));
     expect(await skips(registry)).toEqual({ 'request/too_many_matches': 1 });
-  });
+  }, 60_000);
 
   it('a body out of time passes unchanged (timeout) and the thread is replaced; at most perAction bodies of one action at once (busy)', async () => {
     const registry = new Registry();
@@ -351,7 +359,7 @@ describe('regex replacements on bodies over 4 KiB: the regex worker thread', () 
     } finally {
       Object.assign(REGEX_WORKER_LIMITS, saved);
     }
-  });
+  }, 60_000); // ~1.3 s of CPU
 
   it('a large pattern gets a smaller bound, from its estimated worst case (a 2481-byte literal searched with indexOf)', async () => {
     const from = 'a'.repeat(1240) + 'b' + 'a'.repeat(1240);
@@ -363,7 +371,7 @@ describe('regex replacements on bodies over 4 KiB: the regex worker thread', () 
     const over = post(Buffer.from('a'.repeat(FIND_REPLACE_LIMITS.workerBodyBytes - 1)), ['Content-Type', 'text/plain']);
     await st.onRequest!(over);
     expect(await skips(registry)).toEqual({ 'request/too_large': 1 });
-  });
+  }, 60_000);
 });
 
 describe('denial-of-service bounds (review of 44afbc3)', () => {
@@ -411,7 +419,7 @@ describe('denial-of-service bounds (review of 44afbc3)', () => {
     expect(cpuMs(process.cpuUsage(c0))).toBeLessThan(100);
     for (const s of states) expect(s.body!.equals(bomb)).toBe(true);
     expect(await skips(registry)).toEqual({ 'request/encoding': 40 });
-  });
+  }, 120_000); // ~2.5 s of CPU, most of it compressing the bomb: 10-25 times that in wall time on a box running two test runs and more at once
 
   it('gzip bombs stop decoding at the bound; at most two encoded bodies are worked on at once, the others pass unchanged (busy)', async () => {
     const registry = new Registry();

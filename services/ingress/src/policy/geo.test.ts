@@ -5,6 +5,7 @@ import path from 'node:path';
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { CEL_NO_GEO, CelGeo, EnvError, GEO_LIMITS, GEO_LOOKUP_COST } from '@warren/shared';
+import { cpuMicros, machineSlowdown } from '../../../../test/support/cpu-time.js';
 import { cityRecord, MmdbWriter, uint16 } from '../../../../test/support/mmdb-writer.js';
 import type { RequestState, RouteStage } from '../pipeline/types.js';
 import { GeoDatabase, GeoDatabaseError, geoLookupOf, geoOfRecord, lookupAddress, NO_GEO_DATABASE, requestGeo, setGeoDatabase, startGeo } from './geo.js';
@@ -297,15 +298,18 @@ describe('lookup cost', () => {
     }
     const buf = w.build();
     const db = new GeoDatabase(dbFile('bench.mmdb', buf));
-    // Cycling through more records than the LRU holds: every lookup misses and decodes.
+    // Cycling through more records than the LRU holds: every lookup misses and decodes. In CPU
+    // time (test/support/cpu-time.ts, ns a lookup): wall time also counts the waits for a core of
+    // a busy box.
     const time = (ipList: string[], rounds: number) => {
       let sink = 0;
-      const t0 = performance.now();
+      const c0 = cpuMicros();
       for (let k = 0; k < rounds; k++) for (const ip of ipList) sink += db.lookup(ip).city.length;
-      const ns = ((performance.now() - t0) * 1e6) / (rounds * ipList.length);
+      const ns = ((cpuMicros() - c0) * 1e3) / (rounds * ipList.length);
       expect(sink).toBeGreaterThan(0);
       return ns;
     };
+    const slowdown = machineSlowdown();
     time(ips, 1); // warm-up (JIT)
     // The fastest of up to 8 passes, stopping once one is within the charge.
     let uncached = Infinity;
@@ -322,22 +326,26 @@ describe('lookup cost', () => {
       for (const r of reqs) st.onRequest!(r);
       // Fresh request states: the per-request cache starts empty (the reader's cache is warm).
       const fresh = Array.from({ length: 5 }, () => reqs.map((x) => ({ ...x, vars: {} })));
-      const t0 = performance.now();
+      const c0 = cpuMicros();
       for (const round of fresh) for (const r of round) st.onRequest!(r);
-      return ((performance.now() - t0) * 1e6) / (5 * reqs.length);
+      return ((cpuMicros() - c0) * 1e3) / (5 * reqs.length);
     };
     const geoReq = perRequest(s);
     const plainReq = perRequest(plain);
     console.log(
       `GeoIP lookup (${(buf.length / 1e6).toFixed(1)} MB test database, ${N} GeoLite2-shaped records): ` +
-        `uncached ${(uncached / 1000).toFixed(2)} µs, cached ${(cached / 1000).toFixed(2)} µs; ` +
+        `uncached ${(uncached / 1000).toFixed(2)} µs of CPU, cached ${(cached / 1000).toFixed(2)} µs; ` +
         `policy "conn.geo.country_code == 'ZZ'" ${(geoReq / 1000).toFixed(2)} µs/request vs "conn.client_ip == …" ${(plainReq / 1000).toFixed(2)} µs; charged ${GEO_LOOKUP_COST / 1000} µs`,
     );
     // The charge (100 µs) was set from quiet-machine figures: 16 µs alone, 45 µs beside one test
-    // run. With two full test runs at once on a slow day the best of 8 passes reached 100.4 µs,
-    // so this unit test only guards against a regression of a different order (a speed target
-    // is a benchmark's job, not a timed unit test's); the figure above is what to read.
-    expect(uncached).toBeLessThan(3 * GEO_LOOKUP_COST);
+    // run (wall time). With two full test runs at once on a slow day the best of 8 wall-clock
+    // passes reached 100.4 µs, mostly waits for a core, which CPU time leaves out; but a walk of a
+    // 6.9 MB tree shares the caches with the other processes, which CPU time counts: 20-37 µs of
+    // CPU with a test run beside it, 67 µs beside two and four busy loops. Held to twice the
+    // charge (raised on a box slower than the calibration one now, `machineSlowdown`): a guard
+    // against a regression of a different order, a speed target is a benchmark's job; the figure
+    // above is what to read.
+    expect(uncached).toBeLessThan(2 * GEO_LOOKUP_COST * slowdown);
     expect(cached).toBeLessThan(uncached);
-  }, 150_000); // builds a 6.9 MB database: about 4 s alone, 16 s with two test runs at once; up to 8 timed passes
+  }, 300_000); // builds a 6.9 MB database: about 4 s alone (8 s of CPU), 16 s with two test runs at once, 2 min beside more; up to 8 timed passes
 });
