@@ -6,6 +6,7 @@ import { Redis } from 'ioredis';
 import { TARGET_QUEUES } from '@warren/shared';
 import { Queue } from 'bullmq';
 import { freshDatabase } from '../../../test/support/databases.js';
+import { WORKER_START_MS, WORK_MS } from '../../../test/support/timeouts.js';
 import { startDatadogFake, type DatadogFake } from '../../../test/support/fakes/index.js';
 import { EventProducer } from '../../shared/src/events/producer.js';
 import { envelope, startWorkerProcess, waitFor, type WorkerProcess } from './testing.js';
@@ -133,9 +134,9 @@ describe('worker process', () => {
   }, 90_000); // its own deadlines (15 s stop, 20 s + 10 s delivery) exceed the 30 s default: it timed out at 30 s with two full runs at once
 
   it('start-up problems are one line, no stack trace', async () => {
-    await expect(startWorkerProcess({ DATABASE_URL: db.url, REDIS_URL: '' }, 15_000)).rejects.toThrow(/warren worker: invalid environment:\n\s+REDIS_URL/);
-    const err = await startWorkerProcess({ DATABASE_URL: db.url, REDIS_URL: 'redis://127.0.0.1:1', EVENTS_PREFIX: prefix }, 15_000).catch((e: Error) => e);
+    await expect(startWorkerProcess({ DATABASE_URL: db.url, REDIS_URL: '' }, WORKER_START_MS)).rejects.toThrow(/warren worker: invalid environment:\n\s+REDIS_URL/);
+    const err = await startWorkerProcess({ DATABASE_URL: db.url, REDIS_URL: 'redis://127.0.0.1:1', EVENTS_PREFIX: prefix }, WORKER_START_MS).catch((e: Error) => e);
     expect(String(err)).toMatch(/warren worker: .*ECONNREFUSED/);
     expect(String(err)).not.toMatch(/\n\s+at /);
-  });
+  }, 2 * WORKER_START_MS + WORK_MS); // each run exits by itself; the waits are hang detectors (15 s ran out with two full runs at once)
 });

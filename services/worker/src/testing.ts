@@ -7,6 +7,7 @@ import { createLogger, TARGET_QUEUES, bufferKey, type EventTargetKind } from '@w
 import { freshDatabase } from '../../../test/support/databases.js';
 import { DeliveryService, type DeliveryServiceOptions } from './service.js';
 import type { EventRecord, LoadedDestination, SendOutcome, Target, TargetEnv, TargetFactory, TargetLimits } from './targets/types.js';
+import { WORKER_START_MS } from '../../../test/support/timeouts.js';
 
 /** Test helpers of the delivery worker (in-process service on real Redis and Postgres). */
 
@@ -233,7 +234,7 @@ export interface WorkerProcess {
 const liveWorkers = new Set<import('node:child_process').ChildProcess>();
 
 /** Runs services/worker/src/main.ts as a child process (`node --import tsx`) and waits for its 'listening' message. */
-export async function startWorkerProcess(env: Record<string, string>, timeoutMs = 30_000): Promise<WorkerProcess> {
+export async function startWorkerProcess(env: Record<string, string>, timeoutMs = WORKER_START_MS): Promise<WorkerProcess> {
   const { spawn } = await import('node:child_process');
   const { REPO_ROOT } = await import('../../../test/support/processes.js');
   if (liveWorkers.size === 0)
