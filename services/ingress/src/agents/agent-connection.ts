@@ -388,6 +388,8 @@ export class AgentConnection {
   /** StopTunnel streams open on the wire (MAX_STOP_TUNNEL_STREAMS). */
   private stopStreams = 0;
   private stopRetry: NodeJS.Timeout | null = null;
+  /** The timers that reset what stopped tunnels still carry (stopTunnel); cleared when the session ends first. */
+  private readonly stopCuts = new Set<NodeJS.Timeout>();
 
   constructor(host: ConnectionHost, socket: tls.TLSSocket) {
     this.host = host;
@@ -506,6 +508,11 @@ export class AgentConnection {
     const hb = this.heartbeat;
     const n = this.releasedBeats.length;
     if (hb && n > this.releasedHead && hb.echoed < this.releasedBeats[n - 1]! + STREAM_RELEASE_BEATS) hb.probe();
+  }
+
+  /** @internal Timers waiting to reset what stopped tunnels still carry (for tests). */
+  get pendingStopCuts(): number {
+    return this.stopCuts.size;
   }
 
   /** GOAWAY and close; tunnelClosed/sessionClosed are emitted with `reason`. */
@@ -905,10 +912,12 @@ export class AgentConnection {
     this.log.info({ tunnel: t.id, errorCode, message }, 'stopping tunnel');
     this.closeTunnel(t, `stopped by the server: ${message}`);
     const cut = setTimeout(() => {
+      this.stopCuts.delete(cut);
       const n = t.resetStreams();
       if (n > 0) this.log.info({ tunnel: t.id, streams: n }, 'reset the streams a stopped tunnel still carried');
     }, this.host.settings.stoppedTunnelDrainMs);
     cut.unref();
+    this.stopCuts.add(cut);
     return true;
   }
 
@@ -1011,6 +1020,9 @@ export class AgentConnection {
     this.stopQueue = [];
     if (this.stopRetry) clearTimeout(this.stopRetry);
     this.stopRetry = null;
+    // The session's streams are gone with it: nothing is left for these timers to reset.
+    for (const cut of this.stopCuts) clearTimeout(cut);
+    this.stopCuts.clear();
     // The session's streams are gone with it (no 'release' follows): nothing is held any more.
     this.clientSlots.clear();
     for (const t of [...this.tunnels.values()]) this.closeTunnel(t, reason);

@@ -243,6 +243,17 @@ describe('StopTunnel on the wire', () => {
     for (const s of others) s.destroy();
   });
 
+  it('forgets the reset of a stopped tunnel when its session ends first', async () => {
+    const { server, port } = await startServer({ stoppedTunnelDrainMs: 3_600_000 });
+    const agent = await rawAgent(port);
+    const id = await agent.bind('gone.stop.test');
+    const conn = connOf(server, id);
+    server.stopTunnel(id, 'stop', 'ERR_WARREN_1100');
+    expect(conn.pendingStopCuts).toBe(1);
+    agent.mux.destroy();
+    await until(() => conn.pendingStopCuts === 0);
+  });
+
   it('a stopped tunnel no longer counts against the caps', async () => {
     const { server, port } = await startServer({ maxTunnelsPerSession: 2 });
     const client = startClient(port);
