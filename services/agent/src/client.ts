@@ -52,8 +52,10 @@ export interface AgentClientOptions {
   /**
    * On `close()`, how long the connections being forwarded may take to finish after the tunnels
    * are unbound (no new ones arrive), before the session is closed under them (ms; default
-   * {@link DRAIN_MS}; 0: close at once). `close()` itself may take up to 2 s more for the Unbinds
-   * and 2 s more for the server to hang up after GOAWAY.
+   * {@link DRAIN_MS}; 0: close at once). The whole of `close()` keeps to it: the Unbinds (at most
+   * 2 s), the drain and the wait for the server to hang up after GOAWAY (at most 2 s) share it,
+   * each given at least 250 ms, so `close()` takes at most `drainMs` + 250 ms, or 500 ms when
+   * `drainMs` is below that.
    */
   drainMs?: number;
   log?: Logger;
@@ -61,6 +63,9 @@ export interface AgentClientOptions {
 
 /** Default of {@link AgentClientOptions.drainMs}. */
 export const DRAIN_MS = 10_000;
+/** `close()`'s Unbinds and its wait for the server's hang-up: each gets what is left of `drainMs`, within these bounds. */
+const CLOSE_STEP_MIN_MS = 250;
+const CLOSE_STEP_MAX_MS = 2_000;
 /**
  * The server closes a tunnel's idle kept-alive streams right after its Unbind: streams still open
  * this long after the Unbinds carry something in progress ('draining' is emitted then, not before).
@@ -119,7 +124,7 @@ export interface AgentClientEvents {
   closed: [reason: string, fatal: boolean];
   /** A proxied connection could not reach the local service. */
   forwardError: [tunnelId: string, error: Error];
-  /** `close()` waits for `open` connections in progress to finish, at most `drainMs`. */
+  /** `close()` waits for `open` connections in progress to finish, at most `ms` more (what is left of `drainMs`). */
   draining: [open: number, drainMs: number];
 }
 
@@ -254,11 +259,19 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
     this.stop.abort();
     const mux = this.mux;
     if (mux && !mux.closed) {
-      await Promise.all([...this.tunnels.keys()].map((id) => this.call(mux, StreamType.Unbind, { Id: id }, 2_000).catch(() => {})));
-      await this.drain(mux);
+      // One deadline for the whole close: the Unbinds, the drain and the server's hang-up after
+      // GOAWAY share `drainMs`, so a stalled server cannot stretch a SIGTERM past what the
+      // operator allowed (beyond CLOSE_STEP_MIN_MS per step when the budget is spent).
+      const deadline = performance.now() + (this.opts.drainMs ?? DRAIN_MS);
+      const step = () => Math.min(CLOSE_STEP_MAX_MS, Math.max(CLOSE_STEP_MIN_MS, deadline - performance.now()));
+      const unbindMs = step();
+      await Promise.all([...this.tunnels.keys()].map((id) => this.call(mux, StreamType.Unbind, { Id: id }, unbindMs).catch(() => {})));
+      await this.drain(mux, deadline);
       const gone = new Promise<void>((resolve) => (mux.socket.destroyed ? resolve() : mux.socket.once('close', () => resolve())));
       mux.goAway(0, 'agent closed');
-      await Promise.race([gone, new Promise((r) => setTimeout(r, 2_000).unref())]);
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([gone, new Promise((r) => (timer = setTimeout(r, step())))]);
+      clearTimeout(timer);
     }
     this.teardown();
     this.tunnels.clear();
@@ -267,11 +280,11 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
 
   /**
    * After the Unbinds: the server routes nothing more here and closes the idle streams, so what is
-   * left are requests (or TCP connections) in progress. Waits for them, at most `drainMs`, since
-   * GOAWAY ends every stream of the session at once.
+   * left are requests (or TCP connections) in progress. Waits for them until `deadline` (what is
+   * left of `drainMs` after the Unbinds), since GOAWAY ends every stream of the session at once.
    */
-  private drain(mux: MuxSession): Promise<void> {
-    const ms = this.opts.drainMs ?? DRAIN_MS;
+  private drain(mux: MuxSession, deadline: number): Promise<void> {
+    const ms = Math.round(deadline - performance.now());
     if (this.proxyStreams.size === 0 || ms <= 0 || mux.closed) return Promise.resolve();
     return new Promise<void>((resolve) => {
       const done = () => {
@@ -285,7 +298,7 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
         this.log.warn({ open: this.proxyStreams.size, drainMs: ms }, 'connections still open after the drain timeout; closing them');
         done();
       }, ms);
-      const quiet = setTimeout(() => this.emit('draining', this.proxyStreams.size, ms), Math.min(DRAIN_QUIET_MS, ms));
+      const quiet = setTimeout(() => this.emit('draining', this.proxyStreams.size, Math.max(0, Math.round(deadline - performance.now()))), Math.min(DRAIN_QUIET_MS, ms));
       this.drained = done;
       mux.once('close', done);
     });

@@ -77,7 +77,7 @@ async function main(): Promise<number> {
     }),
   );
   client.on('tunnel', (t) => out(onlineLine(t)));
-  client.on('draining', (n, ms) => err(`waiting up to ${ms / 1000} s for ${n} connection${n === 1 ? '' : 's'} in progress to finish (signal again to quit now)`));
+  client.on('draining', (n, ms) => err(`waiting up to ${Math.ceil(ms / 1000)} s for ${n} connection${n === 1 ? '' : 's'} in progress to finish (signal again to quit now)`));
   client.on('disconnected', (reason) => err(`session lost (${reason}); reconnecting`));
   client.on('tunnelLost', (id, reason) => {
     err(`tunnel ${id} lost: ${reason}`);

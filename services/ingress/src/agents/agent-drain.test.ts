@@ -1,4 +1,5 @@
 import http from 'node:http';
+import net from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { createLogger } from '@warren/shared';
 import { Forwarder } from '../http/proxy.js';
@@ -95,6 +96,43 @@ describe('AgentClient.close() after traffic through the forwarder', () => {
     await new Promise((r) => setTimeout(r, 100));
     await client.close();
     expect(await slow).toBe('slow done');
-    expect(draining).toEqual([[1, 10_000]]);
+    // One request in progress, and what is left of the 10 s after the Unbinds and the quiet 250 ms.
+    expect(draining).toHaveLength(1);
+    expect(draining[0]![0]).toBe(1);
+    expect(draining[0]![1]).toBeGreaterThan(5_000);
+    expect(draining[0]![1]).toBeLessThanOrEqual(9_750);
+  });
+
+  it('keeps to drainMs in all when the server stalls: the Unbinds and the wait for its hang-up share the budget', async () => {
+    const { port } = await node();
+    // A relay in front of the node that can stop passing bytes: a stalled server (a frozen node,
+    // a dead network path) answers no Unbind and never hangs up after GOAWAY (half-open: the
+    // relay does not end its side when the agent ends its own).
+    let frozen = false;
+    const relay = net.createServer({ allowHalfOpen: true }, (a) => {
+      const b = net.connect(port, '127.0.0.1');
+      a.on('data', (d) => void (frozen || b.write(d)));
+      b.on('data', (d) => void (frozen || a.write(d)));
+      a.on('error', () => b.destroy());
+      b.on('error', () => a.destroy());
+      a.on('close', () => b.destroy());
+      b.on('close', () => a.destroy());
+      h.cleanups.push(() => (a.destroy(), b.destroy()));
+    });
+    const relayPort = await listen(relay);
+    h.cleanups.push(() => relay.close());
+    const up = await upstream();
+    const client = h.startClient(relayPort, TOKEN, { drainMs: 1_000 });
+    await client.connect();
+    await client.bind({ domain: 'a.stall.test', forwardsTo: up });
+    await client.bind({ domain: 'b.stall.test', forwardsTo: up });
+    frozen = true;
+    const t0 = performance.now();
+    await client.close();
+    const ms = performance.now() - t0;
+    // Without the shared budget: 2 s for the Unbinds and 2 s for the hang-up (4 s). With it:
+    // 1 s for the Unbinds, then 250 ms for the hang-up.
+    expect(ms).toBeGreaterThanOrEqual(1_200);
+    expect(ms).toBeLessThan(3_000);
   });
 });
