@@ -23,8 +23,19 @@ describe('parseCli', () => {
         metadata: '',
         trafficPolicyFile: null,
         drainMs: 10_000,
+        upstreamCaFile: null,
+        upstreamTlsVerify: true,
       },
     });
+  });
+
+  it('--upstream-ca and --upstream-insecure: for an https:// or tls:// local service only, and not both', () => {
+    expect(parseCli(['http', 'https://localhost:8443', '--upstream-ca', 'local-ca.pem'], env)).toMatchObject({ kind: 'run', config: { upstreamCaFile: 'local-ca.pem', upstreamTlsVerify: true } });
+    expect(parseCli(['http', 'tls://db.lan:5433', '--upstream-insecure'], env)).toMatchObject({ kind: 'run', config: { upstreamCaFile: null, upstreamTlsVerify: false } });
+    expect(parseCli(['http', '8080', '--upstream-insecure'], env)).toEqual({ kind: 'error', message: '--upstream-insecure applies to an https:// or tls:// local service, not http://localhost:8080' });
+    expect(parseCli(['http', 'http://localhost:8080', '--upstream-ca', 'ca.pem'], env)).toEqual({ kind: 'error', message: '--upstream-ca applies to an https:// or tls:// local service, not http://localhost:8080' });
+    expect(parseCli(['http', 'https://localhost:8443', '--upstream-ca', 'ca.pem', '--upstream-insecure'], env)).toMatchObject({ kind: 'error', message: /exclude each other/ });
+    expect(parseCli(['http', 'https://localhost:8443', '--upstream-ca='], env)).toEqual({ kind: 'error', message: '--upstream-ca needs a file name' });
   });
 
   it('--drain-timeout in seconds (0 to 3600, fractions allowed); anything else is refused naming the flag', () => {

@@ -14,9 +14,13 @@ Options:
   --server <host:port>  ingress agent listener (default: $WARREN_SERVER)
   --ca <file>           PEM of the CA that signed the server certificate (default: $WARREN_CA; else system CAs)
   --metadata <text>     opaque session metadata shown by the API
-  --drain-timeout <s>   on SIGINT/SIGTERM, seconds the requests in progress may take to finish
-                        after the tunnels are unbound, before the session closes
+  --drain-timeout <s>   on SIGINT/SIGTERM, seconds the shutdown may take: the tunnels are
+                        unbound, the requests in progress finish, the session closes
                         (default: $WARREN_DRAIN_TIMEOUT, else 10; 0: at once)
+  --upstream-ca <file>  for an https:// or tls:// local service: PEM of the CA that signed its
+                        certificate (default: the system CAs)
+  --upstream-insecure   for an https:// or tls:// local service: do not check its certificate
+                        (e.g. a self-signed one)
   --traffic-policy-file <file>
                         a traffic policy (YAML or JSON, as a route's traffic_policy) for the
                         endpoint, run by the ingress on each of its requests
@@ -41,6 +45,10 @@ export interface CliConfig {
   trafficPolicyFile: string | null;
   /** --drain-timeout, in ms. */
   drainMs: number;
+  /** --upstream-ca: path of a CA PEM file for an https:// or tls:// local service, or null. */
+  upstreamCaFile: string | null;
+  /** false with --upstream-insecure. */
+  upstreamTlsVerify: boolean;
 }
 
 export type CliParse = { kind: 'run'; config: CliConfig } | { kind: 'help' } | { kind: 'error'; message: string };
@@ -64,6 +72,8 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
         metadata: { type: 'string' },
         'drain-timeout': { type: 'string' },
         'traffic-policy-file': { type: 'string' },
+        'upstream-ca': { type: 'string' },
+        'upstream-insecure': { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -78,11 +88,18 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
   if (!target) return { kind: 'error', message: 'missing the local service to forward to, e.g. warren-agent http 8080' };
   if (extra.length > 0) return { kind: 'error', message: `unexpected argument ${JSON.stringify(extra[0])}` };
 
-  let targetUrl: string;
+  let forward;
   try {
-    targetUrl = parseForwardTarget(target).url;
+    forward = parseForwardTarget(target);
   } catch (err) {
     return { kind: 'error', message: (err as Error).message };
+  }
+  const targetUrl = forward.url;
+  if (v['upstream-ca'] !== undefined || v['upstream-insecure']) {
+    const flag = v['upstream-ca'] !== undefined ? '--upstream-ca' : '--upstream-insecure';
+    if (!forward.tls) return { kind: 'error', message: `${flag} applies to an https:// or tls:// local service, not ${targetUrl}` };
+    if (v['upstream-ca'] !== undefined && v['upstream-insecure']) return { kind: 'error', message: '--upstream-ca and --upstream-insecure exclude each other: a certificate is either checked against that CA or not at all' };
+    if (v['upstream-ca'] === '') return { kind: 'error', message: '--upstream-ca needs a file name' };
   }
 
   let labels: Record<string, string> | null = null;
@@ -132,6 +149,8 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
       metadata: v.metadata ?? '',
       trafficPolicyFile: v['traffic-policy-file'] ?? null,
       drainMs,
+      upstreamCaFile: v['upstream-ca'] ?? null,
+      upstreamTlsVerify: v['upstream-insecure'] !== true,
     },
   };
 }

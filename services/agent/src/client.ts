@@ -23,7 +23,7 @@ import {
   type MuxCloseInfo,
   type MuxStream,
 } from '@warren/shared';
-import { forwardStream, parseForwardTarget, speaksHttp, type ForwardTarget } from './forward.js';
+import { forwardStream, parseForwardTarget, speaksHttp, type ForwardTarget, type UpstreamTls } from './forward.js';
 
 export const AGENT_VERSION = '0.1.0';
 
@@ -58,6 +58,13 @@ export interface AgentClientOptions {
    * `drainMs` is below that.
    */
   drainMs?: number;
+  /**
+   * PEM of the CA that signed the certificate of an https:// or tls:// local service (instead of
+   * the system CAs); one TLS context is built from it and shared by every connection.
+   */
+  upstreamCa?: string | Buffer;
+  /** false: do not check the certificate of an https:// or tls:// local service (default true). */
+  upstreamTlsVerify?: boolean;
   log?: Logger;
 }
 
@@ -189,6 +196,7 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
   }
   private closing = false;
   private readonly stop = new AbortController();
+  private readonly upstreamTls: UpstreamTls;
 
   constructor(opts: AgentClientOptions) {
     super();
@@ -198,6 +206,7 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
     this.host = m[1]!.replace(/^\[|\]$/g, '');
     this.port = Number(m[2]);
     this.opts = opts;
+    this.upstreamTls = { verify: opts.upstreamTlsVerify ?? true, secureContext: opts.upstreamCa ? tls.createSecureContext({ ca: opts.upstreamCa }) : undefined };
     this.intervalMs = opts.heartbeatIntervalMs ?? 10_000;
     this.toleranceMs = opts.heartbeatToleranceMs ?? 15_000;
     this.log = opts.log ?? createLogger('agent');
@@ -564,7 +573,7 @@ export class AgentClient extends EventEmitter<AgentClientEvents> {
     forwardStream(st, state.target, speaksHttp(header, state.tunnel.proto), (err) => {
       this.log.warn({ tunnel: header.Id, target: state.target.url, err: err.message }, 'could not reach the local service');
       this.emit('forwardError', header.Id, err);
-    });
+    }, this.upstreamTls);
   }
 
   private async onStopTunnel(st: MuxStream): Promise<void> {

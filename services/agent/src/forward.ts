@@ -45,6 +45,16 @@ function checked(host: string, port: number, scheme: string): ForwardTarget {
   return { host, port, tls: scheme === 'https' || scheme === 'tls', url: `${scheme}://${shownHost}:${port}` };
 }
 
+/**
+ * How the agent checks the certificate of an https:// or tls:// local service: against the
+ * system CAs (the default), against one CA of the user's (`secureContext`, built once), or not
+ * at all (`verify: false`, for a local service with a self-signed certificate).
+ */
+export interface UpstreamTls {
+  verify: boolean;
+  secureContext?: tls.SecureContext;
+}
+
 /** True when a failed dial should be answered with an HTTP 502 rather than a reset. */
 export function speaksHttp(header: ProxyHeader, tunnelProto: string): boolean {
   return header.EdgeType === '3' || header.Proto === 'http' || header.Proto === 'https' || tunnelProto === 'http' || tunnelProto === 'https';
@@ -60,9 +70,9 @@ function badGateway(target: ForwardTarget, err: Error & { code?: string }): stri
  * half-close (each direction ends on its own FIN). If the dial fails, an HTTP tunnel answers
  * 502 itself (agent-protocol.md §3 Proxy streams); other tunnels reset the stream.
  */
-export function forwardStream(stream: MuxStream, target: ForwardTarget, httpLike: boolean, onError?: (err: Error) => void): void {
+export function forwardStream(stream: MuxStream, target: ForwardTarget, httpLike: boolean, onError?: (err: Error) => void, upstreamTls: UpstreamTls = { verify: true }): void {
   const upstream: net.Socket = target.tls
-    ? tls.connect({ host: target.host, port: target.port, servername: net.isIP(target.host) ? undefined : target.host, allowHalfOpen: true } as tls.ConnectionOptions)
+    ? tls.connect({ host: target.host, port: target.port, servername: net.isIP(target.host) ? undefined : target.host, allowHalfOpen: true, rejectUnauthorized: upstreamTls.verify, secureContext: upstreamTls.secureContext } as tls.ConnectionOptions)
     : net.connect({ host: target.host, port: target.port, allowHalfOpen: true });
   let connected = false;
   upstream.setNoDelay(true);

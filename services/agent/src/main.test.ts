@@ -1,5 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -21,6 +23,9 @@ let port: number;
 let up: Upstream;
 let dir: string;
 let caFile: string;
+/** A local https service whose certificate the test CA signed (not one of the system CAs). */
+let tlsUp: https.Server;
+let tlsPort: number;
 const events: Array<[string, string, string]> = [];
 
 beforeAll(async () => {
@@ -37,11 +42,16 @@ beforeAll(async () => {
   server.on('sessionClosed', (id, reason) => events.push(['sessionClosed', id, reason]));
   port = await server.listen(0, '127.0.0.1');
   up = await startUpstream();
+  tlsUp = https.createServer({ cert: pki.certPem, key: pki.keyPem }, (req, res) => res.end(`tls hello ${req.url}`));
+  await new Promise<void>((r) => tlsUp.listen(0, '127.0.0.1', r));
+  tlsPort = (tlsUp.address() as AddressInfo).port;
 });
 
 afterAll(async () => {
   await server?.close();
   await up?.close();
+  tlsUp?.closeAllConnections();
+  tlsUp?.close();
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -98,5 +108,44 @@ describe('warren-agent (executable)', { timeout: AGENT_ONLINE_MS + WORK_MS }, ()
     const { output, exited } = run(['http', '8080', '--label', 'oops']);
     expect(await exited).toBe(2);
     expect(output.stderr).toMatch(/^warren-agent: invalid label "oops": use key=value \(see --help\)\n$/);
+  });
+
+  describe('an https:// local service', () => {
+    /** Starts the agent for the https service with `flags`, and sends one request through its tunnel. */
+    async function through(domain: string, flags: string[]) {
+      const { child, output, exited } = run(['http', `https://127.0.0.1:${tlsPort}`, '--domain', domain, '--server', `localhost:${port}`, '--ca', caFile, ...flags], { WARREN_AUTHTOKEN: TOKEN });
+      const id = (await waitFor(/^tunnel (tn_\w+) online: /, output, child))[1]!;
+      const res = await httpRequest({ stream: await server.getTunnel(id)!.openStream({ clientAddr: '1.1.1.1:1', proto: 'https', edgeType: '0' }) }, { path: '/tls' });
+      child.kill('SIGTERM');
+      expect(await exited).toBe(0);
+      return { res, output };
+    }
+
+    it('its certificate is checked against the system CAs: one a private CA signed gets a 502 naming the failure', async () => {
+      const { res, output } = await through('verify.cli.test', []);
+      expect(res.status).toBe(502);
+      expect(res.body.toString()).toMatch(/^warren-agent: could not reach https:\/\/127\.0\.0\.1:\d+ \(UNABLE_TO_VERIFY_LEAF_SIGNATURE\)\n$/);
+      expect(output.stderr).toMatch(/cannot reach https:\/\/127\.0\.0\.1:\d+: UNABLE_TO_VERIFY_LEAF_SIGNATURE/);
+    });
+
+    it('--upstream-ca: checked against that CA, and served', async () => {
+      const { res, output } = await through('ca.cli.test', ['--upstream-ca', caFile]);
+      expect([res.status, res.body.toString()]).toEqual([200, 'tls hello /tls']);
+      expect(output.stderr).toBe('');
+    });
+
+    it('--upstream-insecure: not checked, and served', async () => {
+      const { res, output } = await through('insecure.cli.test', ['--upstream-insecure']);
+      expect([res.status, res.body.toString()]).toEqual([200, 'tls hello /tls']);
+      expect(output.stderr).toBe('');
+    });
+
+    it('an --upstream-ca file without a certificate: exit 2 naming it, before connecting', async () => {
+      const bad = join(dir, 'not-a-ca.pem');
+      writeFileSync(bad, 'not a certificate\n');
+      const { output, exited } = run(['http', `https://127.0.0.1:${tlsPort}`, '--upstream-ca', bad, '--server', `localhost:${port}`, '--authtoken', TOKEN]);
+      expect(await exited).toBe(2);
+      expect(output.stderr).toBe(`warren-agent: the upstream CA file ${bad} holds no PEM certificate\n`);
+    });
   });
 });

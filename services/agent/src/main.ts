@@ -1,3 +1,4 @@
+import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createLogger } from '@warren/shared';
 import { AgentClient, AgentRpcError } from './client.js';
@@ -35,6 +36,22 @@ async function main(): Promise<number> {
     }
   }
 
+  let upstreamCa: Buffer | undefined;
+  if (cfg.upstreamCaFile) {
+    try {
+      upstreamCa = readFileSync(cfg.upstreamCaFile);
+    } catch (e) {
+      err(`cannot read the upstream CA file ${cfg.upstreamCaFile}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+      return 2;
+    }
+    // Node takes a file without a certificate in it silently, and every connection would then
+    // fail its check: say so now instead.
+    if (!holdsCertificate(upstreamCa)) {
+      err(`the upstream CA file ${cfg.upstreamCaFile} holds no PEM certificate`);
+      return 2;
+    }
+  }
+
   let trafficPolicy: string | undefined;
   if (cfg.trafficPolicyFile) {
     try {
@@ -56,6 +73,8 @@ async function main(): Promise<number> {
     ca,
     metadata: cfg.metadata,
     drainMs: cfg.drainMs,
+    upstreamCa,
+    upstreamTlsVerify: cfg.upstreamTlsVerify,
     log: createLogger('warren-agent', process.env.LOG_LEVEL ?? 'warn'),
   });
   let stopping = false;
@@ -127,3 +146,16 @@ main().then(
     process.exit(1);
   },
 );
+
+/** True when `pem` holds at least one certificate Node can parse (PEM, `-----BEGIN CERTIFICATE-----`). */
+function holdsCertificate(pem: Buffer): boolean {
+  const blocks = pem.toString('latin1').match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+  return blocks.some((b) => {
+    try {
+      new X509Certificate(b);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+}
