@@ -37,15 +37,20 @@ async function main(): Promise<void> {
   const tls = await ensureLocalTls(path.join(DATA_DIR, 'tls'));
   const env = { ...process.env, DATABASE_URL: db.url, WARREN_NODE_TOKEN: nodeToken, ...('error' in redis ? {} : { REDIS_URL: redis.url }) };
   const children: ChildProcess[] = [];
+  /** The agents among them: stopped first, so they unbind and drain while the ingress still serves them. */
+  const agents = new Set<ChildProcess>();
   let stopping = false;
-  const stop = async (code = 0) => {
-    if (stopping) return;
-    stopping = true;
-    await Promise.all(children.map((c) => new Promise<void>((resolve) => {
+  const terminate = (list: ChildProcess[]) =>
+    Promise.all(list.map((c) => new Promise<void>((resolve) => {
       if (c.exitCode !== null || c.signalCode !== null) return resolve();
       c.once('exit', () => resolve());
       c.kill('SIGTERM');
     })));
+  const stop = async (code = 0) => {
+    if (stopping) return;
+    stopping = true;
+    await terminate(children.filter((c) => agents.has(c)));
+    await terminate(children.filter((c) => !agents.has(c)));
     if (!('error' in redis) && redis.child) redis.child.kill('SIGTERM');
     if (db.stop) await db.stop().catch(() => {});
     process.exit(code);
@@ -54,6 +59,7 @@ async function main(): Promise<void> {
   const run = (name: string, script: string, extraEnv: Record<string, string>, args: string[] = [], critical = true): Promise<Record<string, unknown>> => {
     const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], { env: { ...env, ...extraEnv }, stdio: ['inherit', 'inherit', 'inherit', 'ipc'] });
     children.push(child);
+    if (script.startsWith('services/agent/')) agents.add(child);
     return new Promise((resolve, reject) => {
       child.on('message', (m: { type?: string }) => {
         if (m?.type === 'listening') resolve(m as Record<string, unknown>);
