@@ -55,6 +55,9 @@ export interface UpstreamTls {
   secureContext?: tls.SecureContext;
 }
 
+/** The default: the system CAs. */
+const SYSTEM_CAS: UpstreamTls = { verify: true };
+
 /** True when a failed dial should be answered with an HTTP 502 rather than a reset. */
 export function speaksHttp(header: ProxyHeader, tunnelProto: string): boolean {
   return header.EdgeType === '3' || header.Proto === 'http' || header.Proto === 'https' || tunnelProto === 'http' || tunnelProto === 'https';
@@ -70,7 +73,7 @@ function badGateway(target: ForwardTarget, err: Error & { code?: string }): stri
  * half-close (each direction ends on its own FIN). If the dial fails, an HTTP tunnel answers
  * 502 itself (agent-protocol.md §3 Proxy streams); other tunnels reset the stream.
  */
-export function forwardStream(stream: MuxStream, target: ForwardTarget, httpLike: boolean, onError?: (err: Error) => void, upstreamTls: UpstreamTls = { verify: true }): void {
+export function forwardStream(stream: MuxStream, target: ForwardTarget, httpLike: boolean, onError?: (err: Error) => void, upstreamTls: UpstreamTls = SYSTEM_CAS): void {
   const upstream: net.Socket = target.tls
     ? tls.connect({ host: target.host, port: target.port, servername: net.isIP(target.host) ? undefined : target.host, allowHalfOpen: true, rejectUnauthorized: upstreamTls.verify, secureContext: upstreamTls.secureContext } as tls.ConnectionOptions)
     : net.connect({ host: target.host, port: target.port, allowHalfOpen: true });
