@@ -13,6 +13,7 @@ import { answerBody, answerHeaders, type Answer } from './answer.js';
 import { CLOSE_CONNECTION } from '../policy/flow-actions.js';
 import { DispatchTurn } from './pipelining.js';
 import { FORWARD_DEPTH_HEADER } from '../policy/forward-internal.js';
+import { TunnelClient, type TunnelHandler } from './tunnel-client.js';
 
 /** A route's pipeline and the request's state, for the response stages and the result. */
 export interface ForwardHooks {
@@ -245,30 +246,16 @@ export interface ForwarderOptions {
 /** Default of {@link ForwarderOptions.releaseDrainMs}: as long as the node's own drain on SIGTERM. */
 export const RELEASE_DRAIN_MS = 10_000;
 
-/** The origin undici is told for a tunnel's pool: never resolved (the pool's connector opens streams). */
-const TUNNEL_ORIGIN = 'http://tunnel.warren.invalid';
-/** Header of a stream opened when no request is being dispatched (a pool reconnecting later). */
+/** Header of a stream opened for a request that names no client (none on the local path today). */
 const DEFAULT_STREAM_HEADER: ProxyHeaderInit = { clientAddr: '0.0.0.0:0', proto: 'http', edgeType: '3' };
-/**
- * The request being dispatched, whose client address a stream the pool opens meanwhile carries:
- * set around `pool.dispatch`, which opens a new stream (if it needs one) synchronously. The
- * header is only built when a stream is opened, not per request.
- */
-let dispatchingInfo: RequestInfo | null = null;
-/**
- * The same for a request with a body: undici starts it (and opens its stream) a microtask later,
- * in case the body ends in the same tick. Each such dispatch appends its info and queues
- * {@link dispatchedWithBody} after undici's microtask, so that microtask finds its own request's
- * info at the head (a stream's client address counts against its share of the session's slots,
- * MAX_STREAMS_PER_CLIENT, and must not be another request's, nor none).
- */
-const deferredInfos: RequestInfo[] = [];
-function dispatchedWithBody(): void {
-  deferredInfos.shift();
-}
 
 interface TunnelPool {
-  pool: Pool;
+  /**
+   * A tunnel's: the lean client of its proxy streams (a new stream carries the client address
+   * of the request it is opened for, which counts against that client's share of the session's
+   * slots, MAX_STREAMS_PER_CLIENT). A hop's: undici's Pool of TCP connections to the node.
+   */
+  pool: Pool | TunnelClient<RequestInfo | null>;
   /** Requests dispatched and not yet answered (running or queued in the pool). */
   inFlight: number;
   /** A hop pool's requests in flight per account of the tunnel they go to ({@link HOP_PER_ACCOUNT}). */
@@ -279,9 +266,9 @@ interface TunnelPool {
 
 /**
  * Carries HTTP requests and upgrades to tunnels: on this node through a pooled, keep-alive HTTP/1.1
- * client (undici) whose connections are the agent's proxy streams (one stream per upstream
- * connection, reused across requests like any keep-alive connection), or to the node that holds
- * the tunnel over a keep-alive hop connection.
+ * client ({@link TunnelClient}) whose connections are the agent's proxy streams (one stream per
+ * upstream connection, reused across requests like any keep-alive connection), or to the node that
+ * holds the tunnel over a keep-alive hop connection (undici).
  */
 export class Forwarder {
   private readonly pools = new Map<string, TunnelPool>();
@@ -292,7 +279,7 @@ export class Forwarder {
   private readonly hopPerAccount: number;
   private readonly hopQueueWaitMs: number;
   /** Pools of tunnels that went away, finishing the requests they carry: pool → its deadline. */
-  private readonly draining = new Map<Pool, NodeJS.Timeout>();
+  private readonly draining = new Map<TunnelPool['pool'], NodeJS.Timeout>();
 
   constructor(private readonly opts: ForwarderOptions) {
     this.hopConnections = opts.hopConnections ?? HOP_CONNECTIONS;
@@ -371,25 +358,23 @@ export class Forwarder {
   private poolFor(tunnel: LocalTunnel): TunnelPool {
     let p = this.pools.get(tunnel.id);
     if (!p) {
-      const pool = new Pool(TUNNEL_ORIGIN, {
-        ...this.poolOptions(),
+      const o = this.poolOptions();
+      const pool = new TunnelClient<RequestInfo | null>({
         connections: this.opts.maxStreamsPerTunnel,
-        // Each connection is a proxy stream opened on the agent's session. It is opened at once (so
-        // that it carries the header of the request being dispatched); undici is told on a
-        // microtask, as its connector contract wants an asynchronous answer.
-        connect: (_o, cb) => {
-          let stream: TunnelStream;
+        headersTimeout: o.headersTimeout!,
+        keepAliveTimeout: o.keepAliveTimeout!,
+        keepAliveMaxTimeout: o.keepAliveMaxTimeout!,
+        // Each connection is a proxy stream opened on the agent's session for the request that
+        // needs it, so that it carries that request's client address.
+        connect: (info): TunnelStream => {
           try {
             if (!tunnel.openStreamSync) throw new Error('the tunnel cannot open streams synchronously');
-            const info = dispatchingInfo ?? deferredInfos[0];
-            stream = tunnel.openStreamSync(info ? { clientAddr: info.clientAddr, proto: info.scheme, edgeType: info.edgeType } : DEFAULT_STREAM_HEADER);
+            return tunnel.openStreamSync(info ? { clientAddr: info.clientAddr, proto: info.scheme, edgeType: info.edgeType } : DEFAULT_STREAM_HEADER);
           } catch (err) {
             // No stream: nothing of the request was sent, so it may go to another tunnel whatever it is.
             const fe = forwardErrorOf(err as Error, false, this.opts.log);
-            queueMicrotask(() => cb(new ForwardError(fe.code, fe.message, 'any'), null));
-            return;
+            throw new ForwardError(fe.code, fe.message, 'any');
           }
-          queueMicrotask(() => cb(null, stream as unknown as net.Socket));
         },
       });
       p = { pool, inFlight: 0 };
@@ -602,21 +587,20 @@ export class Forwarder {
       const x = new TunnelExchange(req, res, p, hooks, this.opts.log, resolve, reject, hop, onHopPolicy, written);
       const body = hooks?.state.body ?? (hasBody(req) ? req : null);
       p.inFlight++;
-      dispatchingInfo = info;
+      // A traffic-policy url-rewrite's target, else the client's.
+      const path = hooks?.state.target ?? req.url ?? '/';
+      const pool = p.pool;
+      if (pool instanceof TunnelClient) {
+        pool.dispatch({ path, method: req.method ?? 'GET', headers, body }, x, info);
+        return;
+      }
       try {
-        // A traffic-policy url-rewrite's target, else the client's.
-        p.pool.dispatch({ path: hooks?.state.target ?? req.url ?? '/', method: req.method ?? 'GET', headers, body }, x);
+        pool.dispatch({ path, method: req.method ?? 'GET', headers, body }, x);
         // Every connection to the node is busy: it waits in the pool's queue, but not for ever.
         if (p.connections !== undefined && p.inFlight > p.connections) x.expireQueued(this.hopQueueWaitMs);
       } catch (err) {
         // undici refused the request itself (a request target it cannot send, …).
         x.onError(err as Error);
-      } finally {
-        dispatchingInfo = null;
-        if (body !== null && info !== null) {
-          deferredInfos.push(info);
-          queueMicrotask(dispatchedWithBody);
-        }
       }
     });
   }
@@ -835,7 +819,7 @@ function hasBody(req: http.IncomingMessage): boolean {
 }
 
 /**
- * An undici error code → the ForwardError for a request whose response has not started. An
+ * An error code (undici's `UND_ERR_*`, which the tunnel client's errors carry too) → the ForwardError for a request whose response has not started. An
  * error of no known kind answers with its code only (`the tunnel failed (<code>)`, else
  * `(internal error)`): its message may be an internal one (undici's assertion text, a stack
  * detail) and is logged (warn) instead of shown to the client.
@@ -897,12 +881,13 @@ export function forwardErrorOf(err: Error & { code?: string }, hop: boolean, log
 }
 
 /**
- * One request/response exchange over a tunnel's pool, as an undici dispatch handler (the lean
- * path: no ClientRequest or IncomingMessage, the response bytes go straight to the client). Rejects
+ * One request/response exchange: a handler of a tunnel's TunnelClient, or of a hop's undici pool
+ * (the lean path: no ClientRequest or IncomingMessage, the response bytes go straight to the
+ * client). Rejects
  * with a ForwardError while nothing was sent to the client; resolves with the status sent once the
  * response is over (499 when the client went away).
  */
-class TunnelExchange implements Dispatcher.DispatchHandler {
+class TunnelExchange implements Dispatcher.DispatchHandler, TunnelHandler {
   private abortFn: ((err?: Error) => void) | null = null;
   /** The upstream's response has ended (completed or failed): nothing left to stop. */
   private upstreamDone = false;
@@ -1027,19 +1012,30 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
         if (name.length === HOP.policyResult.length && name.toString('latin1').toLowerCase() === HOP.policyResult) this.onHopPolicy(rawHeaders[i + 1]!.toString('latin1'));
       }
     }
+    this.head(status, responseHeadersFrom(rawHeaders), resume, statusText);
+    return true;
+  }
+
+  /** The final response head from a tunnel's {@link TunnelClient} (no hop markers on that path). */
+  onHead(status: number, rawHeaders: string[], resume: () => void, statusText: string): void {
+    this.head(status, responseHeaders(rawHeaders), resume, statusText);
+  }
+
+  /** The final response head, its headers those to send on: to the client, or to the response stages. */
+  private head(status: number, headers: string[], resume: () => void, statusText: string): void {
     this.sent = true;
     this.status = status;
     this.resumeFn = resume;
     const res = this.res;
     // The upstream answered before the client's body was all read (an app refusing an upload
-    // early): undici stops sending the body and destroys the request stream, so its rest is never
+    // early): the tunnel's client (undici on a hop) stops sending the body, so its rest is never
     // read and the connection's next request would wait forever. This response is the connection's
     // last (Connection: close), as RFC 9112 §9.3 allows.
     if (!this.req.complete) res.shouldKeepAlive = false;
     const hooks = this.hooks;
     if (hooks) hooks.pipeline.onResult(hooks.state, status);
     if (!hooks?.pipeline.hasResponseStages) {
-      const err = writeHeadSafely(res, status, statusText || undefined, responseHeadersFrom(rawHeaders));
+      const err = writeHeadSafely(res, status, statusText || undefined, headers);
       if (err) {
         // Nothing went to the client: it gets a 502 (forward() answers the ForwardError), and
         // the upstream's body is dropped with its request.
@@ -1049,7 +1045,7 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
         this.finish(0, new ForwardError(7004, `the upstream's response head cannot be sent on: ${err.message}`));
         this.abortFn?.(err);
       }
-      return true;
+      return;
     }
     this.body = new Readable({
       read: () => this.resumeFn?.(),
@@ -1061,8 +1057,7 @@ class TunnelExchange implements Dispatcher.DispatchHandler {
         cb(err);
       },
     });
-    deliver(this.req, res, status, statusText, responseHeadersFrom(rawHeaders), this.body, hooks, this.log);
-    return true;
+    deliver(this.req, res, status, statusText, headers, this.body, hooks, this.log);
   }
 
   onData(chunk: Buffer): boolean {
