@@ -623,7 +623,7 @@ describe('TunnelClient', { timeout: 3000 }, () => {
       expectOk(await run(pool, get()), 200, '5\r\nnot decoded');
     });
 
-    it('HEAD: no body even with a Content-Length; the next request on the same connection works', async () => {
+    it('HEAD: no body even with a Content-Length; the connection is not reused (an upstream that sends a body anyway cannot answer the next request with it)', async () => {
       const seen: string[] = [];
       const srv = await serve(
         answering((req) => {
@@ -638,7 +638,24 @@ describe('TunnelClient', { timeout: 3000 }, () => {
       expect(head.events).toEqual(['connect', 'head 200', 'complete']);
       expectOk(await run(pool, get()), 200, 'after head');
       expect(seen).toEqual(['HEAD / HTTP/1.1', 'GET / HTTP/1.1']);
-      expect(srv.peers.length).toBe(1);
+      expect(srv.peers.length).toBe(2);
+    });
+
+    it('HEAD answered with a body it should not have (a crafted response in it): the next request gets its own answer', async () => {
+      const srv = await serve(async (peer) => {
+        const req = await peer.readRequest();
+        if (req!.requestLine.startsWith('HEAD')) {
+          // The body holds a whole response: read as the next request's answer on a reused connection.
+          await peer.write('HTTP/1.1 200 OK\r\nContent-Length: 14\r\n\r\n');
+          await tick(20);
+          await peer.write('HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled');
+          return;
+        }
+        await peer.write(OK('own answer'));
+      });
+      const pool = client(srv.port);
+      expectOk(await run(pool, { method: 'HEAD', path: '/', headers: [], body: null }), 200, '');
+      expectOk(await run(pool, get()), 200, 'own answer');
     });
 
     it('204 and 304 with a Content-Length: no body; the next request on the same connection works', async () => {

@@ -18,8 +18,8 @@ import type { Duplex, Readable } from 'node:stream';
  *   1xx informational heads are skipped; `Transfer-Encoding` with `Content-Length`, differing
  *   `Content-Length`s, a malformed head or chunk, and a head past `maxHeaderSize` are errors
  *   (request smuggling and resource defences, as llhttp's);
- * - reuse: HTTP/1.1 without `Connection: close` (HTTP/1.0 with `keep-alive`), the request's body
- *   all sent and no stray bytes after the response; idle for the upstream's `Keep-Alive: timeout`
+ * - reuse: HTTP/1.1 without `Connection: close` (HTTP/1.0 with `keep-alive`), not after a HEAD,
+ *   the request's body all sent and no stray bytes after the response; idle for the upstream's `Keep-Alive: timeout`
  *   less a second (else `keepAliveTimeout`, at most `keepAliveMaxTimeout`);
  * - `headersTimeout`: the response head must start (be complete) within it, else
  *   `UND_ERR_HEADERS_TIMEOUT` and the stream is closed; a body may take as long as it likes;
@@ -460,7 +460,9 @@ class Conn<I> {
       return true; // informational: the final head follows
     }
     if (teSeen && length >= 0) return this.protocolError('HPE_UNEXPECTED_CONTENT_LENGTH', 'Content-Length can\'t be present with Transfer-Encoding');
-    if (close || x.close) this.reusable = false;
+    // After a HEAD the stream is not reused (as undici does): an upstream that sends a body anyway
+    // would otherwise have it read as the next request's answer, which it could craft.
+    if (close || x.close || this.noBody) this.reusable = false;
     if (keepAliveHint >= 0) {
       const ms = Math.min(keepAliveHint - KEEP_ALIVE_THRESHOLD_MS, this.client.opts.keepAliveMaxTimeout);
       if (ms <= 0) this.reusable = false;
