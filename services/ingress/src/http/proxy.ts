@@ -591,7 +591,7 @@ export class Forwarder {
       const path = hooks?.state.target ?? req.url ?? '/';
       const pool = p.pool;
       if (pool instanceof TunnelClient) {
-        pool.dispatch({ path, method: req.method ?? 'GET', headers, body }, x, info);
+        x.cancelQueued = pool.dispatch({ path, method: req.method ?? 'GET', headers, body }, x, info);
         return;
       }
       try {
@@ -908,6 +908,8 @@ class TunnelExchange implements Dispatcher.DispatchHandler, TunnelHandler {
   private queueTimer: NodeJS.Timeout | null = null;
   /** Given up in the queue: aborted as soon as undici hands it a connection. */
   private expired = false;
+  /** A tunnel client's: takes the request out of its queue while it waits there (its client went away). */
+  cancelQueued: (() => void) | null = null;
 
   constructor(
     private readonly req: http.IncomingMessage,
@@ -930,7 +932,9 @@ class TunnelExchange implements Dispatcher.DispatchHandler, TunnelHandler {
 
   private clientClosed(): void {
     if (!this.res.writableFinished) {
-      // The client went away: stop the upstream request (or the rest of its body) too.
+      // The client went away: stop the upstream request (or the rest of its body) too; one still
+      // queued for a stream leaves the queue (it would hold a place there, past the queue's limit).
+      if (this.abortFn === null) this.cancelQueued?.();
       this.abortFn?.(new Error('the client went away'));
       this.body?.destroy();
       this.finish(499, null);

@@ -74,6 +74,7 @@ const BAD_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
 /** What a request target may not hold (undici's check). */
 const BAD_PATH = /[^\u0021-\u00ff]/;
 const CRLF2 = Buffer.from('\r\n\r\n');
+const NOOP = (): void => {};
 const DEFAULT_MAX_HEADER_SIZE = 16 * 1024;
 /** Less than the upstream's Keep-Alive timeout hint, so a connection is not reused as it closes it. */
 const KEEP_ALIVE_THRESHOLD_MS = 1000;
@@ -168,6 +169,8 @@ class Conn<I> {
   paused = false;
   /** Bytes of the current chunk not delivered yet: the handler asked to pause. */
   private held: Buffer | null = null;
+  /** The stream ended (or closed) while `held` waited: that end is read after them. */
+  private endHeld: Error | null = null;
   /** Reading an aborted request's response to drop it: bytes it may still take, and its deadline. */
   private discardLeft = 0;
   private discardTimer: NodeJS.Timeout | null = null;
@@ -183,7 +186,12 @@ class Conn<I> {
     const held = this.held;
     this.held = null;
     if (held !== null) this.onData(held);
-    if (!this.paused && !this.closed) this.stream.resume();
+    if (this.paused) return;
+    if (this.endHeld !== null) {
+      const end = this.endHeld;
+      this.endHeld = null;
+      this.fail(end);
+    } else if (!this.closed) this.stream.resume();
   };
 
   constructor(
@@ -191,9 +199,9 @@ class Conn<I> {
     private readonly client: TunnelClient<I>,
   ) {
     stream.on('data', (chunk: Buffer) => this.onData(chunk));
-    stream.on('end', () => this.onEnd());
+    stream.on('end', () => this.ended(coded('UND_ERR_SOCKET', 'other side closed')));
     stream.on('error', (err: Error) => this.fail(err));
-    stream.on('close', () => this.fail(coded('UND_ERR_SOCKET', 'other side closed')));
+    stream.on('close', () => this.ended(coded('UND_ERR_SOCKET', 'other side closed')));
   }
 
   /** Starts `x` on this connection. */
@@ -249,13 +257,7 @@ class Conn<I> {
       if (this.x !== null && this.x.done) this.fail(coded('UND_ERR_ABORTED', 'Request aborted'));
     }, DISCARD_MAX_MS).unref();
     // What the handler had paused on is read (to be dropped) first: it may end the response.
-    const held = this.held;
-    this.held = null;
-    if (this.paused) {
-      this.paused = false;
-      if (held !== null) this.onData(held);
-      if (!this.closed && !this.paused) this.stream.resume();
-    }
+    if (this.paused) this.resume();
   }
 
   destroy(): void {
@@ -281,8 +283,16 @@ class Conn<I> {
     if (x !== null) this.client.failed(x, err);
   }
 
-  private onEnd(): void {
-    this.fail(coded('UND_ERR_SOCKET', 'other side closed'));
+  /**
+   * The stream ended or closed. Bytes the handler paused on come first (a net.Socket emits 'end'
+   * while paused when its own buffer is empty): the end is read after them, on resume.
+   */
+  private ended(err: Error): void {
+    if (this.held !== null && this.x !== null) {
+      this.endHeld ??= err;
+      return;
+    }
+    this.fail(err);
   }
 
   private onData(chunk: Buffer): void {
@@ -407,9 +417,13 @@ class Conn<I> {
     const status = lines[0]!;
     // HTTP/1.x SP 3DIGIT [SP reason]
     if (status.length < 12 || !status.startsWith('HTTP/1.') || status[8] !== ' ' || (status.length > 12 && status[12] !== ' ')) return this.protocolError('HPE_INVALID_CONSTANT', 'Invalid response status line');
-    const code = Number(status.slice(9, 12));
+    const d0 = status.charCodeAt(9) - 48;
+    const d1 = status.charCodeAt(10) - 48;
+    const d2 = status.charCodeAt(11) - 48;
     const minor = status[7];
-    if (!(code >= 100 && code <= 999) || (minor !== '0' && minor !== '1')) return this.protocolError('HPE_INVALID_STATUS', 'Invalid response status');
+    // Three digits, nothing else (`Number` would also take `2e2`), the first 1-9.
+    if (!(d0 >= 1 && d0 <= 9 && d1 >= 0 && d1 <= 9 && d2 >= 0 && d2 <= 9) || (minor !== '0' && minor !== '1')) return this.protocolError('HPE_INVALID_STATUS', 'Invalid response status');
+    const code = d0 * 100 + d1 * 10 + d2;
     const reason = status.length > 13 ? status.slice(13) : '';
     // A bare CR or LF in it (another line hidden in the status line) is an error, as llhttp makes
     // it; other control characters pass, as llhttp lets them (Node then refuses to write them: 502).
@@ -502,7 +516,7 @@ class Conn<I> {
       if (this.discardLeft < 0) this.fail(coded('UND_ERR_ABORTED', 'Request aborted'));
       return;
     }
-    if (!x.handler.onData(chunk) && !this.paused && this.x === x) {
+    if (!x.handler.onData(chunk) && !this.paused && this.x === x && !x.done) {
       this.paused = true;
       this.stream.pause();
     }
@@ -522,6 +536,8 @@ class Conn<I> {
       this.paused = false;
       this.stream.resume();
     }
+    // The stream ended behind the bytes just read: not for another request.
+    if (this.endHeld !== null) this.reusable = false;
     if (!x.bodySent) {
       // Answered before the request's body was all sent (an app refusing an upload early): the
       // rest is not sent, and the stream, in the middle of a request, is not reused.
@@ -538,8 +554,13 @@ export class TunnelClient<I> {
   private readonly conns = new Set<Conn<I>>();
   private readonly queue: Exchange<I>[] = [];
   private queueHead = 0;
+  /** Entries of `queue` past `queueHead` still waiting (not cancelled). */
+  private queued = 0;
   /** Requests running on a connection. */
   private running = 0;
+  /** {@link next} is running: a call from within it only asks for another pass (no recursion). */
+  private pumping = false;
+  private pumpAgain = false;
   private closing = false;
   private destroyed = false;
   private closedResolve: (() => void) | null = null;
@@ -549,22 +570,47 @@ export class TunnelClient<I> {
 
   /** Requests running or queued. */
   get size(): number {
-    return this.running + this.queue.length - this.queueHead;
+    return this.running + this.queued;
   }
 
-  dispatch(req: TunnelRequest, handler: TunnelHandler, info: I): void {
+  /**
+   * Sends `req`; `handler` hears how it goes. Returns a cancel function for a request still
+   * waiting in the queue (its client went away): it leaves the queue at once, hearing nothing
+   * more; once the request has a connection, cancelling does nothing (use onConnect's abort).
+   */
+  dispatch(req: TunnelRequest, handler: TunnelHandler, info: I): () => void {
     const x: Exchange<I> = { req, handler, info, done: false, conn: null, bodySent: true, stopBody: null, close: false };
     if (this.destroyed || this.closing) {
       x.done = true;
       handler.onError(coded(this.destroyed ? 'UND_ERR_DESTROYED' : 'UND_ERR_CLOSED', this.destroyed ? 'The client is destroyed' : 'The client is closed'));
-      return;
+      return NOOP;
     }
     // Behind those already waiting; else on an idle connection, or a new one while there is room.
-    if (this.queueHead < this.queue.length || (this.idleConns.length === 0 && this.conns.size >= this.opts.connections)) {
+    if (this.queued > 0 || (this.idleConns.length === 0 && this.conns.size >= this.opts.connections)) {
       this.queue.push(x);
-      return;
+      this.queued++;
+      // A pass in case there is room after all (a connection freed by a handler's own call).
+      this.next();
+      return () => this.cancel(x);
     }
     this.start(x);
+    return NOOP;
+  }
+
+  /** Takes a request that is still queued out of the queue (see {@link dispatch}). */
+  private cancel(x: Exchange<I>): void {
+    if (x.done || x.conn !== null) return;
+    x.done = true;
+    this.queued--;
+    // Many cancelled entries ahead of a stuck head: drop them rather than keep them until it moves.
+    const waiting = this.queue.length - this.queueHead;
+    if (waiting > 64 && this.queued * 2 < waiting) {
+      const live = this.queue.slice(this.queueHead).filter((q) => !q.done);
+      this.queue.length = 0;
+      this.queue.push(...live);
+      this.queueHead = 0;
+    }
+    if (this.closing && this.size === 0) this.finishClose();
   }
 
   /** Runs `x` on an idle connection, else a new one. */
@@ -597,6 +643,7 @@ export class TunnelClient<I> {
     }
     head += x.close ? 'connection: close\r\n\r\n' : 'connection: keep-alive\r\n\r\n';
     let conn = this.idleConns.pop();
+    let fresh = false;
     if (conn === undefined) {
       let stream: Duplex;
       try {
@@ -606,15 +653,19 @@ export class TunnelClient<I> {
       }
       conn = new Conn(stream, this);
       this.conns.add(conn);
+      fresh = true;
     }
     this.running++;
     x.handler.onConnect((err) => this.abort(x, err));
     if (x.done) {
-      // Aborted at once (the client went away): the connection, unused, stays for the next.
-      if (!this.closing) {
-        conn.idle(this.opts.keepAliveTimeout);
+      // Aborted at once (the client went away): the connection, unused, stays for the next, its
+      // idle deadline (the upstream's Keep-Alive hint) as it was; a new one gets the default.
+      if (this.closing) conn.destroy();
+      else {
+        if (fresh) conn.idle(this.opts.keepAliveTimeout);
         this.idleConns.push(conn);
-      } else conn.destroy();
+        this.next();
+      }
       return;
     }
     if (streamed !== null) x.bodySent = false;
@@ -676,11 +727,10 @@ export class TunnelClient<I> {
     else body.resume();
   }
 
-  /** `x` fails before it ran on a connection. */
+  /** `x` fails before it ran on a connection (which frees no room: no {@link next} pass). */
   private refuse(x: Exchange<I>, err: Error): void {
     x.done = true;
     x.handler.onError(err);
-    this.next();
   }
 
   private abort(x: Exchange<I>, err?: Error): void {
@@ -726,23 +776,43 @@ export class TunnelClient<I> {
     this.next();
   }
 
-  /** @internal A connection closed: it is no longer idle. */
+  /** @internal A connection closed: it is no longer idle, and there is room for one waiting. */
   dropped(conn: Conn<I>): void {
     this.conns.delete(conn);
     const i = this.idleConns.indexOf(conn);
     if (i >= 0) this.idleConns.splice(i, 1);
+    if (this.queued > 0) this.next();
   }
 
-  /** Starts queued requests while there is room; settles `close()` once nothing is left. */
+  /**
+   * Starts queued requests while there is room; settles `close()` once nothing is left. Never
+   * recursive: handlers' calls made while it runs (a refused start's onError, a connection closed
+   * on the way) only ask for another pass, so a long queue meeting a refusing `connect` (a session
+   * that closed) fails entry by entry in one loop, not one stack frame per entry.
+   */
   private next(): void {
-    while (this.queueHead < this.queue.length && (this.idleConns.length > 0 || this.conns.size < this.opts.connections)) {
-      const x = this.queue[this.queueHead]!;
-      this.queue[this.queueHead++] = undefined as unknown as Exchange<I>;
-      if (this.queueHead > 64 && this.queueHead * 2 > this.queue.length) {
-        this.queue.splice(0, this.queueHead);
-        this.queueHead = 0;
-      }
-      if (!x.done) this.start(x);
+    if (this.pumping) {
+      this.pumpAgain = true;
+      return;
+    }
+    this.pumping = true;
+    try {
+      do {
+        this.pumpAgain = false;
+        while (this.queued > 0 && (this.idleConns.length > 0 || this.conns.size < this.opts.connections)) {
+          const x = this.queue[this.queueHead]!;
+          this.queue[this.queueHead++] = undefined as unknown as Exchange<I>;
+          if (this.queueHead > 64 && this.queueHead * 2 > this.queue.length) {
+            this.queue.splice(0, this.queueHead);
+            this.queueHead = 0;
+          }
+          if (x.done) continue; // cancelled
+          this.queued--;
+          this.start(x);
+        }
+      } while (this.pumpAgain);
+    } finally {
+      this.pumping = false;
     }
     if (this.closing && this.size === 0) this.finishClose();
   }
@@ -774,6 +844,7 @@ export class TunnelClient<I> {
     const queued = this.queue.slice(this.queueHead);
     this.queue.length = 0;
     this.queueHead = 0;
+    this.queued = 0;
     for (const x of queued) {
       if (x.done) continue;
       x.done = true;
