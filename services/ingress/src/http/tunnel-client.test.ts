@@ -771,6 +771,21 @@ describe('TunnelClient', { timeout: 3000 }, () => {
       }
     });
 
+    it('a status code that is not exactly three digits (2e2, 20) or below 100 (099): HPE_ errors, not read as a status', async () => {
+      const a = await failing('HTTP/1.1 2e2 OK\r\nContent-Length: 2\r\n\r\nok');
+      expectError(a.rec, 'HPE_INVALID_STATUS');
+      expect(a.rec.events).toEqual(['connect', 'error HPE_INVALID_STATUS']);
+      await recovers(a.srv, a.pool);
+      for (const bad of ['HTTP/1.1 099 X\r\nContent-Length: 2\r\n\r\nok', 'HTTP/1.1 20 OK\r\nContent-Length: 2\r\n\r\nok']) {
+        const { rec, srv, pool } = await failing(bad);
+        expect(rec.violations).toEqual([]);
+        expect(rec.state).toBe('error');
+        expect(rec.error!.code).toMatch(/^HPE_/);
+        expect(rec.events).toEqual(['connect', `error ${rec.error!.code}`]);
+        await recovers(srv, pool);
+      }
+    });
+
     it('a header line without a colon', async () => {
       const { rec, srv, pool } = await failing('HTTP/1.1 200 OK\r\nno colon here\r\nContent-Length: 0\r\n\r\n');
       expectError(rec, 'HPE_INVALID_HEADER_TOKEN');
@@ -1200,6 +1215,179 @@ describe('TunnelClient', { timeout: 3000 }, () => {
       expectOk(a, 200, '/a');
       expectError(bad, 'UND_ERR_INVALID_ARG');
       expectOk(c, 200, '/c');
+      expect(srv.peers.length).toBe(1);
+    });
+
+    it('dispatch returns a cancel function: a cancelled queued request hears nothing and never runs; size counts live requests; cancelling a started one does nothing', async () => {
+      const release = signal();
+      const srv = await serve(
+        answering(async (req) => {
+          const path = req.requestLine.split(' ')[1]!;
+          if (path === '/held') await release.promise;
+          return OK(`answer to ${path}`);
+        }),
+      );
+      const pool = client(srv.port, { connections: 1 });
+      const held = new Rec('held');
+      const cancelHeld = pool.dispatch(get('/held'), held, 'info');
+      expect(typeof cancelHeld).toBe('function');
+      const peer = await srv.peer(0);
+      await peer.waitFor(() => peer.all.includes('/held '));
+      const b = new Rec('B');
+      let cancelC!: () => void;
+      const c = new Rec('C', {
+        // Started: cancelling it now does nothing.
+        head: () => cancelC(),
+      });
+      const cancelB = pool.dispatch(get('/b'), b, 'info');
+      cancelC = pool.dispatch(get('/c'), c, 'info');
+      expect(pool.size).toBe(3); // 1 running + 2 queued
+      cancelB();
+      expect(pool.size).toBe(2);
+      cancelB(); // twice: still once
+      expect(pool.size).toBe(2);
+      cancelHeld(); // running: nothing
+      expect(pool.size).toBe(2);
+      expect(b.events).toEqual([]);
+      release.fire();
+      await Promise.all([held.done, c.done]);
+      expectOk(held, 200, 'answer to /held');
+      expectOk(c, 200, 'answer to /c');
+      expect(pool.size).toBe(0);
+      cancelC(); // after it completed: nothing either
+      expect(pool.size).toBe(0);
+      await tick(20);
+      expect(b.events).toEqual([]);
+      expect(b.state).toBe('new');
+      // Only /held and /c reached the server, on the one connection.
+      expect(peer.all.toString('latin1')).toBe('GET /held HTTP/1.1\r\nconnection: keep-alive\r\n\r\nGET /c HTTP/1.1\r\nconnection: keep-alive\r\n\r\n');
+      expect(srv.peers.length).toBe(1);
+    });
+
+    it('cancelling a queued request from inside its own onConnect (it has a connection then): does nothing, the request is served and size stays right', async () => {
+      const release = signal();
+      const srv = await serve(
+        answering(async (req) => {
+          const path = req.requestLine.split(' ')[1]!;
+          if (path === '/held') await release.promise;
+          return OK(`answer to ${path}`);
+        }),
+      );
+      const pool = client(srv.port, { connections: 1 });
+      const held = new Rec('held');
+      pool.dispatch(get('/held'), held, 'info');
+      const peer = await srv.peer(0);
+      await peer.waitFor(() => peer.all.includes('/held '));
+      let cancelB!: () => void;
+      let sizeInOnConnect = -1;
+      const b = new Rec('B', {
+        connect: () => {
+          cancelB();
+          sizeInOnConnect = pool.size;
+        },
+      });
+      cancelB = pool.dispatch(get('/b'), b, 'info');
+      expect(pool.size).toBe(2);
+      release.fire();
+      await held.done;
+      // Bounded: a request neither completed nor failed would wait for ever.
+      await Promise.race([b.done, tick(1000)]);
+      expect({ events: b.events, sizeInOnConnect, sizeAfter: pool.size }).toEqual({ events: ['connect', 'head 200', 'data', 'complete'], sizeInOnConnect: 1, sizeAfter: 0 });
+      expectOk(b, 200, 'answer to /b');
+    });
+
+    it('200 queued requests all cancelled: size back to the running one, then 0; the pool keeps serving in order past cancelled entries', async () => {
+      let release = signal();
+      const seen: string[] = [];
+      const srv = await serve(
+        answering(async (req) => {
+          const path = req.requestLine.split(' ')[1]!;
+          seen.push(path);
+          if (path.startsWith('/held')) await release.promise;
+          return OK(`answer to ${path}`);
+        }),
+      );
+      const pool = client(srv.port, { connections: 1 });
+      const held = new Rec('held');
+      pool.dispatch(get('/held1'), held, 'info');
+      const queued = Array.from({ length: 200 }, (_, i) => new Rec(`q${i}`));
+      const cancels = queued.map((rec, i) => pool.dispatch(get(`/q${i}`), rec, 'info'));
+      expect(pool.size).toBe(201);
+      for (const cancel of cancels) cancel();
+      expect(pool.size).toBe(1);
+      release.fire();
+      await held.done;
+      expectOk(held, 200, 'answer to /held1');
+      expect(pool.size).toBe(0);
+      await tick(20);
+      expect(queued.filter((r) => r.events.length > 0).map((r) => r.name)).toEqual([]);
+      // Cancelled entries among live ones (every 10th kept): those kept run, in order.
+      release = signal();
+      const held2 = new Rec('held2');
+      pool.dispatch(get('/held2'), held2, 'info');
+      const mixed = Array.from({ length: 200 }, (_, i) => new Rec(`m${i}`));
+      const cancels2 = mixed.map((rec, i) => pool.dispatch(get(`/m${i}`), rec, 'info'));
+      cancels2.forEach((cancel, i) => {
+        if (i % 10 !== 0) cancel();
+      });
+      expect(pool.size).toBe(1 + 20);
+      release.fire();
+      const kept = mixed.filter((_, i) => i % 10 === 0);
+      await Promise.all([held2.done, ...kept.map((r) => r.done)]);
+      kept.forEach((rec) => expectOk(rec, 200, `answer to /${rec.name}`));
+      expect(mixed.filter((r, i) => i % 10 !== 0 && r.events.length > 0).map((r) => r.name)).toEqual([]);
+      expect(seen).toEqual(['/held1', '/held2', ...kept.map((r) => `/${r.name}`)]);
+      expect(pool.size).toBe(0);
+      expect(srv.peers.length).toBe(1);
+    });
+
+    it('close() resolves once only cancelled entries remain: the last queued request cancelled while the only connection drops an aborted response', async () => {
+      // A running request and a cancelled one queued: close() resolves when the running one ends.
+      const release = signal();
+      const srv0 = await serve(
+        answering(async (req) => {
+          await release.promise;
+          return OK(`answer to ${req.requestLine.split(' ')[1]}`);
+        }),
+      );
+      const pool0 = client(srv0.port, { connections: 1 });
+      const running = new Rec('running');
+      pool0.dispatch(get('/r'), running, 'info');
+      const gone = new Rec('gone');
+      const cancelGone = pool0.dispatch(get('/gone'), gone, 'info');
+      const closing0 = pool0.close();
+      cancelGone();
+      expect(pool0.size).toBe(1);
+      release.fire();
+      await closing0;
+      expectOk(running, 200, 'answer to /r');
+      expect(gone.events).toEqual([]);
+      expect(pool0.size).toBe(0);
+      await srv0.peers[0]!.closed;
+      expect(srv0.peers[0]!.all.toString('latin1')).toBe('GET /r HTTP/1.1\r\nconnection: keep-alive\r\n\r\n');
+      // Nothing running, the only connection still dropping an aborted response, one queued request:
+      const srv = await serve(async (peer) => {
+        await peer.readRequest();
+        await peer.write('HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npart');
+        // The rest never comes: the connection stays busy dropping it (up to DISCARD_MAX_MS).
+      });
+      const pool = client(srv.port, { connections: 1 });
+      const aborted = await run(pool, get('/a'), new Rec('aborted', { data: (_c, r) => r.abortFn!() }));
+      expectError(aborted, 'UND_ERR_ABORTED');
+      const queued = new Rec('queued');
+      const cancel = pool.dispatch(get('/b'), queued, 'info');
+      expect(pool.size).toBe(1);
+      let closed = false;
+      const t0 = performance.now();
+      const closing = pool.close().then(() => (closed = true));
+      await tick(50);
+      expect(closed).toBe(false); // the queued request is still to run
+      cancel();
+      expect(pool.size).toBe(0);
+      await closing;
+      expect(performance.now() - t0).toBeLessThan(DISCARD_MAX_MS / 2);
+      await srv.peers[0]!.closed;
+      expect(queued.events).toEqual([]);
       expect(srv.peers.length).toBe(1);
     });
   });
@@ -1683,6 +1871,85 @@ describe('TunnelClient', { timeout: 3000 }, () => {
       expectOk(await run(pool, get()), 200, 'done');
       expect(srv.peers.length).toBe(1);
     });
+
+    it('synchronously inside onConnect on a reused idle connection: its idle deadline (the upstream\'s Keep-Alive hint) is not extended', { timeout: 5000 }, async () => {
+      const srv = await serve(answering((req) => OK(`answer to ${req.requestLine.split(' ')[1]}`, 'Keep-Alive: timeout=2\r\n')));
+      const pool = client(srv.port, { keepAliveTimeout: 4000, keepAliveMaxTimeout: 600_000 });
+      // Idle for the hint less the 1 s margin: dropped ~1 s after this response.
+      expectOk(await run(pool, get('/first')), 200, 'answer to /first');
+      const t0 = performance.now();
+      let closedAt = 0;
+      const closed = srv.peers[0]!.closed.then(() => (closedAt = performance.now()));
+      await tick(200);
+      const aborted = new Rec('aborted', { connect: (abort) => abort() });
+      pool.dispatch(get('/aborted'), aborted, 'info');
+      expectError(aborted, 'UND_ERR_ABORTED');
+      expect(aborted.events).toEqual(['connect', 'error UND_ERR_ABORTED']);
+      expect(pool.connects).toBe(1); // it took the idle connection
+      await tick(1300);
+      expectOk(await run(pool, get('/later')), 200, 'answer to /later');
+      // Past the hint's deadline: a new connection, the first one closed at that deadline.
+      expect(srv.peers.length).toBe(2);
+      expect(pool.connects).toBe(2);
+      await closed;
+      expect(closedAt - t0).toBeGreaterThanOrEqual(900);
+      expect(closedAt - t0).toBeLessThan(1500);
+      expect(srv.peers[0]!.all.toString('latin1')).toBe('GET /first HTTP/1.1\r\nconnection: keep-alive\r\n\r\n');
+    });
+
+    it('synchronously inside onConnect on the only idle connection (connections: 1), its onError dispatching another request at once: that one is served on the same connection', async () => {
+      const srv = await serve(echoing());
+      const pool = client(srv.port, { connections: 1 });
+      expectOk(await run(pool, get('/first')), 200, 'answer to /first');
+      const b = new Rec('B');
+      const a = new Rec('A', {
+        connect: (abort) => abort(),
+        error: () => void pool.dispatch(get('/b'), b, 'info'),
+      });
+      pool.dispatch(get('/a'), a, 'info');
+      expectError(a, 'UND_ERR_ABORTED');
+      expect(a.events).toEqual(['connect', 'error UND_ERR_ABORTED']);
+      // Bounded: a B left in the queue would wait for ever.
+      await Promise.race([b.done, tick(1000)]);
+      expectOk(b, 200, 'answer to /b');
+      expect(srv.peers.length).toBe(1);
+      expect(pool.connects).toBe(1);
+      expect(srv.peers[0]!.all.toString('latin1')).toBe('GET /first HTTP/1.1\r\nconnection: keep-alive\r\n\r\nGET /b HTTP/1.1\r\nconnection: keep-alive\r\n\r\n');
+      expect(pool.size).toBe(0);
+    });
+
+    it('inside onData, the handler also returning false (connections: 1, the next request dispatched right after the abort): the rest is dropped and the next request runs on the same connection at once, not at DISCARD_MAX_MS', { timeout: 5000 }, async () => {
+      const srv = await serve(async (peer) => {
+        await peer.readRequest();
+        await peer.write('HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello');
+        await tick(100);
+        await peer.write('world');
+        await echoing()(peer);
+      });
+      const pool = client(srv.port, { connections: 1 });
+      const next = new Rec('next');
+      let abortedAt = 0;
+      const rec = new Rec('abort and pause', {
+        data: (_c, r) => {
+          abortedAt = performance.now();
+          r.abortFn!();
+          pool.dispatch(get('/b'), next, 'info');
+          return false;
+        },
+      });
+      pool.dispatch(get('/a'), rec, 'info');
+      await rec.done;
+      expectError(rec, 'UND_ERR_ABORTED');
+      expect(next.events).toEqual([]); // queued behind the connection the response is dropped from
+      await next.done;
+      const took = performance.now() - abortedAt;
+      expectOk(next, 200, 'answer to /b');
+      expect(rec.events).toEqual(['connect', 'head 200', 'data', 'error UND_ERR_ABORTED']);
+      expect(rec.body).toBe('hello');
+      expect({ connections: srv.peers.length, within1s: took < 1000 }).toEqual({ connections: 1, within1s: true });
+      expect(took).toBeLessThan(DISCARD_MAX_MS / 2);
+      expect(srv.peers[0]!.isClosed).toBe(false);
+    });
   });
 
   describe('backpressure', () => {
@@ -1757,6 +2024,36 @@ describe('TunnelClient', { timeout: 3000 }, () => {
       expect(rec.state).toBe('complete');
       expect(rec.body).toBe('aaabbbccc');
     });
+
+    it('the stream ending while paused (a whole chunked response and the FIN in one write): resume() delivers the rest, then onComplete (not an error)', async () => {
+      const srv = await serve(async (peer) => {
+        await peer.readRequest();
+        peer.end('HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n5\r\nworld\r\n0\r\n\r\n');
+      });
+      const pool = client(srv.port);
+      let ended = false;
+      let endedBeforeResume: boolean | null = null;
+      const rec = new Rec('paused at the end', {
+        data: (_c, r) => {
+          if (r.chunks.length > 1) return true;
+          setTimeout(() => {
+            endedBeforeResume = ended;
+            r.resume();
+          }, 100);
+          return false;
+        },
+      });
+      pool.dispatch(get(), rec, 'info');
+      pool.sockets[0]!.on('end', () => (ended = true));
+      await rec.done;
+      expect(rec.events).toEqual(['connect', 'head 200', 'data', 'data', 'complete']);
+      expectOk(rec, 200, 'helloworld');
+      expect(rec.chunks.map((c) => c.toString('latin1'))).toEqual(['hello', 'world']);
+      // The case under test: the FIN was read while the handler had paused.
+      expect(endedBeforeResume).toBe(true);
+      expect(pool.size).toBe(0);
+      await srv.peers[0]!.closed;
+    });
   });
 
   describe('connect', () => {
@@ -1793,6 +2090,78 @@ describe('TunnelClient', { timeout: 3000 }, () => {
       expectOk(ok2, 200, 'works');
       // The info of the request that needed the connection.
       expect(infos).toEqual(['first', 'second']);
+    });
+
+    it('connect starting to throw under a long queue (connections: 1, 5000 queued behind a request answered with Connection: close): each queued one fails once with that error, no stack overflow, and the pool recovers', { timeout: 10_000 }, async () => {
+      const uncaught: unknown[] = [];
+      const onUncaught = (err: unknown) => uncaught.push(err);
+      process.on('uncaughtException', onUncaught);
+      try {
+        const release = signal();
+        const srv = await serve(
+          answering(async (req) => {
+            const path = req.requestLine.split(' ')[1]!;
+            if (path === '/held') {
+              await release.promise;
+              return OK('held', 'Connection: close\r\n');
+            }
+            return OK(`answer to ${path}`);
+          }),
+        );
+        const closedSession = Object.assign(new Error('session closed'), { code: 'SESSION_CLOSED' });
+        let refusing = false;
+        let attempts = 0;
+        const pool = new TunnelClient<string>({
+          connections: 1,
+          headersTimeout: 5000,
+          keepAliveTimeout: 4000,
+          keepAliveMaxTimeout: 600_000,
+          connect: () => {
+            attempts++;
+            if (refusing) throw closedSession;
+            return net.connect(srv.port, '127.0.0.1');
+          },
+        });
+        pools.push(pool);
+        const held = new Rec('held');
+        pool.dispatch(get('/held'), held, 'info');
+        const peer = await srv.peer(0);
+        await peer.waitFor(() => peer.all.includes('/held '));
+        const N = 5000;
+        const queued: Rec[] = [];
+        for (let i = 0; i < N; i++) {
+          const rec = new Rec(`q${i}`);
+          queued.push(rec);
+          pool.dispatch(get(`/q${i}`), rec, 'info');
+        }
+        expect(pool.size).toBe(N + 1);
+        expect(queued.every((r) => r.events.length === 0)).toBe(true);
+        // The session closes: no new stream; the held request's stream closes after its answer.
+        refusing = true;
+        release.fire();
+        // Bounded: were the queue's failures cut short (a stack overflow), this would wait for ever.
+        await Promise.race([Promise.all([held.done, ...queued.map((r) => r.done)]), tick(3000)]);
+        expect({ uncaught: uncaught.map((e) => String(e)), held: held.state }).toEqual({ uncaught: [], held: 'complete' });
+        expectOk(held, 200, 'held');
+        const outcome = { failedWithIt: 0, other: [] as string[] };
+        queued.forEach((r, i) => {
+          if (r.events.length === 1 && r.error === closedSession && r.violations.length === 0) outcome.failedWithIt++;
+          else if (outcome.other.length < 5) outcome.other.push(`q${i}: ${JSON.stringify(r.events)}`);
+        });
+        expect(outcome).toEqual({ failedWithIt: N, other: [] });
+        expect(attempts).toBe(1 + N);
+        expect(pool.size).toBe(0);
+        await peer.closed;
+        // The session back: a new request is served, on a new stream.
+        refusing = false;
+        expectOk(await run(pool, get('/after')), 200, 'answer to /after');
+        expect(srv.peers.length).toBe(2);
+        expect(pool.size).toBe(0);
+        await tick(20); // time for a deferred exception to surface
+        expect(uncaught.map((e) => String(e))).toEqual([]);
+      } finally {
+        process.off('uncaughtException', onUncaught);
+      }
     });
   });
 });

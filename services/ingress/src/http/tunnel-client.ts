@@ -120,6 +120,8 @@ interface Exchange<I> {
   stopBody: (() => void) | null;
   /** The request asked for `Connection: close`. */
   close: boolean;
+  /** Out of the queue ({@link TunnelClient.start} took it): cancelling does nothing any more. */
+  started: boolean;
 }
 
 /** Parsed `Content-Length` of a request's headers, or -1; `headers` without it. */
@@ -579,7 +581,7 @@ export class TunnelClient<I> {
    * more; once the request has a connection, cancelling does nothing (use onConnect's abort).
    */
   dispatch(req: TunnelRequest, handler: TunnelHandler, info: I): () => void {
-    const x: Exchange<I> = { req, handler, info, done: false, conn: null, bodySent: true, stopBody: null, close: false };
+    const x: Exchange<I> = { req, handler, info, done: false, conn: null, bodySent: true, stopBody: null, close: false, started: false };
     if (this.destroyed || this.closing) {
       x.done = true;
       handler.onError(coded(this.destroyed ? 'UND_ERR_DESTROYED' : 'UND_ERR_CLOSED', this.destroyed ? 'The client is destroyed' : 'The client is closed'));
@@ -599,7 +601,7 @@ export class TunnelClient<I> {
 
   /** Takes a request that is still queued out of the queue (see {@link dispatch}). */
   private cancel(x: Exchange<I>): void {
-    if (x.done || x.conn !== null) return;
+    if (x.done || x.started) return;
     x.done = true;
     this.queued--;
     // Many cancelled entries ahead of a stuck head: drop them rather than keep them until it moves.
@@ -615,6 +617,7 @@ export class TunnelClient<I> {
 
   /** Runs `x` on an idle connection, else a new one. */
   private start(x: Exchange<I>): void {
+    x.started = true;
     const req = x.req;
     // The request's head, checked as undici checks it.
     if (!TOKEN.test(req.method)) return this.refuse(x, coded('UND_ERR_INVALID_ARG', 'invalid request method'));
