@@ -275,6 +275,44 @@ function signal(): { promise: Promise<void>; fire: () => void } {
 /** A script answering every request with its own path (`answer to /path`), so an answer tells which request it is for. */
 const echoing = () => answering((req) => OK(`answer to ${req.requestLine.split(' ')[1]}`));
 
+/** Sends `path`, pauses on its first piece of body, aborts it there; resolves once it failed so. */
+async function abortedWhilePaused(pool: TunnelClient<string>, path: string): Promise<Rec> {
+  const paused = signal();
+  const rec = new Rec('paused', {
+    data: () => {
+      paused.fire();
+      return false;
+    },
+  });
+  pool.dispatch(get(path), rec, 'info');
+  await paused.promise;
+  rec.abortFn!();
+  await rec.done;
+  expectError(rec, 'UND_ERR_ABORTED');
+  return rec;
+}
+
+/**
+ * A pool of one connection whose request `/held` the server answers only once `release` fires
+ * (other paths at once, `answer to <path>`): what waits behind it is queued.
+ */
+async function holdingTheOnlyConnection() {
+  const release = signal();
+  const srv = await serve(
+    answering(async (req) => {
+      const path = req.requestLine.split(' ')[1]!;
+      if (path === '/held') await release.promise;
+      return OK(`answer to ${path}`);
+    }),
+  );
+  const pool = client(srv.port, { connections: 1 });
+  const held = new Rec('held');
+  const cancelHeld = pool.dispatch(get('/held'), held, 'info');
+  const peer = await srv.peer(0);
+  await peer.waitFor(() => peer.all.includes('/held '));
+  return { srv, pool, held, cancelHeld, peer, release };
+}
+
 interface Hooks {
   connect?: (abort: (err?: Error) => void, rec: Rec) => void;
   head?: (rec: Rec) => void;
@@ -1219,20 +1257,8 @@ describe('TunnelClient', { timeout: 3000 }, () => {
     });
 
     it('dispatch returns a cancel function: a cancelled queued request hears nothing and never runs; size counts live requests; cancelling a started one does nothing', async () => {
-      const release = signal();
-      const srv = await serve(
-        answering(async (req) => {
-          const path = req.requestLine.split(' ')[1]!;
-          if (path === '/held') await release.promise;
-          return OK(`answer to ${path}`);
-        }),
-      );
-      const pool = client(srv.port, { connections: 1 });
-      const held = new Rec('held');
-      const cancelHeld = pool.dispatch(get('/held'), held, 'info');
+      const { srv, pool, held, cancelHeld, peer, release } = await holdingTheOnlyConnection();
       expect(typeof cancelHeld).toBe('function');
-      const peer = await srv.peer(0);
-      await peer.waitFor(() => peer.all.includes('/held '));
       const b = new Rec('B');
       let cancelC!: () => void;
       const c = new Rec('C', {
@@ -1265,19 +1291,7 @@ describe('TunnelClient', { timeout: 3000 }, () => {
     });
 
     it('cancelling a queued request from inside its own onConnect (it has a connection then): does nothing, the request is served and size stays right', async () => {
-      const release = signal();
-      const srv = await serve(
-        answering(async (req) => {
-          const path = req.requestLine.split(' ')[1]!;
-          if (path === '/held') await release.promise;
-          return OK(`answer to ${path}`);
-        }),
-      );
-      const pool = client(srv.port, { connections: 1 });
-      const held = new Rec('held');
-      pool.dispatch(get('/held'), held, 'info');
-      const peer = await srv.peer(0);
-      await peer.waitFor(() => peer.all.includes('/held '));
+      const { pool, held, release } = await holdingTheOnlyConnection();
       let cancelB!: () => void;
       let sizeInOnConnect = -1;
       const b = new Rec('B', {
@@ -1615,18 +1629,7 @@ describe('TunnelClient', { timeout: 3000 }, () => {
         await echoing()(peer);
       });
       const pool = client(srv.port, { connections: 1 });
-      const paused = signal();
-      const rec = new Rec('paused', {
-        data: () => {
-          paused.fire();
-          return false;
-        },
-      });
-      pool.dispatch(get('/a'), rec, 'info');
-      await paused.promise;
-      rec.abortFn!();
-      await rec.done;
-      expectError(rec, 'UND_ERR_ABORTED');
+      const rec = await abortedWhilePaused(pool, '/a');
       const next = new Rec('next');
       pool.dispatch(get('/b'), next, 'info');
       expect(next.events).toEqual([]); // queued behind the connection the response is dropped from
@@ -1641,18 +1644,7 @@ describe('TunnelClient', { timeout: 3000 }, () => {
       const chunked = 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\naaa\r\n3\r\nbbb\r\n3\r\nccc\r\n0\r\n\r\n';
       const srv = await serve(answering((req) => (req.requestLine === 'GET /a HTTP/1.1' ? chunked : OK(`answer to ${req.requestLine.split(' ')[1]}`))));
       const pool = client(srv.port, { connections: 1 });
-      const paused = signal();
-      const rec = new Rec('paused', {
-        data: () => {
-          paused.fire();
-          return false;
-        },
-      });
-      pool.dispatch(get('/a'), rec, 'info');
-      await paused.promise;
-      rec.abortFn!();
-      await rec.done;
-      expectError(rec, 'UND_ERR_ABORTED');
+      const rec = await abortedWhilePaused(pool, '/a');
       const t0 = performance.now();
       const next = await run(pool, get('/b'));
       const took = performance.now() - t0;
