@@ -135,7 +135,8 @@ function splitLength(headers: string[]): { headers: string[]; length: number; cl
     if (typeof name !== 'string' || typeof value !== 'string' || !TOKEN.test(name)) return coded('UND_ERR_INVALID_ARG', `invalid header name ${JSON.stringify(String(name))}`);
     if (BAD_VALUE.test(value)) return coded('UND_ERR_INVALID_ARG', `invalid ${name} header`);
     const n = name.length;
-    if (n === 14 || n === 10 || n === 17 || n === 6 || n === 7 || n === 10) {
+    // content-length, transfer-encoding, connection and keep-alive, upgrade, expect
+    if (n === 14 || n === 17 || n === 10 || n === 7 || n === 6) {
       const lower = name.toLowerCase();
       if (lower === 'content-length') {
         if (!/^\d+$/.test(value)) return coded('UND_ERR_INVALID_ARG', 'invalid content-length header');
@@ -176,7 +177,7 @@ class Conn<I> {
   /** Reading an aborted request's response to drop it: bytes it may still take, and its deadline. */
   private discardLeft = 0;
   private discardTimer: NodeJS.Timeout | null = null;
-  /** Idle since (performance.now()), and for how long it may stay so. */
+  /** How long it may stay idle after the current response: its Keep-Alive hint, else keepAliveTimeout. */
   idleMs = 0;
   private headTimer: NodeJS.Timeout | null = null;
   private idleTimer: NodeJS.Timeout | null = null;
@@ -236,7 +237,6 @@ class Conn<I> {
   idle(ms: number): void {
     this.phase = Phase.Idle;
     this.x = null;
-    this.idleMs = ms;
     if (this.idleTimer === null || this.idleTimerMs !== ms) {
       if (this.idleTimer !== null) clearTimeout(this.idleTimer);
       this.idleTimer = setTimeout(() => this.idleTimedOut(), ms).unref();
@@ -772,7 +772,8 @@ export class TunnelClient<I> {
     x.done = true;
     if (!aborted) this.running--;
     if (conn.reusable && !this.closing && !this.destroyed) {
-      conn.idle(conn.idleMs > 0 ? conn.idleMs : this.opts.keepAliveTimeout);
+      // (Set from this response's head: its Keep-Alive hint, else keepAliveTimeout.)
+      conn.idle(conn.idleMs);
       this.idleConns.push(conn);
     } else conn.destroy();
     if (!aborted) x.handler.onComplete();
