@@ -1,6 +1,6 @@
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { createLogger } from '@warren/shared';
+import { createLogger, stopWithParent } from '@warren/shared';
 import { AgentClient, AgentRpcError } from './client.js';
 import { onlineLine, parseCli, USAGE } from './cli.js';
 
@@ -13,7 +13,18 @@ import { onlineLine, parseCli, USAGE } from './cli.js';
 
 const out = (line: string) => process.stdout.write(`${line}\n`);
 const err = (line: string) => process.stderr.write(`warren-agent: ${line}\n`);
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+/** Resolves after `ms`, or at once when `signal` aborts (a signal to stop while waiting to retry). */
+const sleep = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    if (signal.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+    function done() {
+      clearTimeout(t);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+  });
 
 async function main(): Promise<number> {
   const parsed = parseCli(process.argv.slice(2), process.env);
@@ -78,13 +89,20 @@ async function main(): Promise<number> {
     log: createLogger('warren-agent', process.env.LOG_LEVEL ?? 'warn'),
   });
   let stopping = false;
+  /** Aborted by the first signal: a wait before retrying the first connection ends at once. */
+  const stopped = new AbortController();
   const stop = () => {
     if (stopping) process.exit(1); // second signal: give up on a clean shutdown
     stopping = true;
+    stopped.abort();
     void client.close();
   };
   process.on('SIGINT', stop);
   process.on('SIGTERM', stop);
+  // Not a second signal: a parent gone while this process drains lets the drain finish.
+  stopWithParent(() => {
+    if (!stopping) stop();
+  });
 
   // Set when the server took the last tunnel away: the process exits 1, so that a supervisor
   // sees it rather than a session that serves nothing.
@@ -122,7 +140,7 @@ async function main(): Promise<number> {
       }
       const delay = Math.round(Math.min(10_000, 500 * 2 ** Math.min(attempt, 5)) * (0.5 + Math.random() * 0.5));
       err(`cannot reach ${cfg.server}: ${(e as Error).message}; retrying in ${(delay / 1000).toFixed(1)} s`);
-      await sleep(delay);
+      await sleep(delay, stopped.signal);
       if (stopping) return finished;
     }
   }

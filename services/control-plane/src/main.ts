@@ -1,7 +1,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import { readFileSync } from 'node:fs';
-import { createLogger, EnvError } from '@warren/shared';
+import { createLogger, EnvError, stopWithParent } from '@warren/shared';
 import { loadConfig } from './config.js';
 import { createDb, createPool } from './db/pool.js';
 import { migrate } from './db/migrate.js';
@@ -106,6 +106,7 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
+  stopWithParent(() => void stop('parent gone'));
 }
 
 main().catch((err: unknown) => {

@@ -3,7 +3,7 @@ import https from 'node:https';
 import type net from 'node:net';
 import { createHash, X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { EnvError, createLogger, type DataPlaneConfig, type DpTunnel } from '@warren/shared';
+import { EnvError, createLogger, stopWithParent, type DataPlaneConfig, type DpTunnel } from '@warren/shared';
 import { AgentServer, type AgentIdentity, type BindRequest } from './agents/server.js';
 import { ControlPlaneClient } from './config/index.js';
 import { loadIngressEnv } from './env.js';
@@ -431,6 +431,7 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
+  stopWithParent(() => void stop('parent gone'));
 }
 
 main().catch((err: unknown) => {

@@ -14,3 +14,4 @@ export * from './http-headers.js';
 export * from './cidr.js';
 export * from './webhook-providers.js';
 export * from './events/types.js';
+export * from './lifecycle.js';

@@ -1,6 +1,6 @@
 import http from 'node:http';
 import pg from 'pg';
-import { createLogger, EnvError } from '@warren/shared';
+import { createLogger, EnvError, stopWithParent } from '@warren/shared';
 import { migrate } from '../../control-plane/src/db/migrate.js';
 import { loadConfig } from './config.js';
 import { createWorkerMetrics } from './metrics.js';
@@ -123,6 +123,7 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
+  stopWithParent(() => void stop('parent gone'));
 }
 
 main().catch((err: unknown) => {
