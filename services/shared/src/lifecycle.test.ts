@@ -24,15 +24,11 @@ function child(registerAfterDisconnect: boolean) {
 }
 
 describe('stopWithParent', () => {
-  it('runs stop when the channel to the parent closes', async () => {
-    const { c, exits, ready } = child(false);
-    await ready;
-    c.disconnect();
-    expect(await exits).toBe(3);
-  }, 30_000);
-
-  it('runs stop at once when the channel closed before it was called (during start-up)', async () => {
-    const { c, exits, ready } = child(true);
+  it.each([
+    ['runs stop when the channel to the parent closes', false],
+    ['runs stop at once when the channel closed before it was called (during start-up)', true],
+  ])('%s', async (_, registerAfterDisconnect) => {
+    const { c, exits, ready } = child(registerAfterDisconnect);
     await ready;
     c.disconnect();
     expect(await exits).toBe(3);
