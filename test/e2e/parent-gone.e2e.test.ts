@@ -1,5 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Redis } from 'ioredis';
@@ -32,6 +34,7 @@ const prefix = `warren_test_${inject('runId')}_${randomBytes(3).toString('hex')}
 let db: Awaited<ReturnType<typeof freshDatabase>>;
 let parent: ChildProcess | undefined;
 let pids: Record<string, number> = {};
+const stateDir = mkdtempSync(path.join(tmpdir(), 'warren-parent-gone-'));
 
 beforeAll(async () => {
   db = await freshDatabase();
@@ -46,13 +49,14 @@ afterAll(async () => {
   if (keys.length) await redis.del(...keys);
   redis.disconnect();
   await db?.drop();
+  rmSync(stateDir, { recursive: true, force: true });
 }, 30_000);
 
 describe('services whose parent is gone', () => {
   it('the control plane, ingresses, a worker and an agent stop when the process that started them is killed with SIGKILL', async () => {
     const p = spawn(process.execPath, ['--import', 'tsx', 'test/support/parent-gone.fixture.ts'], {
       cwd: REPO_ROOT,
-      env: { ...process.env, FIXTURE_DATABASE_URL: db.url, FIXTURE_REDIS_URL: inject('redisUrl'), FIXTURE_EVENTS_PREFIX: prefix },
+      env: { ...process.env, FIXTURE_DATABASE_URL: db.url, FIXTURE_REDIS_URL: inject('redisUrl'), FIXTURE_EVENTS_PREFIX: prefix, FIXTURE_STATE_DIR: stateDir },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     parent = p;
