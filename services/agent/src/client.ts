@@ -150,13 +150,17 @@ interface TunnelState {
   token: string;
 }
 
-const sleep = (ms: number, signal: AbortSignal) =>
+/** Resolves after `ms`, or at once when `signal` aborts (a wait before retrying, cut short by a close or a signal). */
+export const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal.addEventListener('abort', () => {
+    if (signal.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+    function done() {
       clearTimeout(t);
+      signal.removeEventListener('abort', done);
       resolve();
-    });
+    }
   });
 
 /**

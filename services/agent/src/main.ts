@@ -1,7 +1,7 @@
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createLogger, stopWithParent } from '@warren/shared';
-import { AgentClient, AgentRpcError } from './client.js';
+import { AgentClient, AgentRpcError, sleep } from './client.js';
 import { onlineLine, parseCli, USAGE } from './cli.js';
 
 /**
@@ -13,18 +13,6 @@ import { onlineLine, parseCli, USAGE } from './cli.js';
 
 const out = (line: string) => process.stdout.write(`${line}\n`);
 const err = (line: string) => process.stderr.write(`warren-agent: ${line}\n`);
-/** Resolves after `ms`, or at once when `signal` aborts (a signal to stop while waiting to retry). */
-const sleep = (ms: number, signal: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    if (signal.aborted) return resolve();
-    const t = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-    function done() {
-      clearTimeout(t);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-  });
 
 async function main(): Promise<number> {
   const parsed = parseCli(process.argv.slice(2), process.env);
