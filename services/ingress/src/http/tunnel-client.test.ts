@@ -296,6 +296,28 @@ async function abortedWhilePaused(pool: TunnelClient<string>, path: string): Pro
  * A pool of one connection whose request `/held` the server answers only once `release` fires
  * (other paths at once, `answer to <path>`): what waits behind it is queued.
  */
+/**
+ * A server's first answer: the head and one byte of a `size`-byte body, then the rest once the
+ * client has aborted (`then` serves that connection on); and a recorder that aborts on that byte.
+ */
+function abortedAfterFirstByte(name: string, size: number, then?: (peer: Peer) => Promise<void>) {
+  const aborted = signal();
+  const first = async (peer: Peer) => {
+    await peer.readRequest();
+    await peer.write(`HTTP/1.1 200 OK\r\nContent-Length: ${size}\r\n\r\na`);
+    await aborted.promise;
+    await peer.write(Buffer.alloc(size - 1, 'b'));
+    if (then) await then(peer);
+  };
+  const rec = new Rec(name, {
+    data: (_c, r) => {
+      r.abortFn!();
+      aborted.fire();
+    },
+  });
+  return { first, rec };
+}
+
 async function holdingTheOnlyConnection() {
   const release = signal();
   const srv = await serve(
@@ -1655,22 +1677,10 @@ describe('TunnelClient', { timeout: 3000 }, () => {
     });
 
     it('the rest of the response past DISCARD_MAX_BYTES: the connection closed at once; the next request on a new one', async () => {
-      const aborted = signal();
-      const size = 1 + DISCARD_MAX_BYTES + 1; // one byte delivered, then one more than may be dropped
-      const srv = await serve(async (peer) => {
-        if (peer.index > 0) return echoing()(peer);
-        await peer.readRequest();
-        await peer.write(`HTTP/1.1 200 OK\r\nContent-Length: ${size}\r\n\r\na`);
-        await aborted.promise;
-        await peer.write(Buffer.alloc(size - 1, 'b'));
-      });
+      // One byte delivered, then one more than may be dropped.
+      const { first, rec } = abortedAfterFirstByte('too much', 1 + DISCARD_MAX_BYTES + 1);
+      const srv = await serve((peer) => (peer.index > 0 ? echoing()(peer) : first(peer)));
       const pool = client(srv.port);
-      const rec = new Rec('too much', {
-        data: (_c, r) => {
-          r.abortFn!();
-          aborted.fire();
-        },
-      });
       const t0 = performance.now();
       pool.dispatch(get('/a'), rec, 'info');
       await rec.done;
@@ -1684,22 +1694,10 @@ describe('TunnelClient', { timeout: 3000 }, () => {
     });
 
     it('exactly DISCARD_MAX_BYTES left to drop: read to the end, the connection kept for the request queued meanwhile (connections: 1)', async () => {
-      const aborted = signal();
-      const size = 1 + DISCARD_MAX_BYTES; // one byte delivered, then as much as may be dropped
-      const srv = await serve(async (peer) => {
-        await peer.readRequest();
-        await peer.write(`HTTP/1.1 200 OK\r\nContent-Length: ${size}\r\n\r\na`);
-        await aborted.promise;
-        await peer.write(Buffer.alloc(size - 1, 'b'));
-        await echoing()(peer);
-      });
+      // One byte delivered, then as much as may be dropped.
+      const { first, rec } = abortedAfterFirstByte('just enough', 1 + DISCARD_MAX_BYTES, echoing());
+      const srv = await serve(first);
       const pool = client(srv.port, { connections: 1 });
-      const rec = new Rec('just enough', {
-        data: (_c, r) => {
-          r.abortFn!();
-          aborted.fire();
-        },
-      });
       const t0 = performance.now();
       pool.dispatch(get('/a'), rec, 'info');
       await rec.done;
